@@ -1,0 +1,275 @@
+"""Check `driver`: is the NVIDIA driver there, loaded, consistent, and new enough?
+
+Reads NVML's init outcome and versions, the kernel module's version from
+`/proc/driver/nvidia/version`, the NVIDIA GPUs on the PCI bus, and holds the driver against
+the configured minimum and against the CUDA toolkits this node's images need (NVIDIA's
+table in `gpuprobe.cuda`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprobe import cuda
+from gpuprobe.config import Config
+from gpuprobe.host import Host
+from gpuprobe.host.fs import HostFS
+from gpuprobe.host.nvml import NvmlError
+from gpuprobe.pci import nvidia_gpus
+from gpuprobe.report import Action, CheckResult, Finding, Severity, Status
+
+NAME = "driver"
+MODULE_VERSION_FILE = "/proc/driver/nvidia/version"
+# Where libnvidia-ml lies on Debian/Ubuntu, RHEL-likes, arm64, and in the GPU Operator's
+# driver container (its root is mounted at /run/nvidia/driver on the host).
+LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/run/nvidia/driver/usr/lib/x86_64-linux-gnu",
+    "/run/nvidia/driver/usr/lib/aarch64-linux-gnu",
+    "/run/nvidia/driver/usr/lib64",
+)
+_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class KernelModule:
+    """The loaded NVIDIA kernel module: its version, and whether it is the open one."""
+
+    version: str
+    open: bool
+
+
+def kernel_module(fs: HostFS) -> KernelModule | None:
+    """The loaded module from /proc/driver/nvidia/version; None when it is not loaded.
+
+    The first line reads `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ...` or
+    `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build ...`.
+    """
+    text = fs.try_read_text(MODULE_VERSION_FILE)
+    if not text:
+        return None
+    first = text.splitlines()[0]
+    _, _, after = first.partition("Kernel Module")
+    match = _VERSION.search(after)
+    if match is None:
+        return None
+    return KernelModule(match.group(0), open=" Open " in first)
+
+
+def library_versions(fs: HostFS) -> list[str]:
+    """The versions of every `libnvidia-ml.so.<version>` file in the usual library dirs."""
+    found = set()
+    for directory in LIBRARY_DIRS:
+        for path in fs.glob(f"{directory}/libnvidia-ml.so.*.*"):
+            suffix = path.rsplit("libnvidia-ml.so.", 1)[1]
+            if _VERSION.fullmatch(suffix):
+                found.add(suffix)
+    return sorted(found, key=cuda.parse_version)
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Judge the driver: present, loaded, matching its library, new enough."""
+    gpus_on_bus = len(nvidia_gpus(host.fs))
+    module = kernel_module(host.fs)
+    data: dict[str, Any] = {
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "nvidia_gpus_on_pci_bus": gpus_on_bus,
+        "kernel_module_version": module.version if module else None,
+        "kernel_module_type": ("open" if module.open else "proprietary") if module else None,
+        "nvml_init_error": host.nvml.init_error,
+    }
+    if host.nvml.init_error is not None:
+        return _without_nvml(host, config, gpus_on_bus, module, data)
+    return _with_nvml(host, config, module, data)
+
+
+def _without_nvml(
+    host: Host, config: Config, gpus_on_bus: int, module: KernelModule | None, data: dict[str, Any]
+) -> CheckResult:
+    error = host.nvml.init_error
+    expected = config.gpus.expect
+    if gpus_on_bus == 0:
+        if expected:
+            finding = Finding(
+                "NO_GPU",
+                Severity.CRITICAL,
+                f"{expected} GPUs are expected but the PCI bus shows no NVIDIA GPU "
+                "(GPUs fallen off the bus, or the agent runs on the wrong node)",
+                Action.REBOOT_NODE,
+            )
+        else:
+            finding = Finding(
+                "NO_GPU",
+                Severity.UNKNOWN,
+                "no NVIDIA GPU on the PCI bus: this is not a GPU node",
+            )
+        return CheckResult(NAME, "no NVIDIA GPU on this node", [finding], data)
+    gpus = f"{gpus_on_bus} NVIDIA GPU{'s' if gpus_on_bus != 1 else ''} on the PCI bus"
+    if error == "LibraryNotFound":
+        where = (
+            f"the kernel module {module.version} is loaded but libnvidia-ml.so.1 is missing"
+            if module
+            else "no driver is installed"
+        )
+        finding = Finding(
+            "DRIVER_NOT_FOUND",
+            Severity.CRITICAL,
+            f"{gpus} but NVML cannot be loaded: {where}. Install the NVIDIA driver "
+            "(in a container: run it with the NVIDIA runtime and NVIDIA_VISIBLE_DEVICES=all)",
+            Action.FIX_CONFIG,
+        )
+        return CheckResult(NAME, "NVIDIA driver not found", [finding], data)
+    if error == "DriverNotLoaded":
+        finding = Finding(
+            "DRIVER_NOT_LOADED",
+            Severity.CRITICAL,
+            f"{gpus} but the NVIDIA kernel module is not loaded: load it (modprobe nvidia) "
+            "and read the kernel log; a kernel upgrade without a driver rebuild is the "
+            "usual cause",
+            Action.FIX_CONFIG,
+        )
+        return CheckResult(NAME, "NVIDIA kernel driver not loaded", [finding], data)
+    if error == "LibRmVersionMismatch":
+        libraries = library_versions(host.fs)
+        data["library_versions"] = libraries
+        finding = _mismatch(module.version if module else None, libraries)
+        return CheckResult(NAME, "driver kernel module and library differ", [finding], data)
+    finding = Finding(
+        "NVML_INIT_FAILED",
+        Severity.UNKNOWN,
+        f"{gpus} but NVML failed to initialise with {error}"
+        + (": the agent lacks access to /dev/nvidia*" if error == "NoPermission" else ""),
+        Action.FIX_CONFIG if error == "NoPermission" else Action.NONE,
+    )
+    return CheckResult(NAME, f"NVML failed to initialise ({error})", [finding], data)
+
+
+def _mismatch(module_version: str | None, library: list[str] | str | None) -> Finding:
+    libs = ", ".join(library) if isinstance(library, list) else library
+    module_text = f"kernel module {module_version}" if module_version else "the kernel module"
+    library_text = f"NVML library {libs}" if libs else "the NVML library"
+    return Finding(
+        "DRIVER_LIBRARY_MISMATCH",
+        Severity.CRITICAL,
+        f"{module_text} and {library_text} differ (a driver upgrade without a reboot): "
+        "reboot the node to load the new module",
+        Action.REBOOT_NODE,
+    )
+
+
+def _with_nvml(
+    host: Host, config: Config, module: KernelModule | None, data: dict[str, Any]
+) -> CheckResult:
+    nvml = host.nvml
+    try:
+        driver = str(nvml.call("nvmlSystemGetDriverVersion")).strip()
+    except NvmlError as exc:
+        return CheckResult(
+            NAME,
+            f"NVML cannot tell the driver version ({exc.name})",
+            data=data,
+            floor=Status.UNKNOWN,
+        )
+    data["driver_version"] = driver
+    data["cuda_driver_version"] = _cuda_driver_version(host)
+    data["nvml_version"] = _optional(host, "nvmlSystemGetNVMLVersion")
+    findings: list[Finding] = []
+    if module is not None and module.version != driver:
+        findings.append(_mismatch(module.version, driver))
+    try:
+        version = cuda.parse_version(driver)
+    except ValueError:
+        return CheckResult(
+            NAME, f"driver {driver}: cannot read its version", findings, data, floor=Status.UNKNOWN
+        )
+    newest = cuda.newest_supported(version)
+    data["cuda_toolkit_max"] = cuda.format_version(newest.version) if newest else None
+    data["cuda_toolkit_max_release"] = newest.label if newest else None
+    findings += _too_old(config, version, driver, data)
+    summary = f"driver {driver}"
+    if data["cuda_driver_version"]:
+        summary += f", CUDA {data['cuda_driver_version']}"
+    if newest:
+        summary += f" (runs toolkits up to {newest.label})"
+    return CheckResult(NAME, summary, findings, data)
+
+
+def _cuda_driver_version(host: Host) -> str | None:
+    for fn in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
+        value = _optional(host, fn)
+        if isinstance(value, int) and value > 0:
+            return cuda.cuda_version_text(value)
+    return None
+
+
+def _optional(host: Host, fn: str) -> Any:
+    try:
+        return host.nvml.call(fn)
+    except NvmlError:
+        return None
+
+
+def _too_old(
+    config: Config, version: cuda.Version, driver: str, data: dict[str, Any]
+) -> list[Finding]:
+    findings = []
+    minimum = config.driver.min_version
+    if minimum and version < cuda.parse_version(minimum):
+        findings.append(
+            Finding(
+                "DRIVER_TOO_OLD",
+                Severity.WARNING,
+                f"driver {driver} is older than the configured minimum {minimum}: upgrade it",
+                Action.FIX_CONFIG,
+            )
+        )
+    data["required_cuda"] = []
+    for wanted in config.driver.required_cuda:
+        finding, verdict = _cuda_verdict(version, driver, wanted, data.get("cuda_driver_version"))
+        data["required_cuda"].append(verdict)
+        if finding:
+            findings.append(finding)
+    return findings
+
+
+def _cuda_verdict(
+    version: cuda.Version, driver: str, wanted: str, cuda_driver: str | None
+) -> tuple[Finding | None, dict[str, Any]]:
+    toolkit = cuda.parse_version(wanted)
+    driver_cuda = cuda.parse_version(cuda_driver) if cuda_driver else None
+    support, release = cuda.support(version, toolkit, driver_cuda)
+    verdict: dict[str, Any] = {
+        "version": wanted,
+        "support": support.value,
+        "min_driver": cuda.format_version(release.min_driver) if release else None,
+    }
+    need = ""
+    if release:
+        need = f" (CUDA {release.label} needs driver {verdict['min_driver']} or newer)"
+    if support is cuda.Support.FULL:
+        return None, verdict
+    if support is cuda.Support.MINOR_VERSION_COMPATIBILITY:
+        message = (
+            f"driver {driver} runs CUDA {wanted} applications only under minor-version "
+            f"compatibility, without PTX JIT of newer code or newer driver APIs{need}"
+        )
+        return Finding("DRIVER_TOO_OLD", Severity.WARNING, message, Action.FIX_CONFIG), verdict
+    if support is cuda.Support.NONE:
+        message = (
+            f"driver {driver} cannot run CUDA {wanted} applications; they fail with "
+            f"'CUDA driver version is insufficient for CUDA runtime version'{need}. Upgrade "
+            "the driver (data-centre GPUs can also use the cuda-compat forward-compatibility "
+            "package)"
+        )
+        return Finding("DRIVER_TOO_OLD", Severity.CRITICAL, message, Action.FIX_CONFIG), verdict
+    message = (
+        f"CUDA {wanted} is newer than this gpuprobe's driver table and the driver reports "
+        f"no CUDA version, so whether driver {driver} runs it is unknown"
+    )
+    return Finding("DRIVER_TOO_OLD", Severity.UNKNOWN, message, Action.NONE), verdict

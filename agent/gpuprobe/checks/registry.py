@@ -1,0 +1,27 @@
+"""The checks gpuprobe runs, in report order. Adding a check means adding it here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuprobe.checks import driver, gpus
+from gpuprobe.config import Config
+from gpuprobe.host import Host
+from gpuprobe.report import CheckResult
+
+CheckFn = Callable[[Host, Config], CheckResult]
+
+CHECKS: dict[str, CheckFn] = {
+    "driver": driver.run,
+    "gpus": gpus.run,
+}
+
+
+def resolve(names: list[str] | None) -> list[str]:
+    """The named checks in report order (all when None); raises KeyError for an unknown name."""
+    if names is None:
+        return list(CHECKS)
+    for name in names:
+        if name not in CHECKS:
+            raise KeyError(name)
+    return [name for name in CHECKS if name in names]

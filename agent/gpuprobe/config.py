@@ -1,0 +1,169 @@
+"""gpuprobe's own configuration: a YAML (or JSON) file, one section per concern.
+
+Every key is checked against the dataclasses below: an unknown key or a wrong type is a
+`ConfigError` naming the key, so a typo never silently turns a check off. See
+docs/configuration.md for every key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from gpuprobe.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ChecksConfig:
+    """How checks are run."""
+
+    deadline_seconds: float = 10.0
+    # Per-check deadlines, e.g. {"storage": 120}.
+    deadlines: dict[str, float] = field(default_factory=dict)
+
+    def deadline(self, check: str) -> float:
+        """The deadline of one check, in seconds."""
+        return self.deadlines.get(check, self.deadline_seconds)
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """What the `driver` check holds the node's driver against."""
+
+    # The fleet's minimum driver version, e.g. "550.54.15" (below it: DRIVER_TOO_OLD, WARNING).
+    min_version: str | None = None
+    # CUDA toolkit versions that images on this node are built with, e.g. ["12.4", "12.8.1"].
+    required_cuda: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for key, value in [("min_version", self.min_version)] + [
+            ("required_cuda", v) for v in self.required_cuda
+        ]:
+            if value is not None and not re.fullmatch(r"\d+(\.\d+)*", value):
+                raise ConfigError(f"{key}: {value!r} is not a version like 550.54.15")
+
+
+@dataclass(frozen=True)
+class GpusConfig:
+    """What the `gpus` check expects."""
+
+    # How many GPUs the node should have (`--expect-gpus`); None: as many as the PCI bus shows.
+    expect: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.expect is not None and self.expect < 0:
+            raise ConfigError(f"expect: {self.expect} is negative")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration."""
+
+    checks: ChecksConfig = field(default_factory=ChecksConfig)
+    driver: DriverConfig = field(default_factory=DriverConfig)
+    gpus: GpusConfig = field(default_factory=GpusConfig)
+
+
+def load_config(path: str | None) -> Config:
+    """The configuration in `path` (defaults when None); raises ConfigError."""
+    if path is None:
+        return Config()
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except OSError as exc:
+        raise ConfigError(f"config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path}: not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}:" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"config {path}:{where} {problem}") from None
+    if raw is None:
+        return Config()
+    return build(Config, raw, f"config {path}")
+
+
+T = TypeVar("T")
+
+
+def build(cls: type[T], raw: Any, where: str) -> T:
+    """An instance of the dataclass `cls` from a mapping, every key and type checked."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {_kind(raw)}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(str(k) for k in raw if k not in fields)
+    if unknown:
+        known = ", ".join(sorted(fields))
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {known})")
+    values = {key: _convert(hints[key], value, f"{where}: {key}") for key, value in raw.items()}
+    try:
+        return cls(**values)
+    except ConfigError as exc:  # raised by a section's own validation
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value, where)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, where)  # type: ignore[arg-type]
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {_kind(value)}")
+        return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {_kind(value)}")
+        return {
+            _convert(args[0], k, where): _convert(args[1], v, f"{where}.{k}")
+            for k, v in value.items()
+        }
+    return _scalar(hint, value, where)
+
+
+def _scalar(hint: Any, value: Any, where: str) -> Any:
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {_kind(value)}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {_kind(value)}")
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {_kind(value)}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        hint_text = ' (quote versions: "12.10")' if isinstance(value, float) else ""
+        raise ConfigError(f"{where}: expected a string, got {_kind(value)}{hint_text}")
+    raise ConfigError(f"{where}: unsupported setting type {hint!r}")  # a bug in this module
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)

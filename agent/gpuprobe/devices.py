@@ -1,0 +1,86 @@
+"""GPUs as NVML reports them, asked the way the field expects.
+
+A query that a device does not support (NotSupported, on consumer GPUs or with MIG on)
+leaves that fact out and is never a failure. A query that raises GpuIsLost marks the GPU
+lost, ResetRequired marks it as needing a reset; any other error is kept, by function name,
+so the check can show it in `data`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprobe.host.nvml import Nvml, NvmlError
+
+# Errors that mean "this device does not have that": the fact is left out.
+ABSENT = frozenset({"NotSupported", "FunctionNotFound", "NotFound", "InvalidArgument"})
+
+
+@dataclass
+class Device:
+    """One GPU (or MIG device) as NVML answers about it.
+
+    `ref` is the device's NVML reference: its index, or `"<gpu>:<mig index>"`.
+    """
+
+    nvml: Nvml
+    ref: int | str
+    lost: bool = False
+    reset_required: bool = False
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def get(self, *fns: str, args: tuple[Any, ...] = ()) -> Any:
+        """The first of `fns` that answers for this device (older names after newer), or None."""
+        for fn in fns:
+            try:
+                return self.nvml.call(fn, self.ref, *args)
+            except NvmlError as exc:
+                if exc.name in ABSENT:
+                    continue
+                self._failed(fn, exc.name)
+                return None
+        return None
+
+    def _failed(self, fn: str, error: str) -> None:
+        if error == "GpuIsLost":
+            self.lost = True
+        elif error == "ResetRequired":
+            self.reset_required = True
+        self.errors[fn] = error
+
+    @property
+    def index(self) -> int:
+        """The GPU's index (a MIG device's parent GPU index)."""
+        return self.ref if isinstance(self.ref, int) else int(str(self.ref).split(":")[0])
+
+
+def gpu_count(nvml: Nvml) -> int | None:
+    """How many GPUs NVML counts; None when NVML is unavailable or cannot count."""
+    if nvml.init_error is not None:
+        return None
+    try:
+        return int(nvml.call("nvmlDeviceGetCount"))
+    except NvmlError:
+        return None
+
+
+def open_gpus(nvml: Nvml, count: int) -> list[Device]:
+    """A Device for each GPU index below `count`; one whose handle fails is marked so."""
+    devices = []
+    for index in range(count):
+        device = Device(nvml, index)
+        try:
+            nvml.call("nvmlDeviceGetHandleByIndex", index)
+        except NvmlError as exc:
+            device._failed("nvmlDeviceGetHandleByIndex", exc.name)
+        devices.append(device)
+    return devices
+
+
+def text(value: Any) -> str | None:
+    """An NVML string answer, stripped; None when absent or blank."""
+    if value is None:
+        return None
+    result = str(value).strip()
+    return result or None

@@ -1,0 +1,111 @@
+"""The host: the only door through which checks see the node.
+
+A `Host` bundles the host's files (`HostFS`), NVML, and its processes. It is built live
+(`live_host`), from a node snapshot (`snapshot_host`), or live with recording on
+(`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look past it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuprobe.errors import SnapshotError
+from gpuprobe.host.fs import HostFS
+from gpuprobe.host.jsonfile import read_json
+from gpuprobe.host.nvml import LiveNvml, Nvml, RecordingNvml, ReplayNvml, load_record
+from gpuprobe.host.processes import ProcessTable, live_processes, load_processes
+
+SNAPSHOT_FORMAT = 1
+
+
+@dataclass
+class Host:
+    """One node as the checks see it."""
+
+    fs: HostFS
+    nvml: Nvml
+    node_name: str
+    list_processes: Callable[[], ProcessTable] = field(default=ProcessTable)
+    snapshot_dir: Path | None = None
+
+    @property
+    def is_snapshot(self) -> bool:
+        """Whether this host is a replayed snapshot rather than the live node."""
+        return self.snapshot_dir is not None
+
+    def processes(self) -> ProcessTable:
+        """The node's processes now."""
+        return self.list_processes()
+
+
+def default_node_name() -> str:
+    """`$NODE_NAME` (set from the downward API in the DaemonSet), else the host name."""
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def live_host(root: str = "/", node_name: str | None = None) -> Host:
+    """The live node, its files read under `root` (`/host` in the DaemonSet)."""
+    return Host(
+        fs=HostFS(root),
+        nvml=LiveNvml(),
+        node_name=node_name or default_node_name(),
+        list_processes=live_processes,
+    )
+
+
+def recording_host(root: str = "/", node_name: str | None = None) -> Host:
+    """The live node with every file access and NVML call written down (for capture)."""
+    host = live_host(root, node_name)
+    host.fs.record()
+    host.nvml = RecordingNvml(host.nvml)
+    table = live_processes()
+    table.recording = True
+    host.list_processes = lambda: table
+    return host
+
+
+def snapshot_host(directory: str, node_name: str | None = None) -> Host:
+    """A node replayed from a snapshot directory; raises SnapshotError if it is unreadable.
+
+    Any file of the snapshot may be absent, which means that thing is absent on the node:
+    no nvml.json is a node where NVML cannot be loaded.
+    """
+    path = Path(directory)
+    if not path.is_dir():
+        raise SnapshotError(f"snapshot {directory}: not a directory")
+    meta = read_snapshot_meta(path)
+    nvml_path = path / "nvml.json"
+    record = (
+        load_record(str(nvml_path))
+        if nvml_path.exists()
+        else {"format": 1, "init_error": "LibraryNotFound", "calls": []}
+    )
+    processes = load_processes(str(path / "processes.json"))
+    return Host(
+        fs=HostFS(path / "rootfs", snapshot=True),
+        nvml=ReplayNvml(record),
+        node_name=node_name or str(meta.get("node") or path.resolve().name),
+        list_processes=lambda: processes,
+        snapshot_dir=path,
+    )
+
+
+def read_snapshot_meta(path: Path) -> dict[str, Any]:
+    """snapshot.json's content ({} when absent); raises SnapshotError on a bad one."""
+    meta_path = path / "snapshot.json"
+    try:
+        meta = read_json(meta_path)
+    except FileNotFoundError:
+        return {}
+    if not isinstance(meta, dict):
+        raise SnapshotError(f"{meta_path}: not a JSON object")
+    if meta.get("format") != SNAPSHOT_FORMAT:
+        raise SnapshotError(f"{meta_path}: unsupported format {meta.get('format')!r} (expected 1)")
+    if not isinstance(meta.get("node", ""), str):
+        raise SnapshotError(f"{meta_path}: node must be a string")
+    return meta
