@@ -35,10 +35,11 @@ class ToolkitRelease:
     version: Version  # the toolkit's own version: 12.4 Update 1 is 12.4.1
     label: str
     min_driver: Version
+    min_driver_text: str  # as NVIDIA writes it, zero-padded: "580.65.06"
 
 
 def _release(version: str, label: str, min_driver: str) -> ToolkitRelease:
-    return ToolkitRelease(parse_version(version), label, parse_version(min_driver))
+    return ToolkitRelease(parse_version(version), label, parse_version(min_driver), min_driver)
 
 
 # Newest first. The toolkit version of "Update N" is X.Y.N, except 11.0 Update 1 (11.0.3).

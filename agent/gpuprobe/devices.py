@@ -31,7 +31,12 @@ class Device:
     errors: dict[str, str] = field(default_factory=dict)
 
     def get(self, *fns: str, args: tuple[Any, ...] = ()) -> Any:
-        """The first of `fns` that answers for this device (older names after newer), or None."""
+        """The first of `fns` that answers for this device (older names after newer), or None.
+
+        A GPU found lost is asked nothing more: each query of a lost GPU can take seconds.
+        """
+        if self.lost:
+            return None
         for fn in fns:
             try:
                 return self.nvml.call(fn, self.ref, *args)

@@ -224,9 +224,14 @@ def variants() -> list[Node]:
 
     # GPU 5 is lost: its UUID still answers, every other query raises GpuIsLost.
     node = hgx_h100("synthetic-gpu-lost")
-    for fn in ("nvmlDeviceGetName", "nvmlDeviceGetSerial", "nvmlDeviceGetPciInfo",
-               "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetPersistenceMode",
-               "nvmlDeviceGetComputeMode"):
+    for fn in (
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetSerial",
+        "nvmlDeviceGetPciInfo",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetPersistenceMode",
+        "nvmlDeviceGetComputeMode",
+    ):
         node.replace_call(fn, [5], error="GpuIsLost")
     nodes.append(node)
 

@@ -94,6 +94,7 @@ def _without_nvml(
 ) -> CheckResult:
     error = host.nvml.init_error
     expected = config.gpus.expect
+    data["library_versions"] = library_versions(host.fs)
     if gpus_on_bus == 0:
         if expected:
             finding = Finding(
@@ -136,9 +137,7 @@ def _without_nvml(
         )
         return CheckResult(NAME, "NVIDIA kernel driver not loaded", [finding], data)
     if error == "LibRmVersionMismatch":
-        libraries = library_versions(host.fs)
-        data["library_versions"] = libraries
-        finding = _mismatch(module.version if module else None, libraries)
+        finding = _mismatch(module.version if module else None, data["library_versions"])
         return CheckResult(NAME, "driver kernel module and library differ", [finding], data)
     finding = Finding(
         "NVML_INIT_FAILED",
@@ -247,7 +246,7 @@ def _cuda_verdict(
     verdict: dict[str, Any] = {
         "version": wanted,
         "support": support.value,
-        "min_driver": cuda.format_version(release.min_driver) if release else None,
+        "min_driver": release.min_driver_text if release else None,
     }
     need = ""
     if release:

@@ -1,0 +1,87 @@
+"""The check runner: deadlines, failures and order."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import gpuprobe, snapshot
+from gpuprobe.checks import registry
+from gpuprobe.checks.runner import run_checks
+from gpuprobe.config import Config
+from gpuprobe.host import snapshot_host
+from gpuprobe.report import CheckResult, Status
+from helpers import config
+
+
+def hanging_snapshot(tmp_path: Path, delay: float) -> Path:
+    """The healthy snapshot with NVML's device count hanging for `delay` seconds."""
+    src = Path(snapshot("synthetic-h100-8gpu-healthy"))
+    dest = tmp_path / "hang"
+    dest.mkdir()
+    for name in ("snapshot.json", "processes.json"):
+        (dest / name).write_text((src / name).read_text())
+    (dest / "rootfs").symlink_to(src / "rootfs")
+    record = json.loads((src / "nvml.json").read_text())
+    for call in record["calls"]:
+        if call["fn"] == "nvmlDeviceGetCount":
+            call["delay"] = delay
+    (dest / "nvml.json").write_text(json.dumps(record))
+    return dest
+
+
+def test_a_hung_check_is_cut_at_its_deadline_and_the_rest_completes(tmp_path: Path) -> None:
+    host = snapshot_host(str(hanging_snapshot(tmp_path, 30)))
+    started = time.monotonic()
+    report = run_checks(host, config(checks={"deadlines": {"gpus": 0.5}}), ["driver", "gpus"])
+    elapsed = time.monotonic() - started
+    assert elapsed < 5
+    gpus = report.check("gpus")
+    assert gpus is not None and gpus.status is Status.UNKNOWN
+    assert [f.code for f in gpus.findings] == ["CHECK_TIMEOUT"]
+    assert gpus.summary == "did not finish within its 0.5 s deadline"
+    driver = report.check("driver")
+    assert driver is not None and driver.status is Status.OK
+
+
+def test_the_cli_exits_at_the_deadline_without_waiting_for_the_hung_call(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("checks: {deadline_seconds: 1}\n")
+    started = time.monotonic()
+    out = gpuprobe(
+        "check", "--json", "--snapshot", str(hanging_snapshot(tmp_path, 60)), "--config", str(cfg)
+    )
+    assert time.monotonic() - started < 20
+    assert out.returncode == 3
+    statuses = {c["name"]: c["status"] for c in out.json()["checks"]}
+    assert statuses == {"driver": "OK", "gpus": "UNKNOWN"}
+
+
+def test_an_exception_becomes_an_unknown_result_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(host: object, cfg: Config) -> CheckResult:
+        raise KeyError("busId")
+
+    monkeypatch.setitem(registry.CHECKS, "gpus", broken)
+    host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
+    report = run_checks(host, Config(), ["driver", "gpus"])
+    gpus = report.check("gpus")
+    assert gpus is not None
+    assert gpus.status is Status.UNKNOWN
+    assert gpus.summary == "check failed: KeyError: 'busId'"
+    assert [(f.code, f.severity.value) for f in gpus.findings] == [("CHECK_FAILED", "UNKNOWN")]
+    assert [c.name for c in report.checks] == ["driver", "gpus"]
+
+
+def test_durations_are_measured() -> None:
+    host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
+    report = run_checks(host, Config(), ["driver", "gpus"])
+    assert all(0 < c.duration_seconds < 5 for c in report.checks)
+
+
+def test_registry_resolves_names_in_report_order() -> None:
+    assert registry.resolve(["gpus", "driver"]) == ["driver", "gpus"]
+    with pytest.raises(KeyError):
+        registry.resolve(["nope"])

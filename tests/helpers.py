@@ -1,0 +1,31 @@
+"""Building hosts and configs for check tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import snapshot
+from gpuprobe.checks.registry import CHECKS
+from gpuprobe.config import Config, build
+from gpuprobe.host import snapshot_host
+from gpuprobe.report import CheckResult, Finding
+
+
+def config(**sections: Any) -> Config:
+    """A Config from keyword sections, as a config file would give them."""
+    return build(Config, sections, "test config")
+
+
+def run_check(name: str, snapshot_name: str, cfg: Config | None = None) -> CheckResult:
+    """Run one check on a committed snapshot."""
+    host = snapshot_host(snapshot(snapshot_name))
+    return CHECKS[name](host, cfg or Config())
+
+
+def codes(result: CheckResult) -> list[tuple[str, str, str, str]]:
+    """A result's findings as (code, severity, action, resource), sorted."""
+    return sorted(_key(f) for f in result.findings)
+
+
+def _key(f: Finding) -> tuple[str, str, str, str]:
+    return (f.code, f.severity.value, f.action.value, f.resource)

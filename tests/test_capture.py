@@ -1,0 +1,92 @@
+"""`gpuprobe capture`: what it writes, and that replaying it gives the live findings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import jsonschema
+
+from conftest import gpuprobe, schema, snapshot
+from gpuprobe.capture import copy_tree
+from gpuprobe.host.fs import HostFS
+
+
+def findings_of(report: dict) -> dict[str, tuple[str, list[tuple[str, str, str, str]]]]:
+    return {
+        c["name"]: (
+            c["status"],
+            sorted((f["code"], f["severity"], f["action"], f["resource"]) for f in c["findings"]),
+        )
+        for c in report["checks"]
+    }
+
+
+def test_capture_then_replay_on_this_machine_gives_the_same_findings(tmp_path: Path) -> None:
+    target = tmp_path / "snap"
+    out = gpuprobe("capture", str(target), "--node-name", "here")
+    assert out.returncode == 0, out.stderr
+    meta = json.loads((target / "snapshot.json").read_text())
+    assert meta["format"] == 1 and meta["node"] == "here"
+    assert set(meta) == {"format", "node", "captured_at", "gpuprobe_version"}
+    jsonschema.validate(json.loads((target / "nvml.json").read_text()), schema("nvml.schema.json"))
+    live = json.loads((target / "report.json").read_text())
+    replay = gpuprobe("check", "--json", "--snapshot", str(target))
+    assert findings_of(replay.json()) == findings_of(live)
+    assert replay.json()["node"] == "here"
+
+
+def test_capture_of_a_host_tree_under_root_keeps_what_the_checks_read(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    shutil.copytree(Path(snapshot("synthetic-h100-8gpu-healthy")) / "rootfs", root)
+    target = tmp_path / "snap"
+    assert gpuprobe("capture", str(target), "--root", str(root)).returncode == 0
+    rootfs = target / "rootfs"
+    vendor = rootfs / "sys/bus/pci/devices/0000:18:00.0/vendor"
+    assert vendor.read_text() == "0x10de\n"
+    assert (rootfs / "proc/driver/nvidia/version").read_text().startswith("NVRM version:")
+    library = rootfs / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15"
+    assert library.is_file() and library.stat().st_size == 0
+    live = json.loads((target / "report.json").read_text())
+    replay = gpuprobe("check", "--json", "--snapshot", str(target))
+    assert findings_of(replay.json()) == findings_of(live)
+    driver = findings_of(live)["driver"]
+    assert driver == ("CRITICAL", [("DRIVER_NOT_FOUND", "CRITICAL", "FIX_CONFIG", "node")])
+
+
+def test_capture_refuses_a_directory_that_is_not_empty(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    out = gpuprobe("capture", str(tmp_path))
+    assert out.returncode == 64
+    assert "exists and is not an empty directory" in out.stderr
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_copy_tree_reads_placeholders_listings_and_sockets(short_tmp: Path) -> None:
+    tmp_path = short_tmp
+    host = tmp_path / "host"
+    (host / "etc").mkdir(parents=True)
+    (host / "etc/config.toml").write_text("version = 2\n")
+    (host / "etc/unread.toml").write_text("secret = 1\n")
+    plugins = host / "var/lib/kubelet/device-plugins"
+    plugins.mkdir(parents=True)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(plugins / "nvidia-gpu.sock"))
+        fs = HostFS(host)
+        fs.record()
+        fs.read_text("/etc/config.toml")
+        fs.exists("/etc/absent")
+        fs.listdir("/var/lib/kubelet/device-plugins")
+        fs.listdir("/etc")
+        rootfs = tmp_path / "rootfs"
+        copy_tree(fs, rootfs)
+    assert (rootfs / "etc/config.toml").read_text() == "version = 2\n"
+    assert (rootfs / "etc/unread.toml").read_text() == ""
+    assert not (rootfs / "etc/absent").exists()
+    sock_copy = rootfs / "var/lib/kubelet/device-plugins/nvidia-gpu.sock"
+    assert sock_copy.is_file() and sock_copy.stat().st_size == 0
+    assert HostFS(rootfs, snapshot=True).is_socket(
+        "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
+    )

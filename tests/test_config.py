@@ -1,0 +1,71 @@
+"""The configuration file: every key and type checked, one clear error each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuprobe.config import Config, load_config
+from gpuprobe.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "gpuprobe.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_no_file_and_an_empty_file_give_the_defaults(tmp_path: Path) -> None:
+    assert load_config(None) == Config()
+    assert load_config(write(tmp_path, "")) == Config()
+
+
+def test_a_full_file(tmp_path: Path) -> None:
+    config = load_config(
+        write(
+            tmp_path,
+            "checks:\n  deadline_seconds: 5\n  deadlines: {storage: 120}\n"
+            "driver:\n  min_version: '550.54.15'\n  required_cuda: ['12.4', '13.0']\n"
+            "gpus:\n  expect: 8\n",
+        )
+    )
+    assert config.checks.deadline("storage") == 120.0
+    assert config.checks.deadline("gpus") == 5.0
+    assert config.driver.min_version == "550.54.15"
+    assert config.driver.required_cuda == ("12.4", "13.0")
+    assert config.gpus.expect == 8
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("drivr: {}\n", "unknown key 'drivr'"),
+        (
+            "driver: {min_version: 550.54}\n",
+            "driver: min_version: expected a string, got a number (quote",
+        ),
+        ("driver: {min_version: 'abc'}\n", "driver: min_version: 'abc' is not a version"),
+        ("driver: {required_cuda: '12.4'}\n", "driver: required_cuda: expected a list"),
+        ("gpus: {expect: -1}\n", "gpus: expect: -1 is negative"),
+        ("gpus: {expect: true}\n", "gpus: expect: expected an integer, got a boolean"),
+        ("gpus: [1]\n", "gpus: expected a mapping, got a list"),
+        ("checks: {deadlines: {gpus: fast}}\n", "checks: deadlines.gpus: expected a number"),
+        ("- 1\n", "expected a mapping, got a list"),
+        ("a: [\n", "line 2 column 1"),
+    ],
+)
+def test_mistakes_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, text))
+    assert message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="No such file"):
+        load_config(str(tmp_path / "missing.yaml"))
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ConfigError):
+        load_config(str(path))
