@@ -87,16 +87,26 @@ def _add_check_flags(parser: argparse.ArgumentParser, snapshot: bool = True) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    from gpuprobe import cleanup
     from gpuprobe.errors import UsageError
 
     args = build_parser().parse_args(argv)
+    if threading_main():
+        cleanup.exit_on_signals()
     try:
         return int(args.func(args))
     except UsageError as exc:
         print(f"gpuprobe: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    except KeyboardInterrupt:
-        return 130
+    finally:
+        cleanup.remove_all()
+
+
+def threading_main() -> bool:
+    """Whether this is the main thread (only it may set signal handlers)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:

@@ -16,6 +16,10 @@ CHECKS: dict[str, CheckFn] = {
     "gpus": gpus.run,
 }
 
+# Active checks put load on the node (disk, network): the daemon runs them at their own,
+# longer interval.
+ACTIVE: frozenset[str] = frozenset({"storage"})
+
 
 def resolve(names: list[str] | None) -> list[str]:
     """The named checks in report order (all when None); raises KeyError for an unknown name."""

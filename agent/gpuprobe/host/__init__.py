@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,25 @@ from gpuprobe.host.processes import ProcessTable, live_processes, load_processes
 SNAPSHOT_FORMAT = 1
 
 
+class Memory:
+    """What a long-lived agent carries from one run of a check to the next.
+
+    Each check gets its own dict (`host.memory.of("gpus")`): when a GPU went idle, the last
+    RDMA error counters, the XIDs seen. A one-shot `gpuprobe check` starts with empty memory,
+    so anything that needs history (GPU_IDLE after a window, counters rising) only fires in
+    the daemon.
+    """
+
+    def __init__(self) -> None:
+        self._by_check: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, check: str) -> dict[str, Any]:
+        """The named check's memory (created empty on first use)."""
+        with self._lock:
+            return self._by_check.setdefault(check, {})
+
+
 @dataclass
 class Host:
     """One node as the checks see it."""
@@ -32,6 +52,7 @@ class Host:
     node_name: str
     list_processes: Callable[[], ProcessTable] = field(default=ProcessTable)
     snapshot_dir: Path | None = None
+    memory: Memory = field(default_factory=Memory)
 
     @property
     def is_snapshot(self) -> bool:
