@@ -60,12 +60,23 @@ class GpusConfig:
 
 
 @dataclass(frozen=True)
+class DevicePluginSection:
+    """Where the NVIDIA device plugin is seen from."""
+
+    # The plugin's own config.yaml mounted into the agent (e.g. its ConfigMap); not a host path.
+    config_file: str | None = None
+    # The kubelet's device-plugins directory on the host.
+    socket_dir: str = "/var/lib/kubelet/device-plugins"
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     driver: DriverConfig = field(default_factory=DriverConfig)
     gpus: GpusConfig = field(default_factory=GpusConfig)
+    device_plugin: DevicePluginSection = field(default_factory=DevicePluginSection)
 
 
 def load_config(path: str | None) -> Config:

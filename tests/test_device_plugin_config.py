@@ -1,0 +1,115 @@
+"""The NVIDIA device plugin's configuration: parsed exactly, any bytes give a finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuprobe.device_plugin_config import (
+    DevicePluginConfig,
+    SharedResource,
+    load_device_plugin_config,
+    parse_device_plugin_config,
+)
+from gpuprobe.report import Finding
+
+TIME_SLICING = b"""version: v1
+flags:
+  migStrategy: mixed
+  plugin:
+    deviceListStrategy: [envvar, cdi-annotations]
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+"""
+
+
+def test_a_full_config() -> None:
+    config = parse_device_plugin_config("/etc/dp/config.yaml", TIME_SLICING)
+    assert config == DevicePluginConfig(
+        path="/etc/dp/config.yaml",
+        mig_strategy="mixed",
+        device_list_strategy=("envvar", "cdi-annotations"),
+        time_slicing=(SharedResource("nvidia.com/gpu", 4),),
+        mps=(),
+    )
+
+
+def test_an_empty_file_is_the_defaults() -> None:
+    config = parse_device_plugin_config("/c", b"")
+    assert config == DevicePluginConfig(path="/c")
+
+
+def test_wrong_values_name_the_key_and_the_file() -> None:
+    found = parse_device_plugin_config("/c.yaml", b"flags: {migStrategy: all}\n")
+    assert isinstance(found, Finding)
+    assert (found.code, found.severity.value, found.action.value, found.resource) == (
+        "CONFIG_INVALID",
+        "WARNING",
+        "FIX_CONFIG",
+        "file:/c.yaml",
+    )
+    assert "flags.migStrategy is 'all'" in found.message
+    replicas = parse_device_plugin_config(
+        "/c.yaml", b"sharing: {mps: {resources: [{name: nvidia.com/gpu, replicas: 0}]}}"
+    )
+    assert isinstance(replicas, Finding)
+    assert "sharing.mps.resources[0].replicas" in replicas.message
+
+
+def test_yaml_errors_carry_line_and_column() -> None:
+    found = parse_device_plugin_config("/c.yaml", b"flags:\n  migStrategy: [\n")
+    assert isinstance(found, Finding)
+    assert "line 3 column 1" in found.message
+
+
+def test_a_missing_file_is_a_finding(tmp_path: Path) -> None:
+    found = load_device_plugin_config(str(tmp_path / "absent.yaml"))
+    assert isinstance(found, Finding) and "cannot be read" in found.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_any_bytes_give_a_config_or_a_finding(raw: bytes) -> None:
+    result = parse_device_plugin_config("/c.yaml", raw)
+    assert isinstance(result, DevicePluginConfig | Finding)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda children: (
+            st.lists(children, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "version",
+                        "flags",
+                        "migStrategy",
+                        "plugin",
+                        "sharing",
+                        "mps",
+                        "timeSlicing",
+                        "resources",
+                        "name",
+                        "replicas",
+                        "deviceListStrategy",
+                    ]
+                ),
+                children,
+                max_size=4,
+            )
+        ),
+        max_leaves=12,
+    )
+)
+def test_any_yaml_shape_gives_a_config_or_a_finding(doc: object) -> None:
+    import yaml
+
+    result = parse_device_plugin_config("/c.yaml", yaml.safe_dump(doc).encode())
+    assert isinstance(result, DevicePluginConfig | Finding)
