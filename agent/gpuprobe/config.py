@@ -70,6 +70,26 @@ class DevicePluginSection:
 
 
 @dataclass(frozen=True)
+class NetworkConfig:
+    """Which interfaces are the node's fabric, and what they must do."""
+
+    # Names or shell patterns ("ib*", "eth[1-8]"); empty: every physical NIC that is up.
+    fabric_interfaces: tuple[str, ...] = ()
+    # The speed each fabric NIC must link at, in Mb/s (e.g. 400000); below it: NIC_SPEED_LOW.
+    min_speed_mbps: int | None = None
+
+
+@dataclass(frozen=True)
+class RdmaConfig:
+    """What the RDMA ports must do."""
+
+    # The rate each port must train at, in Gb/s (400 for NDR, 200 for HDR).
+    expected_rate_gbps: float | None = None
+    # Devices to check (e.g. ["mlx5_0", "mlx5_1"]); empty: all of them.
+    devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -77,6 +97,8 @@ class Config:
     driver: DriverConfig = field(default_factory=DriverConfig)
     gpus: GpusConfig = field(default_factory=GpusConfig)
     device_plugin: DevicePluginSection = field(default_factory=DevicePluginSection)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    rdma: RdmaConfig = field(default_factory=RdmaConfig)
 
 
 def load_config(path: str | None) -> Config:
