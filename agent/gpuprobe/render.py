@@ -11,6 +11,7 @@ _COLOURS = {
     Status.UNKNOWN: "\033[35m",
 }
 _RESET = "\033[0m"
+NAME_WIDTH = 13  # the longest check name, device_plugin: columns line up whatever runs
 
 
 def render_report(report: NodeReport, colour: bool = False) -> str:
@@ -19,7 +20,7 @@ def render_report(report: NodeReport, colour: bool = False) -> str:
     def paint(status: Status, text: str) -> str:
         return f"{_COLOURS[status]}{text}{_RESET}" if colour else text
 
-    width = max((len(c.name) for c in report.checks), default=6)
+    width = max([NAME_WIDTH, *(len(c.name) for c in report.checks)])
     lines = [
         f"node {report.node}  {report.time.strftime('%Y-%m-%d %H:%M:%SZ')}  "
         + paint(report.status, report.status.value),
