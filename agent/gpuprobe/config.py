@@ -90,6 +90,20 @@ class RdmaConfig:
 
 
 @dataclass(frozen=True)
+class NcclConfig:
+    """The single-node NCCL test (nccl-tests), an active check."""
+
+    # Path of all_reduce_perf (or another nccl-tests binary) in the agent; None: not run.
+    binary: str | None = None
+    args: tuple[str, ...] = ("-b", "1G", "-e", "8G", "-f", "2")
+    # The bus bandwidth at the largest size must reach this, in GB/s (1e9 bytes/s).
+    min_busbw_gbps: float | None = None
+    timeout_seconds: float = 300.0
+    # Run even while GPU processes are active.
+    force: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -99,6 +113,7 @@ class Config:
     device_plugin: DevicePluginSection = field(default_factory=DevicePluginSection)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     rdma: RdmaConfig = field(default_factory=RdmaConfig)
+    nccl: NcclConfig = field(default_factory=NcclConfig)
 
 
 def load_config(path: str | None) -> Config:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuprobe.checks import driver, gpus, network, rdma
+from gpuprobe.checks import driver, gpus, nccl, network, rdma
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
@@ -16,11 +16,12 @@ CHECKS: dict[str, CheckFn] = {
     "gpus": gpus.run,
     "network": network.run,
     "rdma": rdma.run,
+    "nccl": nccl.run,
 }
 
 # Active checks put load on the node (disk, network): the daemon runs them at their own,
 # longer interval.
-ACTIVE: frozenset[str] = frozenset({"storage"})
+ACTIVE: frozenset[str] = frozenset({"storage", "nccl"})
 
 
 def resolve(names: list[str] | None) -> list[str]:
