@@ -1,10 +1,11 @@
 """Link verdicts: which measured links are low, and which node is to blame.
 
-A link is LOW when it is below the absolute floor for its transport, or below the cluster's
-typical rate by more than k·MAD (median absolute deviation) and by a meaningful fraction (so
-that near-identical links, whose MAD is tiny, do not flag each other's noise). The typical
-rate is the median over nodes of each node's median link: in a small cluster a slow node
-touches half of all links, which would drag a plain median of links down to its level. A node whose links
+A link is LOW when it is below the absolute floor for its transport, or below the
+cluster's typical rate by more than k·MAD (median absolute deviation) and by a meaningful
+fraction (so that near-identical links, whose MAD is tiny, do not flag each other's
+noise). The typical rate is the median over nodes of each node's median link: in a small
+cluster a slow node touches half of all links, which would drag a plain median of links
+down to its level. A node whose links
 are low with two or more distinct partners is the culprit; a link low with one partner only
 points at the path between the two.
 """
