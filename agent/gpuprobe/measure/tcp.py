@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import io
+import os
 import secrets
 import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +33,7 @@ from gpuprobe import cleanup
 HEADER = struct.Struct("!32sII")
 REPLY = struct.Struct("!QQd")
 RECV_BYTES = 4 * 1024 * 1024
-SEND_BYTES = 1024 * 1024
+SEND_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT = 5.0
 
 
@@ -111,6 +114,7 @@ class TcpSink:
         self.stats = SinkStats()
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        self._finished = 0
         self._connections: list[socket.socket] = []
         family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
@@ -133,6 +137,9 @@ class TcpSink:
         workers = []
         try:
             while not self._closed.is_set():
+                with self._lock:
+                    if self._finished >= self.streams:
+                        break  # every stream came and went: the sink has done its job
                 if time.monotonic() >= deadline:
                     self._stop("time bound")
                     break
@@ -175,7 +182,11 @@ class TcpSink:
                     return
                 self.stats.accepted += 1
                 self._connections.append(conn)
-            self._receive(conn, warmup_ms / 1000.0, deadline)
+            try:
+                self._receive(conn, warmup_ms / 1000.0, deadline)
+            finally:
+                with self._lock:
+                    self._finished += 1
 
     def _receive(self, conn: socket.socket, warmup: float, deadline: float) -> None:
         buffer = bytearray(RECV_BYTES)
@@ -245,6 +256,14 @@ def _recv_exact(conn: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
+@contextlib.contextmanager
+def _zeros() -> Iterator[io.BufferedReader]:
+    fd = os.memfd_create("gpuprobe-tcp-payload")
+    os.ftruncate(fd, SEND_BYTES)
+    with os.fdopen(fd, "rb") as f:
+        yield f
+
+
 def send(
     host: str,
     port: int,
@@ -283,17 +302,24 @@ def send(
 def _send_stream(
     host: str, port: int, token: bytes, index: int, warmup: float, end: float, timeout: float
 ) -> StreamResult:
-    payload = memoryview(bytes(SEND_BYTES))
-    with socket.create_connection((host, port), timeout=timeout) as conn:
-        conn.settimeout(max(timeout, end - time.monotonic() + timeout))
-        conn.sendall(HEADER.pack(token, int(warmup * 1000), index))
-        while time.monotonic() < end:
-            conn.sendall(payload)
-        conn.shutdown(socket.SHUT_WR)
-        conn.settimeout(timeout + 10)
+    try:
+        conn = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        raise BandwidthError(f"cannot reach the sink at {host}:{port}: {exc}") from None
+    with conn, _zeros() as zeros:
         try:
+            conn.settimeout(max(timeout, end - time.monotonic() + timeout))
+            conn.sendall(HEADER.pack(token, int(warmup * 1000), index))
+            while time.monotonic() < end:
+                # sendfile from a memory file of zeros: the kernel sends its pages with no
+                # copy through user space, so the sender's CPU goes to the network.
+                conn.sendfile(zeros, 0, SEND_BYTES)
+            conn.shutdown(socket.SHUT_WR)
+            conn.settimeout(timeout + 10)
             reply = _recv_exact(conn, REPLY.size)
-        except BandwidthError:
-            raise BandwidthError("the sink cut the stream (refused, or past its bounds)") from None
+        except (OSError, BandwidthError) as exc:
+            raise BandwidthError(
+                f"the sink cut the stream (refused, or past its bounds): {exc}"
+            ) from None
     total, window, seconds = REPLY.unpack(reply)
     return StreamResult(total, window, seconds)
