@@ -89,9 +89,8 @@ def save(state_dir: str, state: XidState) -> None:
     read-only."""
     directory = Path(state_dir)
     if not directory.is_dir():
-        raise StateError(
-            f"xid state directory {state_dir} does not exist: create it or set xid.state_dir"
-        )
+        what = "is not a directory" if directory.exists() else "does not exist"
+        raise StateError(f"xid state directory {state_dir} {what}: create it or set xid.state_dir")
     try:
         fd, tmp = tempfile.mkstemp(prefix=".xid-state-", dir=directory)
     except OSError as exc:

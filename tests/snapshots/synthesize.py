@@ -593,6 +593,13 @@ def mig_variants() -> list[Node]:
         )
     nodes.append(node)
 
+    # MIG on every GPU, but GPU 7 is split into two 3g.40gb instead of seven 1g.10gb.
+    node = hgx_h100("synthetic-mig-two-profiles")
+    for gpu in range(len(H100_PCI) - 1):
+        mig_layout(node, gpu, [mig("1g.10gb", gi=7 + s, start=s) for s in range(7)])
+    mig_layout(node, 7, [mig("3g.40gb", gi=1, start=0), mig("3g.40gb", gi=2, start=4)])
+    nodes.append(node)
+
     # GPU 2: MIG enabled, pending until the GPU is reset.
     node = hgx_h100("synthetic-mig-pending")
     node.replace_call("nvmlDeviceGetMigMode", [2], ret=[0, 1])
