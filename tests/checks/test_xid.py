@@ -116,6 +116,19 @@ def test_hardware_xids_are_critical_and_counted_once_across_kern_log_and_syslog(
     )
 
 
+def test_identical_lines_in_one_log_are_separate_xids_but_not_across_logs(
+    tmp_path: Path,
+) -> None:
+    path = copy_snapshot("synthetic-h100-8gpu-healthy", tmp_path)
+    line = "NVRM: Xid (PCI:0000:ab:00): 31, pid=41005, name=python3, MMU Fault\n"
+    (path / "rootfs/var/log/kern.log").write_text(line * 2)
+    (path / "rootfs/var/log/messages").write_text(line)
+    result = xid.run(snapshot_host(str(path)), Config())
+    assert codes(result) == [("XID", "WARNING", "RESTART_APP", gpu(5))]
+    (entry,) = result.data["xids"]
+    assert (entry["count"], entry["last_seen"]) == (2, None)
+
+
 def test_nvml_events_are_xids_and_one_occurrence_in_both_sources_counts_once() -> None:
     result = run_check("xid", "synthetic-xid-event")
     assert codes(result) == [

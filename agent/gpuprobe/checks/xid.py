@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -299,7 +300,9 @@ def _kernel_logs(
     for path in config.xid.kernel_logs:
         streams.setdefault(re.sub(r"\.\d+$", "", path), []).append(path)
     read: list[str] = []
-    lines: dict[str, kernel_log.XidLine] = {}
+    # kern.log and syslog hold the same kernel lines: a line counts as often as the one log
+    # that holds it most often (identical lines within one log are separate XIDs).
+    lines: dict[str, tuple[kernel_log.XidLine, int]] = {}
     uuids: dict[str, str] = {}
     for paths in streams.values():
         texts = []
@@ -309,20 +312,23 @@ def _kernel_logs(
                 texts.append(content)
                 read.append(path)
         found = kernel_log.read_stream(texts, boot=boot, now=now)
+        counted = Counter(line.line for line in found.xids)
         for line in found.xids:
-            lines.setdefault(line.line, line)  # kern.log and syslog hold the same lines
+            if counted[line.line] > lines.get(line.line, (line, 0))[1]:
+                lines[line.line] = (line, counted[line.line])
         uuids.update(found.uuids)
     sources["kernel_logs"] = read
     seen: dict[str, Seen] = {}
-    for line in lines.values():
+    for line, times in lines.values():
         gpu = _gpu_at(line.pci, gpus, pci_order, uuids)
-        x = Seen(gpu, line.xid, 1, format_time(line.time) if line.time else None, "kernel-log")
-        x.message = line.message
+        stamp = format_time(line.time) if line.time else None
+        x = Seen(gpu, line.xid, times, stamp, "kernel-log", line.message)
         old = seen.get(x.key)
         if old is not None:
-            old.count += 1
+            old.count += times
+            if _later(old.last_seen, x.last_seen) == x.last_seen:  # log order breaks ties
+                old.message = x.message or old.message
             old.last_seen = _later(old.last_seen, x.last_seen)
-            old.message = x.message or old.message
         else:
             seen[x.key] = x
     return list(seen.values())
