@@ -35,6 +35,8 @@ NAME = "mig"
 # Slots asked when the driver does not say how many MIG devices a GPU can hold (7 GPU
 # instances on A100, H100, B200).
 DEFAULT_MAX_MIG_DEVICES = 7
+# No GPU holds more; a corrupt answer must not make the check ask forever.
+MIG_SLOT_LIMIT = 64
 _PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
 _SUFFIX = re.compile(r"^\d+c\.")
 MIB = 1024 * 1024
@@ -104,7 +106,7 @@ def _mig_devices(host: Host, gpu: Device) -> list[dict[str, Any]]:
     """Every MIG device on a MIG-enabled GPU, by slot."""
     slots = as_int(gpu.get("nvmlDeviceGetMaxMigDeviceCount")) or DEFAULT_MAX_MIG_DEVICES
     found = []
-    for slot in range(slots):
+    for slot in range(min(slots, MIG_SLOT_LIMIT)):
         ref = f"{gpu.index}:{slot}"
         if not _mig_slot_used(host, gpu.index, slot, ref):
             continue

@@ -97,12 +97,18 @@ class Seen:
     def from_entry(cls, entry: dict[str, Any]) -> Seen | None:
         """Read an XID back from memory or the state file (None for a malformed entry)."""
         try:
-            gpu = Gpu(entry.get("gpu"), str(entry.get("uuid") or ""), entry.get("pci_bus_id"))
+            index = entry.get("gpu")
+            pci = entry.get("pci_bus_id")
+            gpu = Gpu(
+                None if index is None else int(index),
+                str(entry.get("uuid") or ""),
+                None if pci is None else str(pci),
+            )
             return cls(
                 gpu,
                 int(entry["xid"]),
                 int(entry["count"]),
-                entry.get("last_seen"),
+                _time_text(entry.get("last_seen")),
                 str(entry.get("source") or "kernel-log"),
                 str(entry.get("message") or ""),
             )
@@ -221,7 +227,7 @@ def observe(host: Host, config: Config) -> Observation:
             _merge(seen, sticky)
     cleared = dict(state.cleared) if same_boot and state is not None else {}
     for key, mark in memory.get("cleared", {}).items():
-        if key not in cleared or mark.get("count", 0) >= cleared[key].get("count", 0):
+        if key not in cleared or _count(mark) >= _count(cleared[key]):
             cleared[key] = mark
     _judge(list(seen.values()), cleared, memory, config, now)
     observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid))
@@ -278,12 +284,8 @@ def _drain_events(
 
 
 def _event_time(stamp: str | None, now: datetime) -> str:
-    if stamp:
-        try:
-            return format_time(datetime.fromisoformat(stamp.replace("Z", "+00:00")))
-        except ValueError:
-            pass
-    return format_time(now)
+    """An event's time as RFC 3339 (when NVML gave none: now)."""
+    return _time_text(stamp) or format_time(now)
 
 
 def _kernel_logs(
@@ -408,11 +410,27 @@ def _judge(
 
 def _covers(mark: dict[str, Any], x: Seen) -> bool:
     """Whether a clearing still covers the XID: nothing new since (count and time)."""
-    count = mark.get("count")
-    if not isinstance(count, int) or x.count > count:
+    if x.count > _count(mark):
         return False
-    last = mark.get("last_seen")
+    last = _time_text(mark.get("last_seen"))
     return x.last_seen is None or last is None or x.last_seen <= last
+
+
+def _count(mark: dict[str, Any]) -> int:
+    """A clearing's count (-1 when the state file holds no whole number there)."""
+    count = mark.get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) else -1
+
+
+def _time_text(value: Any) -> str | None:
+    """An RFC 3339 time as format_time writes it, from a state or memory entry (else None)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return format_time(stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC))
 
 
 def _persist(host: Host, config: Config, seen: Observation) -> str | None:
