@@ -120,7 +120,7 @@ def parse_cdi_spec(path: str, raw: bytes) -> CdiSpec | FileProblem:
     try:
         return _spec(path, doc)
     except _Invalid as exc:
-        return FileProblem(path, str(exc))
+        return FileProblem(path, f"is invalid: {exc}")
 
 
 def _spec(path: str, doc: Any) -> CdiSpec:

@@ -99,13 +99,27 @@ def load_containerd(fs: HostFS, flavor: str, path: str) -> EngineConfig:
             pending += _imports(fs, config, current, string_list(doc, "imports", ""))
             cri = _cri_table(doc, version, current, config)
         except Invalid as exc:
-            config.problems.append(FileProblem(current, str(exc)))
+            config.problems.append(FileProblem(current, f"is invalid: {exc}"))
             continue
         if cri is not None:
             tables.append(cri)
     config.cri_enabled = not (CRI_PLUGIN_IDS & set(disabled))
     _effective(config, tables)
+    _unimported_drop_ins(fs, config, loaded)
     return config
+
+
+def _unimported_drop_ins(fs: HostFS, config: EngineConfig, loaded: set[str]) -> None:
+    """Drop-ins beside the root file that it does not import: containerd never reads them."""
+    if not config.exists:
+        return
+    pattern = f"{os.path.dirname(config.config_path)}/conf.d/*.toml"
+    for path in fs.glob(pattern):
+        if path not in loaded:
+            config.notes.append(
+                f"{path} is not imported by {config.config_path}, so containerd ignores it "
+                f'(the root file needs imports = ["{pattern}"])'
+            )
 
 
 def _read(fs: HostFS, config: EngineConfig, path: str, is_root: bool) -> dict[str, Any] | None:

@@ -53,7 +53,7 @@ def load_crio(fs: HostFS) -> EngineConfig:
         try:
             _apply(config, doc, path)
         except Invalid as exc:
-            config.problems.append(FileProblem(path, str(exc)))
+            config.problems.append(FileProblem(path, f"is invalid: {exc}"))
     config.oci_hook = nvidia_oci_hook(fs)
     return config
 

@@ -44,7 +44,7 @@ def load_docker(fs: HostFS, path: str = DAEMON_JSON) -> EngineConfig:
     try:
         _apply(config, doc, path)
     except Invalid as exc:
-        config.problems.append(FileProblem(path, str(exc)))
+        config.problems.append(FileProblem(path, f"is invalid: {exc}"))
     return config
 
 

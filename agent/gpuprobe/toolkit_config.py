@@ -83,7 +83,7 @@ def parse_toolkit_config(path: str, raw: bytes) -> ToolkitConfig | FileProblem:
     try:
         return _build(path, doc)
     except _Invalid as exc:
-        return FileProblem(path, str(exc))
+        return FileProblem(path, f"is invalid: {exc}")
 
 
 def _build(path: str, doc: dict[str, Any]) -> ToolkitConfig:

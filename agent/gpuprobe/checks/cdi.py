@@ -94,7 +94,9 @@ def run(host: Host, config: Config) -> CheckResult:
     findings += _conflicts(specs, bool(in_use))
     kind = toolkit.cdi_default_kind if toolkit else DEFAULT_KIND
     findings += _stale(host, specs, data, driver, nvml_gpus, bool(in_use))
-    if in_use and not any(s.kind == kind for s, _ in specs):
+    # An invalid NVIDIA spec is already named; saying no spec exists would be a second finding.
+    invalid_nvidia = any(not e["valid"] and e["nvidia"] for e in data["specs"])
+    if in_use and not invalid_nvidia and not any(s.kind == kind for s, _ in specs):
         findings.append(_missing(kind, in_use, dirs))
     return CheckResult(NAME, _summary(specs, data, gpus, in_use), findings, data)
 
@@ -144,14 +146,18 @@ def _load(
                 continue
             parsed = raw if isinstance(raw, FileProblem) else parse_cdi_spec(path, raw)
             if isinstance(parsed, FileProblem):
-                data["specs"].append({"path": path, "valid": False, "problem": parsed.problem})
-                nvidia = b"nvidia.com" in (raw if isinstance(raw, bytes) else b"")
+                # Whose spec it was, when it cannot be parsed: NVIDIA's names its kind.
+                nvidia = isinstance(raw, bytes) and b"nvidia.com/" in raw
+                data["specs"].append(
+                    {"path": path, "valid": False, "problem": parsed.problem, "nvidia": nvidia}
+                )
                 findings.append(_invalid(parsed, critical and nvidia))
                 continue
             data["specs"].append(
                 {
                     "path": path,
                     "valid": True,
+                    "nvidia": parsed.vendor.endswith("nvidia.com"),
                     "cdi_version": parsed.version,
                     "kind": parsed.kind,
                     "devices": [d.name for d in parsed.devices],
@@ -165,7 +171,7 @@ def _invalid(problem: FileProblem, critical: bool) -> Finding:
     return Finding(
         "CDI_SPEC_INVALID",
         _severity(critical),
-        f"CDI spec {problem.path} {problem.problem}: CDI runtimes skip it, so none of its "
+        f"CDI spec {problem.path} {problem.problem}. CDI runtimes skip it, so none of its "
         "devices can be injected. Fix or regenerate it (nvidia-ctk cdi generate "
         f"--output={problem.path}, for NVIDIA GPUs)",
         Action.FIX_CONFIG,

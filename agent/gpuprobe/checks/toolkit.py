@@ -77,7 +77,7 @@ def run(host: Host, config: Config) -> CheckResult:
         findings.append(_not_installed(judged))
     parts = [_toolkit_part(binaries, effective if isinstance(effective, ToolkitConfig) else None)]
     for engine in judged:
-        part, engine_findings = _judge(host, engine.config, installed)
+        part, engine_findings = _judge(host, engine.config, installed, kubernetes)
         findings += engine_findings
         parts.append(part)
         if "runtimeClassName" in part:
@@ -124,7 +124,9 @@ def _toolkit_part(binaries: dict[str, list[str]], effective: ToolkitConfig | Non
     )
 
 
-def _judge(host: Host, config: EngineConfig, installed: bool) -> tuple[str, list[Finding]]:
+def _judge(
+    host: Host, config: EngineConfig, installed: bool, kubernetes: bool
+) -> tuple[str, list[Finding]]:
     """The summary part and the findings for one engine that runs GPU containers."""
     label = config.flavor if config.engine == "containerd" else ENGINE_NAMES[config.engine]
     nvidia = config.runtimes.get(NVIDIA)
@@ -142,10 +144,12 @@ def _judge(host: Host, config: EngineConfig, installed: bool) -> tuple[str, list
         return f"{label}: nvidia runtime (default)", findings
     if default_runs_nvidia:
         return f"{label}: nvidia runtime; default {config.effective_default} runs NVIDIA", findings
-    return (
-        f"{label}: nvidia runtime, not the default: pods need runtimeClassName: nvidia",
-        findings,
-    )
+    if kubernetes:
+        return (
+            f"{label}: nvidia runtime, not the default: pods need runtimeClassName: nvidia",
+            findings,
+        )
+    return f"{label}: nvidia runtime, not the default: run with --runtime=nvidia", findings
 
 
 def _fix_target(config: EngineConfig) -> str:
