@@ -96,6 +96,8 @@ def load_containerd(fs: HostFS, flavor: str, path: str) -> EngineConfig:
             if version is None:
                 continue
             disabled += string_list(doc, "disabled_plugins", "")
+            if config.version == 2:
+                _plugin_uris(doc)
             pending += _imports(fs, config, current, string_list(doc, "imports", ""))
             cri = _cri_table(doc, version, current, config)
         except Invalid as exc:
@@ -146,7 +148,7 @@ def _read(fs: HostFS, config: EngineConfig, path: str, is_root: bool) -> dict[st
 def _version(doc: dict[str, Any], config: EngineConfig, path: str) -> int | None:
     """The file's config version (the root's when it names none); None when unusable."""
     value = doc.get("version")
-    if value is not None and (isinstance(value, bool) or value not in CRI_PLUGIN):
+    if value is not None and (type(value) is not int or value not in CRI_PLUGIN):
         raise Invalid(f"version is {value!r}: containerd knows config versions 1, 2 and 3")
     if config.version is None:  # the root file
         config.version = value or 1
@@ -162,6 +164,20 @@ def _version(doc: dict[str, Any], config: EngineConfig, path: str) -> int | None
         )
         return None
     return version
+
+
+def _plugin_uris(doc: dict[str, Any]) -> None:
+    """Config version 2 names plugins by URI (io.containerd.<type>.<version>); containerd 1.x
+    refuses to start on a shorter name such as version 1's `cri`."""
+    named = [("plugin key", k) for k in table(doc, "plugins", "")]
+    named += [("disabled plugin", p) for p in string_list(doc, "disabled_plugins", "")]
+    named += [("required plugin", p) for p in string_list(doc, "required_plugins", "")]
+    for what, name in named:
+        if len(name.split(".")) < 4:
+            raise Invalid(
+                f"{what} {name!r} is not a plugin URI (io.containerd.<type>.<version>) as "
+                "config version 2 needs: containerd will not start"
+            )
 
 
 def _imports(fs: HostFS, config: EngineConfig, path: str, imports: list[str]) -> list[str]:
@@ -214,6 +230,7 @@ def _cri_table(
             optional_str(options, "BinaryName", f"{where_r}options.")
             or optional_str(options, "Runtime", f"{where_r}options.")
             or optional_str(entry, "runtime_engine", where_r)
+            or None
         )
         found.runtimes[runtime_name] = Runtime(
             runtime_name, binary, path, optional_str(entry, "runtime_type", where_r)
