@@ -39,7 +39,12 @@ class Engine:
 
     def to_data(self) -> dict[str, Any]:
         """The engine as report data."""
-        return {**self.config.to_data(), "in_use": self.in_use, "in_use_because": self.evidence}
+        return {
+            **self.config.to_data(),
+            "in_use": self.in_use,
+            "in_use_because": self.evidence,
+            "runs_gpu_containers": self.judged,
+        }
 
 
 def containerd_config_of(process: Process) -> str:
