@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from conftest import ROOT
+import shutil
+from pathlib import Path
+
+from conftest import ROOT, snapshot
+from gpuprobe.checks import cdi
+from gpuprobe.config import Config
+from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
 from helpers import codes, config, run_check
 
@@ -80,3 +86,22 @@ def test_node_without_gpus_is_ok() -> None:
     result = run_check("cdi", "kvm-epyc-nogpu")
     assert result.status is Status.OK
     assert result.summary == "no CDI spec; no NVIDIA GPU on this node"
+
+
+def test_same_device_in_two_specs_of_one_directory(tmp_path: Path) -> None:
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-h100-k8s-containerd-healthy"), copy)
+    cdi_dir = copy / "rootfs/etc/cdi"
+    cdi_dir.mkdir(parents=True)
+    spec = (copy / "rootfs/var/run/cdi/nvidia.yaml").read_text()
+    (cdi_dir / "a.yaml").write_text(spec)
+    (cdi_dir / "b.yaml").write_text(spec)
+    (cdi_dir / "c.yml").write_text(spec)
+    result = cdi.run(snapshot_host(str(copy)), Config())
+    assert codes(result) == [
+        ("CDI_DEVICE_CONFLICT", "WARNING", "FIX_CONFIG", "file:/etc/cdi/b.yaml")
+    ]
+    assert result.findings[0].message.startswith(
+        "CDI device nvidia.com/gpu=0 is defined in both /etc/cdi/a.yaml and /etc/cdi/b.yaml"
+    )
+    assert result.data["ignored_files"] == ["/etc/cdi/c.yml"]
