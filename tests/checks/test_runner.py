@@ -64,7 +64,6 @@ def test_the_cli_exits_at_the_deadline_without_waiting_for_the_hung_call(tmp_pat
     assert time.monotonic() - started < 20
     assert out.returncode == 3
     statuses = {c["name"]: c["status"] for c in out.json()["checks"]}
-    # Every check that counts GPUs through NVML hangs; the driver check asks no count.
     assert statuses == {"driver": "OK", "gpus": "UNKNOWN"}
 
 

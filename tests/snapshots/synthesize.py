@@ -466,7 +466,7 @@ def variants() -> list[Node]:
     node = hgx_h100("synthetic-module-library-differ")
     node.file("/proc/driver/nvidia/version", module_version_text("550.90.07"))
     nodes.append(node)
-    return nodes + health_variants() + mig_variants() + xid_variants()
+    return nodes + health_variants() + mig_variants() + xid_variants() + container_variants()
 
 
 def health_variants() -> list[Node]:
@@ -719,6 +719,329 @@ def xid_variants() -> list[Node]:
             "20:58:01",
         ),
     )
+    nodes.append(node)
+    return nodes
+
+
+# --- Container toolkit, engines, CDI, device plugin and GPU sharing ---------------------------
+# Configuration files in the shapes their tools write are kept in tests/fixtures/toolkit/
+# (nvidia-ctk runtime configure for containerd v2/v3, Docker and CRI-O; nvidia-ctk config
+# default; k3s's generated config); the CDI spec is written here in the shape of
+# `nvidia-ctk cdi generate` (nvidia-container-toolkit cmd/nvidia-ctk/cdi/generate), so its
+# driver version and GPU count can vary.
+
+FIXTURES = HERE.parent / "fixtures" / "toolkit"
+LIB = "/usr/lib/x86_64-linux-gnu"
+TOOLKIT_BINARIES = (
+    "nvidia-container-runtime",
+    "nvidia-container-runtime-hook",
+    "nvidia-ctk",
+    "nvidia-cdi-hook",
+    "nvidia-container-cli",
+)
+DRIVER_LIBRARIES = (
+    "libEGL_nvidia.so",
+    "libGLESv2_nvidia.so",
+    "libGLX_nvidia.so",
+    "libcuda.so",
+    "libcudadebugger.so",
+    "libnvcuvid.so",
+    "libnvidia-allocator.so",
+    "libnvidia-cfg.so",
+    "libnvidia-eglcore.so",
+    "libnvidia-encode.so",
+    "libnvidia-glcore.so",
+    "libnvidia-glsi.so",
+    "libnvidia-gpucomp.so",
+    "libnvidia-ml.so",
+    "libnvidia-nvvm.so",
+    "libnvidia-opencl.so",
+    "libnvidia-ptxjitcompiler.so",
+    "libnvidia-tls.so",
+    "libnvoptix.so",
+)
+DRIVER_BINARIES = (
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-smi",
+)
+SPEC_DEVICE_NODES = (
+    "/dev/nvidia-modeset",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidiactl",
+)
+MOUNT_OPTIONS = "          options:\n" + "".join(
+    f"            - {o}\n" for o in ("ro", "nosuid", "nodev", "rbind", "rprivate")
+)
+
+
+def fixture(name: str) -> str:
+    """A configuration file from tests/fixtures/toolkit/."""
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def driver_host_files(driver: str) -> list[str]:
+    """The driver's files a generated CDI spec mounts, at their host paths."""
+    files = [f"{LIB}/{lib}.{driver}" for lib in DRIVER_LIBRARIES]
+    files.append(f"{LIB}/vdpau/libvdpau_nvidia.so.{driver}")
+    # Not versioned with the driver: must not count as a driver version.
+    files.append(f"{LIB}/libnvidia-egl-wayland.so.1.1.13")
+    files += [f"/usr/bin/{b}" for b in DRIVER_BINARIES]
+    files += [f"/lib/firmware/nvidia/{driver}/{fw}" for fw in ("gsp_ga10x.bin", "gsp_tu10x.bin")]
+    files.append("/run/nvidia-persistenced/socket")
+    return files
+
+
+def cdi_hook(args: list[str]) -> str:
+    """One createContainer hook of nvidia-cdi-hook, as nvidia-ctk writes it."""
+    lines = "".join(f"            - {a}\n" for a in ["nvidia-cdi-hook", *args])
+    return (
+        "        - hookName: createContainer\n"
+        "          path: /usr/bin/nvidia-cdi-hook\n"
+        "          args:\n"
+        f"{lines}"
+        "          env:\n"
+        "            - NVIDIA_CTK_DEBUG=false\n"
+    )
+
+
+def nvidia_cdi_spec(driver: str, gpus: int) -> str:
+    """A CDI spec as `nvidia-ctk cdi generate` writes it for `gpus` GPUs and `driver`."""
+    nodes = "".join(f"            - path: /dev/nvidia{i}\n" for i in range(gpus))
+    devices = "".join(
+        f'    - name: "{i}"\n'
+        "      containerEdits:\n"
+        "        deviceNodes:\n"
+        f"            - path: /dev/nvidia{i}\n"
+        for i in range(gpus)
+    )
+    devices += f"    - name: all\n      containerEdits:\n        deviceNodes:\n{nodes}"
+    common_nodes = "".join(f"        - path: {n}\n" for n in SPEC_DEVICE_NODES)
+    hooks = cdi_hook(["create-symlinks", "--link", f"libcuda.so.1::{LIB}/libcuda.so"])
+    hooks += cdi_hook(["enable-cuda-compat", f"--host-driver-version={driver}"])
+    hooks += cdi_hook(["update-ldcache", "--folder", LIB, "--folder", f"{LIB}/vdpau"])
+    hooks += cdi_hook(["disable-device-node-modification"])
+    mounts = "".join(
+        f"        - hostPath: {path}\n          containerPath: {path}\n{MOUNT_OPTIONS}"
+        for path in driver_host_files(driver)
+    )
+    return (
+        "---\n"
+        "cdiVersion: 0.5.0\n"
+        "kind: nvidia.com/gpu\n"
+        "devices:\n"
+        f"{devices}"
+        "containerEdits:\n"
+        "    env:\n"
+        f"        - NVIDIA_CTK_LIBCUDA_DIR={LIB}\n"
+        "        - NVIDIA_VISIBLE_DEVICES=void\n"
+        "    deviceNodes:\n"
+        f"{common_nodes}"
+        "    hooks:\n"
+        f"{hooks}"
+        "    mounts:\n"
+        f"{mounts}"
+    )
+
+
+def driver_files(node: Node, driver: str) -> Node:
+    """The driver's libraries, binaries, firmware and device nodes on the host."""
+    for path in driver_host_files(driver):
+        node.file(path)
+    for i in range(len(H100_PCI)):
+        node.file(f"/dev/nvidia{i}")
+    for path in SPEC_DEVICE_NODES:
+        node.file(path)
+    return node
+
+
+def toolkit(node: Node, directory: str = "/usr/bin", config: str | None = None) -> Node:
+    """The NVIDIA Container Toolkit's binaries and its default config.toml."""
+    for name in TOOLKIT_BINARIES:
+        node.file(f"{directory}/{name}")
+    node.file(
+        "/etc/nvidia-container-runtime/config.toml",
+        config or fixture("nvidia-container-runtime-config.toml"),
+    )
+    return node
+
+
+def containerd_v2_drop_in(node: Node) -> Node:
+    """containerd 1.7 configured by nvidia-ctk: imports in config.toml, the runtime in a drop-in."""
+    node.file("/etc/containerd/config.toml", fixture("containerd-v2-config.toml"))
+    node.file("/etc/containerd/conf.d/99-nvidia.toml", fixture("containerd-v2-99-nvidia.toml"))
+    return containerd_running(node)
+
+
+def containerd_running(node: Node, config: str | None = None, pid: int = 1021) -> Node:
+    """containerd's socket and process (with `-c config` when given)."""
+    socket = "/run/k3s/containerd/containerd.sock" if config else "/run/containerd/containerd.sock"
+    node.file(socket)
+    cmdline = ["/usr/bin/containerd"] + (["-c", config] if config else [])
+    node.processes.append({"pid": pid, "name": "containerd", "cmdline": cmdline})
+    return node
+
+
+def kubelet(node: Node, plugin_sockets: tuple[str, ...] = ("nvidia-gpu.sock",)) -> Node:
+    """The kubelet's device-plugins directory with its socket and the plugin's."""
+    node.file("/var/lib/kubelet/device-plugins/kubelet.sock")
+    for name in plugin_sockets:
+        node.file(f"/var/lib/kubelet/device-plugins/{name}")
+    return node
+
+
+def cdi_spec(node: Node, driver: str = "550.54.15", gpus: int = 8) -> Node:
+    """The generated spec at /var/run/cdi/nvidia.yaml."""
+    return node.file("/var/run/cdi/nvidia.yaml", nvidia_cdi_spec(driver, gpus))
+
+
+def gpu_k8s_node(name: str, driver: str = "550.54.15") -> Node:
+    """A healthy Kubernetes GPU node: toolkit, containerd v2 with the nvidia drop-in (default
+    runtime, CDI on), the generated CDI spec and the device plugin registered."""
+    node = hgx_h100(name, driver=driver)
+    driver_files(node, driver)
+    toolkit(node)
+    containerd_v2_drop_in(node)
+    cdi_spec(node, driver)
+    return kubelet(node)
+
+
+def set_compute_mode(node: Node, mode: int, gpus: range = range(len(H100_PCI))) -> Node:
+    """Set the listed GPUs' compute mode: 0 Default, 1 ExclusiveThread, 2 Prohibited,
+    3 ExclusiveProcess."""
+    for i in gpus:
+        node.replace_call("nvmlDeviceGetComputeMode", [i], ret=mode)
+    return node
+
+
+def mps_daemon(node: Node) -> Node:
+    """The MPS control daemon as the device plugin's MPS pod runs it."""
+    node.processes.append(
+        {
+            "pid": 4242,
+            "name": "nvidia-cuda-mps-control",
+            "cmdline": ["nvidia-cuda-mps-control", "-d"],
+        }
+    )
+    return node
+
+
+def container_variants() -> list[Node]:
+    """Toolkit, engine, CDI, device plugin and sharing snapshots."""
+    nodes = [gpu_k8s_node("synthetic-h100-k8s-containerd-healthy")]
+
+    # containerd 2.x (config version 3): the drop-in adds the runtime without making it the
+    # default, so pods need runtimeClassName: nvidia; CDI is on in the root file.
+    node = hgx_h100("synthetic-containerd-v3-runtimeclass")
+    driver_files(node, "550.54.15")
+    toolkit(node)
+    node.file("/etc/containerd/config.toml", fixture("containerd-v3-config.toml"))
+    node.file("/etc/containerd/conf.d/99-nvidia.toml", fixture("containerd-v3-99-nvidia.toml"))
+    containerd_running(node)
+    cdi_spec(node)
+    nodes.append(kubelet(node))
+
+    # The driver was upgraded to 550.90.07 (and the node rebooted); the spec still names 550.54.15.
+    node = gpu_k8s_node("synthetic-cdi-stale-after-driver-upgrade", driver="550.90.07")
+    node.files.pop("/var/run/cdi/nvidia.yaml")
+    cdi_spec(node, driver="550.54.15")
+    nodes.append(node)
+
+    # Generated while GPU 5 had fallen off the bus: the spec defines 7 GPUs, NVML sees 8.
+    node = gpu_k8s_node("synthetic-cdi-spec-missing-gpu")
+    cdi_spec(node, gpus=7)
+    nodes.append(node)
+
+    # Two generated specs merged by hand into one: device "0" is defined twice. The toolkit
+    # runs in cdi mode, so every GPU container needs the spec.
+    node = gpu_k8s_node("synthetic-cdi-spec-invalid")
+    cdi_mode = fixture("nvidia-container-runtime-config.toml").replace(
+        'mode = "auto"', 'mode = "cdi"'
+    )
+    node.file("/etc/nvidia-container-runtime/config.toml", cdi_mode)
+    spec = nvidia_cdi_spec("550.54.15", 8)
+    duplicate = (
+        '    - name: "0"\n      containerEdits:\n        deviceNodes:\n'
+        "            - path: /dev/nvidia0\n"
+    )
+    node.file("/var/run/cdi/nvidia.yaml", spec.replace("devices:\n", "devices:\n" + duplicate, 1))
+    nodes.append(node)
+
+    # A kubeadm node: the toolkit is installed but `nvidia-ctk runtime configure` never ran.
+    node = gpu_k8s_node("synthetic-containerd-no-nvidia-runtime")
+    node.files.pop("/etc/containerd/conf.d/99-nvidia.toml")
+    node.file("/etc/containerd/config.toml", fixture("containerd-v2-kubeadm-config.toml"))
+    nodes.append(node)
+
+    # The drop-in is there, but config.toml (rewritten by kubeadm tooling) no longer imports it.
+    node = gpu_k8s_node("synthetic-containerd-drop-in-not-imported")
+    node.file("/etc/containerd/config.toml", fixture("containerd-v2-kubeadm-config.toml"))
+    nodes.append(node)
+
+    # The GPU Operator was uninstalled and the toolkit package installed instead: containerd's
+    # nvidia runtimes still point into /usr/local/nvidia/toolkit, which is gone.
+    node = gpu_k8s_node("synthetic-runtime-binary-missing")
+    node.files.pop("/etc/containerd/conf.d/99-nvidia.toml")
+    node.file("/etc/containerd/config.toml", fixture("containerd-v2-gpu-operator-config.toml"))
+    nodes.append(node)
+
+    # k3s started before the toolkit was installed: its generated config has no nvidia runtime.
+    node = hgx_h100("synthetic-k3s-no-nvidia-runtime")
+    driver_files(node, "550.54.15")
+    toolkit(node)
+    k3s_config = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+    node.file(k3s_config, fixture("k3s-config.toml"))
+    containerd_running(node, config=k3s_config, pid=2077)
+    nodes.append(kubelet(node))
+
+    # A plain Docker host (no Kubernetes): nvidia runtime in daemon.json; Docker's containerd
+    # has its CRI plugin disabled and is not judged.
+    node = hgx_h100("synthetic-docker-nvidia-runtime")
+    driver_files(node, "550.54.15")
+    toolkit(node)
+    node.file("/etc/docker/daemon.json", fixture("docker-daemon.json"))
+    node.file("/etc/containerd/config.toml", fixture("docker-containerd-config.toml"))
+    node.file("/run/docker.sock")
+    node.processes.append(
+        {"pid": 1300, "name": "dockerd", "cmdline": ["/usr/bin/dockerd", "-H", "fd://"]}
+    )
+    nodes.append(containerd_running(node))
+
+    # CRI-O on Kubernetes with nvidia-ctk's drop-in making nvidia the default runtime.
+    node = hgx_h100("synthetic-crio-nvidia-drop-in")
+    driver_files(node, "550.54.15")
+    toolkit(node)
+    node.file("/etc/crio/crio.conf", fixture("crio.conf"))
+    node.file("/etc/crio/crio.conf.d/99-nvidia.conf", fixture("crio-99-nvidia.conf"))
+    node.file("/var/run/crio/crio.sock")
+    node.processes.append({"pid": 1400, "name": "crio", "cmdline": ["/usr/bin/crio"]})
+    cdi_spec(node)
+    nodes.append(kubelet(node))
+
+    # A Kubernetes GPU node whose device plugin never registered: only the kubelet's socket.
+    node = gpu_k8s_node("synthetic-k8s-no-device-plugin")
+    node.files.pop("/var/lib/kubelet/device-plugins/nvidia-gpu.sock")
+    nodes.append(node)
+
+    # MPS: the plugin's MPS daemon runs and has set EXCLUSIVE_PROCESS on every GPU.
+    nodes.append(mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-daemon-running"), 3)))
+
+    # MPS configured but its control daemon is not running (GPUs left in Default).
+    nodes.append(gpu_k8s_node("synthetic-mps-daemon-missing"))
+
+    # MPS on a node where GPUs 0 and 1 have MIG enabled.
+    node = mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-on-mig"), 3))
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetMigMode", [i], ret=[1, 1] if i < 2 else [0, 0])
+    nodes.append(node)
+
+    # Time-slicing while GPU 2 was left in EXCLUSIVE_PROCESS and GPU 6 in Prohibited.
+    node = gpu_k8s_node("synthetic-time-slicing-exclusive-gpu")
+    set_compute_mode(node, 3, range(2, 3))
+    set_compute_mode(node, 2, range(6, 7))
     nodes.append(node)
     return nodes
 

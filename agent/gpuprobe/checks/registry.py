@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuprobe.checks import driver, gpus, mig, xid
+from gpuprobe.checks import cdi, device_plugin, driver, gpus, mig, sharing, toolkit, xid
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
@@ -16,6 +16,10 @@ CHECKS: dict[str, CheckFn] = {
     "gpus": gpus.run,
     "mig": mig.run,
     "xid": xid.run,
+    "toolkit": toolkit.run,
+    "cdi": cdi.run,
+    "device_plugin": device_plugin.run,
+    "sharing": sharing.run,
 }
 
 # Active checks put load on the node (disk, network): the daemon runs them at their own,
