@@ -66,6 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     capture.add_argument("directory", metavar="DIR", help="an empty or new directory")
     _add_check_flags(capture, snapshot=False)
     capture.set_defaults(func=_capture)
+
+    clear_xid = commands.add_parser(
+        "clear-xid",
+        help="clear the sticky critical XIDs reported now (they return if they recur)",
+    )
+    clear_xid.add_argument(
+        "--gpu", type=_positive_int, metavar="N", help="only the XIDs of GPU index N"
+    )
+    clear_xid.add_argument("--root", metavar="DIR", default="/", help="read host files under DIR")
+    clear_xid.add_argument("--config", metavar="FILE", help="gpuprobe configuration (YAML)")
+    clear_xid.set_defaults(func=_clear_xid)
     return parser
 
 
@@ -164,4 +175,19 @@ def _capture(args: argparse.Namespace) -> int:
         f"gpuprobe: wrote the snapshot of {report.node} to {args.directory} "
         f"({len(report.checks)} checks, status {report.status.value})"
     )
+    return 0
+
+
+def _clear_xid(args: argparse.Namespace) -> int:
+    from gpuprobe.checks.xid import clear
+    from gpuprobe.config import load_config
+    from gpuprobe.errors import UsageError
+    from gpuprobe.host import live_host
+
+    config = load_config(args.config)
+    if not os.path.isdir(args.root):
+        raise UsageError(f"--root {args.root}: not a directory")
+    cleared = clear(live_host(args.root), config, args.gpu)
+    where = f" on GPU {args.gpu}" if args.gpu is not None else ""
+    print(f"gpuprobe: cleared {cleared} sticky XID{'s' if cleared != 1 else ''}{where}")
     return 0

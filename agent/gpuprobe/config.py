@@ -53,10 +53,15 @@ class GpusConfig:
 
     # How many GPUs the node should have (`--expect-gpus`); None: as many as the PCI bus shows.
     expect: int | None = None
+    # In the daemon, a GPU idle (no process, no utilization) for longer than this raises
+    # GPU_IDLE; one-shot `check` has no history and never does.
+    idle_window_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.expect is not None and self.expect < 0:
             raise ConfigError(f"expect: {self.expect} is negative")
+        if self.idle_window_seconds <= 0:
+            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,42 @@ class DevicePluginSection:
     config_file: str | None = None
     # The kubelet's device-plugins directory on the host.
     socket_dir: str = "/var/lib/kubelet/device-plugins"
+
+
+@dataclass(frozen=True)
+class XidConfig:
+    """Where the `xid` check reads XIDs from and keeps its state."""
+
+    # The agent's own directory for sticky XIDs and operators' clearings (not a host path;
+    # a hostPath mount in the DaemonSet).
+    state_dir: str = "/var/lib/gpuprobe"
+    # Host kernel log files read for `NVRM: Xid` lines; a rotated `.1` is read before its log.
+    kernel_logs: tuple[str, ...] = (
+        "/var/log/kern.log.1",
+        "/var/log/kern.log",
+        "/var/log/syslog.1",
+        "/var/log/syslog",
+        "/var/log/messages.1",
+        "/var/log/messages",
+    )
+    # How much of each log's end is read.
+    kernel_log_max_bytes: int = 16 * 1024 * 1024
+    # In the daemon, a WARNING XID (an application's) stays reported this long after it was
+    # last seen to grow; critical XIDs stay until a reboot or a clear.
+    warning_window_seconds: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if not self.state_dir:
+            raise ConfigError("state_dir: must name a directory")
+        for path in self.kernel_logs:
+            if not path.startswith("/"):
+                raise ConfigError(f"kernel_logs: {path!r} is not an absolute host path")
+        if self.kernel_log_max_bytes < 4096:
+            raise ConfigError(f"kernel_log_max_bytes: {self.kernel_log_max_bytes} is below 4096")
+        if self.warning_window_seconds <= 0:
+            raise ConfigError(
+                f"warning_window_seconds: {self.warning_window_seconds:g} must be above 0"
+            )
 
 
 @dataclass(frozen=True)
@@ -111,6 +152,7 @@ class Config:
     driver: DriverConfig = field(default_factory=DriverConfig)
     gpus: GpusConfig = field(default_factory=GpusConfig)
     device_plugin: DevicePluginSection = field(default_factory=DevicePluginSection)
+    xid: XidConfig = field(default_factory=XidConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     rdma: RdmaConfig = field(default_factory=RdmaConfig)
     nccl: NcclConfig = field(default_factory=NcclConfig)

@@ -10,8 +10,15 @@ a file mounted into the agent, such as the plugin's ConfigMap, not a host path. 
       plugin:
         deviceListStrategy: envvar | [envvar, cdi-annotations, ...]
     sharing:
-      timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 4}]}
+      timeSlicing:
+        renameByDefault: false           # true: advertise <name>.shared
+        resources: [{name: nvidia.com/gpu, replicas: 4, rename: ..., devices: all | N | [0, 1]}]
       mps: {resources: [{name: nvidia.com/gpu, replicas: 4}]}
+
+A resource name without a prefix gets the plugin's `nvidia.com/` (k8s-device-plugin
+`api/config/v1/resources.go`); `devices` is `all` (the default), a count, or a list of GPU
+indexes, MIG indexes (`0:1`) or UUIDs (`api/config/v1/replicas.go`). MPS wins over
+time-slicing when both are given (`api/config/v1/sharing.go`).
 
 Any bytes are accepted: a file that cannot be parsed or has wrong types gives a
 `CONFIG_INVALID` finding naming the file (with line and column where YAML gives them).
@@ -22,17 +29,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuprobe.configfile import FileProblem, parse_yaml
 from gpuprobe.report import Action, Finding, Severity
 
 MIG_STRATEGIES = ("none", "single", "mixed")
+RESOURCE_PREFIX = "nvidia.com/"
+SHARED_SUFFIX = ".shared"
 
 
 @dataclass(frozen=True)
 class SharedResource:
-    """A resource the plugin advertises shared: each GPU counts `replicas` times."""
+    """A resource the plugin advertises shared: each GPU counts `replicas` times.
+
+    `devices` is "all", a count of GPUs, or the GPUs named (indexes, `gpu:mig`, UUIDs);
+    `rename` is the name the shared resource is advertised under, when not its own.
+    """
 
     name: str
     replicas: int
+    rename: str | None = None
+    devices: str | int | tuple[str, ...] = "all"
+
+    @property
+    def advertised(self) -> str:
+        """The resource name the kubelet sees."""
+        return self.rename or self.name
+
+    def to_data(self) -> dict[str, Any]:
+        """The resource as report data."""
+        devices = list(self.devices) if isinstance(self.devices, tuple) else self.devices
+        return {
+            "name": self.name,
+            "advertised": self.advertised,
+            "replicas": self.replicas,
+            "devices": devices,
+        }
 
 
 @dataclass(frozen=True)
@@ -45,14 +76,27 @@ class DevicePluginConfig:
     time_slicing: tuple[SharedResource, ...] = ()
     mps: tuple[SharedResource, ...] = ()
 
+    @property
+    def sharing_strategy(self) -> str:
+        """The sharing the plugin applies: mps, time-slicing or none (MPS wins, as there)."""
+        if self.mps:
+            return "mps"
+        return "time-slicing" if self.time_slicing else "none"
+
+    @property
+    def shared(self) -> tuple[SharedResource, ...]:
+        """The resources of the sharing strategy in effect."""
+        return self.mps if self.mps else self.time_slicing
+
     def to_data(self) -> dict[str, Any]:
         """The configuration as report data."""
         return {
             "path": self.path,
             "mig_strategy": self.mig_strategy,
             "device_list_strategy": list(self.device_list_strategy),
-            "time_slicing": [{"name": r.name, "replicas": r.replicas} for r in self.time_slicing],
-            "mps": [{"name": r.name, "replicas": r.replicas} for r in self.mps],
+            "sharing_strategy": self.sharing_strategy,
+            "time_slicing": [r.to_data() for r in self.time_slicing],
+            "mps": [r.to_data() for r in self.mps],
         }
 
 
@@ -83,16 +127,9 @@ def load_device_plugin_config(path: str) -> DevicePluginConfig | Finding:
 
 def parse_device_plugin_config(path: str, raw: bytes) -> DevicePluginConfig | Finding:
     """Parse the plugin configuration's bytes; any bytes give a config or a finding."""
-    import yaml
-
-    try:
-        doc = yaml.safe_load(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return invalid(path, "not UTF-8 text")
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark else ""
-        return invalid(path, f"{where}{getattr(exc, 'problem', None) or 'not YAML'}")
+    doc = parse_yaml(path, raw)
+    if isinstance(doc, FileProblem):
+        return invalid(path, doc.problem.removeprefix("is "))
     try:
         return _build(path, {} if doc is None else doc)
     except _Invalid as exc:
@@ -132,16 +169,60 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 
 def _resources(value: Any, where: str) -> tuple[SharedResource, ...]:
-    resources = _mapping(value, where).get("resources") or []
+    sharing = _mapping(value, where)
+    resources = sharing.get("resources") or []
     if not isinstance(resources, list):
         raise _Invalid(f"{where}.resources must be a list")
+    rename_by_default = sharing.get("renameByDefault", False)
+    if not isinstance(rename_by_default, bool):
+        raise _Invalid(f"{where}.renameByDefault must be true or false")
     found = []
     for i, entry in enumerate(resources):
-        entry = _mapping(entry, f"{where}.resources[{i}]")
-        name, replicas = entry.get("name"), entry.get("replicas")
-        if not isinstance(name, str) or not name:
-            raise _Invalid(f"{where}.resources[{i}].name must be a resource name")
+        at = f"{where}.resources[{i}]"
+        entry = _mapping(entry, at)
+        name, replicas = _resource_name(entry.get("name"), f"{at}.name"), entry.get("replicas")
+        if name is None:
+            raise _Invalid(f"{at}.name must be a resource name")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
-            raise _Invalid(f"{where}.resources[{i}].replicas must be a whole number above 0")
-        found.append(SharedResource(name, replicas))
+            raise _Invalid(f"{at}.replicas must be a whole number above 0")
+        rename = _resource_name(entry.get("rename"), f"{at}.rename")
+        if rename is None and rename_by_default:
+            rename = name + SHARED_SUFFIX
+        found.append(SharedResource(name, replicas, rename, _devices(entry, at)))
     return tuple(found)
+
+
+def _resource_name(value: Any, where: str) -> str | None:
+    """A resource name with the plugin's `nvidia.com/` prefix; None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip("/"):
+        raise _Invalid(f"{where} must be a resource name")
+    return value if value.startswith(RESOURCE_PREFIX) else RESOURCE_PREFIX + value
+
+
+def _devices(entry: dict[str, Any], where: str) -> str | int | tuple[str, ...]:
+    devices = entry.get("devices", "all")
+    if devices == "all":
+        return "all"
+    if isinstance(devices, int) and not isinstance(devices, bool) and devices > 0:
+        return devices
+    if isinstance(devices, list) and devices and all(_device_ref(d) for d in devices):
+        return tuple(str(d) for d in devices)
+    raise _Invalid(
+        f"{where}.devices must be all, a count above 0, or a list of GPU indexes, "
+        "MIG indexes or UUIDs"
+    )
+
+
+def _device_ref(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= 0
+    if not isinstance(value, str):
+        return False
+    parts = value.split(":")
+    return (len(parts) <= 2 and all(p.isdigit() for p in parts)) or value.startswith(
+        ("GPU-", "MIG-")
+    )

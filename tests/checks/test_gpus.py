@@ -1,18 +1,32 @@
-"""Check `gpus` (inventory) on snapshots: counts, identities, lost GPUs."""
+"""Check `gpus` on snapshots: counts, identities, lost GPUs, and each GPU's health."""
 
 from __future__ import annotations
 
+import pytest
+
+from gpuprobe.checks import gpus
+from gpuprobe.config import Config
+from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
-from helpers import codes, config, run_check
+from helpers import codes, config, run_check, snapshot
+
+UUID = "GPU-5f1c{0:04x}-8e2b-4c1d-9a7e-{0:012x}"
+
+
+def gpu(index: int) -> str:
+    """The resource of GPU `index` of the synthetic HGX H100 node."""
+    return f"gpu:{index}:{UUID.format(index)}"
 
 
 def test_healthy_node_lists_eight_gpus_and_raises_nothing() -> None:
     result = run_check("gpus", "synthetic-h100-8gpu-healthy")
     assert result.findings == []
+    assert result.status is Status.OK
     assert result.summary == "8 GPUs: NVIDIA H100 80GB HBM3"
     assert result.data["gpus_on_pci_bus"] == 8
     assert result.data["gpus_seen_by_nvml"] == 8
     assert result.data["nvswitches_on_pci_bus"] == 4
+    assert result.data["fabric_manager_running"] is True
     assert result.data["gpus"][2] == {
         "index": 2,
         "uuid": "GPU-5f1c0002-8e2b-4c1d-9a7e-000000000002",
@@ -20,57 +34,202 @@ def test_healthy_node_lists_eight_gpus_and_raises_nothing() -> None:
         "serial": "1654922000002",
         "pci_bus_id": "0000:3a:00.0",
         "memory_total_bytes": 85520809984,
+        "memory_used_bytes": 543096832,
         "persistence_mode": True,
         "compute_mode": "Default",
+        "temperature_celsius": 43,
+        "temperature_slowdown_celsius": 87,
+        "temperature_shutdown_celsius": 92,
+        "power_watts": 614.0,
+        "power_limit_watts": 700.0,
+        "utilization_gpu_percent": 97,
+        "utilization_memory_percent": 41,
+        "ecc_mode_enabled": True,
+        "ecc_uncorrected_volatile": 0,
+        "ecc_uncorrected_aggregate": 0,
+        "ecc_corrected_volatile": 0,
+        "ecc_corrected_aggregate": 3,
+        "remapped_rows_correctable": 0,
+        "remapped_rows_uncorrectable": 0,
+        "remapped_rows_pending": False,
+        "remapped_rows_failure": False,
+        "pcie_link_width": 16,
+        "pcie_link_width_max": 16,
+        "pcie_link_generation": 5,
+        "pcie_link_generation_max": 5,
+        "nvlinks": [{"link": n, "up": True} for n in range(18)],
+        "fabric_state": "COMPLETED",
+        "fabric_status": 0,
+        "clock_event_reasons": [],
+        "processes": [{"pid": 41002, "name": "python3", "used_memory_bytes": 536870912}],
+        "recovery_action": "NONE",
+        "mig_mode_current": 0,
+        "idle": False,
+        "idle_seconds": None,
     }
+    # Running into the power cap is a fact, not a fault; retired pages are not an H100's.
+    assert result.data["gpus"][0]["clock_event_reasons"] == ["SwPowerCap"]
+    assert "retired_pages_pending" not in result.data["gpus"][0]
 
 
-def test_expected_count_met() -> None:
-    assert (
-        run_check("gpus", "synthetic-h100-8gpu-healthy", config(gpus={"expect": 8})).findings == []
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("synthetic-ecc-uncorrectable", [("ECC_UNCORRECTABLE", "CRITICAL", "RESET_GPU", gpu(2))]),
+        ("synthetic-remap-pending", [("ROW_REMAP_PENDING", "CRITICAL", "RESET_GPU", gpu(3))]),
+        (
+            "synthetic-remap-failure",
+            [("ROW_REMAP_FAILURE", "CRITICAL", "HARDWARE_INSPECTION", gpu(6))],
+        ),
+        (
+            "synthetic-retired-pages-pending",
+            [("RETIRED_PAGES_PENDING", "CRITICAL", "RESET_GPU", gpu(1))],
+        ),
+        (
+            "synthetic-pcie-degraded",
+            [("PCIE_LINK_DEGRADED", "WARNING", "HARDWARE_INSPECTION", gpu(4))],
+        ),
+        ("synthetic-nvlink-down", [("NVLINK_DOWN", "CRITICAL", "RESET_GPU", gpu(1))]),
+        (
+            "synthetic-fabric-not-started",
+            [("FABRIC_NOT_READY", "CRITICAL", "FIX_CONFIG", gpu(i)) for i in range(8)],
+        ),
+        ("synthetic-fabric-in-progress", [("FABRIC_NOT_READY", "WARNING", "NONE", gpu(0))]),
+        (
+            "synthetic-thermal-slowdown",
+            [("THERMAL_SLOWDOWN", "WARNING", "HARDWARE_INSPECTION", gpu(7))],
+        ),
+        ("synthetic-hw-slowdown", [("HW_SLOWDOWN", "WARNING", "HARDWARE_INSPECTION", gpu(0))]),
+        (
+            "synthetic-power-brake",
+            [
+                ("HW_SLOWDOWN", "WARNING", "HARDWARE_INSPECTION", gpu(2)),
+                ("POWER_BRAKE", "WARNING", "HARDWARE_INSPECTION", gpu(2)),
+            ],
+        ),
+        (
+            "synthetic-recovery-node-reboot",
+            [("GPU_RECOVERY_REQUIRED", "CRITICAL", "REBOOT_NODE", gpu(5))],
+        ),
+        ("synthetic-gpus-idle", []),
+        ("synthetic-mig-single", []),
+        ("synthetic-mig-mixed", []),
+        ("synthetic-mig-no-instances", []),
+    ],
+)
+def test_each_health_fault_raises_exactly_its_finding(
+    name: str, expected: list[tuple[str, str, str, str]]
+) -> None:
+    assert codes(run_check("gpus", name)) == expected
+
+
+def test_remap_pending_message_counts_the_rows() -> None:
+    (finding,) = run_check("gpus", "synthetic-remap-pending").findings
+    assert finding.message.startswith(
+        "GPU 3 (0000:5d:00.0) has 2 uncorrectable rows remapped; a GPU reset is pending"
     )
+    facts = run_check("gpus", "synthetic-remap-pending").data["gpus"][3]
+    assert facts["remapped_rows_uncorrectable"] == 2
+    assert facts["remapped_rows_pending"] is True
 
 
-def test_more_gpus_than_expected_is_a_config_warning() -> None:
-    result = run_check("gpus", "synthetic-h100-8gpu-healthy", config(gpus={"expect": 4}))
-    assert codes(result) == [("GPU_COUNT_MISMATCH", "WARNING", "FIX_CONFIG", "node")]
+def test_uncorrectable_ecc_figures_are_in_data() -> None:
+    result = run_check("gpus", "synthetic-ecc-uncorrectable")
+    facts = result.data["gpus"][2]
+    assert (facts["ecc_uncorrected_volatile"], facts["ecc_uncorrected_aggregate"]) == (3, 3)
+    assert "3 uncorrectable ECC errors" in result.findings[0].message
 
 
-def test_fewer_on_the_bus_than_expected() -> None:
-    result = run_check("gpus", "synthetic-h100-8gpu-healthy", config(gpus={"expect": 10}))
-    assert codes(result) == [("GPU_COUNT_MISMATCH", "CRITICAL", "REBOOT_NODE", "node")]
-    assert result.findings[0].message.startswith("10 GPUs are expected but the PCI bus shows 8")
+def test_lower_link_generation_on_an_idle_gpu_is_power_saving_not_a_fault() -> None:
+    result = run_check("gpus", "synthetic-pcie-degraded")
+    idle = result.data["gpus"][5]
+    assert (idle["pcie_link_generation"], idle["pcie_link_generation_max"]) == (1, 5)
+    assert idle["idle"] is True
+    assert idle["clock_event_reasons"] == ["GpuIdle"]
+    assert not [f for f in result.findings if f.resource == gpu(5)]
+    assert "x8 at Gen5 of its x16" in result.findings[0].message
 
 
-def test_gpu_fallen_off_the_bus_is_named_by_its_pci_address() -> None:
-    result = run_check("gpus", "synthetic-gpu-fallen-off-bus")
-    assert codes(result) == [("GPU_COUNT_MISMATCH", "CRITICAL", "REBOOT_NODE", "node")]
-    assert result.findings[0].message.startswith(
-        "the PCI bus shows 8 NVIDIA GPUs but NVML sees 7 (not seen: 0000:5d:00.0)"
-    )
-    assert result.summary == "NVML sees 7 of the 8 GPUs on the PCI bus"
+def test_nvlink_down_names_the_link() -> None:
+    result = run_check("gpus", "synthetic-nvlink-down")
+    assert "NVLink link 7 down (17 of 18 up)" in result.findings[0].message
+    assert {"link": 7, "up": False} in result.data["gpus"][1]["nvlinks"]
 
 
-def test_lost_gpu_is_named_while_the_others_are_reported() -> None:
-    result = run_check("gpus", "synthetic-gpu-lost")
-    assert codes(result) == [
-        ("GPU_LOST", "CRITICAL", "REBOOT_NODE", "gpu:5:GPU-5f1c0005-8e2b-4c1d-9a7e-000000000005")
-    ]
-    assert result.summary == "1 of 8 GPUs lost"
-    lost = result.data["gpus"][5]
-    assert lost["lost"] is True
-    assert lost["nvml_errors"] == {"nvmlDeviceGetName": "GpuIsLost"}
-    assert [g.get("name") for g in result.data["gpus"]].count("NVIDIA H100 80GB HBM3") == 7
+def test_fabric_not_started_without_fabric_manager_says_to_start_it() -> None:
+    result = run_check("gpus", "synthetic-fabric-not-started")
+    assert result.data["fabric_manager_running"] is False
+    assert result.data["gpus"][0]["fabric_state"] == "NOT_STARTED"
+    assert "no nvidia-fabricmanager runs" in result.findings[0].message
 
 
-def test_no_gpu_node_is_ok_with_nothing_to_count() -> None:
-    result = run_check("gpus", "kvm-epyc-nogpu")
-    assert result.status is Status.OK
-    assert result.summary == "no NVIDIA GPU on this node"
-    assert result.data["gpus"] == []
+def test_thermal_slowdown_names_the_temperature() -> None:
+    result = run_check("gpus", "synthetic-thermal-slowdown")
+    assert "at 89 °C (slowdown at 87 °C)" in result.findings[0].message
+    assert result.data["gpus"][7]["clock_event_reasons"] == ["HwThermalSlowdown"]
 
 
-def test_nvml_unavailable_with_gpus_on_the_bus_is_unknown_without_a_second_finding() -> None:
-    result = run_check("gpus", "synthetic-driver-not-loaded")
-    assert result.status is Status.UNKNOWN
+def test_older_throttle_reason_function_name_is_read() -> None:
+    result = run_check("gpus", "synthetic-hw-slowdown")
+    assert result.data["gpus"][0]["clock_event_reasons"] == ["HwSlowdown"]
+    assert result.data["gpus"][1]["clock_event_reasons"] == []
+
+
+def test_recovery_action_field_is_read() -> None:
+    result = run_check("gpus", "synthetic-recovery-node-reboot")
+    assert result.data["gpus"][5]["recovery_action"] == "NODE_REBOOT"
+    assert result.data["gpus"][4]["recovery_action"] == "NONE"
+
+
+def test_mig_enabled_gpus_leave_out_what_nvml_refuses_without_a_finding() -> None:
+    result = run_check("gpus", "synthetic-mig-single")
     assert result.findings == []
+    facts = result.data["gpus"][0]
+    assert facts["mig_mode_current"] == 1
+    for refused in ("utilization_gpu_percent", "utilization_memory_percent"):
+        assert refused not in facts
+    assert not [k for k in facts if k.startswith("remapped_rows")]
+    assert "nvml_errors" not in facts
+    assert facts["idle"] is False  # a process runs on it; utilization is unknown
+
+
+def test_idle_gpus_are_a_fact_in_one_shot_check() -> None:
+    result = run_check("gpus", "synthetic-gpus-idle")
+    assert result.findings == []
+    assert result.summary == "8 GPUs: NVIDIA H100 80GB HBM3; 2 idle"
+    assert [g["idle"] for g in result.data["gpus"]] == [False] * 6 + [True, True]
+    assert result.data["gpus"][6]["idle_seconds"] == 0.0
+    assert result.data["gpus"][0]["idle_seconds"] is None
+
+
+def test_gpu_idle_fires_in_the_daemon_once_the_window_has_passed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host = snapshot_host(snapshot("synthetic-gpus-idle"))  # one host: memory carries over
+    cfg = config(gpus={"idle_window_seconds": 600})
+    now = [1_800_000_000.0]
+    monkeypatch.setattr(gpus, "clock", lambda: now[0])
+    assert gpus.run(host, cfg).findings == []
+    now[0] += 599
+    first = gpus.run(host, cfg)
+    assert first.findings == []
+    assert first.data["gpus"][6]["idle_seconds"] == 599.0
+    now[0] += 2
+    result = gpus.run(host, cfg)
+    assert codes(result) == [("GPU_IDLE", "WARNING", "NONE", gpu(6))]
+    assert result.data["gpus"][6]["idle_seconds"] == 601.0
+    assert "no process and no utilization for 10 min" in result.findings[0].message
+
+
+def test_gpu_idle_clock_restarts_when_the_gpu_gets_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = snapshot_host(snapshot("synthetic-gpus-idle"))  # GPU 7 gets a job after one look
+    now = [1_800_000_000.0]
+    monkeypatch.setattr(gpus, "clock", lambda: now[0])
+    assert gpus.run(host, Config()).data["gpus"][7]["idle"] is True
+    now[0] += 3601
+    result = gpus.run(host, Config())
+    assert codes(result) == [("GPU_IDLE", "WARNING", "NONE", gpu(6))]
+    busy = result.data["gpus"][7]
+    assert (busy["idle"], busy["idle_seconds"]) == (False, None)
+    assert busy["processes"] == [{"pid": 41007, "name": "python3", "used_memory_bytes": 1 << 30}]
+    assert "GPU-5f1c0007-8e2b-4c1d-9a7e-000000000007" not in host.memory.of("gpus")["idle_since"]

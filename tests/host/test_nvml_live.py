@@ -8,7 +8,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpuprobe.host.nvml import LiveNvml, NvmlError, error_name, to_plain
+from gpuprobe.host.nvml import LiveNvml, NvmlError, error_name, parse_ref, to_plain
 
 NO_NVML = not any(Path(p).exists() for p in ("/dev/nvidia0", "/proc/driver/nvidia/version"))
 
@@ -49,3 +49,98 @@ def test_without_a_driver_init_fails_with_library_not_found() -> None:
     assert nvml.init_error == "LibraryNotFound"
     with pytest.raises(NvmlError, match="Uninitialized"):
         nvml.call("nvmlDeviceGetCount")
+
+
+def test_handles_inside_structs_become_null() -> None:
+    info = pynvml.c_nvmlGpuInstanceInfo_t()
+    info.id, info.profileId = 3, 9
+    info.placement.start, info.placement.size = 4, 4
+    assert to_plain(info) == {
+        "device": None,
+        "id": 3,
+        "profileId": 9,
+        "placement": {"start": 4, "size": 4},
+    }
+
+
+def test_field_values_become_a_list_with_the_value_union() -> None:
+    values = (pynvml.c_nvmlFieldValue_t * 1)()
+    values[0].fieldId, values[0].valueType, values[0].value.uiVal = 230, 1, 2
+    (plain,) = to_plain(values)
+    assert (plain["fieldId"], plain["nvmlReturn"], plain["value"]["uiVal"]) == (230, 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("ref", "parsed"),
+    [("0:1", ("mig", (0, 1))), ("gi:3:7", ("gi", (3, 7))), ("ci:3:7:1", ("ci", (3, 7, 1)))],
+)
+def test_handle_references(ref: str, parsed: tuple[str, tuple[int, ...]]) -> None:
+    assert parse_ref(ref) == parsed
+
+
+@pytest.mark.parametrize("ref", ["gi:3", "ci:3:7", "0:x", "x", "gi:a:b"])
+def test_malformed_references_are_invalid_arguments(ref: str) -> None:
+    with pytest.raises(NvmlError, match="InvalidArgument"):
+        parse_ref(ref)
+
+
+class Handle:
+    """An opaque pynvml handle, named for the test."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+@pytest.fixture
+def live(monkeypatch: pytest.MonkeyPatch) -> LiveNvml:
+    """LiveNvml over the real pynvml module, its C calls replaced (there is no GPU here)."""
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", lambda i: Handle(f"gpu{i}"))
+    monkeypatch.setattr(
+        pynvml, "nvmlDeviceGetGpuInstanceById", lambda h, i: Handle(f"{h.name}/gi{i}")
+    )
+    monkeypatch.setattr(
+        pynvml,
+        "nvmlGpuInstanceGetComputeInstanceById",
+        lambda h, i: Handle(f"{h.name}/ci{i}"),
+    )
+
+    def gi_info(handle: Handle) -> object:
+        assert handle.name == "gpu3/gi7"
+        info = pynvml.c_nvmlGpuInstanceInfo_t()
+        info.id, info.placement.start, info.placement.size = 7, 2, 1
+        return info
+
+    def ci_info(handle: Handle) -> object:
+        assert handle.name == "gpu3/gi7/ci1"
+        info = pynvml.c_nvmlComputeInstanceInfo_t()
+        info.id = 1
+        return info
+
+    def fabric(handle: Handle, ref: object) -> int:
+        assert handle.name == "gpu0"
+        info = ref._obj  # type: ignore[attr-defined]  # byref(): NVML fills the caller's struct
+        assert isinstance(info, pynvml.c_nvmlGpuFabricInfo_v2_t)
+        assert info.version == pynvml.nvmlGpuFabricInfo_v2
+        info.state, info.cliqueId = 3, 32766
+        return 0
+
+    monkeypatch.setattr(pynvml, "nvmlGpuInstanceGetInfo", gi_info)
+    monkeypatch.setattr(pynvml, "nvmlComputeInstanceGetInfo_v2", ci_info)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuFabricInfoV", fabric)
+    nvml = LiveNvml()
+    nvml._initialised, nvml._pynvml = True, pynvml
+    return nvml
+
+
+def test_live_instance_handles_answer_by_reference(live: LiveNvml) -> None:
+    assert live.call("nvmlDeviceGetGpuInstanceById", 3, 7) == "gi:3:7"
+    assert live.call("nvmlGpuInstanceGetComputeInstanceById", "gi:3:7", 1) == "ci:3:7:1"
+    info = live.call("nvmlGpuInstanceGetInfo", "gi:3:7")
+    assert (info["id"], info["placement"], info["device"]) == (7, {"start": 2, "size": 1}, None)
+    assert live.call("nvmlComputeInstanceGetInfo_v2", "ci:3:7:1")["id"] == 1
+
+
+def test_live_fabric_info_is_filled_into_a_struct_the_facade_allocates(live: LiveNvml) -> None:
+    info = live.call("nvmlDeviceGetGpuFabricInfoV", 0)
+    assert (info["state"], info["cliqueId"], info["status"]) == (3, 32766, 0)
+    assert len(info["clusterUuid"]) == 16

@@ -6,7 +6,10 @@ script, so they are never edited by hand. Snapshots recorded on real hardware ar
 here: `gpuprobe capture` writes them.
 
 The base node is an HGX H100 8-GPU board: eight H100 SXM GPUs and four NVSwitches on the PCI
-bus, driver 550.54.15 (CUDA 12.4), the open kernel module. Variants change one thing each.
+bus, driver 550.54.15 (CUDA 12.4), the open kernel module, every GPU busy with a training
+process, healthy in every figure NVML gives (ECC, remapped rows, PCIe Gen5 x16, 18 NVLinks
+up, fabric registered, fabric manager running, MIG off), and a kernel log whose only XID is
+from the previous boot. Variants change one thing each.
 """
 
 from __future__ import annotations
@@ -39,6 +42,52 @@ OTHER_PCI = {  # address: (vendor, device, class)
 }
 H100_NAME = "NVIDIA H100 80GB HBM3"
 H100_MEMORY = {"total": 85520809984, "free": 84977713152, "used": 543096832}
+H100_NVLINKS = 18
+MIB = 1024 * 1024
+BOOT_ID = "3f0c5a8e-6a1d-4f0b-9a57-2b8c1e7d4f10\n"
+BOOT_TIME = 1795939200  # 2026-11-29T08:00:00Z
+FABRIC_MANAGER = {
+    "pid": 2101,
+    "name": "nv-fabricmanager",
+    "cmdline": ["/usr/bin/nv-fabricmanager", "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg"],
+}
+RECOVERY_NONE = 0
+
+
+def stamp(clock: str) -> str:
+    """An rsyslog RFC 3339 stamp on the capture day: `20:58:01` → `2026-11-29T20:58:01...`."""
+    return f"2026-11-29T{clock}.104217+00:00 gpu-node-17 kernel:"
+
+
+def xid_line(address: str, xid: int, text: str, clock: str = "20:58:01") -> str:
+    """A kernel log line of the NVIDIA driver reporting an XID on the GPU at `address`."""
+    return f"{stamp(clock)} NVRM: Xid (PCI:{address[:-2]}): {xid}, {text}\n"
+
+
+def kernel_log() -> str:
+    """kern.log of a healthy node: an XID from the previous boot, then this boot's lines."""
+    lines = [
+        "2026-11-28T23:10:04.112233+00:00 gpu-node-17 kernel: NVRM: Xid (PCI:0000:3a:00): 48, "
+        "pid=2211, name=python3, An uncorrectable double bit error (DBE) has been detected on "
+        "GPU in the framebuffer at partition 6, subpartition 0.\n",
+        "2026-11-28T23:14:40.000131+00:00 gpu-node-17 kernel: reboot: Restarting system\n",
+        f"{stamp('08:00:02')} Linux version 6.8.0-45-generic (buildd@lcy02-amd64-075) "
+        "(x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) 13.2.0) #45-Ubuntu SMP\n",
+        f"{stamp('08:00:02')} Command line: BOOT_IMAGE=/vmlinuz-6.8.0-45-generic ro\n",
+        f"{stamp('08:00:09')} nvidia: module license 'NVIDIA' taints kernel.\n",
+        f"{stamp('08:00:09')} NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  "
+        "550.54.15  Release Build  (dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:15:33 UTC 2024\n",
+    ]
+    lines += [
+        f"{stamp('08:00:11')} NVRM: GPU at PCI:{a[:-2]}: {gpu_uuid(i)}\n"
+        for i, a in enumerate(H100_PCI)
+    ]
+    lines += [
+        f"{stamp('08:00:12')} mlx5_core 0000:17:00.0: Port module event: module 0, Cable plugged\n",
+        f"{stamp('08:00:14')} EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode.\n",
+        f"{stamp('09:12:40')} python3[41000]: segfault at 0 ip 00007f3a sp 00007ffd error 4\n",
+    ]
+    return "".join(lines)
 
 
 def module_version_text(version: str, open_module: bool = True) -> str:
@@ -182,6 +231,181 @@ def hgx_h100(name: str, driver: str = "550.54.15", cuda: int = 12040) -> Node:
         node.call("nvmlDeviceGetMemoryInfo", [i], dict(H100_MEMORY))
         node.call("nvmlDeviceGetPersistenceMode", [i], 1)
         node.call("nvmlDeviceGetComputeMode", [i], 0)
+        health_calls(node, i)
+    node.file("/proc/sys/kernel/random/boot_id", BOOT_ID)
+    node.file("/proc/stat", f"cpu  49860 1 10153 215654 882 0 236 2148 0 0\nbtime {BOOT_TIME}\n")
+    node.file("/var/log/kern.log", kernel_log())
+    node.processes = [FABRIC_MANAGER] + [training_process(i) for i in range(len(H100_PCI))]
+    return node
+
+
+def training_process(index: int) -> dict[str, Any]:
+    """The training process on GPU `index`."""
+    return {
+        "pid": 41000 + index,
+        "name": "python3",
+        "cmdline": ["python3", "train.py", f"--local-rank={index}"],
+    }
+
+
+def health_calls(node: Node, i: int) -> None:
+    """NVML's health answers for a healthy, busy H100 SXM `i`."""
+    node.call("nvmlDeviceGetTemperature", [i, 0], 41 + i)
+    node.call("nvmlDeviceGetTemperatureThreshold", [i, 1], 87)
+    node.call("nvmlDeviceGetTemperatureThreshold", [i, 0], 92)
+    node.call("nvmlDeviceGetPowerUsage", [i], 612000 + 1000 * i)
+    node.call("nvmlDeviceGetEnforcedPowerLimit", [i], 700000)
+    node.call("nvmlDeviceGetUtilizationRates", [i], {"gpu": 97, "memory": 41})
+    node.call("nvmlDeviceGetEccMode", [i], [1, 1])
+    for error_type, counter, count in ((1, 0, 0), (1, 1, 0), (0, 0, 0), (0, 1, 3)):
+        node.call("nvmlDeviceGetTotalEccErrors", [i, error_type, counter], count)
+    node.call("nvmlDeviceGetRemappedRows", [i], [0, 0, 0, 0])
+    node.call("nvmlDeviceGetRetiredPagesPendingStatus", [i], error="NotSupported")
+    node.call("nvmlDeviceGetCurrPcieLinkWidth", [i], 16)
+    node.call("nvmlDeviceGetMaxPcieLinkWidth", [i], 16)
+    node.call("nvmlDeviceGetCurrPcieLinkGeneration", [i], 5)
+    node.call("nvmlDeviceGetMaxPcieLinkGeneration", [i], 5)
+    for link in range(H100_NVLINKS):
+        node.call("nvmlDeviceGetNvLinkState", [i, link], 1)
+    node.call("nvmlDeviceGetNvLinkState", [i, H100_NVLINKS], error="InvalidArgument")
+    node.call("nvmlDeviceGetGpuFabricInfoV", [i], fabric_info(3))
+    # GPU 0 runs into its power cap: a fact, not a fault.
+    node.call("nvmlDeviceGetCurrentClocksEventReasons", [i], 0x4 if i == 0 else 0)
+    node.call(
+        "nvmlDeviceGetComputeRunningProcesses",
+        [i],
+        [
+            {
+                "pid": 41000 + i,
+                "usedGpuMemory": 536870912,
+                "gpuInstanceId": 0xFFFFFFFF,
+                "computeInstanceId": 0xFFFFFFFF,
+            }
+        ],
+    )
+    node.call("nvmlDeviceGetFieldValues", [i, [230]], [field_value(230, RECOVERY_NONE)])
+    node.call("nvmlDeviceGetMigMode", [i], [0, 0])
+
+
+def fabric_info(state: int, status: int = 0) -> dict[str, Any]:
+    """nvmlDeviceGetGpuFabricInfoV's struct (nvmlGpuFabricInfo_v2_t) with a fabric state."""
+    return {
+        "version": 0x02000024,
+        "clusterUuid": [0x5E, 0x21, 0x9C, 0x04] + [0] * 12,
+        "status": status,
+        "cliqueId": 32766,
+        "state": state,
+        "healthMask": 0,
+    }
+
+
+def field_value(field_id: int, value: int) -> dict[str, Any]:
+    """One nvmlFieldValue_t as pynvml returns it: an unsigned int in the value union."""
+    union = {"dVal": 0.0, "uiVal": value, "ulVal": value, "ullVal": value}
+    union |= {"sllVal": value, "siVal": value, "usVal": value}
+    return {
+        "fieldId": field_id,
+        "scopeId": 0,
+        "timestamp": 1795987081000000,
+        "latencyUsec": 0,
+        "valueType": 1,
+        "nvmlReturn": 0,
+        "value": union,
+    }
+
+
+def idle(node: Node, index: int, generation: int = 5) -> Node:
+    """GPU `index` with no process, no load, its clocks idling (and the PCIe link maybe down
+    to a lower generation, as idle GPUs save power)."""
+    node.replace_call("nvmlDeviceGetComputeRunningProcesses", [index], ret=[])
+    node.replace_call("nvmlDeviceGetUtilizationRates", [index], ret={"gpu": 0, "memory": 0})
+    node.replace_call("nvmlDeviceGetCurrentClocksEventReasons", [index], ret=0x1)
+    node.replace_call("nvmlDeviceGetPowerUsage", [index], ret=71000)
+    node.replace_call("nvmlDeviceGetCurrPcieLinkGeneration", [index], ret=generation)
+    node.processes = [p for p in node.processes if p["pid"] != 41000 + index]
+    return node
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device: its GPU instance and compute instance, profile and shape on an H100."""
+
+    gi: int
+    ci: int
+    profile: str  # the compute instance's profile: "1g.10gb", or "1c.3g.40gb" inside a 3g
+    gi_slices: int
+    ci_slices: int
+    memory_mb: int
+    sms: int
+    gi_start: int
+    ci_start: int = 0
+
+
+# H100 80GB profiles: (GPU instance profile id, slices, memory MiB, SMs).
+H100_PROFILES = {
+    "1g.10gb": (19, 1, 9984, 16),
+    "2g.20gb": (14, 2, 20096, 32),
+    "3g.40gb": (9, 3, 40320, 60),
+    "4g.40gb": (5, 4, 40320, 64),
+    "7g.80gb": (0, 7, 81152, 132),
+}
+
+
+def mig(profile: str, gi: int, start: int, ci: int = 0, ci_slices: int | None = None) -> MigDevice:
+    """A MIG device of an H100 profile (a compute instance of `ci_slices` inside it)."""
+    _, slices, memory, sms = H100_PROFILES[profile]
+    ci_slices = ci_slices or slices
+    name = profile if ci_slices == slices else f"{ci_slices}c.{profile}"
+    return MigDevice(gi, ci, name, slices, ci_slices, memory, sms * ci_slices // slices, start)
+
+
+def mig_uuid(gpu: int, slot: int) -> str:
+    """A stable, made-up MIG device UUID."""
+    return f"MIG-7b3d{gpu:02x}{slot:02x}-1c9e-5a0f-8d42-{gpu:06x}{slot:06x}"
+
+
+def mig_layout(node: Node, gpu: int, devices: list[MigDevice]) -> Node:
+    """MIG on for GPU `gpu` with these MIG devices in slots 0, 1, ... (the rest empty), and
+    NVML refusing per-GPU utilization and remapped rows, as it does with MIG on."""
+    node.replace_call("nvmlDeviceGetMigMode", [gpu], ret=[1, 1])
+    node.replace_call("nvmlDeviceGetUtilizationRates", [gpu], error="NotSupported")
+    node.replace_call("nvmlDeviceGetRemappedRows", [gpu], error="NotSupported")
+    node.call("nvmlDeviceGetMaxMigDeviceCount", [gpu], 7)
+    for slot in range(7):
+        if slot >= len(devices):
+            node.call("nvmlDeviceGetMigDeviceHandleByIndex", [gpu, slot], error="NotFound")
+            continue
+        d, ref = devices[slot], f"{gpu}:{slot}"
+        profile_id = H100_PROFILES[d.profile.split("c.")[-1]][0]
+        node.call("nvmlDeviceGetMigDeviceHandleByIndex", [gpu, slot], ref)
+        node.call("nvmlDeviceGetGpuInstanceId", [ref], d.gi)
+        node.call("nvmlDeviceGetComputeInstanceId", [ref], d.ci)
+        node.call("nvmlDeviceGetUUID", [ref], mig_uuid(gpu, slot))
+        node.call("nvmlDeviceGetName", [ref], f"{H100_NAME} MIG {d.profile}")
+        total = d.memory_mb * MIB
+        node.call("nvmlDeviceGetMemoryInfo", [ref], {"total": total, "free": total, "used": 0})
+        node.call(
+            "nvmlDeviceGetAttributes_v2",
+            [ref],
+            {
+                "multiprocessorCount": d.sms,
+                "sharedCopyEngineCount": d.gi_slices,
+                "sharedDecoderCount": d.gi_slices,
+                "sharedEncoderCount": 0,
+                "sharedJpegCount": 1 if d.gi_slices == 7 else 0,
+                "sharedOfaCount": 1 if d.gi_slices == 7 else 0,
+                "gpuInstanceSliceCount": d.gi_slices,
+                "computeInstanceSliceCount": d.ci_slices,
+                "memorySizeMB": d.memory_mb,
+            },
+        )
+        size = 8 if d.gi_slices == 7 else d.gi_slices  # a 7-slice instance spans all 8
+        gi_info = {"device": None, "id": d.gi, "profileId": profile_id}
+        gi_info["placement"] = {"start": d.gi_start, "size": size}
+        node.replace_call("nvmlGpuInstanceGetInfo", [f"gi:{gpu}:{d.gi}"], ret=gi_info)
+        ci_info = {"device": None, "gpuInstance": None, "id": d.ci, "profileId": d.ci_slices - 1}
+        ci_info["placement"] = {"start": d.ci_start, "size": d.ci_slices}
+        node.call("nvmlComputeInstanceGetInfo_v2", [f"ci:{gpu}:{d.gi}:{d.ci}"], ci_info)
     return node
 
 
@@ -194,8 +418,8 @@ def without_gpu(node: Node, index: int) -> Node:
     for new_index, address in enumerate(seen):
         old_index = H100_PCI.index(address)
         for c in fresh.calls:
-            if c["fn"].startswith("nvmlDevice") and c["args"] == [old_index]:
-                node.calls.append({**c, "args": [new_index]})
+            if c["fn"].startswith("nvmlDevice") and c["args"][:1] == [old_index]:
+                node.calls.append({**c, "args": [new_index, *c["args"][1:]]})
     return node
 
 
@@ -400,7 +624,591 @@ def variants() -> list[Node]:
     node = hgx_h100("synthetic-module-library-differ")
     node.file("/proc/driver/nvidia/version", module_version_text("550.90.07"))
     nodes.append(node)
-    return nodes + fabric_variants()
+    return (
+        nodes
+        + health_variants()
+        + mig_variants()
+        + xid_variants()
+        + container_variants()
+        + fabric_variants()
+    )
+
+
+def health_variants() -> list[Node]:
+    """One GPU health fault each (check `gpus`)."""
+    nodes = []
+
+    # GPU 2: three uncorrectable ECC errors since the driver loaded.
+    node = hgx_h100("synthetic-ecc-uncorrectable")
+    node.replace_call("nvmlDeviceGetTotalEccErrors", [2, 1, 0], ret=3)
+    node.replace_call("nvmlDeviceGetTotalEccErrors", [2, 1, 1], ret=3)
+    nodes.append(node)
+
+    # GPU 3: two rows remapped for uncorrectable errors, a reset pending (the contract's case).
+    node = hgx_h100("synthetic-remap-pending")
+    node.replace_call("nvmlDeviceGetRemappedRows", [3], ret=[0, 2, 1, 0])
+    nodes.append(node)
+
+    # GPU 6: remapping failed (no spare row left).
+    node = hgx_h100("synthetic-remap-failure")
+    node.replace_call("nvmlDeviceGetRemappedRows", [6], ret=[0, 5, 0, 1])
+    nodes.append(node)
+
+    # GPU 1 retires pages, as pre-Ampere GPUs do, and a retirement is pending.
+    node = hgx_h100("synthetic-retired-pages-pending")
+    node.replace_call("nvmlDeviceGetRemappedRows", [1], error="NotSupported")
+    node.replace_call("nvmlDeviceGetRetiredPagesPendingStatus", [1], ret=1)
+    nodes.append(node)
+
+    # GPU 4 trained its link at x8 of x16; GPU 5 is idle and its link saves power at Gen1.
+    node = idle(hgx_h100("synthetic-pcie-degraded"), 5, generation=1)
+    node.replace_call("nvmlDeviceGetCurrPcieLinkWidth", [4], ret=8)
+    nodes.append(node)
+
+    # GPU 1: NVLink 7 is down, its 17 other links up.
+    node = hgx_h100("synthetic-nvlink-down")
+    node.replace_call("nvmlDeviceGetNvLinkState", [1, 7], ret=0)
+    nodes.append(node)
+
+    # No fabric manager runs: no GPU registered with the NVSwitch fabric.
+    node = hgx_h100("synthetic-fabric-not-started")
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetGpuFabricInfoV", [i], ret=fabric_info(1))
+    node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
+    nodes.append(node)
+
+    # The fabric manager runs and GPU 0 is still registering.
+    node = hgx_h100("synthetic-fabric-in-progress")
+    node.replace_call("nvmlDeviceGetGpuFabricInfoV", [0], ret=fabric_info(2))
+    nodes.append(node)
+
+    # GPU 7 is at 89 °C, past its 87 °C slowdown threshold: hardware thermal slowdown.
+    node = hgx_h100("synthetic-thermal-slowdown")
+    node.replace_call("nvmlDeviceGetTemperature", [7, 0], ret=89)
+    node.replace_call("nvmlDeviceGetCurrentClocksEventReasons", [7], ret=0x40)
+    nodes.append(node)
+
+    # GPU 0: hardware slowdown with no cause bit (told by the older function name).
+    node = hgx_h100("synthetic-hw-slowdown")
+    node.drop_calls(lambda c: c["fn"] == "nvmlDeviceGetCurrentClocksEventReasons")
+    for i in range(len(H100_PCI)):
+        node.call("nvmlDeviceGetCurrentClocksThrottleReasons", [i], 0x8 if i == 0 else 0)
+    nodes.append(node)
+
+    # GPU 2: the external power brake (and so hardware slowdown) is asserted.
+    node = hgx_h100("synthetic-power-brake")
+    node.replace_call("nvmlDeviceGetCurrentClocksEventReasons", [2], ret=0x88)
+    nodes.append(node)
+
+    # GPU 5: the driver asks for a node reboot (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 2).
+    node = hgx_h100("synthetic-recovery-node-reboot")
+    node.replace_call("nvmlDeviceGetFieldValues", [5, [230]], ret=[field_value(230, 2)])
+    nodes.append(node)
+
+    # GPUs 6 and 7 sit idle: a fact in one-shot check, GPU_IDLE in the daemon past the window.
+    # A job lands on GPU 7 after the first look (later samples answer in order).
+    node = idle(idle(hgx_h100("synthetic-gpus-idle"), 6), 7)
+    job = training_process(7)
+    node.call(
+        "nvmlDeviceGetComputeRunningProcesses", [7], [{"pid": job["pid"], "usedGpuMemory": 1 << 30}]
+    )
+    node.call("nvmlDeviceGetUtilizationRates", [7], {"gpu": 88, "memory": 30})
+    node.processes.append(job)
+    nodes.append(node)
+    return nodes
+
+
+def mig_variants() -> list[Node]:
+    """MIG layouts (check `mig`)."""
+    nodes = []
+
+    # Every GPU split into seven 1g.10gb devices: fits the device plugin's `single` strategy.
+    node = hgx_h100("synthetic-mig-single")
+    for gpu in range(len(H100_PCI)):
+        mig_layout(node, gpu, [mig("1g.10gb", gi=7 + s, start=s) for s in range(7)])
+    nodes.append(node)
+
+    # GPUs 0-3 split in different ways (a 3g.40gb split into three compute instances on
+    # GPU 3), GPUs 4-7 whole: fits `mixed` only.
+    node = hgx_h100("synthetic-mig-mixed")
+    mig_layout(
+        node,
+        0,
+        [
+            mig("3g.40gb", gi=2, start=4),
+            mig("2g.20gb", gi=3, start=0),
+            mig("1g.10gb", gi=9, start=2),
+            mig("1g.10gb", gi=10, start=3),
+        ],
+    )
+    mig_layout(node, 1, [mig("7g.80gb", gi=0, start=0)])
+    mig_layout(node, 2, [mig("4g.40gb", gi=1, start=0), mig("3g.40gb", gi=2, start=4)])
+    mig_layout(node, 3, [mig("3g.40gb", gi=1, start=0, ci=c, ci_slices=1) for c in range(3)])
+    for c in range(3):  # each compute instance takes one of the GPU instance's three slices
+        node.replace_call(
+            "nvmlComputeInstanceGetInfo_v2",
+            [f"ci:3:1:{c}"],
+            ret={
+                "device": None,
+                "gpuInstance": None,
+                "id": c,
+                "profileId": 0,
+                "placement": {"start": c, "size": 1},
+            },
+        )
+    nodes.append(node)
+
+    # MIG on every GPU, but GPU 7 is split into two 3g.40gb instead of seven 1g.10gb.
+    node = hgx_h100("synthetic-mig-two-profiles")
+    for gpu in range(len(H100_PCI) - 1):
+        mig_layout(node, gpu, [mig("1g.10gb", gi=7 + s, start=s) for s in range(7)])
+    mig_layout(node, 7, [mig("3g.40gb", gi=1, start=0), mig("3g.40gb", gi=2, start=4)])
+    nodes.append(node)
+
+    # GPU 2: MIG enabled, pending until the GPU is reset.
+    node = hgx_h100("synthetic-mig-pending")
+    node.replace_call("nvmlDeviceGetMigMode", [2], ret=[0, 1])
+    nodes.append(node)
+
+    # GPU 5: MIG on, but nobody created a GPU instance.
+    node = mig_layout(hgx_h100("synthetic-mig-no-instances"), 5, [])
+    nodes.append(node)
+    return nodes
+
+
+def xid_variants() -> list[Node]:
+    """XIDs in the kernel log and from NVML events (check `xid`)."""
+    nodes = []
+    base_log = kernel_log()
+
+    # Application XIDs on GPUs 0 and 4 among unrelated kernel lines.
+    node = hgx_h100("synthetic-xid-app")
+    a0, a4 = H100_PCI[0], H100_PCI[4]
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + xid_line(
+            a0,
+            13,
+            "pid=41000, name=python3, Graphics SM Warp Exception on (GPC 1, "
+            "TPC 2, SM 0): Out Of Range Address",
+            "10:01:07",
+        )
+        + f"{stamp('10:01:07')} NVRM: Xid (PCI:{a0[:-2]}): 13, pid=41000, name=python3, "
+        "Graphics Exception: ESR 0x524730=0x2000d 0x524734=0x0\n"
+        + f'{stamp("10:01:08")} audit: type=1400 apparmor="STATUS" operation="profile"\n'
+        + xid_line(
+            a0,
+            31,
+            "pid=41000, name=python3, Ch 00000008, intr 00000000. MMU Fault: "
+            "ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f1e_00000000. Fault is of "
+            "type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+            "10:01:09",
+        )
+        + f"{stamp('10:02:00')} systemd-journald[512]: Data hash table of /var/log/journal "
+        "has a fill level at 75.0\n"
+        + xid_line(a4, 43, "pid=41004, name=python3, Ch 00000010", "11:30:00")
+        + xid_line(a4, 45, "pid=41004, name=python3, Ch 00000010", "11:30:01"),
+    )
+    nodes.append(node)
+
+    # Hardware XIDs: a double-bit ECC error (48) and its row remapping (63) on GPU 2, a GSP
+    # timeout (119) and the recovery it asks for (154) on GPU 6; syslog holds the same
+    # kernel lines as kern.log.
+    node = hgx_h100("synthetic-xid-critical")
+    a2, a6 = H100_PCI[2], H100_PCI[6]
+    log = (
+        base_log
+        + xid_line(
+            a2,
+            48,
+            "pid=41002, name=python3, An uncorrectable double bit error (DBE) "
+            "has been detected on GPU in the framebuffer at partition 6, subpartition "
+            "0.",
+            "14:22:51",
+        )
+        + xid_line(
+            a2,
+            63,
+            "pid=41002, name=python3, Row Remapper: New row (0x0000000000b3e1c0) "
+            "was marked for remapping, reset gpu to activate.",
+            "14:22:51",
+        )
+        + f"{stamp('14:22:52')} nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected "
+        "invalid context, skipping further processing\n"
+        + xid_line(
+            a6,
+            119,
+            "pid=41006, name=python3, Timeout after 6s of waiting for RPC "
+            "response from GPU6 GSP! Expected function 76 (GSP_RM_CONTROL).",
+            "18:40:13",
+        )
+        + xid_line(
+            a6,
+            119,
+            "pid=41006, name=python3, Timeout after 6s of waiting for RPC "
+            "response from GPU6 GSP! Expected function 10 (FREE).",
+            "18:40:19",
+        )
+        + xid_line(
+            a6,
+            154,
+            "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+            "18:40:20",
+        )
+    )
+    node.file("/var/log/kern.log", log)
+    node.file(
+        "/var/log/syslog",
+        f"{stamp('14:22:50')} systemd[1]: Started session-41.scope.\n"
+        + "".join(line + "\n" for line in log.splitlines() if " NVRM: Xid " in line),
+    )
+    nodes.append(node)
+
+    # NVML's event set saw an uncontained memory error (95) on GPU 3 (also in kern.log) and two
+    # application faults (13) on GPU 0; a single-bit ECC event is no XID.
+    node = hgx_h100("synthetic-xid-event")
+    node.events = [
+        {"device": 0, "type": "XidCriticalError", "data": 13, "time": "2026-11-29T19:02:11Z"},
+        {"device": 1, "type": "SingleBitEccError", "data": 0, "time": "2026-11-29T19:30:00Z"},
+        {"device": 0, "type": "XidCriticalError", "data": 13, "time": "2026-11-29T19:02:12Z"},
+        {"device": 3, "type": "XidCriticalError", "data": 95, "time": "2026-11-29T20:58:01Z"},
+    ]
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + xid_line(
+            H100_PCI[3],
+            95,
+            "pid=41003, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No",
+            "20:58:01",
+        ),
+    )
+    nodes.append(node)
+    return nodes
+
+
+# --- Container toolkit, engines, CDI, device plugin and GPU sharing ---------------------------
+# Configuration files in the shapes their tools write are kept in tests/fixtures/toolkit/
+# (nvidia-ctk runtime configure for containerd v2/v3, Docker and CRI-O; nvidia-ctk config
+# default; k3s's generated config); the CDI spec is written here in the shape of
+# `nvidia-ctk cdi generate` (nvidia-container-toolkit cmd/nvidia-ctk/cdi/generate), so its
+# driver version and GPU count can vary.
+
+FIXTURES = HERE.parent / "fixtures" / "toolkit"
+LIB = "/usr/lib/x86_64-linux-gnu"
+TOOLKIT_BINARIES = (
+    "nvidia-container-runtime",
+    "nvidia-container-runtime-hook",
+    "nvidia-ctk",
+    "nvidia-cdi-hook",
+    "nvidia-container-cli",
+)
+DRIVER_LIBRARIES = (
+    "libEGL_nvidia.so",
+    "libGLESv2_nvidia.so",
+    "libGLX_nvidia.so",
+    "libcuda.so",
+    "libcudadebugger.so",
+    "libnvcuvid.so",
+    "libnvidia-allocator.so",
+    "libnvidia-cfg.so",
+    "libnvidia-eglcore.so",
+    "libnvidia-encode.so",
+    "libnvidia-glcore.so",
+    "libnvidia-glsi.so",
+    "libnvidia-gpucomp.so",
+    "libnvidia-ml.so",
+    "libnvidia-nvvm.so",
+    "libnvidia-opencl.so",
+    "libnvidia-ptxjitcompiler.so",
+    "libnvidia-tls.so",
+    "libnvoptix.so",
+)
+DRIVER_BINARIES = (
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-smi",
+)
+SPEC_DEVICE_NODES = (
+    "/dev/nvidia-modeset",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidiactl",
+)
+MOUNT_OPTIONS = "          options:\n" + "".join(
+    f"            - {o}\n" for o in ("ro", "nosuid", "nodev", "rbind", "rprivate")
+)
+
+
+def fixture(name: str) -> str:
+    """A configuration file from tests/fixtures/toolkit/."""
+    return (FIXTURES / name).read_text(encoding="utf-8")
+
+
+def driver_host_files(driver: str) -> list[str]:
+    """The driver's files a generated CDI spec mounts, at their host paths."""
+    files = [f"{LIB}/{lib}.{driver}" for lib in DRIVER_LIBRARIES]
+    files.append(f"{LIB}/vdpau/libvdpau_nvidia.so.{driver}")
+    # Not versioned with the driver: must not count as a driver version.
+    files.append(f"{LIB}/libnvidia-egl-wayland.so.1.1.13")
+    files += [f"/usr/bin/{b}" for b in DRIVER_BINARIES]
+    files += [f"/lib/firmware/nvidia/{driver}/{fw}" for fw in ("gsp_ga10x.bin", "gsp_tu10x.bin")]
+    files.append("/run/nvidia-persistenced/socket")
+    return files
+
+
+def cdi_hook(args: list[str]) -> str:
+    """One createContainer hook of nvidia-cdi-hook, as nvidia-ctk writes it."""
+    lines = "".join(f"            - {a}\n" for a in ["nvidia-cdi-hook", *args])
+    return (
+        "        - hookName: createContainer\n"
+        "          path: /usr/bin/nvidia-cdi-hook\n"
+        "          args:\n"
+        f"{lines}"
+        "          env:\n"
+        "            - NVIDIA_CTK_DEBUG=false\n"
+    )
+
+
+def nvidia_cdi_spec(driver: str, gpus: int) -> str:
+    """A CDI spec as `nvidia-ctk cdi generate` writes it for `gpus` GPUs and `driver`."""
+    nodes = "".join(f"            - path: /dev/nvidia{i}\n" for i in range(gpus))
+    devices = "".join(
+        f'    - name: "{i}"\n'
+        "      containerEdits:\n"
+        "        deviceNodes:\n"
+        f"            - path: /dev/nvidia{i}\n"
+        for i in range(gpus)
+    )
+    devices += f"    - name: all\n      containerEdits:\n        deviceNodes:\n{nodes}"
+    common_nodes = "".join(f"        - path: {n}\n" for n in SPEC_DEVICE_NODES)
+    hooks = cdi_hook(["create-symlinks", "--link", f"libcuda.so.1::{LIB}/libcuda.so"])
+    hooks += cdi_hook(["enable-cuda-compat", f"--host-driver-version={driver}"])
+    hooks += cdi_hook(["update-ldcache", "--folder", LIB, "--folder", f"{LIB}/vdpau"])
+    hooks += cdi_hook(["disable-device-node-modification"])
+    mounts = "".join(
+        f"        - hostPath: {path}\n          containerPath: {path}\n{MOUNT_OPTIONS}"
+        for path in driver_host_files(driver)
+    )
+    return (
+        "---\n"
+        "cdiVersion: 0.5.0\n"
+        "kind: nvidia.com/gpu\n"
+        "devices:\n"
+        f"{devices}"
+        "containerEdits:\n"
+        "    env:\n"
+        f"        - NVIDIA_CTK_LIBCUDA_DIR={LIB}\n"
+        "        - NVIDIA_VISIBLE_DEVICES=void\n"
+        "    deviceNodes:\n"
+        f"{common_nodes}"
+        "    hooks:\n"
+        f"{hooks}"
+        "    mounts:\n"
+        f"{mounts}"
+    )
+
+
+def driver_files(node: Node, driver: str) -> Node:
+    """The driver's libraries, binaries, firmware and device nodes on the host."""
+    for path in driver_host_files(driver):
+        node.file(path)
+    for i in range(len(H100_PCI)):
+        node.file(f"/dev/nvidia{i}")
+    for path in SPEC_DEVICE_NODES:
+        node.file(path)
+    return node
+
+
+def toolkit(node: Node, directory: str = "/usr/bin", config: str | None = None) -> Node:
+    """The NVIDIA Container Toolkit's binaries and its default config.toml."""
+    for name in TOOLKIT_BINARIES:
+        node.file(f"{directory}/{name}")
+    node.file(
+        "/etc/nvidia-container-runtime/config.toml",
+        config or fixture("nvidia-container-runtime-config.toml"),
+    )
+    return node
+
+
+def containerd_v2_drop_in(node: Node) -> Node:
+    """containerd 1.7 configured by nvidia-ctk: imports in config.toml, the runtime in a drop-in."""
+    node.file("/etc/containerd/config.toml", fixture("containerd-v2-config.toml"))
+    node.file("/etc/containerd/conf.d/99-nvidia.toml", fixture("containerd-v2-99-nvidia.toml"))
+    return containerd_running(node)
+
+
+def containerd_running(node: Node, config: str | None = None, pid: int = 1021) -> Node:
+    """containerd's socket and process (with `-c config` when given)."""
+    socket = "/run/k3s/containerd/containerd.sock" if config else "/run/containerd/containerd.sock"
+    node.file(socket)
+    cmdline = ["/usr/bin/containerd"] + (["-c", config] if config else [])
+    node.processes.append({"pid": pid, "name": "containerd", "cmdline": cmdline})
+    return node
+
+
+def kubelet(node: Node, plugin_sockets: tuple[str, ...] = ("nvidia-gpu.sock",)) -> Node:
+    """The kubelet's device-plugins directory with its socket and the plugin's."""
+    node.file("/var/lib/kubelet/device-plugins/kubelet.sock")
+    for name in plugin_sockets:
+        node.file(f"/var/lib/kubelet/device-plugins/{name}")
+    return node
+
+
+def cdi_spec(node: Node, driver: str = "550.54.15", gpus: int = 8) -> Node:
+    """The generated spec at /var/run/cdi/nvidia.yaml."""
+    return node.file("/var/run/cdi/nvidia.yaml", nvidia_cdi_spec(driver, gpus))
+
+
+def gpu_k8s_node(name: str, driver: str = "550.54.15") -> Node:
+    """A healthy Kubernetes GPU node: toolkit, containerd v2 with the nvidia drop-in (default
+    runtime, CDI on), the generated CDI spec and the device plugin registered."""
+    node = hgx_h100(name, driver=driver)
+    driver_files(node, driver)
+    toolkit(node)
+    containerd_v2_drop_in(node)
+    cdi_spec(node, driver)
+    return kubelet(node)
+
+
+def set_compute_mode(node: Node, mode: int, gpus: range = range(len(H100_PCI))) -> Node:
+    """Set the listed GPUs' compute mode: 0 Default, 1 ExclusiveThread, 2 Prohibited,
+    3 ExclusiveProcess."""
+    for i in gpus:
+        node.replace_call("nvmlDeviceGetComputeMode", [i], ret=mode)
+    return node
+
+
+def mps_daemon(node: Node) -> Node:
+    """The MPS control daemon as the device plugin's MPS pod runs it."""
+    node.processes.append(
+        {
+            "pid": 4242,
+            "name": "nvidia-cuda-mps-control",
+            "cmdline": ["nvidia-cuda-mps-control", "-d"],
+        }
+    )
+    return node
+
+
+def container_variants() -> list[Node]:
+    """Toolkit, engine, CDI, device plugin and sharing snapshots."""
+    nodes = [gpu_k8s_node("synthetic-h100-k8s-containerd-healthy")]
+
+    # containerd 2.x (config version 3): the drop-in adds the runtime without making it the
+    # default, so pods need runtimeClassName: nvidia; CDI is on in the root file.
+    node = hgx_h100("synthetic-containerd-v3-runtimeclass")
+    driver_files(node, "550.54.15")
+    toolkit(node)
+    node.file("/etc/containerd/config.toml", fixture("containerd-v3-config.toml"))
+    node.file("/etc/containerd/conf.d/99-nvidia.toml", fixture("containerd-v3-99-nvidia.toml"))
+    containerd_running(node)
+    cdi_spec(node)
+    nodes.append(kubelet(node))
+
+    # The driver was upgraded to 550.90.07 (and the node rebooted); the spec still names 550.54.15.
+    node = gpu_k8s_node("synthetic-cdi-stale-after-driver-upgrade", driver="550.90.07")
+    node.files.pop("/var/run/cdi/nvidia.yaml")
+    cdi_spec(node, driver="550.54.15")
+    nodes.append(node)
+
+    # Generated while GPU 5 had fallen off the bus: the spec defines 7 GPUs, NVML sees 8.
+    node = gpu_k8s_node("synthetic-cdi-spec-missing-gpu")
+    cdi_spec(node, gpus=7)
+    nodes.append(node)
+
+    # Two generated specs merged by hand into one: device "0" is defined twice. The toolkit
+    # runs in cdi mode, so every GPU container needs the spec.
+    node = gpu_k8s_node("synthetic-cdi-spec-invalid")
+    cdi_mode = fixture("nvidia-container-runtime-config.toml").replace(
+        'mode = "auto"', 'mode = "cdi"'
+    )
+    node.file("/etc/nvidia-container-runtime/config.toml", cdi_mode)
+    spec = nvidia_cdi_spec("550.54.15", 8)
+    duplicate = (
+        '    - name: "0"\n      containerEdits:\n        deviceNodes:\n'
+        "            - path: /dev/nvidia0\n"
+    )
+    node.file("/var/run/cdi/nvidia.yaml", spec.replace("devices:\n", "devices:\n" + duplicate, 1))
+    nodes.append(node)
+
+    # A kubeadm node: the toolkit is installed but `nvidia-ctk runtime configure` never ran.
+    node = gpu_k8s_node("synthetic-containerd-no-nvidia-runtime")
+    node.files.pop("/etc/containerd/conf.d/99-nvidia.toml")
+    node.file("/etc/containerd/config.toml", fixture("containerd-v2-kubeadm-config.toml"))
+    nodes.append(node)
+
+    # The drop-in is there, but config.toml (rewritten by kubeadm tooling) no longer imports it.
+    node = gpu_k8s_node("synthetic-containerd-drop-in-not-imported")
+    node.file("/etc/containerd/config.toml", fixture("containerd-v2-kubeadm-config.toml"))
+    nodes.append(node)
+
+    # The GPU Operator was uninstalled and the toolkit package installed instead: containerd's
+    # nvidia runtimes still point into /usr/local/nvidia/toolkit, which is gone.
+    node = gpu_k8s_node("synthetic-runtime-binary-missing")
+    node.files.pop("/etc/containerd/conf.d/99-nvidia.toml")
+    node.file("/etc/containerd/config.toml", fixture("containerd-v2-gpu-operator-config.toml"))
+    nodes.append(node)
+
+    # k3s started before the toolkit was installed: its generated config has no nvidia runtime.
+    node = hgx_h100("synthetic-k3s-no-nvidia-runtime")
+    driver_files(node, "550.54.15")
+    toolkit(node)
+    k3s_config = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+    node.file(k3s_config, fixture("k3s-config.toml"))
+    containerd_running(node, config=k3s_config, pid=2077)
+    nodes.append(kubelet(node))
+
+    # A plain Docker host (no Kubernetes): nvidia runtime in daemon.json; Docker's containerd
+    # has its CRI plugin disabled and is not judged.
+    node = hgx_h100("synthetic-docker-nvidia-runtime")
+    driver_files(node, "550.54.15")
+    toolkit(node)
+    node.file("/etc/docker/daemon.json", fixture("docker-daemon.json"))
+    node.file("/etc/containerd/config.toml", fixture("docker-containerd-config.toml"))
+    node.file("/run/docker.sock")
+    node.processes.append(
+        {"pid": 1300, "name": "dockerd", "cmdline": ["/usr/bin/dockerd", "-H", "fd://"]}
+    )
+    nodes.append(containerd_running(node))
+
+    # CRI-O on Kubernetes with nvidia-ctk's drop-in making nvidia the default runtime.
+    node = hgx_h100("synthetic-crio-nvidia-drop-in")
+    driver_files(node, "550.54.15")
+    toolkit(node)
+    node.file("/etc/crio/crio.conf", fixture("crio.conf"))
+    node.file("/etc/crio/crio.conf.d/99-nvidia.conf", fixture("crio-99-nvidia.conf"))
+    node.file("/var/run/crio/crio.sock")
+    node.processes.append({"pid": 1400, "name": "crio", "cmdline": ["/usr/bin/crio"]})
+    cdi_spec(node)
+    nodes.append(kubelet(node))
+
+    # A Kubernetes GPU node whose device plugin never registered: only the kubelet's socket.
+    node = gpu_k8s_node("synthetic-k8s-no-device-plugin")
+    node.files.pop("/var/lib/kubelet/device-plugins/nvidia-gpu.sock")
+    nodes.append(node)
+
+    # MPS: the plugin's MPS daemon runs and has set EXCLUSIVE_PROCESS on every GPU.
+    nodes.append(mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-daemon-running"), 3)))
+
+    # MPS configured but its control daemon is not running (GPUs left in Default).
+    nodes.append(gpu_k8s_node("synthetic-mps-daemon-missing"))
+
+    # MPS on a node where GPUs 0 and 1 have MIG enabled.
+    node = mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-on-mig"), 3))
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetMigMode", [i], ret=[1, 1] if i < 2 else [0, 0])
+    nodes.append(node)
+
+    # Time-slicing while GPU 2 was left in EXCLUSIVE_PROCESS and GPU 6 in Prohibited.
+    node = gpu_k8s_node("synthetic-time-slicing-exclusive-gpu")
+    set_compute_mode(node, 3, range(2, 3))
+    set_compute_mode(node, 2, range(6, 7))
+    nodes.append(node)
+    return nodes
 
 
 def main(root: Path = HERE) -> None:

@@ -1,23 +1,33 @@
-"""Check `gpus`: are all the GPUs there, and what are they?
+"""Check `gpus`: are all the GPUs there, what are they, and are they healthy?
 
 Counts the NVIDIA GPUs on the PCI bus (the ground truth), holds NVML's count and the
 expected count against it, and lists each GPU's identity: index, UUID, name, serial, PCI bus
 id, memory, persistence and compute mode. A GPU NVML reports lost is named while the others
-are still reported.
+are still reported. Each GPU's health (ECC, remapped rows, PCIe, NVLink, fabric, clock event
+reasons, temperature, power, load, processes) is read and judged by `gpuprobe.gpu_health`.
+
+Idle GPUs: the check remembers (in `host.memory`) since when each GPU has been idle, so the
+daemon raises GPU_IDLE once one stays idle past `gpus.idle_window_seconds`; a one-shot check
+has no history and only reports idleness in `data`.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from gpuprobe.config import Config
 from gpuprobe.devices import Device, gpu_count, open_gpus, text
+from gpuprobe.gpu_health import FABRIC_MANAGER, health_findings, idle_finding, read_health
 from gpuprobe.host import Host
 from gpuprobe.pci import PciDevice, normalize_bus_id, nvidia_devices
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
 
 NAME = "gpus"
 COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "ExclusiveProcess"}
+# The idle clock (seconds); tests replace it to step through time.
+clock: Callable[[], float] = time.time
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -45,16 +55,24 @@ def run(host: Host, config: Config) -> CheckResult:
             floor=Status.UNKNOWN,
         )
     devices = open_gpus(host.nvml, count)
-    inventories = [inventory(d) for d in devices]
-    data["gpus"] = inventories
-    findings = _count_findings(bus, count, expected, inventories)
-    findings += [
-        f for d, inv in zip(devices, inventories, strict=True) for f in _device_findings(d, inv)
-    ]
-    return CheckResult(NAME, _summary(inventories, devices, len(bus)), findings, data)
+    table = host.processes()
+    gpus = []
+    for device in devices:
+        facts = inventory(device, finish=False)
+        if not device.lost:
+            facts.update(read_health(device, table))
+        gpus.append(_finish(device, facts))
+    data["gpus"] = gpus
+    _track_idle(host, gpus)
+    if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
+        data["fabric_manager_running"] = bool(table.named(*FABRIC_MANAGER))
+    findings = _count_findings(bus, count, expected, gpus)
+    for device, facts in zip(devices, gpus, strict=True):
+        findings += _device_findings(device, facts, config, data)
+    return CheckResult(NAME, _summary(gpus, devices, len(bus), findings), findings, data)
 
 
-def inventory(device: Device) -> dict[str, Any]:
+def inventory(device: Device, finish: bool = True) -> dict[str, Any]:
     """One GPU's identity as NVML tells it; what it cannot tell is left out."""
     if device.lost:  # its handle is lost: NVML can tell nothing more
         return {"index": device.index, "lost": True}
@@ -68,24 +86,49 @@ def inventory(device: Device) -> dict[str, Any]:
     memory = device.get("nvmlDeviceGetMemoryInfo")
     if isinstance(memory, dict) and isinstance(memory.get("total"), int):
         facts["memory_total_bytes"] = memory["total"]
+        if isinstance(memory.get("used"), int):
+            facts["memory_used_bytes"] = memory["used"]
     persistence = device.get("nvmlDeviceGetPersistenceMode")
     if isinstance(persistence, int):
         facts["persistence_mode"] = persistence == 1
     compute = device.get("nvmlDeviceGetComputeMode")
     if isinstance(compute, int):
         facts["compute_mode"] = COMPUTE_MODES.get(compute, str(compute))
-    facts["lost"] = _lost_now(device)
+    facts = {k: v for k, v in facts.items() if v is not None}
+    return _finish(device, facts) if finish else facts
+
+
+def _finish(device: Device, facts: dict[str, Any]) -> dict[str, Any]:
+    """Add what the queries found out about the GPU itself: lost, and NVML's errors."""
+    if device.lost:
+        facts["lost"] = True
     if device.errors:
         facts["nvml_errors"] = dict(device.errors)
-    return {k: v for k, v in facts.items() if v is not None}
+    return facts
 
 
-def _lost_now(device: Device) -> bool | None:
-    """True when a query found the GPU lost (else None, so the fact is left out)."""
-    return True if device.lost else None
+def _fabric_used(facts: dict[str, Any]) -> bool:
+    return facts.get("fabric_state") not in (None, "NOT_SUPPORTED")
 
 
-def _device_findings(device: Device, facts: dict[str, Any]) -> list[Finding]:
+def _track_idle(host: Host, gpus: list[dict[str, Any]]) -> None:
+    """Set each GPU's `idle_seconds` from the time it was first seen idle (kept in memory)."""
+    since: dict[str, float] = host.memory.of(NAME).setdefault("idle_since", {})
+    now = clock()
+    for facts in gpus:
+        key = facts.get("uuid") or f"index:{facts['index']}"
+        idle = facts.get("idle")
+        if idle:
+            facts["idle_seconds"] = round(now - since.setdefault(key, now), 3)
+        else:
+            since.pop(key, None)
+            if idle is False:
+                facts["idle_seconds"] = None
+
+
+def _device_findings(
+    device: Device, facts: dict[str, Any], config: Config, data: dict[str, Any]
+) -> list[Finding]:
     resource = gpu_resource(device.index, facts.get("uuid"))
     where = f"GPU {device.index}" + (f" ({facts['pci_bus_id']})" if "pci_bus_id" in facts else "")
     if device.lost:
@@ -109,7 +152,18 @@ def _device_findings(device: Device, facts: dict[str, Any]) -> list[Finding]:
                 resource,
             )
         ]
-    return []
+    findings = health_findings(
+        facts,
+        resource,
+        where,
+        nvswitch_system=bool(data["nvswitches_on_pci_bus"]),
+        fabric_manager_running=data.get("fabric_manager_running"),
+    )
+    idle_seconds = facts.get("idle_seconds")
+    window = config.gpus.idle_window_seconds
+    if idle_seconds is not None and idle_seconds > window:
+        findings.append(idle_finding(idle_seconds, window, resource, where))
+    return findings
 
 
 def _count_findings(
@@ -155,7 +209,9 @@ def _count_findings(
     return []
 
 
-def _summary(inventories: list[dict[str, Any]], devices: list[Device], on_bus: int) -> str:
+def _summary(
+    inventories: list[dict[str, Any]], devices: list[Device], on_bus: int, findings: list[Finding]
+) -> str:
     total = len(devices)
     if total < on_bus:
         return f"NVML sees {total} of the {on_bus} GPUs on the PCI bus"
@@ -166,4 +222,25 @@ def _summary(inventories: list[dict[str, Any]], devices: list[Device], on_bus: i
         return f"{lost} of {total} GPUs lost"
     names = sorted({inv["name"] for inv in inventories if "name" in inv})
     model = f": {', '.join(names)}" if names else ""
-    return f"{total} GPU{'s' if total != 1 else ''}{model}"
+    summary = f"{total} GPU{'s' if total != 1 else ''}{model}"
+    troubled = _by_gpu(findings)
+    if troubled:
+        shown = [f"GPU {i} {', '.join(codes)}" for i, codes in sorted(troubled.items())[:3]]
+        more = f" and {len(troubled) - 3} more" if len(troubled) > 3 else ""
+        summary += f"; {len(troubled)} with findings: {'; '.join(shown)}{more}"
+    idle = sum(1 for inv in inventories if inv.get("idle"))
+    if idle:
+        summary += f"; {idle} idle"
+    return summary
+
+
+def _by_gpu(findings: list[Finding]) -> dict[int, list[str]]:
+    """The finding codes of each GPU, worst severity first."""
+    found: dict[int, list[Finding]] = {}
+    for f in findings:
+        if f.resource.startswith("gpu:"):
+            found.setdefault(int(f.resource.split(":")[1]), []).append(f)
+    return {
+        i: list(dict.fromkeys(f.code for f in sorted(fs, key=lambda f: -f.severity.status.rank)))
+        for i, fs in found.items()
+    }

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuprobe.checks import driver, gpus, nccl, network, rdma
+from gpuprobe.checks import (
+    cdi,
+    device_plugin,
+    driver,
+    gpus,
+    mig,
+    nccl,
+    network,
+    rdma,
+    sharing,
+    toolkit,
+    xid,
+)
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
@@ -14,6 +26,12 @@ CheckFn = Callable[[Host, Config], CheckResult]
 CHECKS: dict[str, CheckFn] = {
     "driver": driver.run,
     "gpus": gpus.run,
+    "mig": mig.run,
+    "xid": xid.run,
+    "toolkit": toolkit.run,
+    "cdi": cdi.run,
+    "device_plugin": device_plugin.run,
+    "sharing": sharing.run,
     "network": network.run,
     "rdma": rdma.run,
     "nccl": nccl.run,

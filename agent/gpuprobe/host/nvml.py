@@ -1,10 +1,13 @@
 """The NVML facade: live (pynvml), replay (a snapshot's `nvml.json`) and recording.
 
 Checks call NVML by pynvml function name with plain arguments: a device is its index
-(`call("nvmlDeviceGetName", 0)`), a MIG device is `"<gpu>:<mig index>"`. Every answer is a
-plain JSON value (a ctypes struct becomes a dict of its fields), and every error is an
-`NvmlError` named as pynvml names it without its `NVMLError_` prefix. So a check cannot tell
-a live GPU from a replayed one, and `capture` can write down exactly what it saw.
+(`call("nvmlDeviceGetName", 0)`), a MIG device is `"<gpu>:<mig index>"`, a GPU instance is
+`"gi:<gpu>:<gpu instance id>"` and a compute instance `"ci:<gpu>:<gi id>:<ci id>"` (the first
+argument of `nvmlGpuInstance*` and `nvmlComputeInstance*` functions). Every answer is a
+plain JSON value (a ctypes struct becomes a dict of its fields, a handle inside it null), and
+every error is an `NvmlError` named as pynvml names it without its `NVMLError_` prefix. So a
+check cannot tell a live GPU from a replayed one, and `capture` can write down exactly what
+it saw.
 
 pynvml is imported only when a live NVML is first used: replaying a snapshot never loads it.
 """
@@ -79,6 +82,14 @@ _NO_HANDLE = frozenset(
         "nvmlDeviceGetHandleByPciBusId",
     }
 )
+# Functions whose first argument is a GPU instance or compute instance handle.
+_INSTANCE_PREFIXES = ("nvmlGpuInstance", "nvmlComputeInstance")
+# pynvml functions that fill a struct the caller allocates (`fn(handle, byref(info))`): the
+# facade allocates it and answers with its fields, so checks call them like any other.
+OUT_STRUCTS = {
+    "nvmlDeviceGetGpuFabricInfoV": "c_nvmlGpuFabricInfoV_t",
+    "nvmlDeviceGetGpuFabricInfo": "c_nvmlGpuFabricInfo_t",
+}
 
 
 class NvmlError(Exception):
@@ -146,6 +157,8 @@ def to_plain(value: Any) -> Any:
         return value.decode("utf-8", errors="replace")
     if isinstance(value, str | int | float | bool) or value is None:
         return value
+    if isinstance(value, ctypes._Pointer):
+        return None  # a handle inside a struct (GPU instance info's device): not a fact
     if isinstance(value, ctypes.Structure | ctypes.Union):
         return {name: to_plain(getattr(value, name)) for name, *_ in value._fields_}
     if isinstance(value, ctypes.Array):
@@ -202,30 +215,46 @@ class LiveNvml:
         if func is None:
             raise NvmlError("FunctionNotFound")
         try:
-            if fn == "nvmlDeviceGetHandleByIndex":
-                self._handle(args[0])
-                return args[0]
-            if fn == "nvmlDeviceGetMigDeviceHandleByIndex":
-                ref = f"{args[0]}:{args[1]}"
+            ref = _handle_answer(fn, args)
+            if ref is not None:  # a handle is answered by its reference
                 self._handle(ref)
                 return ref
-            if fn.startswith("nvmlDevice") and fn not in _NO_HANDLE:
+            if fn in OUT_STRUCTS:
+                return self._fill(fn, func, args)
+            if (fn.startswith("nvmlDevice") and fn not in _NO_HANDLE) or fn.startswith(
+                _INSTANCE_PREFIXES
+            ):
                 return to_plain(func(self._handle(args[0]), *args[1:]))
             return to_plain(func(*args))
         except pynvml.NVMLError as exc:
             raise NvmlError(error_name(exc)) from None
 
+    def _fill(self, fn: str, func: Any, args: tuple[Any, ...]) -> Any:
+        """Call a function that fills a caller-allocated struct, and answer with the struct."""
+        cls = getattr(self._pynvml, OUT_STRUCTS[fn], None)
+        if cls is None:
+            raise NvmlError("FunctionNotFound")  # a pynvml too old to know the struct
+        info = cls()
+        func(self._handle(args[0]), ctypes.byref(info), *args[1:])
+        return to_plain(info)
+
     def _handle(self, ref: Any) -> Any:
-        """The pynvml handle for a device index or a `"<gpu>:<mig index>"` reference."""
+        """The pynvml handle of a device, MIG device, GPU instance or compute instance ref."""
         if ref not in self._handles:
-            pynvml = self._pynvml
-            if isinstance(ref, int):
-                self._handles[ref] = pynvml.nvmlDeviceGetHandleByIndex(ref)
-            else:
-                gpu, mig = (int(p) for p in str(ref).split(":"))
-                parent = self._handle(gpu)
-                self._handles[ref] = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, mig)
+            self._handles[ref] = self._open(ref)
         return self._handles[ref]
+
+    def _open(self, ref: Any) -> Any:
+        pynvml = self._pynvml
+        if isinstance(ref, int):
+            return pynvml.nvmlDeviceGetHandleByIndex(ref)
+        kind, numbers = parse_ref(ref)
+        if kind == "mig":
+            return pynvml.nvmlDeviceGetMigDeviceHandleByIndex(self._handle(numbers[0]), numbers[1])
+        if kind == "gi":
+            return pynvml.nvmlDeviceGetGpuInstanceById(self._handle(numbers[0]), numbers[1])
+        parent = self._handle(f"gi:{numbers[0]}:{numbers[1]}")
+        return pynvml.nvmlGpuInstanceGetComputeInstanceById(parent, numbers[2])
 
     def wait_events(self, timeout_s: float) -> list[NvmlEvent]:
         """Wait on an NVML event set registered for the critical event types on every GPU."""
@@ -260,6 +289,31 @@ class LiveNvml:
             except pynvml.NVMLError:
                 continue  # a lost or unsupported GPU must not stop the others' events
         return event_set
+
+
+def _handle_answer(fn: str, args: tuple[Any, ...]) -> Any:
+    """The reference a handle-returning function answers with (None for other functions)."""
+    if fn == "nvmlDeviceGetHandleByIndex":
+        return args[0]
+    if fn == "nvmlDeviceGetMigDeviceHandleByIndex":
+        return f"{args[0]}:{args[1]}"
+    if fn == "nvmlDeviceGetGpuInstanceById":
+        return f"gi:{args[0]}:{args[1]}"
+    if fn == "nvmlGpuInstanceGetComputeInstanceById":
+        return f"ci:{str(args[0]).removeprefix('gi:')}:{args[1]}"
+    return None
+
+
+def parse_ref(ref: Any) -> tuple[str, tuple[int, ...]]:
+    """Split a handle reference: `"0:1"` → ("mig", (0, 1)), `"gi:0:1"` → ("gi", (0, 1)),
+    `"ci:0:1:0"` → ("ci", (0, 1, 0)); raises NvmlError InvalidArgument for anything else."""
+    parts = str(ref).split(":")
+    kind = parts[0] if parts[0] in ("gi", "ci") else "mig"
+    numbers = parts[1:] if kind != "mig" else parts
+    want = {"mig": 2, "gi": 2, "ci": 3}[kind]
+    if len(numbers) != want or not all(n.isdigit() for n in numbers):
+        raise NvmlError("InvalidArgument")
+    return kind, tuple(int(n) for n in numbers)
 
 
 # --- replay ---------------------------------------------------------------------------

@@ -1,0 +1,337 @@
+"""Check `cdi`: are the CDI specs valid, and do they still describe this node's GPUs and driver?
+
+Reads every spec in the CDI spec directories (/etc/cdi, /var/run/cdi and those the toolkit's
+config.toml names) and validates it as CDI runtimes do (`gpuprobe.cdi_spec`). An NVIDIA spec
+(`nvidia.com/...`) is stale when it names device nodes, mounted host paths or hook binaries
+that no longer exist, driver files of another version than the loaded driver (the usual state
+after a driver upgrade), or fewer GPUs than NVML sees. The fix is always to regenerate it.
+A problem is CRITICAL when the node hands GPUs to containers through CDI (toolkit mode `cdi`,
+or a device plugin passing CDI device names), else WARNING.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprobe.cdi_spec import CdiSpec, parse_cdi_spec
+from gpuprobe.config import Config
+from gpuprobe.configfile import FileProblem, read_host_file
+from gpuprobe.device_plugin_config import DevicePluginConfig, load_device_plugin_config
+from gpuprobe.devices import gpu_count
+from gpuprobe.host import Host
+from gpuprobe.node import loaded_driver_version, nvidia_gpu_count
+from gpuprobe.report import Action, CheckResult, Finding, Severity
+from gpuprobe.toolkit_config import (
+    DEFAULT_KIND,
+    DEFAULT_SPEC_DIRS,
+    ToolkitConfig,
+    effective_toolkit_config,
+    load_toolkit_configs,
+)
+
+NAME = "cdi"
+SPEC_SUFFIXES = (".json", ".yaml")
+CDI_DEVICE_LIST_STRATEGIES = ("cdi-annotations", "cdi-cri")
+# Files of the NVIDIA driver carry its version: libnvidia-ml.so.550.54.15, libcuda.so.550.54.15,
+# libGLX_nvidia.so.550.54.15, /lib/firmware/nvidia/550.54.15/gsp_ga10x.bin. Driver versions
+# have a three-digit major, which keeps out libnvidia-egl-wayland.so.1.1.13 and the like.
+_DRIVER_VERSION = r"\d{3}\.\d+(?:\.\d+)?"
+_DRIVER_LIBRARY = re.compile(
+    r"^lib(?:nvidia-[\w.-]+?|cuda|cudadebugger|nvcuvid|nvoptix|\w+_nvidia)\.so\."
+    rf"({_DRIVER_VERSION})$"
+)
+_FIRMWARE = re.compile(rf"/firmware/nvidia/({_DRIVER_VERSION})/")
+_HOST_DRIVER_ARG = re.compile(rf"^--host-driver-version=({_DRIVER_VERSION})$")
+MAX_LISTED = 3  # paths named in a message; data lists them all
+
+
+@dataclass
+class _Staleness:
+    """Why an NVIDIA spec no longer fits the node."""
+
+    missing_device_nodes: list[str] = field(default_factory=list)
+    missing_mounts: list[str] = field(default_factory=list)
+    missing_hooks: list[str] = field(default_factory=list)
+    driver_versions: list[str] = field(default_factory=list)
+    gpu_devices: int | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "missing_device_nodes": self.missing_device_nodes,
+            "missing_mounts": self.missing_mounts,
+            "missing_hooks": self.missing_hooks,
+            "driver_versions": self.driver_versions,
+            "gpu_devices": self.gpu_devices,
+        }
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Validate every spec and hold the NVIDIA ones against the node."""
+    gpus = nvidia_gpu_count(host)
+    toolkit = effective_toolkit_config(load_toolkit_configs(host.fs))
+    toolkit = toolkit if isinstance(toolkit, ToolkitConfig) else None
+    plugin = _plugin_config(config)
+    in_use = _cdi_in_use(toolkit, plugin)
+    dirs = list(DEFAULT_SPEC_DIRS) + [
+        d for d in (toolkit.cdi_spec_dirs if toolkit else ()) if d not in DEFAULT_SPEC_DIRS
+    ]
+    driver = loaded_driver_version(host)
+    nvml_gpus = gpu_count(host.nvml)
+    data: dict[str, Any] = {
+        "spec_dirs": dirs,
+        "cdi_in_use": bool(in_use) and gpus > 0,
+        "cdi_in_use_because": in_use if gpus else [],
+        "driver_version": driver,
+        "gpus_seen_by_nvml": nvml_gpus,
+        "specs": [],
+        "ignored_files": [],
+    }
+    specs, findings = _load(host, dirs, data, critical=bool(in_use) and gpus > 0)
+    if not gpus:  # on a node without NVIDIA GPUs the specs are facts, not failures
+        return CheckResult(NAME, _summary(specs, data, gpus, in_use), [], data)
+    findings += _conflicts(specs, bool(in_use))
+    kind = toolkit.cdi_default_kind if toolkit else DEFAULT_KIND
+    findings += _stale(host, specs, data, driver, nvml_gpus, bool(in_use))
+    # An invalid NVIDIA spec is already named; saying no spec exists would be a second finding.
+    invalid_nvidia = any(not e["valid"] and e["nvidia"] for e in data["specs"])
+    if in_use and not invalid_nvidia and not any(s.kind == kind for s, _ in specs):
+        findings.append(_missing(kind, in_use, dirs))
+    return CheckResult(NAME, _summary(specs, data, gpus, in_use), findings, data)
+
+
+def _plugin_config(config: Config) -> DevicePluginConfig | None:
+    path = config.device_plugin.config_file
+    if path is None:
+        return None
+    loaded = load_device_plugin_config(path)
+    return loaded if isinstance(loaded, DevicePluginConfig) else None
+
+
+def _cdi_in_use(toolkit: ToolkitConfig | None, plugin: DevicePluginConfig | None) -> list[str]:
+    """Why containers get GPUs through CDI specs on this node (empty: they do not)."""
+    reasons = []
+    if toolkit and toolkit.mode == "cdi":
+        reasons.append(f"the NVIDIA Container Runtime runs in cdi mode ({toolkit.path})")
+    strategies = [s for s in (plugin.device_list_strategy if plugin else ()) if s.startswith("cdi")]
+    if plugin and strategies:
+        reasons.append(
+            f"the device plugin passes devices as CDI names (deviceListStrategy "
+            f"{', '.join(strategies)} in {plugin.path})"
+        )
+    return reasons
+
+
+def _severity(critical: bool) -> Severity:
+    return Severity.CRITICAL if critical else Severity.WARNING
+
+
+def _load(
+    host: Host, dirs: list[str], data: dict[str, Any], critical: bool
+) -> tuple[list[tuple[CdiSpec, int]], list[Finding]]:
+    specs: list[tuple[CdiSpec, int]] = []
+    findings: list[Finding] = []
+    for priority, directory in enumerate(dirs):
+        for name in host.fs.listdir(directory):
+            path = f"{directory}/{name}"
+            if not name.endswith(SPEC_SUFFIXES):
+                if name.endswith(".yml"):
+                    data["ignored_files"].append(path)  # runtimes read .yaml and .json only
+                continue
+            if host.fs.is_dir(path):
+                continue
+            raw = read_host_file(host.fs, path)
+            if raw is None:
+                continue
+            parsed = raw if isinstance(raw, FileProblem) else parse_cdi_spec(path, raw)
+            if isinstance(parsed, FileProblem):
+                # Whose spec it was, when it cannot be parsed: NVIDIA's names its kind.
+                nvidia = isinstance(raw, bytes) and b"nvidia.com/" in raw
+                data["specs"].append(
+                    {"path": path, "valid": False, "problem": parsed.problem, "nvidia": nvidia}
+                )
+                findings.append(_invalid(parsed, critical and nvidia))
+                continue
+            data["specs"].append(
+                {
+                    "path": path,
+                    "valid": True,
+                    "nvidia": parsed.vendor.endswith("nvidia.com"),
+                    "cdi_version": parsed.version,
+                    "kind": parsed.kind,
+                    "devices": [d.name for d in parsed.devices],
+                }
+            )
+            specs.append((parsed, priority))
+    return specs, findings
+
+
+def _invalid(problem: FileProblem, critical: bool) -> Finding:
+    return Finding(
+        "CDI_SPEC_INVALID",
+        _severity(critical),
+        f"CDI spec {problem.path} {problem.problem}. CDI runtimes skip it, so none of its "
+        "devices can be injected. Fix or regenerate it (nvidia-ctk cdi generate "
+        f"--output={problem.path}, for NVIDIA GPUs)",
+        Action.FIX_CONFIG,
+        f"file:{problem.path}",
+    )
+
+
+def _conflicts(specs: list[tuple[CdiSpec, int]], critical: bool) -> list[Finding]:
+    """The same device in two specs of one directory: runtimes refuse it (cdi cache.go)."""
+    owner: dict[tuple[str, int], str] = {}
+    findings = []
+    for spec, priority in specs:
+        for device in spec.devices:
+            key = (f"{spec.kind}={device.name}", priority)
+            if key in owner and owner[key] != spec.path:
+                findings.append(
+                    Finding(
+                        "CDI_DEVICE_CONFLICT",
+                        _severity(critical and spec.vendor.endswith("nvidia.com")),
+                        f"CDI device {key[0]} is defined in both {owner[key]} and {spec.path} "
+                        "(one directory): CDI runtimes refuse a conflicting device. Remove one "
+                        "of the two specs",
+                        Action.FIX_CONFIG,
+                        f"file:{spec.path}",
+                    )
+                )
+                break
+            owner.setdefault(key, spec.path)
+    return findings
+
+
+def _stale(
+    host: Host,
+    specs: list[tuple[CdiSpec, int]],
+    data: dict[str, Any],
+    driver: str | None,
+    nvml_gpus: int | None,
+    in_use: bool,
+) -> list[Finding]:
+    findings = []
+    for spec, priority in specs:
+        if not spec.vendor.endswith("nvidia.com"):
+            continue
+        stale = _staleness(host, spec, nvml_gpus)
+        entry = next(e for e in data["specs"] if e["path"] == spec.path)
+        entry["stale"] = stale.to_data()
+        reasons = _reasons(spec, stale, driver, nvml_gpus)
+        if not reasons:
+            continue
+        shadowed = _shadowed(spec, priority, specs)
+        entry["shadowed"] = shadowed
+        message = f"CDI spec {spec.path} ({spec.kind}) is stale: " + "; ".join(reasons)
+        if shadowed:
+            message += (
+                ". Every device it defines is overridden by a spec in a later directory, "
+                "so it is unused; remove it"
+            )
+        else:
+            message += (
+                ". Containers given its devices fail to start: regenerate it (nvidia-ctk cdi "
+                f"generate --output={spec.path}), as after every driver upgrade"
+            )
+        findings.append(
+            Finding(
+                "CDI_SPEC_STALE",
+                _severity(in_use and not shadowed),
+                message,
+                Action.FIX_CONFIG,
+                f"file:{spec.path}",
+            )
+        )
+    return findings
+
+
+def _staleness(host: Host, spec: CdiSpec, nvml_gpus: int | None) -> _Staleness:
+    stale = _Staleness()
+    versions: set[str] = set()
+    for edits in spec.all_edits():
+        for node in edits.device_nodes:
+            if not host.fs.exists(node) and node not in stale.missing_device_nodes:
+                stale.missing_device_nodes.append(node)
+        for mount in edits.mounts:
+            if not host.fs.exists(mount) and mount not in stale.missing_mounts:
+                stale.missing_mounts.append(mount)
+            versions |= _versions_in_path(mount)
+        for hook, args in edits.hooks:
+            missing = hook.startswith("/") and not host.fs.exists(hook)
+            if missing and hook not in stale.missing_hooks:
+                stale.missing_hooks.append(hook)
+            versions |= {m.group(1) for a in args if (m := _HOST_DRIVER_ARG.match(a))}
+    stale.driver_versions = sorted(versions)
+    if spec.kind == DEFAULT_KIND and nvml_gpus is not None:
+        indexes = sum(d.name.isdigit() for d in spec.devices)
+        uuids = sum(d.name.startswith("GPU-") for d in spec.devices)
+        stale.gpu_devices = max(indexes, uuids)
+    return stale
+
+
+def _versions_in_path(path: str) -> set[str]:
+    found = set()
+    library = _DRIVER_LIBRARY.match(path.rsplit("/", 1)[-1])
+    if library:
+        found.add(library.group(1))
+    firmware = _FIRMWARE.search(path)
+    if firmware:
+        found.add(firmware.group(1))
+    return found
+
+
+def _listed(paths: list[str]) -> str:
+    shown = ", ".join(paths[:MAX_LISTED])
+    return shown + (f" and {len(paths) - MAX_LISTED} more" if len(paths) > MAX_LISTED else "")
+
+
+def _reasons(spec: CdiSpec, stale: _Staleness, driver: str | None, nvml: int | None) -> list[str]:
+    reasons = []
+    other = [v for v in stale.driver_versions if v != driver]
+    if driver and other:
+        reasons.append(f"it names driver {', '.join(other)} but driver {driver} is loaded")
+    if stale.gpu_devices is not None and nvml is not None and stale.gpu_devices < nvml:
+        reasons.append(f"it defines {stale.gpu_devices} GPU devices but NVML sees {nvml} GPUs")
+    for paths, what in (
+        (stale.missing_device_nodes, "device nodes"),
+        (stale.missing_mounts, "mounted host paths"),
+        (stale.missing_hooks, "hook binaries"),
+    ):
+        if paths:
+            reasons.append(f"{len(paths)} {what} do not exist ({_listed(paths)})")
+    return reasons
+
+
+def _shadowed(spec: CdiSpec, priority: int, specs: list[tuple[CdiSpec, int]]) -> bool:
+    """Whether every device of `spec` is defined again by a spec of higher priority."""
+    higher = {f"{s.kind}={d.name}" for s, p in specs if p > priority for d in s.devices}
+    return all(f"{spec.kind}={d.name}" in higher for d in spec.devices)
+
+
+def _missing(kind: str, in_use: list[str], dirs: list[str]) -> Finding:
+    return Finding(
+        "CDI_SPEC_MISSING",
+        Severity.CRITICAL,
+        f"containers get GPUs through CDI ({'; '.join(in_use)}) but no CDI spec in "
+        f"{', '.join(dirs)} defines {kind} devices: GPU containers fail to start. Generate "
+        "it: nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml",
+        Action.FIX_CONFIG,
+    )
+
+
+def _summary(
+    specs: list[tuple[CdiSpec, int]], data: dict[str, Any], gpus: int, in_use: list[str]
+) -> str:
+    total = len(data["specs"])
+    if total == 0:
+        return "no CDI spec" + ("" if gpus else "; no NVIDIA GPU on this node")
+    valid = len(specs)
+    text = f"{total} CDI spec{'s' if total != 1 else ''}"
+    if valid != total:
+        text += f" ({total - valid} invalid)"
+    devices = sum(len(s.devices) for s, _ in specs)
+    text += f", {devices} devices"
+    if not gpus:
+        return text + "; no NVIDIA GPU on this node"
+    return text + ("; CDI in use for GPUs" if in_use else "; CDI not in use for GPUs")

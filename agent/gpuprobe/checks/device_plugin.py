@@ -1,0 +1,141 @@
+"""Check `device_plugin`: has the NVIDIA device plugin registered its GPUs with the kubelet?
+
+On a Kubernetes node (the kubelet's device-plugins directory exists) with NVIDIA GPUs, the
+NVIDIA device plugin serves one socket per resource beside the kubelet's own `kubelet.sock`:
+`nvidia-<resource>.sock`, the resource without its `nvidia.com/` prefix (`nvidia-gpu.sock`,
+`nvidia-gpu.shared.sock`, `nvidia-mig-1g.10gb.sock`; k8s-device-plugin
+`internal/plugin/server.go`). No socket: the kubelet advertises no GPU and GPU pods stay
+Pending. When the plugin's configuration is given (`device_plugin.config_file`), it is
+validated (CONFIG_INVALID) and the resources it should advertise are held against the sockets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuprobe.config import Config
+from gpuprobe.device_plugin_config import (
+    RESOURCE_PREFIX,
+    DevicePluginConfig,
+    load_device_plugin_config,
+)
+from gpuprobe.devices import Device, gpu_count
+from gpuprobe.host import Host
+from gpuprobe.node import nvidia_gpu_count
+from gpuprobe.report import Action, CheckResult, Finding, Severity
+
+NAME = "device_plugin"
+SOCKET_PREFIX = "nvidia-"
+SOCKET_SUFFIX = ".sock"
+KUBELET_SOCKET = "kubelet.sock"
+
+
+def socket_name(resource: str) -> str:
+    """The socket the plugin serves a resource on: `nvidia.com/gpu` → `nvidia-gpu.sock`."""
+    return SOCKET_PREFIX + resource.split("/", 1)[-1] + SOCKET_SUFFIX
+
+
+def resource_of(socket: str) -> str:
+    """The resource a plugin socket serves: `nvidia-gpu.shared.sock` → `nvidia.com/gpu.shared`."""
+    return RESOURCE_PREFIX + socket.removeprefix(SOCKET_PREFIX).removesuffix(SOCKET_SUFFIX)
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Find the plugin's sockets and hold them against the GPUs and the plugin's configuration."""
+    socket_dir = config.device_plugin.socket_dir.rstrip("/") or "/"
+    kubernetes = host.fs.is_dir(socket_dir)
+    gpus = nvidia_gpu_count(host)
+    sockets = [
+        name
+        for name in host.fs.listdir(socket_dir)
+        if name.startswith(SOCKET_PREFIX)
+        and name.endswith(SOCKET_SUFFIX)
+        and host.fs.is_socket(f"{socket_dir}/{name}")
+    ]
+    data: dict[str, Any] = {
+        "kubernetes_node": kubernetes,
+        "socket_dir": socket_dir,
+        "kubelet_socket": host.fs.is_socket(f"{socket_dir}/{KUBELET_SOCKET}"),
+        "plugin_sockets": sockets,
+        "resources": [resource_of(s) for s in sockets],
+        "gpus": gpus,
+        "config": None,
+        "expected_resources": None,
+    }
+    if not kubernetes:
+        return CheckResult(NAME, f"not a Kubernetes node (no {socket_dir})", [], data)
+    if gpus == 0:
+        return CheckResult(NAME, "no NVIDIA GPU on this node: no device plugin needed", [], data)
+    findings: list[Finding] = []
+    plugin = None
+    if config.device_plugin.config_file is not None:
+        loaded = load_device_plugin_config(config.device_plugin.config_file)
+        if isinstance(loaded, Finding):
+            findings.append(loaded)
+        else:
+            plugin = loaded
+            data["config"] = plugin.to_data()
+    if not sockets:
+        findings.append(_not_registered(socket_dir, data["kubelet_socket"]))
+        return CheckResult(
+            NAME, f"no NVIDIA device plugin registered ({gpus} GPUs)", findings, data
+        )
+    expected = _expected_resources(host, plugin) if plugin else None
+    data["expected_resources"] = expected
+    missing = [r for r in expected or [] if r not in data["resources"]]
+    if missing and plugin:
+        findings.append(_not_advertised(missing, data["resources"], plugin, socket_dir))
+    summary = f"NVIDIA device plugin registered: {', '.join(data['resources'])}"
+    if plugin:
+        summary += f" (MIG strategy {plugin.mig_strategy}, sharing {plugin.sharing_strategy})"
+    return CheckResult(NAME, summary, findings, data)
+
+
+def _not_registered(socket_dir: str, kubelet_socket: bool) -> Finding:
+    kubelet = "" if kubelet_socket else f" (and no {KUBELET_SOCKET} either: is the kubelet up?)"
+    return Finding(
+        "DEVICE_PLUGIN_NOT_REGISTERED",
+        Severity.CRITICAL,
+        f"no NVIDIA device plugin socket ({SOCKET_PREFIX}*{SOCKET_SUFFIX}) in {socket_dir}"
+        f"{kubelet}: the kubelet advertises no nvidia.com/gpu and GPU pods stay Pending. Check "
+        "the device plugin DaemonSet's pod on this node (node selector and labels, taints, "
+        "its logs)",
+        Action.FIX_CONFIG,
+    )
+
+
+def _mig_enabled(host: Host) -> bool | None:
+    """Whether any GPU has MIG on now; None when NVML cannot tell."""
+    count = gpu_count(host.nvml)
+    if count is None:
+        return None
+    modes = [Device(host.nvml, i).get("nvmlDeviceGetMigMode") for i in range(count)]
+    return any(isinstance(m, list) and m[:1] == [1] for m in modes)
+
+
+def _expected_resources(host: Host, plugin: DevicePluginConfig) -> list[str] | None:
+    """The full-GPU resource the plugin should advertise; None when the MIG layout decides.
+
+    With MIG strategy `mixed` on MIG-enabled GPUs the resources are per MIG profile, which
+    the `mig` check judges; otherwise the plugin advertises `nvidia.com/gpu`, renamed when
+    its sharing says so.
+    """
+    if plugin.mig_strategy == "mixed" and _mig_enabled(host) is not False:
+        return None
+    base = RESOURCE_PREFIX + "gpu"
+    shared = next((r for r in plugin.shared if r.name == base), None)
+    return [shared.advertised if shared else base]
+
+
+def _not_advertised(
+    missing: list[str], found: list[str], plugin: DevicePluginConfig, socket_dir: str
+) -> Finding:
+    sockets = ", ".join(socket_name(r) for r in missing)
+    return Finding(
+        "DEVICE_PLUGIN_NOT_REGISTERED",
+        Severity.WARNING,
+        f"the device plugin's configuration {plugin.path} advertises {', '.join(missing)} but "
+        f"{socket_dir} has no {sockets}; the plugin serves {', '.join(found)}. It runs another "
+        "configuration than the one given: restart the device plugin pod on this node",
+        Action.RESTART_APP,
+    )

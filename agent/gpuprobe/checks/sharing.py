@@ -1,0 +1,251 @@
+"""Check `sharing`: is GPU sharing (time-slicing, MPS) set up the way the device plugin says?
+
+Reads the sharing the NVIDIA device plugin's configuration asks for (`device_plugin.
+config_file`; an invalid one is the `device_plugin` check's finding, here it is only noted),
+then holds the node against it:
+
+- time-slicing: each GPU counts `replicas` times, so the schedulable units are GPUs × replicas
+  (in `data`); the GPUs must be in compute mode Default, since an exclusive mode lets only one
+  process in and the pods that share the GPU fail;
+- MPS: the MPS control daemon (`nvidia-cuda-mps-control`) must run; the plugin's MPS daemon
+  sets the GPUs to EXCLUSIVE_PROCESS when it starts (k8s-device-plugin
+  `cmd/mps-control-daemon/mps/daemon.go`), so Default means it never started or was undone;
+  the plugin does not share MIG-enabled GPUs with MPS;
+- any mode: a GPU in compute mode Prohibited runs no CUDA process at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprobe.checks.gpus import COMPUTE_MODES
+from gpuprobe.config import Config
+from gpuprobe.device_plugin_config import (
+    RESOURCE_PREFIX,
+    DevicePluginConfig,
+    SharedResource,
+    load_device_plugin_config,
+)
+from gpuprobe.devices import gpu_count, open_gpus, text
+from gpuprobe.host import Host
+from gpuprobe.node import nvidia_gpu_count
+from gpuprobe.report import Action, CheckResult, Finding, Severity, gpu_resource
+
+NAME = "sharing"
+MPS_CONTROL = "nvidia-cuda-mps-control"
+DEFAULT, EXCLUSIVE_THREAD, PROHIBITED, EXCLUSIVE_PROCESS = 0, 1, 2, 3
+GPU_RESOURCE = RESOURCE_PREFIX + "gpu"
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    index: int
+    uuid: str | None
+    compute_mode: int | None
+    mig_enabled: bool | None
+
+    @property
+    def resource(self) -> str:
+        return gpu_resource(self.index, self.uuid)
+
+    @property
+    def mode_name(self) -> str:
+        if self.compute_mode is None:
+            return "unknown"
+        return COMPUTE_MODES.get(self.compute_mode, str(self.compute_mode))
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "compute_mode": None if self.compute_mode is None else self.mode_name,
+            "mig_enabled": self.mig_enabled,
+        }
+
+
+def _gpus(host: Host) -> list[_Gpu]:
+    found = []
+    for device in open_gpus(host.nvml, gpu_count(host.nvml) or 0):
+        mig = device.get("nvmlDeviceGetMigMode")
+        mode = device.get("nvmlDeviceGetComputeMode")
+        found.append(
+            _Gpu(
+                device.index,
+                text(device.get("nvmlDeviceGetUUID")),
+                mode if isinstance(mode, int) and not isinstance(mode, bool) else None,
+                (mig[0] == 1) if isinstance(mig, list) and mig else None,
+            )
+        )
+    return found
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Judge time-slicing and MPS against the GPUs' compute and MIG modes."""
+    gpus_present = nvidia_gpu_count(host)
+    plugin, note = _plugin(config)
+    gpus = _gpus(host) if gpus_present else []
+    daemons = [p.pid for p in host.processes().named(MPS_CONTROL)]
+    strategy = plugin.sharing_strategy if plugin else None
+    data: dict[str, Any] = {
+        "config_file": config.device_plugin.config_file,
+        "config_note": note,
+        "strategy": strategy,
+        "resources": [],
+        "mps_control_daemon_pids": daemons,
+        "gpus": [g.to_data() for g in gpus],
+    }
+    if not gpus_present:
+        return CheckResult(NAME, "no NVIDIA GPU on this node: nothing to share", [], data)
+    findings = [_prohibited(g) for g in gpus if g.compute_mode == PROHIBITED]
+    if plugin is None:
+        seen = f"; MPS control daemon running (pid {daemons[0]})" if daemons else ""
+        return CheckResult(NAME, f"sharing unknown: {note}{seen}", findings, data)
+    data["resources"] = [_units(r, gpus, plugin) for r in plugin.shared]
+    if strategy == "mps":
+        findings += _mps(plugin, gpus, daemons)
+    elif strategy == "time-slicing":
+        findings += [
+            _mode_mismatch(g, "time-slicing", Severity.CRITICAL, "DEFAULT")
+            for g in gpus
+            if _exclusive(g)
+        ]
+    return CheckResult(NAME, _summary(strategy, data, daemons), findings, data)
+
+
+def _plugin(config: Config) -> tuple[DevicePluginConfig | None, str | None]:
+    path = config.device_plugin.config_file
+    if path is None:
+        return None, "no device plugin configuration given (device_plugin.config_file)"
+    loaded = load_device_plugin_config(path)
+    if isinstance(loaded, DevicePluginConfig):
+        return loaded, None
+    return None, f"the device plugin configuration {path} is invalid (see device_plugin)"
+
+
+def _units(
+    resource: SharedResource, gpus: list[_Gpu], plugin: DevicePluginConfig
+) -> dict[str, Any]:
+    """A shared resource with its schedulable units: GPUs × replicas, when GPUs count them."""
+    entry = resource.to_data()
+    counted = resource.name == GPU_RESOURCE and not (
+        plugin.mig_strategy != "none" and any(g.mig_enabled for g in gpus)
+    )
+    shared = None
+    if counted:
+        if resource.devices == "all":
+            shared = len(gpus)
+        elif isinstance(resource.devices, int):
+            shared = min(resource.devices, len(gpus))
+        else:
+            shared = len(resource.devices)
+    entry["gpus"] = shared
+    entry["schedulable_units"] = shared * resource.replicas if shared is not None else None
+    return entry
+
+
+def _shared_gpus(plugin: DevicePluginConfig, gpus: list[_Gpu]) -> list[_Gpu]:
+    """The GPUs MPS shares: those listed by index, else all (counts and UUIDs: all)."""
+    indexes: set[int] = set()
+    for resource in plugin.mps:
+        if not isinstance(resource.devices, tuple):
+            return gpus
+        for ref in resource.devices:
+            if not ref.isdigit():
+                return gpus
+            indexes.add(int(ref))
+    return [g for g in gpus if g.index in indexes]
+
+
+def _exclusive(gpu: _Gpu) -> bool:
+    return gpu.compute_mode in (EXCLUSIVE_THREAD, EXCLUSIVE_PROCESS)
+
+
+def _mps(plugin: DevicePluginConfig, gpus: list[_Gpu], daemons: list[int]) -> list[Finding]:
+    findings = []
+    if not daemons:
+        findings.append(
+            Finding(
+                "MPS_DAEMON_NOT_RUNNING",
+                Severity.CRITICAL,
+                f"the device plugin shares GPUs with MPS ({plugin.path}) but no {MPS_CONTROL} "
+                "process runs on this node: MPS pods cannot connect and fail. Check the "
+                "plugin's MPS control daemon pod on this node (it needs the node label "
+                "nvidia.com/mps.capable=true) and its logs",
+                Action.RESTART_APP,
+            )
+        )
+    for gpu in _shared_gpus(plugin, gpus):
+        if gpu.mig_enabled:
+            findings.append(
+                Finding(
+                    "MPS_MIG_CONFLICT",
+                    Severity.CRITICAL,
+                    f"GPU {gpu.index} has MIG enabled but the device plugin shares it with MPS "
+                    f"({plugin.path}): the plugin does not share MIG-enabled GPUs with MPS. "
+                    "Disable MIG on it or share it by time-slicing",
+                    Action.FIX_CONFIG,
+                    gpu.resource,
+                )
+            )
+        elif gpu.compute_mode == EXCLUSIVE_THREAD:
+            findings.append(_mode_mismatch(gpu, "MPS", Severity.CRITICAL, "EXCLUSIVE_PROCESS"))
+        elif gpu.compute_mode == DEFAULT and daemons:
+            findings.append(_mode_mismatch(gpu, "MPS", Severity.WARNING, "EXCLUSIVE_PROCESS"))
+    return findings
+
+
+def _mode_mismatch(gpu: _Gpu, sharing: str, severity: Severity, wanted: str) -> Finding:
+    if sharing == "MPS" and gpu.compute_mode == DEFAULT:
+        why = (
+            "the MPS control daemon sets EXCLUSIVE_PROCESS when it starts, so processes can "
+            "bypass MPS on it"
+        )
+    elif sharing == "MPS":
+        why = "MPS does not run on a GPU in this mode"
+    else:
+        why = (
+            "only one process can use it at a time, so the pods that share it fail with "
+            "'CUDA-capable device(s) is/are busy or unavailable'"
+        )
+    return Finding(
+        "COMPUTE_MODE_MISMATCH",
+        severity,
+        f"GPU {gpu.index} is in compute mode {gpu.mode_name} but is shared with {sharing}: "
+        f"{why}. Set it: nvidia-smi -i {gpu.index} -c {wanted}",
+        Action.FIX_CONFIG,
+        gpu.resource,
+    )
+
+
+def _prohibited(gpu: _Gpu) -> Finding:
+    return Finding(
+        "COMPUTE_MODE_MISMATCH",
+        Severity.CRITICAL,
+        f"GPU {gpu.index} is in compute mode Prohibited: no CUDA process can use it. "
+        f"Set it: nvidia-smi -i {gpu.index} -c DEFAULT",
+        Action.FIX_CONFIG,
+        gpu.resource,
+    )
+
+
+def _summary(strategy: str | None, data: dict[str, Any], daemons: list[int]) -> str:
+    if strategy == "none":
+        return "no GPU sharing (whole GPUs)"
+    parts = []
+    for r in data["resources"]:
+        if r["schedulable_units"] is not None:
+            parts.append(
+                f"{r['gpus']} GPUs × {r['replicas']} replicas = {r['schedulable_units']} "
+                f"{r['advertised']}"
+            )
+        else:
+            parts.append(f"{r['advertised']} × {r['replicas']} replicas")
+    text = f"{strategy}: " + ", ".join(parts)
+    if strategy == "mps":
+        text += (
+            f"; MPS control daemon running (pid {daemons[0]})"
+            if daemons
+            else "; MPS control daemon not running"
+        )
+    return text

@@ -1,0 +1,214 @@
+"""Check `toolkit`: is the NVIDIA Container Toolkit installed and wired into the container engine?
+
+Finds the toolkit's binaries (package or GPU Operator install) and reads its config.toml;
+finds the container engines (containerd with its imports and drop-ins, k3s and RKE2's
+containerd, Docker, CRI-O) and, for each that runs GPU containers, holds its `nvidia` runtime
+against the host: is it there, does its binary exist, is it the default (if not, pods need
+`runtimeClassName: nvidia`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuprobe.config import Config
+from gpuprobe.configfile import FileProblem
+from gpuprobe.container_engines import Engine, discover_engines
+from gpuprobe.host import Host
+from gpuprobe.node import is_kubernetes_node, nvidia_gpu_count
+from gpuprobe.report import Action, CheckResult, Finding, Severity
+from gpuprobe.runtime_config import EngineConfig, Runtime
+from gpuprobe.toolkit_config import (
+    OPERATOR_ROOT,
+    RUNTIME_BINARY,
+    ToolkitConfig,
+    effective_toolkit_config,
+    is_nvidia_runtime_binary,
+    load_toolkit_configs,
+    resolve_binary,
+    toolkit_binaries,
+)
+
+NAME = "toolkit"
+NVIDIA = "nvidia"
+ENGINE_NAMES = {"containerd": "containerd", "docker": "Docker", "crio": "CRI-O"}
+CONFIGURE = {
+    "containerd": "nvidia-ctk runtime configure --runtime=containerd",
+    "docker": "nvidia-ctk runtime configure --runtime=docker",
+    "crio": "nvidia-ctk runtime configure --runtime=crio",
+}
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Judge the toolkit and every engine that runs GPU containers."""
+    gpus = nvidia_gpu_count(host)
+    kubernetes = is_kubernetes_node(host, config)
+    binaries = toolkit_binaries(host.fs)
+    toolkit_configs = load_toolkit_configs(host.fs)
+    engines = discover_engines(host, kubernetes)
+    effective = effective_toolkit_config(toolkit_configs)
+    data: dict[str, Any] = {
+        "gpus": gpus,
+        "kubernetes_node": kubernetes,
+        "toolkit_installed": RUNTIME_BINARY in binaries,
+        "toolkit_binaries": {name: paths[0] for name, paths in binaries.items()},
+        "gpu_operator_toolkit": any(
+            p.startswith(OPERATOR_ROOT + "/") for paths in binaries.values() for p in paths
+        ),
+        "toolkit_config": effective.to_data() if isinstance(effective, ToolkitConfig) else None,
+        "engines": [e.to_data() for e in engines],
+        "runtime_class_required": False,
+    }
+    if gpus == 0:
+        return CheckResult(
+            NAME, "no NVIDIA GPU on this node: no container toolkit needed", [], data
+        )
+    judged = [e for e in engines if e.judged]
+    findings = [_invalid(p) for e in engines for p in e.config.problems]
+    findings += [_invalid(c) for c in toolkit_configs if isinstance(c, FileProblem)]
+    installed = RUNTIME_BINARY in binaries or any(
+        _nvidia_binary_found(host, e.config) for e in judged
+    )
+    if not judged:
+        where = "installed" if installed else "not installed"
+        summary = f"no container engine runs GPU containers on this node; toolkit {where}"
+        return CheckResult(NAME, summary, findings, data)
+    if not installed:
+        findings.append(_not_installed(judged))
+    parts = [_toolkit_part(binaries, effective if isinstance(effective, ToolkitConfig) else None)]
+    for engine in judged:
+        part, engine_findings = _judge(host, engine.config, installed, kubernetes)
+        findings += engine_findings
+        parts.append(part)
+        if "runtimeClassName" in part:
+            data["runtime_class_required"] = True
+    return CheckResult(NAME, "; ".join(parts), findings, data)
+
+
+def _invalid(problem: FileProblem) -> Finding:
+    return Finding(
+        "CONFIG_INVALID",
+        Severity.CRITICAL,
+        f"{problem.path} {problem.problem}",
+        Action.FIX_CONFIG,
+        f"file:{problem.path}",
+    )
+
+
+def _nvidia_binary_found(host: Host, config: EngineConfig) -> bool:
+    return any(
+        is_nvidia_runtime_binary(r.binary) and resolve_binary(host.fs, r.binary or "") is not None
+        for r in config.runtimes.values()
+    )
+
+
+def _not_installed(judged: list[Engine]) -> Finding:
+    names = ", ".join(ENGINE_NAMES[e.config.engine] for e in judged)
+    return Finding(
+        "TOOLKIT_NOT_INSTALLED",
+        Severity.CRITICAL,
+        f"{names} runs containers on this GPU node but the NVIDIA Container Toolkit "
+        f"({RUNTIME_BINARY}) is installed neither in /usr/bin nor by the GPU Operator in "
+        f"{OPERATOR_ROOT}: containers cannot get GPUs. Install the nvidia-container-toolkit "
+        "package (or let the GPU Operator install it)",
+        Action.FIX_CONFIG,
+    )
+
+
+def _toolkit_part(binaries: dict[str, list[str]], effective: ToolkitConfig | None) -> str:
+    if RUNTIME_BINARY not in binaries:
+        return "NVIDIA Container Toolkit not installed"
+    where = binaries[RUNTIME_BINARY][0].rsplit("/", 1)[0]
+    return f"NVIDIA Container Toolkit in {where}" + (
+        f" (mode {effective.mode})" if effective else ""
+    )
+
+
+def _judge(
+    host: Host, config: EngineConfig, installed: bool, kubernetes: bool
+) -> tuple[str, list[Finding]]:
+    """The summary part and the findings for one engine that runs GPU containers."""
+    label = config.flavor if config.engine == "containerd" else ENGINE_NAMES[config.engine]
+    nvidia = config.runtimes.get(NVIDIA)
+    default = config.runtimes.get(config.effective_default)
+    default_runs_nvidia = default is not None and is_nvidia_runtime_binary(default.binary)
+    if nvidia is None:
+        if config.engine == "crio" and config.oci_hook:
+            return f"{label}: NVIDIA OCI hook {config.oci_hook}", []
+        if default_runs_nvidia:
+            return f"{label}: default runtime {config.effective_default} runs NVIDIA", []
+        return f"{label}: no nvidia runtime", [_no_runtime(config, label)]
+    problem = _binary_problem(host, config, nvidia, installed)
+    findings = [problem] if problem else []
+    if config.effective_default == NVIDIA:
+        return f"{label}: nvidia runtime (default)", findings
+    if default_runs_nvidia:
+        return f"{label}: nvidia runtime; default {config.effective_default} runs NVIDIA", findings
+    if kubernetes:
+        return (
+            f"{label}: nvidia runtime, not the default: pods need runtimeClassName: nvidia",
+            findings,
+        )
+    return f"{label}: nvidia runtime, not the default: run with --runtime=nvidia", findings
+
+
+def _fix_target(config: EngineConfig) -> str:
+    """The file to fix: k3s/RKE2 regenerate config.toml from their template at start."""
+    return config.template or config.config_path
+
+
+def _no_runtime(config: EngineConfig, label: str) -> Finding:
+    files = ", ".join(config.files) if config.files else f"{config.config_path} (absent)"
+    message = f"{label} has no nvidia runtime (configuration read: {files})"
+    if config.notes:
+        message += "; " + "; ".join(config.notes)
+    if config.flavor in ("k3s", "rke2"):
+        fix = (
+            f"{config.flavor} adds the nvidia runtime itself when it finds "
+            f"{RUNTIME_BINARY} at start: install the toolkit and restart {config.flavor}"
+        )
+        if config.template:
+            fix += f", or add the runtime to the template {config.template}"
+    else:
+        fix = f"run `{CONFIGURE[config.engine]}` and restart {ENGINE_NAMES[config.engine]}"
+    return Finding(
+        "RUNTIME_NOT_CONFIGURED",
+        Severity.CRITICAL,
+        f"{message}. GPU containers cannot get GPUs: {fix}",
+        Action.FIX_CONFIG,
+        f"file:{_fix_target(config)}",
+    )
+
+
+def _binary_problem(
+    host: Host, config: EngineConfig, nvidia: Runtime, installed: bool
+) -> Finding | None:
+    where = f"the nvidia runtime in {nvidia.defined_in}"
+    resource = f"file:{nvidia.defined_in}"
+    binary = nvidia.binary
+    if not binary:
+        if config.engine == "containerd":
+            problem = "has no options.BinaryName, so containerd runs plain runc for it"
+        else:
+            field = "runtime_path" if config.engine == "crio" else "path"
+            problem = f"names no binary ({field})"
+        return _misconfigured(f"{where} {problem}: containers get no GPU", resource)
+    if not is_nvidia_runtime_binary(binary):
+        return _misconfigured(
+            f"{where} runs {binary}, not the NVIDIA Container Runtime: containers get no GPU",
+            resource,
+        )
+    if resolve_binary(host.fs, binary) is None and installed:
+        return _misconfigured(
+            f"{where} runs {binary}, which does not exist on the host (a toolkit moved or "
+            "removed, e.g. a GPU Operator uninstall): containers using it fail to start. "
+            f"Point it at the installed {RUNTIME_BINARY} (`{CONFIGURE[config.engine]}`)",
+            resource,
+        )
+    return None
+
+
+def _misconfigured(message: str, resource: str) -> Finding:
+    return Finding(
+        "RUNTIME_NOT_CONFIGURED", Severity.CRITICAL, message, Action.FIX_CONFIG, resource
+    )

@@ -1,0 +1,517 @@
+"""Check `xid`: which XID errors did the GPUs raise this boot, and what should be done?
+
+Two sources, read in every run: the NVML event set (XidCriticalError events, drained without
+waiting; in the daemon the set is registered from the first run on, and a snapshot's
+`events` are handed to it once) and the host's kernel log files (`NVRM: Xid (PCI:...): N, ...`
+lines of the current boot, see `gpuprobe.kernel_log`). An XID is tied to its GPU by PCI
+address or NVML index; one entry per (GPU, XID), counted once even when both sources saw it.
+What the daemon saw is kept in `host.memory`, so events are not lost between runs.
+
+Each XID is classified by NVIDIA's catalog (`gpuprobe.xid_catalog`). Critical XIDs are
+sticky: they stay reported until the boot id changes (a reboot) or an operator clears them
+(`clear()`, `gpuprobe clear-xid`); the clearing, and in the live daemon the sticky XIDs
+themselves, are kept in the state file (`gpuprobe.xid_state`). A warning XID (an
+application's) stays reported in the daemon for `xid.warning_window_seconds` after it last
+grew; a one-shot check reports every XID of the boot.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuprobe import kernel_log, xid_state
+from gpuprobe.config import Config
+from gpuprobe.devices import Device, gpu_count, text
+from gpuprobe.host import Host
+from gpuprobe.host.nvml import NvmlError
+from gpuprobe.pci import normalize_bus_id, nvidia_gpus
+from gpuprobe.report import Action, CheckResult, Finding, Severity, format_time, gpu_resource
+from gpuprobe.xid_catalog import CATALOG_URL, XidInfo, classify
+
+NAME = "xid"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+PROC_STAT = "/proc/stat"
+# Bounds the drain of the event set: a GPU in an XID storm must not hold the check forever.
+MAX_EVENT_DRAINS = 10_000
+# The clock (seconds since the epoch); tests replace it to step through time.
+clock: Callable[[], float] = time.time
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU as XIDs name it: NVML index, UUID and PCI address, whichever are known."""
+
+    index: int | None
+    uuid: str
+    pci_bus_id: str | None
+
+    @property
+    def ident(self) -> str:
+        """What keys this GPU's XIDs across runs and boots: its UUID, else its address."""
+        return self.uuid or self.pci_bus_id or f"index:{self.index}"
+
+
+@dataclass
+class Seen:
+    """One XID on one GPU this boot: how often, when last, from which source, and its verdict."""
+
+    gpu: Gpu
+    xid: int
+    count: int
+    last_seen: str | None
+    source: str
+    message: str = ""
+    active: bool = True
+    cleared: bool = False
+
+    @property
+    def key(self) -> str:
+        """The XID's key in memory and in the state file: `<gpu ident>|<xid>`."""
+        return f"{self.gpu.ident}|{self.xid}"
+
+    @property
+    def info(self) -> XidInfo:
+        """The catalog's verdict on this XID."""
+        return classify(self.xid, self.message)
+
+    def to_entry(self) -> dict[str, Any]:
+        """The XID as kept in memory and in the state file."""
+        return {
+            "gpu": self.gpu.index,
+            "uuid": self.gpu.uuid,
+            "pci_bus_id": self.gpu.pci_bus_id,
+            "xid": self.xid,
+            "count": self.count,
+            "last_seen": self.last_seen,
+            "source": self.source,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> Seen | None:
+        """Read an XID back from memory or the state file (None for a malformed entry)."""
+        try:
+            index = entry.get("gpu")
+            pci = entry.get("pci_bus_id")
+            gpu = Gpu(
+                None if index is None else int(index),
+                str(entry.get("uuid") or ""),
+                None if pci is None else str(pci),
+            )
+            return cls(
+                gpu,
+                int(entry["xid"]),
+                int(entry["count"]),
+                _time_text(entry.get("last_seen")),
+                str(entry.get("source") or "kernel-log"),
+                str(entry.get("message") or ""),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def to_data(self) -> dict[str, Any]:
+        """The XID as an entry of the check's `data.xids`."""
+        info = self.info
+        return {
+            "gpu": self.gpu.index,
+            "uuid": self.gpu.uuid,
+            "xid": self.xid,
+            "count": self.count,
+            "last_seen": self.last_seen,
+            "severity": info.severity.value,
+            "action": info.action.value,
+            "description": info.description,
+            "source": self.source,
+            "pci_bus_id": self.gpu.pci_bus_id,
+            "message": self.message,
+            "active": self.active,
+            "cleared": self.cleared,
+        }
+
+
+@dataclass
+class Observation:
+    """Everything one look at the node found: the boot, the XIDs, where they came from."""
+
+    boot_id: str | None
+    xids: list[Seen]
+    sources: dict[str, Any] = field(default_factory=dict)
+    state: xid_state.XidState | None = None
+    state_error: str | None = None
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Gather this boot's XIDs, classify them, and report the active ones."""
+    with xid_state.LOCK:
+        seen = observe(host, config)
+        persist_error = _persist(host, config, seen)
+    active = [x for x in seen.xids if x.active]
+    findings = [_finding(x) for x in active]
+    data: dict[str, Any] = {
+        "xids": [x.to_data() for x in seen.xids],
+        "boot_id": seen.boot_id,
+        "sources": seen.sources,
+        "state_file": str(xid_state.state_path(config.xid.state_dir)),
+    }
+    if seen.state_error or persist_error:
+        data["state_error"] = seen.state_error or persist_error
+    return CheckResult(NAME, _summary(seen.xids, active), findings, data)
+
+
+def clear(host: Host, config: Config, gpu: int | None = None) -> int:
+    """Clear the sticky (critical) XIDs reported now, on one GPU index or all; returns how many.
+
+    The clearing is saved in the state file, so it holds for later runs, other processes and
+    agent restarts, until an XID grows again or the node reboots. Raises StateError (one
+    line) when the state directory is missing or read-only, or its file is corrupt.
+    """
+    with xid_state.LOCK:
+        seen = observe(host, config)
+        if seen.state_error:
+            raise xid_state.StateError(seen.state_error)
+        targets = [
+            x
+            for x in seen.xids
+            if x.active and x.info.critical and (gpu is None or x.gpu.index == gpu)
+        ]
+        state = seen.state or xid_state.XidState()
+        if state.boot_id != seen.boot_id:
+            state = xid_state.XidState(seen.boot_id)
+        marks = {x.key: {"count": x.count, "last_seen": x.last_seen} for x in targets}
+        state.cleared.update(marks)
+        for key in marks:
+            state.sticky.pop(key, None)
+        xid_state.save(config.xid.state_dir, state)  # first, so a failure changes nothing
+        memory = host.memory.of(NAME)
+        memory.setdefault("cleared", {}).update(marks)
+        for key in marks:
+            memory.setdefault("sticky", {}).pop(key, None)
+        return len(targets)
+
+
+def observe(host: Host, config: Config) -> Observation:
+    """Read both sources and the state, and judge each XID active, cleared or past."""
+    now = datetime.fromtimestamp(clock(), UTC)
+    boot_id = (host.fs.try_read_text(BOOT_ID) or "").strip() or None
+    memory = host.memory.of(NAME)
+    if "boot_id" in memory and memory["boot_id"] != boot_id:
+        memory.clear()  # rebooted: what the last boot left behind is gone
+    memory["boot_id"] = boot_id
+    gpus, pci_order = _gpus(host)
+    sources: dict[str, Any] = {}
+    seen: dict[str, Seen] = {}
+    for x in _drain_events(host, gpus, memory, sources, now):
+        seen[x.key] = x
+    logged = _kernel_logs(host, config, gpus, pci_order, sources, now)
+    for x in logged:
+        _merge(seen, x)
+    observation = Observation(boot_id, [], sources)
+    try:
+        observation.state = xid_state.load(config.xid.state_dir)
+    except xid_state.StateError as exc:
+        observation.state_error = str(exc)
+    state = observation.state
+    same_boot = state is not None and state.boot_id == boot_id
+    remembered = [*memory.get("sticky", {}).values()]
+    if same_boot and state is not None:
+        remembered += list(state.sticky.values())
+    for entry in remembered:
+        sticky = Seen.from_entry(entry)
+        if sticky is not None:
+            _merge(seen, sticky)
+    cleared = dict(state.cleared) if same_boot and state is not None else {}
+    for key, mark in memory.get("cleared", {}).items():
+        if key not in cleared or _count(mark) >= _count(cleared[key]):
+            cleared[key] = mark
+    _judge(list(seen.values()), cleared, memory, config, now)
+    observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid))
+    return observation
+
+
+# --- sources ---------------------------------------------------------------------------
+
+
+def _gpus(host: Host) -> tuple[dict[str, Gpu], list[str]]:
+    """The GPUs NVML knows, by NVML index (as text) and by PCI address (`0000:3a:00`), and
+    the NVIDIA GPUs on the PCI bus in address order (NVML's default order)."""
+    known: dict[str, Gpu] = {}
+    count = gpu_count(host.nvml) or 0
+    for index in range(count):
+        device = Device(host.nvml, index)
+        uuid = text(device.get("nvmlDeviceGetUUID")) or ""
+        pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
+        bus_id = text(pci.get("busId")) if isinstance(pci, dict) else None
+        gpu = Gpu(index, uuid, normalize_bus_id(bus_id) if bus_id else None)
+        known[str(index)] = gpu
+        if gpu.pci_bus_id:
+            known[kernel_log.pci_prefix(gpu.pci_bus_id)] = gpu
+    return known, sorted(d.address for d in nvidia_gpus(host.fs))
+
+
+def _drain_events(
+    host: Host, gpus: dict[str, Gpu], memory: dict[str, Any], sources: dict[str, Any], now: datetime
+) -> list[Seen]:
+    """Drain the NVML event set into memory; returns every XID events showed this boot."""
+    events: dict[str, dict[str, Any]] = memory.setdefault("events", {})
+    if host.nvml.init_error is not None:
+        sources["nvml_events"] = f"unavailable (NVML {host.nvml.init_error})"
+    else:
+        sources["nvml_events"] = "read"
+        try:
+            for _ in range(MAX_EVENT_DRAINS):
+                batch = host.nvml.wait_events(0)
+                if not batch:
+                    break
+                for event in batch:
+                    if event.type != "XidCriticalError":
+                        continue
+                    gpu = gpus.get(str(event.device)) or Gpu(event.device, "", None)
+                    x = Seen(gpu, event.data, 1, _event_time(event.time, now), "nvml-event")
+                    old = events.get(x.key)
+                    if old is not None:
+                        x.count += int(old.get("count", 0))
+                        x.last_seen = _later(old.get("last_seen"), x.last_seen)
+                    events[x.key] = x.to_entry()
+        except NvmlError as exc:
+            sources["nvml_events"] = f"error ({exc.name})"
+    return [x for x in (Seen.from_entry(e) for e in events.values()) if x is not None]
+
+
+def _event_time(stamp: str | None, now: datetime) -> str:
+    """An event's time as RFC 3339 (when NVML gave none: now)."""
+    return _time_text(stamp) or format_time(now)
+
+
+def _kernel_logs(
+    host: Host,
+    config: Config,
+    gpus: dict[str, Gpu],
+    pci_order: list[str],
+    sources: dict[str, Any],
+    now: datetime,
+) -> list[Seen]:
+    """The current boot's XIDs in the kernel log files, one line counted once across logs."""
+    boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
+    streams: dict[str, list[str]] = {}
+    for path in config.xid.kernel_logs:
+        streams.setdefault(re.sub(r"\.\d+$", "", path), []).append(path)
+    read: list[str] = []
+    # kern.log and syslog hold the same kernel lines: a line counts as often as the one log
+    # that holds it most often (identical lines within one log are separate XIDs).
+    lines: dict[str, tuple[kernel_log.XidLine, int]] = {}
+    uuids: dict[str, str] = {}
+    for paths in streams.values():
+        texts = []
+        for path in paths:
+            content = _tail(host, path, config.xid.kernel_log_max_bytes)
+            if content is not None:
+                texts.append(content)
+                read.append(path)
+        found = kernel_log.read_stream(texts, boot=boot, now=now)
+        counted = Counter(line.line for line in found.xids)
+        for line in found.xids:
+            if counted[line.line] > lines.get(line.line, (line, 0))[1]:
+                lines[line.line] = (line, counted[line.line])
+        uuids.update(found.uuids)
+    sources["kernel_logs"] = read
+    seen: dict[str, Seen] = {}
+    for line, times in lines.values():
+        gpu = _gpu_at(line.pci, gpus, pci_order, uuids)
+        stamp = format_time(line.time) if line.time else None
+        x = Seen(gpu, line.xid, times, stamp, "kernel-log", line.message)
+        old = seen.get(x.key)
+        if old is not None:
+            old.count += times
+            if _later(old.last_seen, x.last_seen) == x.last_seen:  # log order breaks ties
+                old.message = x.message or old.message
+            old.last_seen = _later(old.last_seen, x.last_seen)
+        else:
+            seen[x.key] = x
+    return list(seen.values())
+
+
+def _tail(host: Host, path: str, max_bytes: int) -> str | None:
+    """A log file's last `max_bytes`, without the partial line it starts with when cut."""
+    try:
+        data = host.fs.read_tail(path, max_bytes)
+    except OSError:
+        return None
+    if len(data) >= max_bytes:
+        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
+    return data.decode("utf-8", errors="replace")
+
+
+def _gpu_at(pci: str, gpus: dict[str, Gpu], pci_order: list[str], uuids: dict[str, str]) -> Gpu:
+    """The GPU at a PCI address: NVML's, else (a GPU NVML lost) its place on the PCI bus."""
+    if pci in gpus:
+        return gpus[pci]
+    order = [kernel_log.pci_prefix(a) for a in pci_order]
+    index = order.index(pci) if pci in order else None
+    full = pci_order[index] if index is not None else f"{pci}.0"
+    return Gpu(index, uuids.get(pci, ""), full)
+
+
+def _merge(seen: dict[str, Seen], x: Seen) -> None:
+    """Fold another sighting of an XID in: the larger count, the later time, events first."""
+    old = seen.get(x.key)
+    if old is None:
+        seen[x.key] = x
+        return
+    old.count = max(old.count, x.count)
+    old.last_seen = _later(old.last_seen, x.last_seen)
+    old.message = old.message or x.message
+    if x.source == "nvml-event":
+        old.source = "nvml-event"
+
+
+def _later(a: str | None, b: str | None) -> str | None:
+    """The later of two RFC 3339 times as format_time writes them (None is unknown)."""
+    if a is None or b is None:
+        return a or b
+    return max(a, b)
+
+
+# --- judging ---------------------------------------------------------------------------
+
+
+def _judge(
+    xids: list[Seen],
+    cleared: dict[str, dict[str, Any]],
+    memory: dict[str, Any],
+    config: Config,
+    now: datetime,
+) -> None:
+    """Mark each XID cleared or active, and remember the critical ones as sticky."""
+    grew: dict[str, list[Any]] = memory.setdefault("grew", {})
+    sticky: dict[str, dict[str, Any]] = memory.setdefault("sticky", {})
+    stamp = now.timestamp()
+    for x in xids:
+        mark = cleared.get(x.key)
+        x.cleared = mark is not None and _covers(mark, x)
+        last = grew.get(x.key)
+        if last is None or x.count > last[0]:
+            grew[x.key] = [x.count, stamp]
+        if x.info.critical:
+            x.active = not x.cleared
+            if x.active:
+                sticky[x.key] = x.to_entry()
+            else:
+                sticky.pop(x.key, None)
+        else:
+            recent = stamp - grew[x.key][1] <= config.xid.warning_window_seconds
+            x.active = not x.cleared and recent
+
+
+def _covers(mark: dict[str, Any], x: Seen) -> bool:
+    """Whether a clearing still covers the XID: nothing new since (count and time)."""
+    if x.count > _count(mark):
+        return False
+    last = _time_text(mark.get("last_seen"))
+    return x.last_seen is None or last is None or x.last_seen <= last
+
+
+def _count(mark: dict[str, Any]) -> int:
+    """A clearing's count (-1 when the state file holds no whole number there)."""
+    count = mark.get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) else -1
+
+
+def _time_text(value: Any) -> str | None:
+    """An RFC 3339 time as format_time writes it, from a state or memory entry (else None)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return format_time(stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC))
+
+
+def _persist(host: Host, config: Config, seen: Observation) -> str | None:
+    """Keep the live daemon's sticky XIDs in the state file (never from a snapshot)."""
+    directory = config.xid.state_dir
+    if host.is_snapshot or not xid_state.writable(directory) or seen.state_error:
+        return None
+    sticky = {x.key: x.to_entry() for x in seen.xids if x.active and x.info.critical}
+    state = seen.state or xid_state.XidState()
+    if state.boot_id != seen.boot_id:
+        state = xid_state.XidState(seen.boot_id)
+    elif state.sticky == sticky:
+        return None
+    state.sticky = sticky
+    try:
+        xid_state.save(directory, state)
+    except xid_state.StateError as exc:
+        return str(exc)
+    return None
+
+
+def _finding(x: Seen) -> Finding:
+    info = x.info
+    where = f"GPU {x.gpu.index}" if x.gpu.index is not None else "a GPU"
+    if x.gpu.pci_bus_id:
+        where += f" ({x.gpu.pci_bus_id})"
+    times = f"{x.count} time{'s' if x.count != 1 else ''}"
+    last = f", last at {x.last_seen}" if x.last_seen else ""
+    said = f' ("{_short(x.message)}")' if x.message else ""
+    sticky = (
+        " (reported until the node reboots or `gpuprobe clear-xid` clears it)"
+        if info.critical
+        else ""
+    )
+    resource = gpu_resource(x.gpu.index, x.gpu.uuid) if x.gpu.index is not None else "node"
+    return Finding(
+        "XID",
+        info.severity,
+        f"{where}: Xid {x.xid}, {info.description}, seen {times} this boot{last}{said}: "
+        f"{_advice(info, x.gpu.index)}{sticky}",
+        info.action,
+        resource,
+    )
+
+
+def _advice(info: XidInfo, index: int | None) -> str:
+    gpu = f" -i {index}" if index is not None else ""
+    if info.bucket == "UNKNOWN":
+        return f"look it up in NVIDIA's Xid catalog ({CATALOG_URL})"
+    return {
+        Action.RESTART_APP: (
+            "restart the application that hit it and reset the GPU when convenient"
+            if info.severity is Severity.CRITICAL
+            else "restart the application that hit it; the GPU itself stays usable"
+        ),
+        Action.RESET_GPU: (
+            f"drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the GPU "
+            "if it recurs"
+        ),
+        Action.REBOOT_NODE: "drain and reboot the node; inspect the GPU if it happens again",
+        Action.DRAIN_NODE: "drain the node's peer-to-peer (NVLink) work, as the driver asks",
+        Action.NONE: "informational: nothing to do unless it repeats",
+    }.get(info.action, "see NVIDIA's Xid catalog")
+
+
+def _short(message: str, limit: int = 120) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
+def _summary(xids: list[Seen], active: list[Seen]) -> str:
+    if not xids:
+        return "no XID errors this boot"
+    if not active:
+        return f"no active XID ({len(xids)} seen this boot: cleared, or warnings past their window)"
+    shown = [
+        f"Xid {x.xid} on GPU {x.gpu.index if x.gpu.index is not None else '?'}"
+        + (f" (x{x.count})" if x.count > 1 else "")
+        for x in sorted(active, key=lambda x: (not x.info.critical, x.gpu.index or 0, x.xid))
+    ]
+    more = f" and {len(shown) - 4} more" if len(shown) > 4 else ""
+    return (
+        f"{len(active)} active XID{'s' if len(active) != 1 else ''}: {', '.join(shown[:4])}{more}"
+    )

@@ -1,0 +1,38 @@
+"""Facts about the node that several checks share: its GPUs, its driver, its kubelet."""
+
+from __future__ import annotations
+
+from gpuprobe.config import Config
+from gpuprobe.devices import gpu_count
+from gpuprobe.host import Host
+from gpuprobe.host.nvml import NvmlError
+from gpuprobe.pci import nvidia_gpus
+
+
+def nvidia_gpu_count(host: Host) -> int:
+    """How many NVIDIA GPUs the node has: the PCI bus's count, else NVML's.
+
+    NVML is asked only when the bus shows none (a VM or snapshot without sysfs), so a hung
+    NVML does not hold up checks that only need to know whether GPUs are there.
+    """
+    return len(nvidia_gpus(host.fs)) or gpu_count(host.nvml) or 0
+
+
+def is_kubernetes_node(host: Host, config: Config) -> bool:
+    """A Kubernetes node is one where the kubelet's device-plugins directory exists."""
+    return host.fs.is_dir(config.device_plugin.socket_dir)
+
+
+def loaded_driver_version(host: Host) -> str | None:
+    """The driver version in use: NVML's, else the loaded kernel module's; None when neither."""
+    from gpuprobe.checks.driver import kernel_module
+
+    if host.nvml.init_error is None:
+        try:
+            version = str(host.nvml.call("nvmlSystemGetDriverVersion")).strip()
+        except NvmlError:
+            version = ""
+        if version:
+            return version
+    module = kernel_module(host.fs)
+    return module.version if module else None

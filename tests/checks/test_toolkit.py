@@ -1,0 +1,140 @@
+"""Check `toolkit` on snapshots: the toolkit installed and wired into each engine."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from conftest import snapshot
+from gpuprobe.checks import toolkit
+from gpuprobe.config import Config
+from gpuprobe.host import snapshot_host
+from gpuprobe.report import Status
+from helpers import codes, run_check
+
+
+def test_healthy_k8s_node_raises_nothing() -> None:
+    result = run_check("toolkit", "synthetic-h100-k8s-containerd-healthy")
+    assert result.findings == []
+    assert result.summary == (
+        "NVIDIA Container Toolkit in /usr/bin (mode auto); containerd: nvidia runtime (default)"
+    )
+    (engine,) = result.data["engines"]
+    assert engine["runtimes"] == {
+        "nvidia": {
+            "binary": "/usr/bin/nvidia-container-runtime",
+            "defined_in": "/etc/containerd/conf.d/99-nvidia.toml",
+        }
+    }
+    assert (engine["config_version"], engine["default_runtime"], engine["cdi_enabled"]) == (
+        2,
+        "nvidia",
+        True,
+    )
+    assert engine["in_use_because"] == [
+        "process containerd (pid 1021)",
+        "socket /run/containerd/containerd.sock",
+    ]
+    assert result.data["toolkit_config"]["mode"] == "auto"
+    assert result.data["runtime_class_required"] is False
+
+
+def test_containerd_v3_runtime_not_default_needs_runtime_class() -> None:
+    result = run_check("toolkit", "synthetic-containerd-v3-runtimeclass")
+    assert result.findings == []
+    assert result.summary.endswith(
+        "containerd: nvidia runtime, not the default: pods need runtimeClassName: nvidia"
+    )
+    assert result.data["runtime_class_required"] is True
+    assert result.data["engines"][0]["config_version"] == 3
+
+
+def test_runtime_never_configured() -> None:
+    result = run_check("toolkit", "synthetic-containerd-no-nvidia-runtime")
+    assert codes(result) == [
+        ("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", "file:/etc/containerd/config.toml")
+    ]
+    assert result.findings[0].message == (
+        "containerd has no nvidia runtime (configuration read: /etc/containerd/config.toml). "
+        "GPU containers cannot get GPUs: run `nvidia-ctk runtime configure "
+        "--runtime=containerd` and restart containerd"
+    )
+
+
+def test_drop_in_that_is_not_imported_is_named() -> None:
+    result = run_check("toolkit", "synthetic-containerd-drop-in-not-imported")
+    assert codes(result) == [
+        ("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", "file:/etc/containerd/config.toml")
+    ]
+    assert (
+        "/etc/containerd/conf.d/99-nvidia.toml is not imported by /etc/containerd/config.toml"
+        in result.findings[0].message
+    )
+
+
+def test_runtime_binary_left_behind_by_the_gpu_operator() -> None:
+    result = run_check("toolkit", "synthetic-runtime-binary-missing")
+    assert codes(result) == [
+        ("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", "file:/etc/containerd/config.toml")
+    ]
+    assert result.findings[0].message.startswith(
+        "the nvidia runtime in /etc/containerd/config.toml runs "
+        "/usr/local/nvidia/toolkit/nvidia-container-runtime, which does not exist on the host"
+    )
+
+
+def test_k3s_started_before_the_toolkit() -> None:
+    result = run_check("toolkit", "synthetic-k3s-no-nvidia-runtime")
+    k3s = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml"
+    assert codes(result) == [("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", f"file:{k3s}")]
+    assert result.findings[0].message.endswith(
+        "k3s adds the nvidia runtime itself when it finds nvidia-container-runtime at start: "
+        "install the toolkit and restart k3s"
+    )
+    assert result.data["engines"][0]["in_use_because"] == [
+        "process containerd (pid 2077)",
+        "socket /run/k3s/containerd/containerd.sock",
+    ]
+
+
+def test_docker_host_judges_docker_not_its_containerd() -> None:
+    result = run_check("toolkit", "synthetic-docker-nvidia-runtime")
+    assert result.findings == []
+    assert result.summary.endswith(
+        "Docker: nvidia runtime, not the default: run with --runtime=nvidia"
+    )
+    judged = {e["engine"]: e["runs_gpu_containers"] for e in result.data["engines"]}
+    assert judged == {"containerd": False, "docker": True}
+
+
+def test_crio_drop_in() -> None:
+    result = run_check("toolkit", "synthetic-crio-nvidia-drop-in")
+    assert result.findings == []
+    assert result.summary.endswith("CRI-O: nvidia runtime (default)")
+
+
+def test_not_installed_when_an_engine_runs(tmp_path: Path) -> None:
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-containerd-no-nvidia-runtime"), copy)
+    for binary in (copy / "rootfs/usr/bin").glob("nvidia-c*"):
+        binary.unlink()
+    result = toolkit.run(snapshot_host(str(copy)), Config())
+    assert codes(result) == [
+        ("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", "file:/etc/containerd/config.toml"),
+        ("TOOLKIT_NOT_INSTALLED", "CRITICAL", "FIX_CONFIG", "node"),
+    ]
+
+
+def test_gpu_node_without_container_engine_needs_no_toolkit() -> None:
+    result = run_check("toolkit", "synthetic-h100-8gpu-healthy")
+    assert result.status is Status.OK and result.findings == []
+    assert (
+        result.summary
+        == "no container engine runs GPU containers on this node; toolkit not installed"
+    )
+
+
+def test_node_without_gpus_is_ok() -> None:
+    result = run_check("toolkit", "kvm-epyc-nogpu")
+    assert result.status is Status.OK and result.findings == []
+    assert result.summary == "no NVIDIA GPU on this node: no container toolkit needed"

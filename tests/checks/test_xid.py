@@ -1,0 +1,422 @@
+"""Check `xid` on snapshots: sources, classification, stickiness, clearing, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import gpuprobe, require_root
+from gpuprobe.checks import xid
+from gpuprobe.config import Config
+from gpuprobe.host import snapshot_host
+from gpuprobe.report import Status
+from gpuprobe.xid_state import StateError, state_path
+from helpers import codes, config, run_check, snapshot
+
+UUID = "GPU-5f1c{0:04x}-8e2b-4c1d-9a7e-{0:012x}"
+BOOT_ID = "3f0c5a8e-6a1d-4f0b-9a57-2b8c1e7d4f10"
+
+
+def gpu(index: int) -> str:
+    return f"gpu:{index}:{UUID.format(index)}"
+
+
+def copy_snapshot(name: str, tmp_path: Path) -> Path:
+    """A private copy of a snapshot that a test may change."""
+    dest = tmp_path / name
+    shutil.copytree(snapshot(name), dest)
+    return dest
+
+
+def state_config(directory: Path) -> Config:
+    return config(xid={"state_dir": str(directory)})
+
+
+def by_xid(data: dict[str, Any]) -> dict[tuple[int | None, int], dict[str, Any]]:
+    """The check's data.xids by (GPU index, XID)."""
+    return {(x["gpu"], x["xid"]): x for x in data["xids"]}
+
+
+def test_healthy_node_has_no_xid_and_ignores_the_previous_boots() -> None:
+    result = run_check("xid", "synthetic-h100-8gpu-healthy")
+    assert result.findings == []
+    assert result.status is Status.OK
+    assert result.summary == "no XID errors this boot"
+    assert result.data["xids"] == []
+    assert result.data["boot_id"] == BOOT_ID
+    assert result.data["sources"] == {
+        "nvml_events": "read",
+        "kernel_logs": ["/var/log/kern.log"],
+    }
+
+
+def test_application_xids_among_unrelated_kernel_lines_are_warnings() -> None:
+    result = run_check("xid", "synthetic-xid-app")
+    assert codes(result) == [
+        ("XID", "WARNING", "RESTART_APP", gpu(0)),
+        ("XID", "WARNING", "RESTART_APP", gpu(0)),
+        ("XID", "WARNING", "RESTART_APP", gpu(4)),
+        ("XID", "WARNING", "RESTART_APP", gpu(4)),
+    ]
+    xids = by_xid(result.data)
+    assert sorted(xids) == [(0, 13), (0, 31), (4, 43), (4, 45)]
+    assert xids[(0, 13)] == {
+        "gpu": 0,
+        "uuid": UUID.format(0),
+        "xid": 13,
+        "count": 2,
+        "last_seen": "2026-11-29T10:01:07Z",
+        "severity": "WARNING",
+        "action": "RESTART_APP",
+        "description": "Graphics Engine Exception",
+        "source": "kernel-log",
+        "pci_bus_id": "0000:18:00.0",
+        "message": "pid=41000, name=python3, Graphics Exception: ESR 0x524730=0x2000d 0x524734=0x0",
+        "active": True,
+        "cleared": False,
+    }
+    assert result.summary == (
+        "4 active XIDs: Xid 13 on GPU 0 (x2), Xid 31 on GPU 0, Xid 43 on GPU 4, Xid 45 on GPU 4"
+    )
+    message = next(f.message for f in result.findings if "Xid 31" in f.message)
+    assert message.startswith(
+        "GPU 0 (0000:18:00.0): Xid 31, GPU memory page fault, seen 1 time this boot"
+    )
+    assert message.endswith("restart the application that hit it; the GPU itself stays usable")
+
+
+def test_hardware_xids_are_critical_and_counted_once_across_kern_log_and_syslog() -> None:
+    result = run_check("xid", "synthetic-xid-critical")
+    assert codes(result) == [
+        ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
+        ("XID", "CRITICAL", "RESET_GPU", gpu(6)),
+        ("XID", "CRITICAL", "RESET_GPU", gpu(6)),
+        ("XID", "WARNING", "NONE", gpu(2)),
+    ]
+    xids = by_xid(result.data)
+    assert {k: (v["count"], v["severity"], v["action"]) for k, v in xids.items()} == {
+        (2, 48): (1, "CRITICAL", "RESET_GPU"),
+        (2, 63): (1, "WARNING", "NONE"),
+        (6, 119): (2, "CRITICAL", "RESET_GPU"),
+        (6, 154): (1, "CRITICAL", "RESET_GPU"),
+    }
+    assert xids[(6, 119)]["last_seen"] == "2026-11-29T18:40:19Z"
+    assert result.data["sources"]["kernel_logs"] == ["/var/log/kern.log", "/var/log/syslog"]
+    xid48 = next(f for f in result.findings if "Xid 48" in f.message)
+    assert "Double Bit ECC Error" in xid48.message
+    assert "nvidia-smi -r -i 2" in xid48.message
+    assert xid48.message.endswith(
+        "(reported until the node reboots or `gpuprobe clear-xid` clears it)"
+    )
+
+
+def test_identical_lines_in_one_log_are_separate_xids_but_not_across_logs(
+    tmp_path: Path,
+) -> None:
+    path = copy_snapshot("synthetic-h100-8gpu-healthy", tmp_path)
+    line = "NVRM: Xid (PCI:0000:ab:00): 31, pid=41005, name=python3, MMU Fault\n"
+    (path / "rootfs/var/log/kern.log").write_text(line * 2)
+    (path / "rootfs/var/log/messages").write_text(line)
+    result = xid.run(snapshot_host(str(path)), Config())
+    assert codes(result) == [("XID", "WARNING", "RESTART_APP", gpu(5))]
+    (entry,) = result.data["xids"]
+    assert (entry["count"], entry["last_seen"]) == (2, None)
+
+
+def test_nvml_events_are_xids_and_one_occurrence_in_both_sources_counts_once() -> None:
+    result = run_check("xid", "synthetic-xid-event")
+    assert codes(result) == [
+        ("XID", "CRITICAL", "RESET_GPU", gpu(3)),
+        ("XID", "WARNING", "RESTART_APP", gpu(0)),
+    ]
+    xids = by_xid(result.data)
+    assert sorted(xids) == [(0, 13), (3, 95)]  # the single-bit ECC event is no XID
+    assert (xids[(3, 95)]["count"], xids[(3, 95)]["source"]) == (1, "nvml-event")
+    assert (
+        xids[(3, 95)]["message"]
+        == "pid=41003, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No"
+    )
+    assert (xids[(0, 13)]["count"], xids[(0, 13)]["last_seen"]) == (2, "2026-11-29T19:02:12Z")
+
+
+def test_gpu_fallen_off_the_bus_is_named_by_its_place_on_the_pci_bus() -> None:
+    result = run_check("xid", "synthetic-gpu-fallen-off-bus")
+    assert codes(result) == [("XID", "CRITICAL", "REBOOT_NODE", "gpu:3:GPU-5f1c0003")]
+    (entry,) = result.data["xids"]
+    assert (entry["pci_bus_id"], entry["last_seen"]) == ("0000:5d:00.0", "2026-11-29T20:58:01Z")
+    assert "drain and reboot the node" in result.findings[0].message
+
+
+def test_no_gpu_node_has_no_xid() -> None:
+    result = run_check("xid", "kvm-epyc-nogpu")
+    assert result.status is Status.OK
+    assert result.data["sources"]["nvml_events"] == "unavailable (NVML LibraryNotFound)"
+
+
+# --- the daemon: memory, stickiness, boots ----------------------------------------------
+
+
+def test_events_seen_once_stay_in_the_daemons_memory(tmp_path: Path) -> None:
+    path = copy_snapshot("synthetic-xid-event", tmp_path)
+    (path / "rootfs/var/log/kern.log").unlink()  # only the event set saw them
+    host = snapshot_host(str(path))
+    first = xid.run(host, Config())
+    second = xid.run(host, Config())  # the event set is drained: nothing new arrives
+    assert codes(second) == codes(first)
+    assert by_xid(second.data)[(3, 95)]["count"] == 1
+    assert by_xid(second.data)[(0, 13)]["count"] == 2
+
+
+def test_a_new_boot_clears_what_the_last_boot_left(tmp_path: Path) -> None:
+    path = copy_snapshot("synthetic-xid-event", tmp_path)
+    (path / "rootfs/var/log/kern.log").unlink()
+    host = snapshot_host(str(path))
+    assert codes(xid.run(host, Config()))[0] == ("XID", "CRITICAL", "RESET_GPU", gpu(3))
+    (path / "rootfs/proc/sys/kernel/random/boot_id").write_text("a-new-boot\n")
+    result = xid.run(host, Config())
+    assert result.findings == []
+    assert result.data["boot_id"] == "a-new-boot"
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    now = [1_800_000_000.0]
+    monkeypatch.setattr(xid, "clock", lambda: now[0])
+    yield now
+
+
+def test_warnings_expire_after_their_window_in_the_daemon(clock: list[float]) -> None:
+    host = snapshot_host(snapshot("synthetic-xid-app"))
+    cfg = config(xid={"warning_window_seconds": 600})
+    assert len(xid.run(host, cfg).findings) == 4
+    clock[0] += 600
+    assert len(xid.run(host, cfg).findings) == 4
+    clock[0] += 1
+    result = xid.run(host, cfg)
+    assert result.findings == []
+    assert [x["active"] for x in result.data["xids"]] == [False] * 4
+    assert result.summary == (
+        "no active XID (4 seen this boot: cleared, or warnings past their window)"
+    )
+
+
+def test_critical_xids_are_sticky_past_the_window(clock: list[float]) -> None:
+    host = snapshot_host(snapshot("synthetic-xid-critical"))
+    xid.run(host, Config())
+    clock[0] += 86400
+    result = xid.run(host, Config())
+    assert codes(result) == [
+        ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
+        ("XID", "CRITICAL", "RESET_GPU", gpu(6)),
+        ("XID", "CRITICAL", "RESET_GPU", gpu(6)),
+    ]
+
+
+# --- clearing ------------------------------------------------------------------------------
+
+
+def test_clear_silences_sticky_xids_for_this_boot_and_persists(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    cfg = state_config(state)
+    host = snapshot_host(snapshot("synthetic-xid-critical"))
+    assert xid.clear(host, cfg) == 3
+    result = xid.run(host, cfg)
+    assert codes(result) == [("XID", "WARNING", "NONE", gpu(2))]
+    assert by_xid(result.data)[(2, 48)]["cleared"] is True
+    saved = json.loads(state_path(str(state)).read_text())
+    assert saved["boot_id"] == BOOT_ID
+    assert sorted(saved["cleared"]) == [
+        f"{UUID.format(2)}|48",
+        f"{UUID.format(6)}|119",
+        f"{UUID.format(6)}|154",
+    ]
+    assert saved["cleared"][f"{UUID.format(6)}|119"] == {
+        "count": 2,
+        "last_seen": "2026-11-29T18:40:19Z",
+    }
+    # Another process (a fresh host, empty memory) reads the clearing from the state file.
+    fresh = snapshot_host(snapshot("synthetic-xid-critical"))
+    assert codes(xid.run(fresh, cfg)) == [("XID", "WARNING", "NONE", gpu(2))]
+    assert xid.clear(fresh, cfg) == 0
+
+
+def test_clear_one_gpu(tmp_path: Path) -> None:
+    cfg = state_config(tmp_path)
+    host = snapshot_host(snapshot("synthetic-xid-critical"))
+    assert xid.clear(host, cfg, gpu=6) == 2
+    assert codes(xid.run(host, cfg)) == [
+        ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
+        ("XID", "WARNING", "NONE", gpu(2)),
+    ]
+
+
+def test_a_cleared_xid_that_recurs_is_reported_again(tmp_path: Path) -> None:
+    cfg = state_config(tmp_path / "state")
+    (tmp_path / "state").mkdir()
+    path = copy_snapshot("synthetic-xid-critical", tmp_path)
+    assert xid.clear(snapshot_host(str(path)), cfg) == 3
+    log = path / "rootfs/var/log/kern.log"
+    log.write_text(
+        log.read_text()
+        + "2026-11-29T21:30:00.000001+00:00 gpu-node-17 kernel: NVRM: Xid (PCI:0000:3a:00): "
+        "48, pid=41002, name=python3, An uncorrectable double bit error (DBE) has been "
+        "detected on GPU in the framebuffer at partition 6, subpartition 0.\n"
+    )
+    result = xid.run(snapshot_host(str(path)), cfg)
+    assert codes(result) == [
+        ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
+        ("XID", "WARNING", "NONE", gpu(2)),
+    ]
+    assert by_xid(result.data)[(2, 48)]["count"] == 2
+
+
+def test_a_clearing_from_another_boot_is_void(tmp_path: Path) -> None:
+    cfg = state_config(tmp_path)
+    assert xid.clear(snapshot_host(snapshot("synthetic-xid-critical")), cfg) == 3
+    saved = json.loads(state_path(str(tmp_path)).read_text())
+    saved["boot_id"] = "an-older-boot"
+    state_path(str(tmp_path)).write_text(json.dumps(saved))
+    result = xid.run(snapshot_host(snapshot("synthetic-xid-critical")), cfg)
+    assert len(result.findings) == 4
+
+
+def test_clear_without_the_state_directory_is_one_clear_error(tmp_path: Path) -> None:
+    cfg = state_config(tmp_path / "absent")
+    host = snapshot_host(snapshot("synthetic-xid-critical"))
+    with pytest.raises(StateError, match=r"absent does not exist: create it or set"):
+        xid.clear(host, cfg)
+    assert len(xid.run(host, cfg).findings) == 4  # nothing was cleared
+
+
+def test_clear_with_a_file_for_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StateError, match=r"file/xid-state\.json: not a directory$"):
+        xid.clear(
+            snapshot_host(snapshot("synthetic-xid-critical")), state_config(tmp_path / "file")
+        )
+
+
+def test_a_corrupt_state_file_is_reported_not_raised_by_the_check(tmp_path: Path) -> None:
+    state_path(str(tmp_path)).write_text("{not json")
+    cfg = state_config(tmp_path)
+    host = snapshot_host(snapshot("synthetic-xid-critical"))
+    result = xid.run(host, cfg)
+    assert len(result.findings) == 4
+    assert result.data["state_error"].endswith(
+        "xid-state.json: line 1: Expecting property name enclosed in double quotes"
+    )
+    with pytest.raises(StateError, match=r"xid-state\.json: line 1"):
+        xid.clear(host, cfg)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a read-only bind mount (root ignores file modes, not mount flags)."""
+    require_root()
+    path = tmp_path / "ro"
+    path.mkdir()
+    subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(path)], check=True)
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_clear_on_a_read_only_state_directory_is_one_clear_error(read_only_dir: Path) -> None:
+    host = snapshot_host(snapshot("synthetic-xid-critical"))
+    with pytest.raises(StateError, match="read-only file system"):
+        xid.clear(host, state_config(read_only_dir))
+
+
+def test_replaying_a_snapshot_never_writes_state(tmp_path: Path) -> None:
+    xid.run(snapshot_host(snapshot("synthetic-xid-critical")), state_config(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- the live daemon keeps sticky XIDs; the command line ------------------------------------
+
+
+def host_tree(tmp_path: Path, name: str) -> Path:
+    """A snapshot's host files as a live `--root` tree (NVML itself is absent here)."""
+    root = tmp_path / "host"
+    shutil.copytree(Path(snapshot(name)) / "rootfs", root)
+    return root
+
+
+def write_config(tmp_path: Path, state: Path) -> Path:
+    path = tmp_path / "gpuprobe.yaml"
+    path.write_text(f"xid:\n  state_dir: {state}\n")
+    return path
+
+
+def test_live_agent_keeps_sticky_xids_across_a_restart_and_log_rotation(tmp_path: Path) -> None:
+    root = host_tree(tmp_path, "synthetic-xid-critical")
+    state = tmp_path / "state"
+    state.mkdir()
+    cfg = write_config(tmp_path, state)
+    first = gpuprobe("check", "--json", "--only", "xid", "--root", str(root), "--config", str(cfg))
+    assert first.returncode == 2
+    saved = json.loads(state_path(str(state)).read_text())
+    assert sorted(saved["sticky"]) == [
+        f"{UUID.format(2)}|48",
+        f"{UUID.format(6)}|119",
+        f"{UUID.format(6)}|154",
+    ]
+    for log in ("kern.log", "syslog"):
+        (root / "var/log" / log).unlink()  # rotated away
+    again = gpuprobe("check", "--json", "--only", "xid", "--root", str(root), "--config", str(cfg))
+    findings = again.json()["checks"][0]["findings"]
+    assert sorted((f["code"], f["severity"], f["resource"]) for f in findings) == [
+        ("XID", "CRITICAL", gpu(2)),
+        ("XID", "CRITICAL", gpu(6)),
+        ("XID", "CRITICAL", gpu(6)),
+    ]
+
+
+def test_clear_xid_command(tmp_path: Path) -> None:
+    root = host_tree(tmp_path, "synthetic-xid-critical")
+    state = tmp_path / "state"
+    state.mkdir()
+    cfg = write_config(tmp_path, state)
+    out = gpuprobe("clear-xid", "--gpu", "6", "--root", str(root), "--config", str(cfg))
+    assert (out.returncode, out.stdout, out.stderr) == (
+        0,
+        "gpuprobe: cleared 2 sticky XIDs on GPU 6\n",
+        "",
+    )
+    out = gpuprobe("clear-xid", "--root", str(root), "--config", str(cfg))
+    assert out.stdout == "gpuprobe: cleared 1 sticky XID\n"
+    check = gpuprobe("check", "--json", "--only", "xid", "--root", str(root), "--config", str(cfg))
+    assert check.returncode == 1  # the informational Xid 63 is all that is left
+    (finding,) = check.json()["checks"][0]["findings"]
+    assert (finding["severity"], finding["action"]) == ("WARNING", "NONE")
+
+
+def test_clear_xid_command_without_its_state_directory(tmp_path: Path) -> None:
+    root = host_tree(tmp_path, "synthetic-xid-critical")
+    cfg = write_config(tmp_path, tmp_path / "absent")
+    out = gpuprobe("clear-xid", "--root", str(root), "--config", str(cfg))
+    assert out.returncode == 64
+    assert out.stderr == (
+        f"gpuprobe: xid state directory {tmp_path / 'absent'} does not exist: create it or set "
+        "xid.state_dir\n"
+    )
+    assert out.stdout == ""
+
+
+def test_clear_xid_usage_errors(tmp_path: Path) -> None:
+    out = gpuprobe("clear-xid", "--gpu", "x")
+    assert out.returncode == 64 and "not a whole number" in out.stderr
+    out = gpuprobe("clear-xid", "--root", str(tmp_path / "absent"))
+    assert (out.returncode, out.stderr) == (
+        64,
+        f"gpuprobe: --root {tmp_path / 'absent'}: not a directory\n",
+    )

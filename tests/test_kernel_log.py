@@ -1,0 +1,92 @@
+"""Reading XID lines from kernel log files: formats, stamps, boots, PCI addresses."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gpuprobe.kernel_log import boot_time, line_time, parse_xid, pci_prefix, read_stream
+
+NOW = datetime(2026, 11, 29, 22, 0, 0, tzinfo=UTC)
+BOOT = datetime(2026, 11, 29, 8, 0, 0, tzinfo=UTC)
+
+
+def test_an_xid_line_with_its_pci_address_number_and_text() -> None:
+    line = (
+        "Nov 29 20:58:01 gpu-node-17 kernel: [45678.123456] NVRM: Xid (PCI:0000:3A:00): 79, "
+        "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    )
+    xid = parse_xid(line, boot=BOOT, now=NOW)
+    assert xid is not None
+    assert (xid.pci, xid.xid) == ("0000:3a:00", 79)
+    assert xid.message == "pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    assert xid.time == datetime(2026, 11, 29, 20, 58, 1, tzinfo=UTC)
+
+
+def test_xid_line_variants() -> None:
+    plain = parse_xid("NVRM: Xid (0000:3b:00): 13, Graphics Exception", boot=None, now=NOW)
+    assert plain is not None and (plain.pci, plain.xid, plain.time) == ("0000:3b:00", 13, None)
+    bare = parse_xid("NVRM: Xid (PCI:0000:cb:00): 63", boot=None, now=NOW)
+    assert bare is not None and (bare.xid, bare.message) == (63, "")
+    assert parse_xid("NVRM: GPU at PCI:0000:3a:00: GPU-5f1c", boot=None, now=NOW) is None
+    assert parse_xid("kernel: Xid is not an NVRM line: 79", boot=None, now=NOW) is None
+
+
+def test_stamps_rfc3339_syslog_and_ctime() -> None:
+    assert line_time("2026-11-29T20:58:01.104217+01:00 h kernel: x", boot=None, now=NOW) == (
+        datetime(2026, 11, 29, 19, 58, 1, 104217, tzinfo=UTC)
+    )
+    assert line_time("[Fri Aug 30 11:43:09 2024] NVRM: Xid", boot=None, now=NOW) == datetime(
+        2024, 8, 30, 11, 43, 9, tzinfo=UTC
+    )
+    assert line_time("no stamp here", boot=None, now=NOW) is None
+
+
+def test_syslog_stamps_take_their_year_from_the_boot_or_now() -> None:
+    # A December line read in January belongs to last year.
+    january = datetime(2027, 1, 2, tzinfo=UTC)
+    assert line_time("Dec 31 23:59:59 h kernel:", boot=None, now=january) == datetime(
+        2026, 12, 31, 23, 59, 59, tzinfo=UTC
+    )
+    # A boot on 30 December: a January line is in the next year.
+    boot = datetime(2026, 12, 30, tzinfo=UTC)
+    assert line_time("Jan  3 01:00:00 h kernel:", boot=boot, now=january) == datetime(
+        2027, 1, 3, 1, 0, 0, tzinfo=UTC
+    )
+    assert line_time("Feb 29 01:00:00 h kernel:", boot=boot, now=january) is None
+
+
+def test_only_the_current_boot_counts() -> None:
+    old = "kern.log.1\n" + (
+        "2026-11-28T23:10:04+00:00 h kernel: NVRM: Xid (PCI:0000:3a:00): 48, DBE\n"
+        "2026-11-29T08:00:02+00:00 h kernel: [    0.000000] Linux version 6.8.0-45-generic\n"
+        "2026-11-29T08:00:11+00:00 h kernel: NVRM: GPU at PCI:0000:3a:00: GPU-5f1c0002-8e2b\n"
+    )
+    new = "2026-11-29T14:22:51+00:00 h kernel: NVRM: Xid (PCI:0000:3a:00): 63, Row Remapper\n"
+    log = read_stream([old, new], boot=BOOT, now=NOW)
+    assert [(x.xid, x.pci) for x in log.xids] == [(63, "0000:3a:00")]
+    assert log.uuids == {"0000:3a:00": "GPU-5f1c0002-8e2b"}
+
+
+def test_lines_stamped_before_the_boot_are_an_earlier_boots_without_a_marker() -> None:
+    text = (
+        "2026-11-28T23:10:04+00:00 h kernel: NVRM: Xid (PCI:0000:3a:00): 48, DBE\n"
+        "2026-11-29T07:58:00+00:00 h kernel: NVRM: Xid (PCI:0000:3a:00): 13, within the slack\n"
+        "Nov 28 23:10:04 h kernel: NVRM: Xid (PCI:0000:3a:00): 31, a local-time stamp\n"
+    )
+    log = read_stream([text], boot=BOOT, now=NOW)
+    # Zone-less syslog stamps could be hours off, so only the boot marker rules them out.
+    assert [x.xid for x in log.xids] == [13, 31]
+
+
+def test_pci_addresses_normalize() -> None:
+    assert pci_prefix("00000000:3A:00.0") == "0000:3a:00"
+    assert pci_prefix("0000:3a:00") == "0000:3a:00"
+    assert pci_prefix("3a:00.0") == "0000:3a:00"
+    assert pci_prefix("zz:yy:xx") == "zz:yy:xx"
+
+
+def test_boot_time_from_proc_stat() -> None:
+    assert boot_time("cpu 1 2 3\nbtime 1795939200\n") == BOOT
+    assert boot_time("cpu 1 2 3\n") is None
+    assert boot_time("btime soon\n") is None
+    assert boot_time(None) is None
