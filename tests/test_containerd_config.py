@@ -202,6 +202,10 @@ def test_relative_imports_are_relative_to_the_importing_file(tmp_path: Path) -> 
             ),
         ),
         (
+            {ROOT_CONFIG: 'version = 2\nimports = [""]\n'},
+            (ROOT_CONFIG, "is invalid: imports names an empty path"),
+        ),
+        (
             {ROOT_CONFIG: 'version = "2"\n'},
             (
                 ROOT_CONFIG,

@@ -183,6 +183,9 @@ def _plugin_uris(doc: dict[str, Any]) -> None:
 def _imports(fs: HostFS, config: EngineConfig, path: str, imports: list[str]) -> list[str]:
     found = []
     for entry in imports:
+        if not entry.strip():
+            # containerd joins it to the file's directory and fails to load a directory.
+            raise Invalid("imports names an empty path")
         target = os.path.normpath(os.path.join(os.path.dirname(path), entry))
         if "*" not in target:
             found.append(target)
