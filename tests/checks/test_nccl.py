@@ -34,7 +34,7 @@ def test_busbw_at_the_largest_size_against_the_floor(tmp_path: Path) -> None:
     ok = run_check(
         "nccl",
         "synthetic-h100-8gpu-healthy",
-        config(nccl={"binary": binary, "min_busbw_gbps": 460}),
+        config(nccl={"binary": binary, "force": True, "min_busbw_gbps": 460}),
     )
     assert ok.findings == []
     assert ok.summary == "busbw 483.8 GB/s at 8589934592 bytes across 8 GPUs"
@@ -42,23 +42,36 @@ def test_busbw_at_the_largest_size_against_the_floor(tmp_path: Path) -> None:
     low = run_check(
         "nccl",
         "synthetic-h100-8gpu-healthy",
-        config(nccl={"binary": binary, "min_busbw_gbps": 490}),
+        config(nccl={"binary": binary, "force": True, "min_busbw_gbps": 490}),
     )
     assert codes(low) == [("NCCL_BUSBW_LOW", "WARNING", "HARDWARE_INSPECTION", "node")]
 
 
 def test_wrong_values_are_critical(tmp_path: Path) -> None:
     binary = script(tmp_path, f"cat {TABLES / 'all_reduce_perf-wrong-na.txt'}\n")
-    result = run_check("nccl", "synthetic-h100-8gpu-healthy", config(nccl={"binary": binary}))
+    result = run_check(
+        "nccl", "synthetic-h100-8gpu-healthy", config(nccl={"binary": binary, "force": True})
+    )
     assert codes(result) == [("NCCL_WRONG_RESULTS", "CRITICAL", "HARDWARE_INSPECTION", "node")]
 
 
 def test_a_missing_binary_and_a_failing_run(tmp_path: Path) -> None:
     missing = run_check(
-        "nccl", "synthetic-h100-8gpu-healthy", config(nccl={"binary": str(tmp_path / "absent")})
+        "nccl",
+        "synthetic-h100-8gpu-healthy",
+        config(nccl={"binary": str(tmp_path / "absent"), "force": True}),
     )
     assert codes(missing) == [("NCCL_TEST_FAILED", "UNKNOWN", "FIX_CONFIG", "node")]
     failing = script(tmp_path, "echo 'NCCL WARN NET/IB : Got completion with error' >&2\nexit 1\n")
-    failed = run_check("nccl", "synthetic-h100-8gpu-healthy", config(nccl={"binary": failing}))
+    failed = run_check(
+        "nccl", "synthetic-h100-8gpu-healthy", config(nccl={"binary": failing, "force": True})
+    )
     assert codes(failed) == [("NCCL_TEST_FAILED", "CRITICAL", "DRAIN_NODE", "node")]
     assert "exited 1: NCCL WARN NET/IB" in failed.findings[0].message
+
+
+def test_busy_gpus_keep_the_test_from_running(tmp_path: Path) -> None:
+    binary = script(tmp_path, "touch ran\nexit 1\n")
+    result = run_check("nccl", "synthetic-h100-8gpu-healthy", config(nccl={"binary": binary}))
+    assert result.summary == "not run: GPU processes are active on GPU 0, 1, 2, 3, 4, 5, 6, 7"
+    assert result.findings == [] and result.data == {"ran": False}
