@@ -139,7 +139,7 @@ def driver_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield info
 
 
-# Per-GPU gauges: (key in the gpus check's data.gpus[i], metric name, help, scale).
+# Per-GPU gauges: (key in the gpus check's data.gpus[i], metric name, help, divisor).
 GPU_GAUGES: list[tuple[str, str, str, float]] = [
     ("temperature_celsius", "gpuprobe_gpu_temperature_celsius", "GPU core temperature", 1),
     (
@@ -154,13 +154,13 @@ GPU_GAUGES: list[tuple[str, str, str, float]] = [
         "utilization_gpu_percent",
         "gpuprobe_gpu_utilization_ratio",
         "Fraction of the last sample period a kernel ran on the GPU (0-1)",
-        0.01,
+        100,
     ),
     (
         "utilization_memory_percent",
         "gpuprobe_gpu_memory_utilization_ratio",
         "Fraction of the last sample period device memory was read or written (0-1)",
-        0.01,
+        100,
     ),
     ("memory_used_bytes", "gpuprobe_gpu_memory_used_bytes", "Device memory in use", 1),
     ("memory_total_bytes", "gpuprobe_gpu_memory_total_bytes", "Device memory in all", 1),
@@ -227,12 +227,12 @@ def gpu_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
             1,
         )
     yield info
-    for key, name, help_text, scale in GPU_GAUGES:
+    for key, name, help_text, divisor in GPU_GAUGES:
         gauge = GaugeMetricFamily(name, help_text, labels=GPU_LABELS)
         for gpu in gpus:
             value = _number(gpu.get(key))
             if value is not None:
-                gauge.add_metric(_gpu_labels(gpu), value * scale)
+                gauge.add_metric(_gpu_labels(gpu), value / divisor)
         if gauge.samples:
             yield gauge
     ecc = CounterMetricFamily(
