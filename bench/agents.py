@@ -27,9 +27,11 @@ def free_port() -> int:
 def start_agent(interval: float, snapshot: Path = SNAPSHOT) -> tuple[subprocess.Popen[str], int]:
     """`gpuprobe serve` on the snapshot; returns the process and its metrics port."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpuprobe", "serve", "--snapshot", str(snapshot)]
-        + ["--interval", str(interval), "--grpc-listen", "127.0.0.1:0"]
-        + ["--metrics-listen", "127.0.0.1:0"],
+        [
+            *(sys.executable, "-m", "gpuprobe", "serve", "--snapshot", str(snapshot)),
+            *("--interval", str(interval), "--grpc-listen", "127.0.0.1:0"),
+            *("--metrics-listen", "127.0.0.1:0"),
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )

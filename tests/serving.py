@@ -54,6 +54,15 @@ class ServeProcess:
         assert status == 200
         return body
 
+    def report_metrics(self) -> str:
+        """/metrics once it renders the first report."""
+
+        def rendered() -> str:
+            text = self.metrics()
+            return text if "gpuprobe_node_status" in text else ""
+
+        return str(wait_for(rendered))
+
     def terminate(self, timeout: float = 15) -> tuple[int, float]:
         """SIGTERM; the exit status and how long it took to exit."""
         started = time.monotonic()

@@ -225,6 +225,9 @@ def _capture(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import dataclasses
 
+    # gRPC core writes its own (non-JSON) log lines; the agent logs what matters itself.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
     from gpuprobe.errors import UsageError
     from gpuprobe.host import live_host, snapshot_host
     from gpuprobe.serve.agent import ServeOptions

@@ -29,7 +29,7 @@ from gpuprobe.serve import grpc_server
 from gpuprobe.serve.executor import CheckExecutor
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.metrics import ReportCollector
-from gpuprobe.serve.metrics_http import MetricsServer
+from gpuprobe.serve.metrics_http import MetricsPage, MetricsServer
 from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, TokenFile, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
@@ -86,11 +86,13 @@ class Agent:
         self.scheduler = Scheduler(
             self.executor, self.store, groups, config.serve.jitter_fraction, self.names, rng=rng
         )
-        self.registry = CollectorRegistry()
         self.collector = ReportCollector(host.node_name)
-        self.registry.register(self.collector)
-        self.registry.register(ProcessCollector(registry=None))
+        report_registry, live_registry = CollectorRegistry(), CollectorRegistry()
+        report_registry.register(self.collector)
+        ProcessCollector(registry=live_registry)
+        self.metrics_page = MetricsPage(report_registry, live_registry)
         self.store.add_view(self.collector.update)
+        self.store.add_view(self.metrics_page.invalidate)
 
         token = TokenFile(options.token_file) if options.token_file else None
         mtls = options.tls_client_ca is not None
@@ -117,7 +119,7 @@ class Agent:
             workers=config.serve.max_watchers + SPARE_WORKERS,
         )
         self.store.add_view(self._serving)
-        self.http = MetricsServer(options.metrics_listen, self.registry, self.healthz)
+        self.http = MetricsServer(options.metrics_listen, self.metrics_page, self.healthz)
         self.metrics_port = self.http.port
         self.tls = "mtls" if mtls else "tls" if credentials is not None else "none"
         self._thread = threading.Thread(

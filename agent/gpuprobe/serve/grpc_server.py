@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from concurrent import futures
 
 import grpc
@@ -53,11 +54,23 @@ def build(
             port = server.add_insecure_port(target)
         else:
             port = server.add_secure_port(target, credentials)
-    except RuntimeError as exc:
-        raise UsageError(f"--grpc-listen {listen}: cannot listen ({exc})") from None
+    except RuntimeError:
+        port = 0
     if not port:
-        raise UsageError(f"--grpc-listen {listen}: cannot listen")
+        raise UsageError(f"--grpc-listen {listen}: cannot listen ({bind_error(listen)})")
     return server, port, checker
+
+
+def bind_error(listen: str) -> str:
+    """Why HOST:PORT cannot be bound, in the system's words (gRPC's own error says little)."""
+    host, port = split_host_port(listen)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host or "0.0.0.0", port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return "gRPC refused the address"
 
 
 def grpc_target(listen: str) -> str:
