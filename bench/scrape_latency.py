@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import statistics
 import time
 
@@ -60,6 +61,7 @@ def main() -> None:
         for _ in range(20):  # warm both up
             scrape(agent_port)
             scrape(exporter_port)
+        load_before = os.getloadavg()[0]
         times: dict[str, list[float]] = {"gpuprobe": [], "node_exporter": []}
         sizes = {}
         for _ in range(args.scrapes):
@@ -72,6 +74,8 @@ def main() -> None:
         result["ratio_p50"] = round(ours["p50_ms"] / theirs["p50_ms"], 3)
         result["ratio_p99"] = round(ours["p99_ms"] / theirs["p99_ms"], 3)
         result["scrapes_each"] = args.scrapes
+        # The machine's own load says how noisy the tail (p99) of this run is.
+        result["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         print(json.dumps(result, indent=1))
     finally:
         stop(agent)

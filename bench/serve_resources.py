@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import urllib.request
 
@@ -55,6 +56,7 @@ def main() -> None:
             "interval_seconds": args.interval,
             "duration_seconds": round(elapsed, 1),
             "scrape_every_seconds": args.scrape_every,
+            "load_average_1m_end": round(os.getloadavg()[0], 2),
         }
         print(json.dumps(result, indent=1))
     finally:

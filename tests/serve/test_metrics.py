@@ -292,3 +292,29 @@ def test_promtool_accepts_the_metrics(tmp_path: Any) -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout + out.stderr == ""
+
+
+def test_the_documented_metrics_and_queries_are_the_rendered_ones(tmp_path: Any) -> None:
+    """docs/metrics.md names every metric the collector renders, and its PromQL parses."""
+    from conftest import ROOT
+
+    doc = (ROOT / "docs" / "metrics.md").read_text()
+    rendered = {family.name for family in text_string_to_metric_families(scrape(full_snapshot()))}
+    for name in rendered:
+        suffix = "_total" if f"`{name}_total`" in doc else ""
+        assert f"`{name}{suffix}`" in doc, name
+    promtool = require_tool("promtool")
+    block = doc.split("```promql\n", 1)[1].split("```", 1)[0]
+    queries = [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    rules = tmp_path / "rules.yml"
+    rules.write_text(
+        "groups:\n  - name: docs\n    rules:\n"
+        + "".join(
+            f"      - record: docs:q{i}\n        expr: '{q}'\n" for i, q in enumerate(queries)
+        )
+    )
+    out = subprocess.run(
+        [promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"SUCCESS: {len(queries)} rules found" in out.stdout

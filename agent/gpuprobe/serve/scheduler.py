@@ -73,6 +73,9 @@ class Scheduler:
 
     def run(self, stop: threading.Event) -> None:
         """Run rounds as they fall due until `stop` is set."""
+        if not self.groups:
+            stop.wait()
+            return
         while not stop.is_set():
             started = self._clock()
             due = [g for g in self.groups if g.due <= started]

@@ -58,6 +58,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self.clear_xid = clear_xid
         self._watchers = threading.BoundedSemaphore(max_watchers)
         self._report: pb.NodeReport | None = None
+        self._watched: tuple[int, pb.NodeReport | None] = (0, None)  # (change, report)
         self._response: pb.GetReportResponse | None = None
         store.add_view(self._render)
 
@@ -67,6 +68,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
             return
         report = convert.report_to_proto(snapshot.report, snapshot.check_times)
         self._report = report
+        self._watched = (snapshot.change, report)
         self._response = pb.GetReportResponse(report=report)
 
     # --- read-only -----------------------------------------------------------------------
@@ -85,12 +87,11 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         if not self._watchers.acquire(blocking=False):
             abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too many WatchReports streams")
         try:
-            sent = -1
+            sent = 0
             while context.is_active() and not self.stopping.is_set():
-                snapshot = self.store.current()
-                report = self._report
-                if snapshot.report is not None and report is not None and snapshot.change > sent:
-                    sent = snapshot.change
+                change, report = self._watched
+                if report is not None and change > sent:
+                    sent = change
                     yield pb.WatchReportsResponse(report=report)
                 self.store.wait_change(sent, WATCH_POLL_SECONDS)
         finally:
