@@ -176,3 +176,32 @@ def test_a_config_naming_an_unknown_check_interval_is_a_usage_error(tmp_path: Pa
         64,
         "gpuprobe: serve.intervals: unknown check 'nonesuch'\n",
     )
+
+
+def runs(text: str) -> dict[str, float]:
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("gpuprobe_check_runs_total{"):
+            found[line.split('"')[1]] = float(line.split()[-1])
+    return found
+
+
+def test_interval_flag_and_per_check_intervals_drive_the_rounds(tmp_path: Path) -> None:
+    cfg = tmp_path / "gpuprobe.yaml"
+    cfg.write_text("serve:\n  intervals: {driver: 0.3}\n  jitter_fraction: 0\n")
+    with serve_process(
+        "--snapshot",
+        snapshot("synthetic-h100-8gpu-healthy"),
+        "--config",
+        str(cfg),
+        "--interval",
+        "3600",
+    ) as agent:
+        agent.report_metrics()
+
+        def driver_ran_five_times() -> dict[str, float] | None:
+            counted = runs(agent.metrics())
+            return counted if counted.get("driver", 0) >= 5 else None
+
+        counted = wait_for(driver_ran_five_times)
+    assert counted["gpus"] == 1  # --interval 3600: only the first round
