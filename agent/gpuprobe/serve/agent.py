@@ -185,6 +185,7 @@ def xid_clearer(host: Host, config: Config) -> ClearXid | None:
         return None
 
     def clear_xid(gpu: int | None) -> int:
+        """Forget the sticky XIDs of `gpu` (all when None) on this host."""
         return int(clear(host, config, gpu=gpu))
 
     return clear_xid

@@ -25,19 +25,21 @@ WATCHDOG_SECONDS = 6.0
 
 
 def serve(host: Host, config: Config, names: list[str], options: ServeOptions) -> int:
-    """Run the agent until SIGTERM or SIGINT; returns the exit status (0)."""
+    """Run the agent until SIGTERM or SIGINT, then end the process with exit status 0."""
     log = logs.setup()
-    agent = Agent(host, config, names, options, clear_xid=xid_clearer(host, config))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        """The first signal asks for an orderly stop; a second one ends at once."""
         if stop.is_set():  # a second signal: no more waiting
             cleanup.remove_all()
             os._exit(0)
         stop.set()
 
+    # Before the agent exists: a SIGTERM while it starts up still ends in an orderly stop.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    agent = Agent(host, config, names, options, clear_xid=xid_clearer(host, config))
     agent.start()
     log.info(
         "listening",

@@ -83,6 +83,7 @@ class MetricsServer:
         host, port = split_host_port(listen)
 
         def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+            """Route /metrics, /healthz and /."""
             path = environ.get("PATH_INFO", "")
             if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
                 return _text(start_response, 405, "use GET\n")
