@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     clear_xid.add_argument("--root", metavar="DIR", default="/", help="read host files under DIR")
     clear_xid.add_argument("--config", metavar="FILE", help="gpuprobe configuration (YAML)")
     clear_xid.set_defaults(func=_clear_xid)
+
+    serve = commands.add_parser(
+        "serve", help="the agent daemon: periodic checks, gRPC API, Prometheus /metrics"
+    )
+    _add_check_flags(serve)
+    _add_serve_flags(serve)
+    serve.set_defaults(func=_serve)
     return parser
 
 
@@ -93,6 +100,54 @@ def _add_check_flags(parser: argparse.ArgumentParser, snapshot: bool = True) -> 
         "--node-name",
         metavar="NAME",
         help="the node's name (default: $NODE_NAME, else the host name; a snapshot's own)",
+    )
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be above 0: {text}")
+    return value
+
+
+def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--grpc-listen",
+        metavar="HOST:PORT",
+        default="0.0.0.0:50051",
+        help="gRPC address (port 0: any free port; the bound ports are logged)",
+    )
+    parser.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        default="0.0.0.0:9760",
+        help="Prometheus /metrics and /healthz address",
+    )
+    parser.add_argument(
+        "--interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="how often the checks run (default: serve.interval_seconds, 60)",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="bearer token that guards RunChecks, ClearFindings and the bandwidth RPCs",
+    )
+    parser.add_argument("--tls-cert", metavar="FILE", help="serve gRPC over TLS: certificate")
+    parser.add_argument("--tls-key", metavar="FILE", help="serve gRPC over TLS: private key")
+    parser.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="require client certificates signed by this CA (mTLS); they authorise too",
+    )
+    parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="without a token or mTLS, let anyone call the guarded RPCs (else refused)",
     )
 
 
@@ -191,3 +246,39 @@ def _clear_xid(args: argparse.Namespace) -> int:
     where = f" on GPU {args.gpu}" if args.gpu is not None else ""
     print(f"gpuprobe: cleared {cleared} sticky XID{'s' if cleared != 1 else ''}{where}")
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    # gRPC core writes its own (non-JSON) log lines; the agent logs what matters itself.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+    from gpuprobe.errors import UsageError
+    from gpuprobe.host import live_host, snapshot_host
+    from gpuprobe.serve.agent import ServeOptions
+    from gpuprobe.serve.main import serve
+
+    config, names = _prepare(args)
+    if args.interval is not None:
+        config = dataclasses.replace(
+            config, serve=dataclasses.replace(config.serve, interval_seconds=args.interval)
+        )
+    if args.snapshot and args.root != "/":
+        raise UsageError("--snapshot and --root exclude each other")
+    options = ServeOptions(
+        grpc_listen=args.grpc_listen,
+        metrics_listen=args.metrics_listen,
+        token_file=args.token_file,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        allow_unauthenticated=args.allow_unauthenticated,
+    )
+    if args.snapshot:
+        host = snapshot_host(args.snapshot, args.node_name)
+    else:
+        if not os.path.isdir(args.root):
+            raise UsageError(f"--root {args.root}: not a directory")
+        host = live_host(args.root, args.node_name)
+    return serve(host, config, names, options)

@@ -145,6 +145,48 @@ class NcclConfig:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    """How the agent daemon (`gpuprobe serve`) schedules checks and guards its API."""
+
+    # How often each check runs (`--interval` overrides), in seconds.
+    interval_seconds: float = 60.0
+    # Per-check intervals, e.g. {"xid": 10}; they win over interval_seconds.
+    intervals: dict[str, float] = field(default_factory=dict)
+    # How often the active checks (storage: they load the node) run, unless `intervals` says.
+    active_interval_seconds: float = 3600.0
+    # Each next run comes up to this fraction of its interval early or late, so the nodes of
+    # a fleet do not all run (and load shared storage) at the same moment.
+    jitter_fraction: float = 0.1
+    # RunChecks and ClearFindings per caller: a burst of this many calls, then this many per
+    # minute (a token bucket; beyond it the call fails with RESOURCE_EXHAUSTED).
+    calls_burst: int = 3
+    calls_per_minute: float = 6.0
+    # At most this many WatchReports streams at once.
+    max_watchers: int = 16
+
+    def __post_init__(self) -> None:
+        positive = [
+            ("interval_seconds", self.interval_seconds),
+            ("active_interval_seconds", self.active_interval_seconds),
+            ("calls_per_minute", self.calls_per_minute),
+        ] + [(f"intervals.{k}", v) for k, v in self.intervals.items()]
+        for key, value in positive:
+            if value <= 0:
+                raise ConfigError(f"{key}: {value:g} must be above 0")
+        if not 0 <= self.jitter_fraction <= 0.5:
+            raise ConfigError(f"jitter_fraction: {self.jitter_fraction:g} is not within 0-0.5")
+        for key, count in [("calls_burst", self.calls_burst), ("max_watchers", self.max_watchers)]:
+            if count < 1:
+                raise ConfigError(f"{key}: {count} must be at least 1")
+
+    def interval(self, check: str, active: bool) -> float:
+        """How often the named check runs, in seconds."""
+        if check in self.intervals:
+            return self.intervals[check]
+        return self.active_interval_seconds if active else self.interval_seconds
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration."""
 
@@ -156,6 +198,7 @@ class Config:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     rdma: RdmaConfig = field(default_factory=RdmaConfig)
     nccl: NcclConfig = field(default_factory=NcclConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
 
 def load_config(path: str | None) -> Config:

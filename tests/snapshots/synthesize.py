@@ -624,6 +624,13 @@ def variants() -> list[Node]:
     node = hgx_h100("synthetic-module-library-differ")
     node.file("/proc/driver/nvidia/version", module_version_text("550.90.07"))
     nodes.append(node)
+
+    # NVML hangs on GPU 2's memory query (an hour): the gpus check overruns its deadline
+    # while the driver check answers; the daemon's tests serve through the hang.
+    node = hgx_h100("synthetic-nvml-hang")
+    node.replace_call("nvmlDeviceGetMemoryInfo", [2], ret=dict(H100_MEMORY))
+    node.calls[-1]["delay"] = 3600
+    nodes.append(node)
     return (
         nodes
         + health_variants()

@@ -1,0 +1,152 @@
+"""The report between its Python model (`gpuprobe.report`) and the gRPC `gpuprobe.v1` messages.
+
+The proto carries the same fields as the JSON report; enums are spelled `STATUS_OK`,
+`SEVERITY_CRITICAL`, `ACTION_RESET_GPU` where the JSON says `OK`, `CRITICAL`, `RESET_GPU`.
+A check's `data` travels as a `google.protobuf.Struct`: numbers become doubles, so integral
+numbers are turned back into ints on the way in (exact up to 2^53).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from gpuprobe import __version__
+from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
+from gpuprobe.v1 import diagnostics_pb2 as pb
+
+_EXACT_INT = 2**53
+
+
+def report_to_proto(
+    report: NodeReport,
+    check_times: Mapping[str, datetime] | None = None,
+    agent_version: str = __version__,
+) -> pb.NodeReport:
+    """The report as a `gpuprobe.v1.NodeReport`; `check_times` says when each check ran."""
+    times = check_times or {}
+    message = pb.NodeReport(
+        node=report.node,
+        time=timestamp(report.time),
+        status=status_to_proto(report.status),
+        agent_version=agent_version,
+    )
+    for check in report.checks:
+        message.checks.append(check_to_proto(check, times.get(check.name)))
+    return message
+
+
+def check_to_proto(check: CheckResult, ran_at: datetime | None = None) -> pb.CheckResult:
+    """One check's result as a `gpuprobe.v1.CheckResult`."""
+    message = pb.CheckResult(
+        name=check.name,
+        status=status_to_proto(check.status),
+        summary=check.summary,
+        duration_seconds=check.duration_seconds,
+        findings=[finding_to_proto(f) for f in check.findings],
+        data=data_to_struct(check.data),
+    )
+    if ran_at is not None:
+        message.time.CopyFrom(timestamp(ran_at))
+    return message
+
+
+def finding_to_proto(finding: Finding) -> pb.Finding:
+    """A finding as a `gpuprobe.v1.Finding`."""
+    return pb.Finding(
+        code=finding.code,
+        severity=pb.Severity.Value(f"SEVERITY_{finding.severity.value}"),
+        message=finding.message,
+        action=pb.Action.Value(f"ACTION_{finding.action.value}"),
+        resource=finding.resource,
+    )
+
+
+def status_to_proto(status: Status) -> pb.Status:
+    """A status as the proto enum value."""
+    return pb.Status.Value(f"STATUS_{status.value}")  # type: ignore[no-any-return]
+
+
+def data_to_struct(data: Mapping[str, Any]) -> struct_pb2.Struct:
+    """A check's data as a Struct, exactly as the JSON report writes it (keys as text)."""
+    struct = struct_pb2.Struct()
+    # Through JSON, so tuples, non-text keys and odd values read as they do in the JSON report.
+    struct.update(json.loads(json.dumps(data, default=str)))
+    return struct
+
+
+def timestamp(t: datetime) -> timestamp_pb2.Timestamp:
+    """A datetime as a Timestamp (naive times are taken as UTC)."""
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(t if t.tzinfo else t.replace(tzinfo=UTC))
+    return stamp
+
+
+# --- from the proto ------------------------------------------------------------------------
+
+
+def report_from_proto(message: pb.NodeReport) -> NodeReport:
+    """A `gpuprobe.v1.NodeReport` as the Python report (the statuses kept as sent)."""
+    return NodeReport(
+        node=message.node,
+        time=message.time.ToDatetime(tzinfo=UTC),
+        checks=[check_from_proto(c) for c in message.checks],
+    )
+
+
+def check_from_proto(message: pb.CheckResult) -> CheckResult:
+    """A `gpuprobe.v1.CheckResult` as the Python result."""
+    result = CheckResult(
+        name=message.name,
+        summary=message.summary,
+        findings=[finding_from_proto(f) for f in message.findings],
+        data=struct_to_data(message.data),
+        duration_seconds=message.duration_seconds,
+    )
+    result.floor = status_from_proto(message.status)
+    return result
+
+
+def finding_from_proto(message: pb.Finding) -> Finding:
+    """A `gpuprobe.v1.Finding` as the Python finding (unset enums read as UNKNOWN and NONE)."""
+    severity = _enum_name(pb.Severity, message.severity, "SEVERITY_")
+    action = _enum_name(pb.Action, message.action, "ACTION_")
+    return Finding(
+        code=message.code,
+        severity=Severity(severity) if severity in Severity.__members__ else Severity.UNKNOWN,
+        message=message.message,
+        action=Action(action) if action in Action.__members__ else Action.NONE,
+        resource=message.resource,
+    )
+
+
+def status_from_proto(value: int) -> Status:
+    """A proto status as the Python status (unset or unknown values read as UNKNOWN)."""
+    name = _enum_name(pb.Status, value, "STATUS_")
+    return Status(name) if name in Status.__members__ else Status.UNKNOWN
+
+
+def struct_to_data(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A Struct as the check's data dict, integral doubles turned back into ints."""
+    return {k: _ints(v) for k, v in json_format.MessageToDict(struct).items()}
+
+
+def _ints(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) < _EXACT_INT:
+        return int(value)
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    return value
+
+
+def _enum_name(enum: Any, value: int, prefix: str) -> str:
+    try:
+        return str(enum.Name(value)).removeprefix(prefix)
+    except ValueError:  # a value from a newer agent
+        return ""

@@ -1,0 +1,78 @@
+"""`gpuprobe serve`: build the host and the agent, log the bound ports, run until SIGTERM.
+
+SIGTERM (or Ctrl-C) stops the agent in order and exits 0; should the orderly stop hang (a
+stuck check holding a call), a watchdog removes the temporary data and exits 0 anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from gpuprobe import __version__, cleanup
+from gpuprobe.config import Config
+from gpuprobe.host import Host
+from gpuprobe.serve import logs
+from gpuprobe.serve.agent import Agent, ServeOptions, xid_clearer
+
+# How long the orderly stop may take before the watchdog ends the process.
+STOP_GRACE_SECONDS = 2.0
+WATCHDOG_SECONDS = 6.0
+
+
+def serve(host: Host, config: Config, names: list[str], options: ServeOptions) -> int:
+    """Run the agent until SIGTERM or SIGINT, then end the process with exit status 0."""
+    log = logs.setup()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        """The first signal asks for an orderly stop; a second one ends at once."""
+        if stop.is_set():  # a second signal: no more waiting
+            cleanup.remove_all()
+            os._exit(0)
+        stop.set()
+
+    # Before the agent exists: a SIGTERM while it starts up still ends in an orderly stop.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    agent = Agent(host, config, names, options, clear_xid=xid_clearer(host, config))
+    agent.start()
+    log.info(
+        "listening",
+        extra={
+            "grpc_port": agent.grpc_port,
+            "metrics_port": agent.metrics_port,
+            "grpc_listen": options.grpc_listen,
+            "metrics_listen": options.metrics_listen,
+            "node": host.node_name,
+            "snapshot": str(host.snapshot_dir) if host.snapshot_dir else None,
+            "checks": names,
+            "tls": agent.tls,
+            "token": options.token_file is not None,
+            "open_mode": options.allow_unauthenticated,
+            "version": __version__,
+        },
+    )
+    while not stop.wait(3600):
+        pass
+    log.info("stopping")
+    watchdog = threading.Timer(WATCHDOG_SECONDS, _force_exit)
+    watchdog.daemon = True
+    watchdog.start()
+    agent.stop(STOP_GRACE_SECONDS)
+    log.info("stopped")
+    logging.shutdown()
+    sys.stderr.flush()
+    # Worker threads may still wait on a stuck check: end here rather than join them.
+    os._exit(0)
+
+
+def _force_exit() -> None:
+    cleanup.remove_all()
+    logging.getLogger("gpuprobe.serve").error("stop took too long; exiting")
+    sys.stderr.flush()
+    os._exit(0)

@@ -1,0 +1,118 @@
+"""Runs the checks on their intervals: every check at `--interval` (or its own interval from
+the config), the active ones (storage) at their own longer one, with jitter.
+
+Checks that share an interval run together as one round, so a round makes one report update.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpuprobe.config import ServeConfig
+from gpuprobe.serve.executor import CheckExecutor, Ran
+from gpuprobe.serve.state import ReportStore, Snapshot
+
+log = logging.getLogger("gpuprobe.serve")
+
+
+@dataclass
+class Group:
+    """Checks that run together, every `interval` seconds; the next round is due at `due`."""
+
+    interval: float
+    names: list[str]
+    due: float
+
+
+def plan(
+    names: Sequence[str],
+    config: ServeConfig,
+    active: frozenset[str],
+    start: float,
+    rng: random.Random,
+) -> list[Group]:
+    """The rounds: one group per interval. Passive checks run at once on start; active
+    ones first after a random part of their jitter window, so a DaemonSet rollout does not
+    load shared storage from every node at the same moment."""
+    by_interval: dict[tuple[float, bool], list[str]] = {}
+    for name in names:
+        is_active = name in active
+        by_interval.setdefault((config.interval(name, is_active), is_active), []).append(name)
+    groups = []
+    for (interval, is_active), members in by_interval.items():
+        delay = rng.uniform(0, config.jitter_fraction * interval) if is_active else 0.0
+        groups.append(Group(interval, members, start + delay))
+    return groups
+
+
+class Scheduler:
+    """Runs the groups' rounds until stopped, and checks on demand (RunChecks)."""
+
+    def __init__(
+        self,
+        executor: CheckExecutor,
+        store: ReportStore,
+        groups: list[Group],
+        jitter_fraction: float,
+        order: Sequence[str],
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.executor = executor
+        self.store = store
+        self.groups = groups
+        self.jitter_fraction = jitter_fraction
+        self._order = list(order)
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    def run(self, stop: threading.Event) -> None:
+        """Run rounds as they fall due until `stop` is set."""
+        if not self.groups:
+            stop.wait()
+            return
+        while not stop.is_set():
+            started = self._clock()
+            due = [g for g in self.groups if g.due <= started]
+            if not due:
+                stop.wait(min(g.due for g in self.groups) - started)
+                continue
+            names = [n for n in self._order if any(n in g.names for g in due)]
+            try:
+                self.run_now(names)
+            except Exception:  # a bug in a view must not end the schedule
+                log.exception("round failed", extra={"checks": names})
+            for group in due:
+                group.due = max(group.due + self._next(group.interval), self._clock())
+
+    def run_now(self, names: Sequence[str], within: float | None = None) -> list[Ran]:
+        """Run the named checks now (bounded by `within` seconds) and merge their results."""
+        ran = self.executor.run(names, within)
+        before = self.store.current()
+        after = self.store.update(ran)
+        _log_round(ran, before, after)
+        return ran
+
+    def _next(self, interval: float) -> float:
+        spread = self.jitter_fraction * interval
+        return interval + self._rng.uniform(-spread, spread)
+
+
+def _log_round(ran: list[Ran], before: Snapshot, after: Snapshot) -> None:
+    for item in ran:
+        if item.timed_out:
+            log.warning("check timed out", extra={"check": item.result.name})
+    if after.change != before.change and after.report is not None:
+        log.info(
+            "report changed",
+            extra={
+                "status": after.report.status.value,
+                "checks": {c.name: c.status.value for c in after.report.checks},
+                "findings": [f"{c}:{f.code}:{f.resource}" for c, f in after.report.findings()],
+            },
+        )

@@ -1,0 +1,181 @@
+"""The `gpuprobe.v1.NodeDiagnostics` gRPC service: the report, on demand checks, watches, and
+clearing sticky findings. The bandwidth RPCs answer UNIMPLEMENTED until the mesh lands.
+
+GetReport and WatchReports read what the store last rendered; only RunChecks and
+ClearFindings run checks, and they are guarded (token or client certificate) and
+rate-limited per caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn
+
+import grpc
+
+from gpuprobe.report import NodeReport, now
+from gpuprobe.serve import convert
+from gpuprobe.serve.limits import RateLimiter
+from gpuprobe.serve.scheduler import Scheduler
+from gpuprobe.serve.security import Guard, caller
+from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.v1 import diagnostics_pb2 as pb
+from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
+from gpuprobe.xid_state import StateError
+
+log = logging.getLogger("gpuprobe.serve")
+
+SERVICE_NAME = "gpuprobe.v1.NodeDiagnostics"
+# Forgets sticky XID findings of one GPU (or all, None); returns how many it forgot.
+ClearXid = Callable[[int | None], int]
+# Kept back from the caller's deadline so the answer still reaches it in time.
+DEADLINE_MARGIN_SECONDS = 0.2
+# How often a watch stream looks whether its caller left or the agent stops.
+WATCH_POLL_SECONDS = 1.0
+
+
+class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
+    """The agent's gRPC API over its report store and scheduler."""
+
+    def __init__(
+        self,
+        store: ReportStore,
+        scheduler: Scheduler,
+        checks: Sequence[str],
+        guard: Guard,
+        limiter: RateLimiter,
+        max_watchers: int,
+        stopping: threading.Event,
+        clear_xid: ClearXid | None = None,
+    ) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.checks = list(checks)
+        self.guard = guard
+        self.limiter = limiter
+        self.stopping = stopping
+        self.clear_xid = clear_xid
+        self._watchers = threading.BoundedSemaphore(max_watchers)
+        self._report: pb.NodeReport | None = None
+        self._watched: tuple[int, pb.NodeReport | None] = (0, None)  # (change, report)
+        self._response: pb.GetReportResponse | None = None
+        store.add_view(self._render)
+
+    def _render(self, snapshot: Snapshot) -> None:
+        """Build the messages once per update; calls only hand them out."""
+        if snapshot.report is None:
+            return
+        report = convert.report_to_proto(snapshot.report, snapshot.check_times)
+        self._report = report
+        self._watched = (snapshot.change, report)
+        self._response = pb.GetReportResponse(report=report)
+
+    # --- read-only -----------------------------------------------------------------------
+
+    def GetReport(self, request: pb.GetReportRequest, context: Any) -> pb.GetReportResponse:
+        """The cached report."""
+        response = self._response
+        if response is None:
+            abort(context, grpc.StatusCode.UNAVAILABLE, "the first round of checks is running")
+        return response
+
+    def WatchReports(
+        self, request: pb.WatchReportsRequest, context: Any
+    ) -> Iterator[pb.WatchReportsResponse]:
+        """The report now, then each changed one, until the caller leaves or the agent stops."""
+        if not self._watchers.acquire(blocking=False):
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too many WatchReports streams")
+        try:
+            sent = 0
+            while context.is_active() and not self.stopping.is_set():
+                change, report = self._watched
+                if report is not None and change > sent:
+                    sent = change
+                    yield pb.WatchReportsResponse(report=report)
+                self.store.wait_change(sent, WATCH_POLL_SECONDS)
+        finally:
+            self._watchers.release()
+
+    # --- guarded -------------------------------------------------------------------------
+
+    def RunChecks(self, request: pb.RunChecksRequest, context: Any) -> pb.RunChecksResponse:
+        """Run the named checks now, within the caller's deadline."""
+        self._admit(context, limited=True)
+        unknown = sorted(set(request.checks) - set(self.checks))
+        if unknown:
+            abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"unknown check {unknown[0]!r} (known: {', '.join(self.checks)})",
+            )
+        wanted = set(request.checks) or set(self.checks)
+        names = [n for n in self.checks if n in wanted]
+        ran = self.scheduler.run_now(names, _within(context))
+        report = NodeReport(self.store.node, now(), [r.result for r in ran])
+        times = {r.result.name: r.time for r in ran}
+        return pb.RunChecksResponse(report=convert.report_to_proto(report, times))
+
+    def ClearFindings(
+        self, request: pb.ClearFindingsRequest, context: Any
+    ) -> pb.ClearFindingsResponse:
+        """Forget sticky XID findings, then re-run the xid check so the report shows it."""
+        self._admit(context, limited=True)
+        clear_xid = self.clear_xid
+        if clear_xid is None:
+            abort(context, grpc.StatusCode.UNIMPLEMENTED, "this agent keeps no sticky findings")
+        gpu = request.gpu if request.HasField("gpu") else None
+        try:
+            cleared = int(clear_xid(gpu))
+        except StateError as exc:  # the state directory is missing, read-only or corrupt
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"clearing failed: {exc}")
+        except Exception as exc:  # the node's fault, told to the caller in one line
+            log.exception("clearing sticky findings failed")
+            abort(context, grpc.StatusCode.INTERNAL, f"clearing failed: {exc}")
+        log.info("sticky findings cleared", extra={"gpu": gpu, "cleared": cleared})
+        if "xid" in self.checks:
+            self.scheduler.run_now(["xid"], _within(context))
+        return pb.ClearFindingsResponse(cleared=cleared, report=self._report)
+
+    def MeasureBandwidth(
+        self, request: pb.MeasureBandwidthRequest, context: Any
+    ) -> pb.MeasureBandwidthResponse:
+        """Not yet: the bandwidth mesh implements it."""
+        self._admit(context, limited=False)
+        abort(context, grpc.StatusCode.UNIMPLEMENTED, "bandwidth tests are not implemented yet")
+
+    def OpenBandwidthSink(
+        self, request: pb.OpenBandwidthSinkRequest, context: Any
+    ) -> pb.OpenBandwidthSinkResponse:
+        """Not yet: the bandwidth mesh implements it."""
+        self._admit(context, limited=False)
+        abort(context, grpc.StatusCode.UNIMPLEMENTED, "bandwidth tests are not implemented yet")
+
+    def _admit(self, context: Any, limited: bool) -> None:
+        """Abort the call unless its caller is authorised (and, if `limited`, within rate)."""
+        verdict = self.guard.check(context)
+        if not verdict.allowed:
+            log.warning("call refused", extra={"peer": context.peer(), "reason": verdict.reason})
+            abort(context, verdict.code, verdict.reason)
+        if limited:
+            wait = self.limiter.allow(caller(context))
+            if wait > 0:
+                abort(
+                    context,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"rate limit: try again in {wait:.0f} s",
+                )
+
+
+def abort(context: Any, code: grpc.StatusCode, details: str) -> NoReturn:
+    """End the call with `code` (grpc's abort raises; this tells the type checker so)."""
+    context.abort(code, details)
+    raise AssertionError("grpc's abort returned")
+
+
+def _within(context: Any) -> float | None:
+    remaining = context.time_remaining()
+    if remaining is None:
+        return None
+    return max(0.0, float(remaining) - DEADLINE_MARGIN_SECONDS)

@@ -1,0 +1,118 @@
+"""The agent's latest report: each check's latest result, merged, versioned and watched.
+
+Only the scheduler (and RunChecks, ClearFindings) write here; GetReport, WatchReports and
+`/metrics` only read. Each update renders the views (the gRPC message, the metric families)
+once, so that reading them costs nothing but a reference.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpuprobe.report import NodeReport, now
+from gpuprobe.serve.executor import Ran
+
+# What makes a report "changed" for WatchReports: the checks present, their statuses, and
+# each finding's identity. Messages and data (temperatures, figures) are left out, so a
+# watcher hears of what an operator acts on, not of every reading.
+Signature = tuple[tuple[str, str, tuple[tuple[str, str, str, str], ...]], ...]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The agent's state after one update."""
+
+    report: NodeReport | None
+    check_times: dict[str, datetime] = field(default_factory=dict)
+    version: int = 0  # every update
+    change: int = 0  # updates that changed a status or a finding
+    runs: dict[str, int] = field(default_factory=dict)
+    timeouts: dict[str, int] = field(default_factory=dict)
+
+
+def signature(report: NodeReport) -> Signature:
+    """What a watcher compares between two reports."""
+    return tuple(
+        (
+            c.name,
+            c.status.value,
+            tuple(
+                sorted((f.code, f.severity.value, f.action.value, f.resource) for f in c.findings)
+            ),
+        )
+        for c in report.checks
+    )
+
+
+class ReportStore:
+    """The latest result of each check, as one report in check order."""
+
+    def __init__(self, node: str, order: Sequence[str]) -> None:
+        self.node = node
+        self._order = list(order)
+        self._latest: dict[str, Ran] = {}
+        self._runs: dict[str, int] = {}
+        self._timeouts: dict[str, int] = {}
+        self._signature: Signature | None = None
+        self._snapshot = Snapshot(report=None)
+        self._changed = threading.Condition()
+        self._update_lock = threading.Lock()
+        self._views: list[Callable[[Snapshot], None]] = []
+
+    def add_view(self, view: Callable[[Snapshot], None]) -> None:
+        """Call `view` with every new snapshot (and now with the current one)."""
+        with self._update_lock:
+            self._views.append(view)
+            view(self._snapshot)
+
+    def current(self) -> Snapshot:
+        """The latest snapshot."""
+        return self._snapshot
+
+    def update(self, ran: Iterable[Ran], time: datetime | None = None) -> Snapshot:
+        """Merge fresh results; renders the views and wakes watchers when anything changed."""
+        with self._update_lock:
+            for item in ran:
+                name = item.result.name
+                self._latest[name] = item
+                self._runs[name] = self._runs.get(name, 0) + 1
+                if item.timed_out:
+                    self._timeouts[name] = self._timeouts.get(name, 0) + 1
+            order = self._order + sorted(set(self._latest) - set(self._order))
+            report = NodeReport(
+                node=self.node,
+                time=time or now(),
+                checks=[self._latest[n].result for n in order if n in self._latest],
+            )
+            sig = signature(report)
+            old = self._snapshot
+            snapshot = Snapshot(
+                report=report,
+                check_times={n: r.time for n, r in self._latest.items()},
+                version=old.version + 1,
+                change=old.change + (sig != self._signature),
+                runs=dict(self._runs),
+                timeouts=dict(self._timeouts),
+            )
+            self._signature = sig
+            for view in self._views:
+                view(snapshot)
+            with self._changed:
+                self._snapshot = snapshot
+                self._changed.notify_all()
+            return snapshot
+
+    def wait_change(self, after: int, timeout: float) -> Snapshot | None:
+        """The snapshot once its `change` is past `after`; None if `timeout` passes first."""
+        with self._changed:
+            if self._changed.wait_for(lambda: self._snapshot.change > after, timeout):
+                return self._snapshot
+        return None
+
+    def wake_all(self) -> None:
+        """Wake every waiting watcher (on shutdown, so streams end promptly)."""
+        with self._changed:
+            self._changed.notify_all()

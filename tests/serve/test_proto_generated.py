@@ -1,0 +1,51 @@
+"""The committed generated code is exactly what scripts/generate_proto.py makes from proto/,
+and the proto passes `buf lint` with the committed buf.yaml."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, require_tool
+
+GENERATED = ROOT / "agent" / "gpuprobe" / "v1"
+
+
+def test_generated_code_matches_the_proto(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "generate_proto.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    fresh = tmp_path / "gpuprobe" / "v1"
+    names = sorted(p.name for p in fresh.iterdir())
+    assert names == sorted(p.name for p in GENERATED.iterdir() if p.is_file())
+    for name in names:
+        assert (fresh / name).read_bytes() == (GENERATED / name).read_bytes(), (
+            f"agent/gpuprobe/v1/{name} is stale: run python scripts/generate_proto.py"
+        )
+
+
+def test_generated_modules_import_as_gpuprobe_v1() -> None:
+    from gpuprobe.v1 import diagnostics_pb2, diagnostics_pb2_grpc
+
+    service = diagnostics_pb2.DESCRIPTOR.services_by_name["NodeDiagnostics"]
+    assert [m.name for m in service.methods] == [
+        "GetReport",
+        "RunChecks",
+        "WatchReports",
+        "ClearFindings",
+        "MeasureBandwidth",
+        "OpenBandwidthSink",
+    ]
+    assert diagnostics_pb2.DESCRIPTOR.package == "gpuprobe.v1"
+    assert hasattr(diagnostics_pb2_grpc, "NodeDiagnosticsStub")
+
+
+def test_buf_lint_passes() -> None:
+    buf = require_tool("buf")
+    out = subprocess.run([buf, "lint"], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -1,0 +1,161 @@
+"""Who may call what: read-only RPCs are open; RunChecks and ClearFindings need the token or a
+client certificate; without either the agent refuses them unless started in open mode. TLS
+and mTLS with certificates made at test time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from certs import Pki, make_pki
+from gpuprobe.client import Client
+from gpuprobe.errors import UsageError
+from gpuprobe.serve.agent import ServeOptions
+from gpuprobe.serve.security import TokenFile, bearer, read_token, server_credentials
+from serving import in_process_agent
+
+TOKEN = "0123456789abcdef"
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    path = tmp_path / "token"
+    path.write_text(f"  {TOKEN}\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def refused(client: Client) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as err:
+        client.run_checks(["driver"])
+    return err.value.code()  # type: ignore[no-any-return]
+
+
+def test_token_allows_and_its_absence_or_a_wrong_one_refuses(token_file: Path) -> None:
+    with in_process_agent(token_file=str(token_file)) as agent:
+        target = f"127.0.0.1:{agent.grpc_port}"
+        with Client(target, token=TOKEN) as client:
+            assert [c.name for c in client.run_checks(["driver"]).checks] == ["driver"]
+        with Client(target) as client:
+            assert refused(client) == grpc.StatusCode.UNAUTHENTICATED
+            assert client.get_report().node == "synthetic-h100-8gpu-healthy"  # read-only: open
+        with Client(target, token="wrong") as client:
+            assert refused(client) == grpc.StatusCode.UNAUTHENTICATED
+            with pytest.raises(grpc.RpcError) as err:
+                client.clear_findings()
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_rotated_token_file_is_read_again(token_file: Path) -> None:
+    with in_process_agent(token_file=str(token_file)) as agent:
+        target = f"127.0.0.1:{agent.grpc_port}"
+        token_file.write_text("rotated-token\n")
+        with Client(target, token=TOKEN) as client:
+            assert refused(client) == grpc.StatusCode.UNAUTHENTICATED
+        with Client(target, token="rotated-token") as client:
+            client.run_checks(["driver"])
+
+
+def test_without_token_guarded_rpcs_are_refused_unless_open_mode() -> None:
+    with in_process_agent() as agent, Client(f"127.0.0.1:{agent.grpc_port}", token="any") as client:
+        assert refused(client) == grpc.StatusCode.PERMISSION_DENIED
+    with (
+        in_process_agent(allow_unauthenticated=True) as agent,
+        Client(f"127.0.0.1:{agent.grpc_port}") as client,
+    ):
+        assert [c.name for c in client.run_checks(["driver"]).checks] == ["driver"]
+
+
+def test_tls_serves_clients_that_trust_the_ca(pki: Pki, token_file: Path) -> None:
+    with in_process_agent(
+        token_file=str(token_file), tls_cert=pki.server_cert, tls_key=pki.server_key
+    ) as agent:
+        target = f"127.0.0.1:{agent.grpc_port}"
+        with Client(target, ca_file=pki.ca, token=TOKEN) as client:
+            assert client.get_report().status.value == "OK"
+            client.run_checks(["driver"])  # the token over TLS
+        with Client(target, ca_file=pki.ca) as client:
+            assert refused(client) == grpc.StatusCode.UNAUTHENTICATED
+        with Client(target) as client:  # plaintext to a TLS port
+            with pytest.raises(grpc.RpcError) as err:
+                client.get_report(timeout=3)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        stranger_ca = str(Path(pki.ca).with_name("stranger-ca.crt"))
+        with Client(target, ca_file=stranger_ca) as client:  # does not trust the server
+            with pytest.raises(grpc.RpcError) as err:
+                client.get_report(timeout=3)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_mtls_client_certificate_authorises_and_strangers_are_turned_away(pki: Pki) -> None:
+    with in_process_agent(
+        tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca
+    ) as agent:
+        target = f"127.0.0.1:{agent.grpc_port}"
+        with Client(
+            target, ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key
+        ) as client:
+            assert [c.name for c in client.run_checks(["driver"]).checks] == ["driver"]
+        for cert, key in [(None, None), (pki.stranger_cert, pki.stranger_key)]:
+            with Client(target, ca_file=pki.ca, cert_file=cert, key_file=key) as client:
+                with pytest.raises(grpc.RpcError) as err:
+                    client.get_report(timeout=3)
+                assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_tls_flags_must_come_in_pairs(pki: Pki) -> None:
+    with pytest.raises(UsageError, match="--tls-cert and --tls-key go together"):
+        ServeOptions(tls_cert=pki.server_cert)
+    with pytest.raises(UsageError, match="--tls-client-ca needs --tls-cert"):
+        ServeOptions(tls_client_ca=pki.ca)
+    with pytest.raises(UsageError, match=r"--tls-key .*: not a PEM file"):
+        server_credentials(pki.server_cert, __file__, None)
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        (b"", "empty or holds whitespace"),
+        (b"two words", "empty or holds whitespace"),
+        (b"\xff\xfe", "not ASCII text"),
+        (b"x" * 5000, "over 4096 bytes"),
+    ],
+)
+def test_bad_token_files_are_usage_errors(tmp_path: Path, content: bytes, error: str) -> None:
+    path = tmp_path / "token"
+    path.write_bytes(content)
+    with pytest.raises(UsageError, match=error):
+        read_token(str(path))
+    with pytest.raises(UsageError, match="No such file"):
+        TokenFile(str(tmp_path / "absent"))
+
+
+def test_a_token_file_going_bad_keeps_the_last_good_token(token_file: Path) -> None:
+    source = TokenFile(str(token_file))
+    token_file.write_text("")
+    assert source.token() == TOKEN
+    token_file.unlink()
+    assert source.token() == TOKEN
+
+
+@pytest.mark.parametrize(
+    ("metadata", "token"),
+    [
+        ([("authorization", "Bearer abc")], "abc"),
+        ([("authorization", "bearer   abc ")], "abc"),
+        ([("authorization", "Basic abc")], None),
+        ([("authorization", "Bearer ")], None),
+        ([("x-other", "Bearer abc")], None),
+        (None, None),
+    ],
+)
+def test_bearer_reads_the_authorization_metadata(
+    metadata: list[tuple[str, str]] | None, token: str | None
+) -> None:
+    assert bearer(metadata) == token
