@@ -121,6 +121,7 @@ class TcpSink:
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind((bind_host, 0))
         self._listener.listen(streams + 4)
+        self._listener.settimeout(0.2)  # the accept loop looks at its bounds this often
         self.port: int = self._listener.getsockname()[1]
         self._forget = cleanup.on_exit(self.close)
         self._thread = threading.Thread(target=self._serve, name="tcp-sink", daemon=True)
@@ -133,7 +134,6 @@ class TcpSink:
 
     def _serve(self) -> None:
         deadline = time.monotonic() + self.max_seconds
-        self._listener.settimeout(0.2)
         workers = []
         try:
             while not self._closed.is_set():
