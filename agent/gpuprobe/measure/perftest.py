@@ -75,7 +75,7 @@ def parse_output(text: str) -> PerftestResult:
                 float(rate),
             )
     if found is None:
-        raise PerftestError(_failure_reason(text))
+        raise PerftestError(failure_reason(text))
     return found
 
 
@@ -96,7 +96,8 @@ def parse_json(text: str, gbits: bool) -> PerftestResult:
         raise PerftestError(f"unreadable perftest JSON ({exc})") from None
 
 
-def _failure_reason(text: str) -> str:
+def failure_reason(text: str) -> str:
+    """Why ib_write_bw printed no result, from its output."""
     for marker in (
         "Unable to find the Infiniband/RoCE device",
         "Did not detect devices",
