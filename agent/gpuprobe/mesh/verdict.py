@@ -31,6 +31,10 @@ class Link:
     bytes_per_second: float | None  # None: the test failed
     verdict: str = OK
     error: str | None = None
+    # For a failed test: the node it is blamed on, and whether it merely could not run there
+    # (GPU processes active, no RDMA device) rather than the peer being unreachable.
+    blamed: str | None = None
+    unavailable: bool = False
 
     def to_dict(self) -> dict[str, object]:
         """The link as `mesh --json` writes it."""
@@ -90,12 +94,15 @@ def blame(links: list[Link]) -> list[Finding]:
     """Findings from judged links: culprit nodes, suspect paths, unreachable peers."""
     partners: dict[str, set[str]] = defaultdict(set)
     unreachable: dict[str, str] = {}
+    unavailable: dict[str, str] = {}
     for link in links:
         if link.verdict == LOW:
             partners[link.source].add(link.target)
             partners[link.target].add(link.source)
         elif link.verdict == FAILED:
-            unreachable.setdefault(link.target, link.error or "the test failed")
+            node = link.blamed or link.target
+            book = unavailable if link.unavailable else unreachable
+            book.setdefault(node, link.error or "the test failed")
     culprits = {node for node, others in partners.items() if len(others) >= 2}
     findings = [
         Finding(
@@ -130,14 +137,27 @@ def blame(links: list[Link]) -> list[Finding]:
                 f"peer:{link.source}",
             )
         )
+    findings += [unreachable_finding(node, why) for node, why in sorted(unreachable.items())]
     findings += [
         Finding(
-            "PEER_UNREACHABLE",
-            Severity.CRITICAL,
-            f"{node} could not be tested: {why}",
-            Action.CHECK_NETWORK,
+            "BANDWIDTH_TEST_UNAVAILABLE",
+            Severity.UNKNOWN,
+            f"{node}'s bandwidth could not be tested: {why}",
+            Action.NONE,
             f"peer:{node}",
         )
-        for node, why in sorted(unreachable.items())
+        for node, why in sorted(unavailable.items())
+        if node not in unreachable
     ]
     return findings
+
+
+def unreachable_finding(node: str, why: str) -> Finding:
+    """PEER_UNREACHABLE for a node (or a target that never answered with its name)."""
+    return Finding(
+        "PEER_UNREACHABLE",
+        Severity.CRITICAL,
+        f"{node} could not be tested: {why}",
+        Action.CHECK_NETWORK,
+        f"peer:{node}",
+    )

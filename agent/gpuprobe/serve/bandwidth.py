@@ -143,6 +143,7 @@ class Bandwidth:
             server = perftest.start_server(options)
         except perftest.PerftestError as exc:
             raise TestRefused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+
         def stop_server() -> None:
             perftest.stop(server)
 
