@@ -168,7 +168,8 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the JSON cluster report")
     parser.add_argument(
         "--fail-on",
-        choices=("WARNING", "CRITICAL"),
+        type=_fail_on,
+        metavar="WARNING|CRITICAL",
         help="exit 0 unless the cluster's status reaches this level (then 1 or 2); "
         "UNKNOWN and unreachable targets count below WARNING",
     )
@@ -201,6 +202,12 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the name the agents' certificates carry (default: the target's host)",
     )
+
+
+def _fail_on(text: str) -> str:
+    if text.upper() not in ("WARNING", "CRITICAL"):
+        raise argparse.ArgumentTypeError(f"WARNING or CRITICAL, not {text!r}")
+    return text.upper()
 
 
 def _at_least_one(text: str) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -105,13 +106,14 @@ def discover(
     lookups = {s: _Lookup(s, resolve) for s in specs if s.dns}
     for lookup in lookups.values():
         lookup.start()
+    deadline = time.monotonic() + timeout  # one deadline for all: the lookups run at once
     found = Discovery()
     seen: set[str] = set()
     for spec in specs:
         if not spec.dns:
             addresses = [spec.address]
         else:
-            result = lookups[spec].result(timeout)
+            result = lookups[spec].result(deadline, timeout)
             if isinstance(result, DnsFailure):
                 found.failures.append(result)
                 continue
@@ -163,8 +165,9 @@ class _Lookup:
                 self._result = DnsFailure(self.spec, f"{self.spec.host} has no address")
         self._done.set()
 
-    def result(self, timeout: float) -> list[str] | DnsFailure:
-        if not self._done.wait(timeout):
+    def result(self, deadline: float, timeout: float) -> list[str] | DnsFailure:
+        """The addresses, or why there are none, waiting until the monotonic `deadline`."""
+        if not self._done.wait(max(0.0, deadline - time.monotonic())):
             return DnsFailure(self.spec, f"resolving {self.spec.host} took over {timeout:g} s")
         return self._result
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprobe.client import DataKeys
-from gpuprobe.report import NodeReport
+from gpuprobe.report import Action, NodeReport
 
 # The parts of the checks' data the functions below read; the audit converts only these.
 DATA_KEYS: DataKeys = {
@@ -45,8 +45,9 @@ DATA_KEYS: DataKeys = {
     },
     "sharing": {"strategy": None, "resources": {"schedulable_units": None}},
 }
-# The findings that do not make a GPU unhealthy: an idle GPU works, it is just not used.
-NOT_HEALTH = frozenset({"GPU_IDLE"})
+# Findings whose action is one of these leave a GPU healthy: nothing to do (an idle GPU, an
+# informational XID), or the application's fault (XID 13, 31, 43: restart the app).
+HEALTHY_ACTIONS = frozenset({Action.NONE, Action.RESTART_APP})
 
 
 def _data(report: NodeReport, check: str) -> Mapping[str, Any]:
@@ -203,8 +204,9 @@ class Counts:
 
 def counts(report: NodeReport) -> Counts:
     """The node's GPUs (all NVML sees, lost ones too), the healthy ones (not lost, and no
-    finding on the GPU or its MIG devices but GPU_IDLE), the idle ones (`idle` now), its MIG
-    devices, and the units its time-sliced resources advertise."""
+    finding on the GPU or its MIG devices that asks for a repair: an action other than NONE
+    and RESTART_APP), the idle ones (`idle` now), its MIG devices, and the units its
+    time-sliced resources advertise."""
     gpus = _gpus(report)
     troubled = _gpus_with_findings(report)
     healthy = sum(1 for g in gpus if not g.get("lost") and g.get("index") not in troubled)
@@ -218,12 +220,13 @@ def counts(report: NodeReport) -> Counts:
 
 
 def _gpus_with_findings(report: NodeReport) -> set[int]:
-    """The indexes of the GPUs a finding names (`gpu:<index>:...`, `mig:<index>:...`)."""
+    """The indexes of the GPUs that a finding asking for a repair names (`gpu:<index>:...`,
+    `mig:<index>:...`)."""
     found = set()
     for _, finding in report.findings():
         kind, _, rest = finding.resource.partition(":")
         index = rest.partition(":")[0]
-        if kind in ("gpu", "mig") and index.isdigit() and finding.code not in NOT_HEALTH:
+        if kind in ("gpu", "mig") and index.isdigit() and finding.action not in HEALTHY_ACTIONS:
             found.add(int(index))
     return found
 

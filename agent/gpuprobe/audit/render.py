@@ -34,13 +34,19 @@ def render_cluster(report: ClusterReport, colour: bool = False) -> str:
     lines.append(
         f"{'STATUS':<{STATUS_WIDTH}}  {'NODE':<{node_width}}  {'TARGET':<{target_width}}  FINDINGS"
     )
-    indent = " " * (STATUS_WIDTH + node_width + target_width + 6)
     for node in nodes:
         status = paint(node.status, f"{node.status.value:<{STATUS_WIDTH}}")
-        head = f"{status}  {node.node or '-':<{node_width}}  {node.target:<{target_width}}  "
-        details = _details(node)
-        lines.append(head + details[0])
-        lines += [indent + d for d in details[1:]]
+        lines.append(
+            f"{status}  {node.node or '-':<{node_width}}  {node.target:<{target_width}}  "
+            + _summary(node)
+        )
+        for check, finding in sorted(node.findings, key=lambda cf: -cf[1].severity.status.rank):
+            severity = paint(finding.severity.status, finding.severity.value)
+            lines.append(
+                f"{'':10}{severity} {finding.code} on {finding.resource} ({check}), "
+                f"action {finding.action.value}"
+            )
+            lines.append(f"{'':12}{finding.message}")
     if report.skew:
         lines += ["", "skew (majority value, and the nodes that differ)"]
         width = max(len(s.field) for s in report.skew)
@@ -61,17 +67,12 @@ def render_cluster(report: ClusterReport, colour: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _details(node: AuditedNode) -> list[str]:
-    """The node's findings (worst first), one a line; or why it is unreachable."""
+def _summary(node: AuditedNode) -> str:
+    """How many findings the node has, or why it is unreachable."""
     if node.unreachable is not None:
-        return [f"unreachable ({node.unreachable.failure.value}): {node.unreachable.reason}"]
-    findings = sorted(node.findings, key=lambda cf: -cf[1].severity.status.rank)
-    if not findings:
-        return ["-"]
-    return [
-        f"{f.severity.value} {f.code} on {f.resource} ({check}; {f.action.value})"
-        for check, f in findings
-    ]
+        return f"unreachable ({node.unreachable.failure.value}): {node.unreachable.reason}"
+    count = len(node.findings)
+    return f"{count} finding{'s' if count != 1 else ''}" if count else "-"
 
 
 def _count(outliers: dict[str, list[str]]) -> int:
