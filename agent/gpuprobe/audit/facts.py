@@ -209,7 +209,11 @@ def counts(report: NodeReport) -> Counts:
     time-sliced resources advertise."""
     gpus = _gpus(report)
     troubled = _gpus_with_findings(report)
-    healthy = sum(1 for g in gpus if not g.get("lost") and g.get("index") not in troubled)
+    healthy = sum(
+        1
+        for g in gpus
+        if not g.get("lost") and isinstance(g.get("index"), int) and g["index"] not in troubled
+    )
     return Counts(
         gpus=len(gpus),
         healthy_gpus=healthy,
