@@ -21,6 +21,7 @@ from gpuprobe.host import Host, snapshot_host
 from gpuprobe.report import CheckResult
 from gpuprobe.serve.agent import Agent, ServeOptions
 from gpuprobe.unreachable import Failure, Unreachable, explain
+from gpuprobe.v1 import diagnostics_pb2 as pb
 from grpc_standins import fails, hangs, report_of, standin, wants_token
 from serving import in_process_agent
 
@@ -192,3 +193,14 @@ def test_a_host_name_that_does_not_resolve() -> None:
 
 def test_an_error_without_code_or_details() -> None:
     assert explain(grpc.RpcError(), 5, tls=False) == Unreachable(Failure.ERROR, "UNKNOWN: -")
+
+
+def test_an_answer_that_is_not_a_readable_report() -> None:
+    broken = pb.GetReportResponse(report=pb.NodeReport(node="from-the-future"))
+    broken.report.time.seconds = 2**62  # past what a timestamp may hold
+    with standin(lambda context: broken) as server:
+        assert why(server.target) == Unreachable(
+            Failure.ERROR,
+            "unreadable answer: ValueError: Timestamp is not valid: Seconds 4611686018427387904 "
+            "must be in range [-62135596800, 253402300799].",
+        )

@@ -32,7 +32,7 @@ from gpuprobe.errors import UsageError
 from gpuprobe.report import Finding, NodeReport
 from gpuprobe.serve import convert
 from gpuprobe.serve.security import read_token
-from gpuprobe.unreachable import Unreachable, explain
+from gpuprobe.unreachable import Failure, Unreachable, explain
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 
@@ -219,19 +219,21 @@ def fetch_report(
     data: DataKeys | None = None,
 ) -> Fetched:
     """GetReport from one agent within `timeout` seconds (connecting included); a failed
-    call comes back as `unreachable` with its reason, never as an exception."""
+    call, or an answer that is not a report, comes back as `unreachable` with its reason,
+    never as an exception."""
     started = time.monotonic()
+
+    def failed(unreachable: Unreachable) -> Fetched:
+        return Fetched(target, None, unreachable=unreachable, seconds=time.monotonic() - started)
+
     try:
         with Client(target, credentials=credentials) as client:
             message = client.get_report_message(timeout)
+        report = convert.report_from_proto(message, data)
     except grpc.RpcError as exc:
-        return Fetched(
-            target,
-            None,
-            unreachable=explain(exc, timeout, credentials.tls),
-            seconds=time.monotonic() - started,
-        )
-    report = convert.report_from_proto(message, data)
+        return failed(explain(exc, timeout, credentials.tls))
+    except Exception as exc:  # an answer this client cannot read: one target, not the audit
+        return failed(Unreachable(Failure.ERROR, f"unreadable answer: {type(exc).__name__}: {exc}"))
     return Fetched(target, report, message.agent_version, None, time.monotonic() - started)
 
 

@@ -53,7 +53,8 @@ CASES: list[tuple[str, Config | None, dict[str, str | None], Counts]] = [
     ("synthetic-remap-pending", None, facts(), Counts(8, 7, 0, 0, 0)),
     # The lost GPU is counted among the GPUs, not among the healthy or the skew's count.
     ("synthetic-gpu-lost", None, facts(count="7"), Counts(8, 7, 0, 0, 0)),
-    ("synthetic-gpu-fallen-off-bus", None, facts(count="7"), Counts(7, 6, 0, 0, 0)),
+    # NVML lists 7 of the 8 GPUs on the bus: the missing one counts, and not as healthy.
+    ("synthetic-gpu-fallen-off-bus", None, facts(count="7"), Counts(8, 6, 0, 0, 0)),
     ("synthetic-gpus-idle", None, facts(), Counts(8, 8, 2, 0, 0)),
     # An application XID leaves the GPU healthy (RESTART_APP); a hardware XID does not.
     ("synthetic-xid-app", None, facts(), Counts(8, 8, 0, 0, 0)),
@@ -113,7 +114,7 @@ CASES: list[tuple[str, Config | None, dict[str, str | None], Counts]] = [
         "synthetic-driver-not-loaded",
         None,
         facts(None, None, None, None, None),
-        Counts(0, 0, 0, 0, 0),
+        Counts(8, 0, 0, 0, 0),  # 8 GPUs on the bus, none usable
     ),
     # No GPU at all: a count of 0, nothing else applies.
     ("kvm-epyc-nogpu", None, facts(None, None, None, "0", None, None), Counts(0, 0, 0, 0, 0)),

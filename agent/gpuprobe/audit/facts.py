@@ -203,11 +203,13 @@ class Counts:
 
 
 def counts(report: NodeReport) -> Counts:
-    """The node's GPUs (all NVML sees, lost ones too), the healthy ones (not lost, and no
-    finding on the GPU or its MIG devices that asks for a repair: an action other than NONE
-    and RESTART_APP), the idle ones (`idle` now), its MIG devices, and the units its
-    time-sliced resources advertise."""
+    """The node's GPUs (on the PCI bus, or as many as NVML lists if more: lost, fallen off the
+    bus and driverless GPUs count), the healthy ones (listed by NVML, not lost, and no finding
+    on the GPU or its MIG devices that asks for a repair: an action other than NONE and
+    RESTART_APP), the idle ones (`idle` now), its MIG devices, and the units its time-sliced
+    resources advertise."""
     gpus = _gpus(report)
+    on_bus = _data(report, "gpus").get("gpus_on_pci_bus")
     troubled = _gpus_with_findings(report)
     healthy = sum(
         1
@@ -215,7 +217,7 @@ def counts(report: NodeReport) -> Counts:
         if not g.get("lost") and isinstance(g.get("index"), int) and g["index"] not in troubled
     )
     return Counts(
-        gpus=len(gpus),
+        gpus=max(len(gpus), on_bus if isinstance(on_bus, int) and on_bus > 0 else 0),
         healthy_gpus=healthy,
         idle_gpus=sum(1 for g in gpus if g.get("idle") is True),
         mig_slices=mig_slices(report),
