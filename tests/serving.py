@@ -117,11 +117,12 @@ def in_process_agent(
     names: list[str] | None = None,
     clear_xid: ClearXid | None = None,
     wait: bool = True,
+    node_name: str | None = None,
     **options: Any,
 ) -> Iterator[Agent]:
-    """An Agent on a snapshot, started (with its first report in, if `wait`); stopped
-    afterwards."""
-    host = snapshot_host(snapshot(snapshot_name))
+    """An Agent on a snapshot (as node `node_name`, default the snapshot's), started (with its
+    first report in, if `wait`); stopped afterwards."""
+    host = snapshot_host(snapshot(snapshot_name), node_name)
     agent = Agent(
         host,
         config or Config(),
