@@ -120,8 +120,8 @@ def in_process_agent(
     node_name: str | None = None,
     **options: Any,
 ) -> Iterator[Agent]:
-    """An Agent on a snapshot, started (with its first report in, if `wait`); stopped
-    afterwards."""
+    """An Agent on a snapshot (as node `node_name`, default the snapshot's), started (with its
+    first report in, if `wait`); stopped afterwards."""
     host = snapshot_host(snapshot(snapshot_name), node_name)
     agent = Agent(
         host,
