@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprobe.client import Client
+from gpuprobe.audit.fanout import fetch_all
+from gpuprobe.client import Client, Credentials
 from gpuprobe.mesh.render import render_mesh
 from gpuprobe.mesh.run import MeshOptions, Peer, identify, run_mesh
 from gpuprobe.mesh.verdict import FAILED, OK, Thresholds
@@ -37,8 +38,12 @@ def connect(target: str) -> Client:
     return Client(target, token=TOKEN)
 
 
+def fetched(targets: list[str]) -> list:  # type: ignore[type-arg]
+    return fetch_all(targets, Credentials(token=TOKEN), deadline=3)
+
+
 def test_full_mesh_over_three_agents_tests_every_pair_both_ways(agents: list[str]) -> None:
-    peers, unreachable = identify(agents, connect)
+    peers, unreachable = identify(fetched(agents))
     assert unreachable == []
     assert [p.node for p in peers] == ["n1", "n2", "n3"]
     options = MeshOptions(seconds=0.4, warmup=0.1, streams=2, thresholds=CALM)
@@ -62,7 +67,7 @@ def test_a_dead_agent_is_unreachable_and_the_rest_is_tested(agents: list[str]) -
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{closed.getsockname()[1]}"
-        peers, unreachable = identify([*agents, dead], connect, timeout=2)
+        peers, unreachable = identify(fetched([*agents, dead]))
     assert [(f.code, f.resource) for f in unreachable] == [("PEER_UNREACHABLE", f"peer:{dead}")]
     # A peer that answered its name and then died: its links fail, it is named once.
     ghost = Peer(dead, "ghost")
@@ -78,7 +83,7 @@ def test_a_dead_agent_is_unreachable_and_the_rest_is_tested(agents: list[str]) -
 
 
 def test_quick_mode_samples_matchings_then_retests_suspects(agents: list[str]) -> None:
-    peers, _ = identify(agents, connect)
+    peers, _ = identify(fetched(agents))
     options = MeshOptions(
         mode="quick", matchings=2, seconds=0.3, warmup=0.1, seed=1, thresholds=CALM
     )

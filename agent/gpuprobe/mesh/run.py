@@ -16,10 +16,11 @@ from typing import Any
 
 import grpc
 
-from gpuprobe.client import Client
+from gpuprobe.client import Client, Fetched
 from gpuprobe.mesh import schedule, verdict
 from gpuprobe.mesh.verdict import FAILED, LOW, Link, Thresholds
 from gpuprobe.report import Finding, Status, worst
+from gpuprobe.serve.bandwidth import PEER_FAULT
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 
@@ -71,19 +72,15 @@ class MeshResult:
 ClientFactory = Callable[[str], Client]
 
 
-def identify(
-    targets: Sequence[str], connect: ClientFactory, timeout: float = 10.0
-) -> tuple[list[Peer], list[Finding]]:
-    """Each target's node name from its report; the unreachable ones as findings."""
+def identify(fetched: Sequence[Fetched]) -> tuple[list[Peer], list[Finding]]:
+    """The agents that answered with their report, by node name; the others as findings."""
     peers, findings = [], []
-    for target in targets:
-        try:
-            with connect(target) as client:
-                node = client.get_report_message(timeout=timeout).node
-        except grpc.RpcError as exc:
-            findings.append(verdict.unreachable_finding(target, _details(exc)))
-            continue
-        peers.append(Peer(target, node))
+    for item in fetched:
+        if item.report is None:
+            why = item.unreachable.reason if item.unreachable else "no report"
+            findings.append(verdict.unreachable_finding(item.target, why))
+        else:
+            peers.append(Peer(item.target, item.report.node))
     return peers, findings
 
 
@@ -163,19 +160,20 @@ def _measure(source: Peer, target: Peer, options: MeshOptions, connect: ClientFa
 def _failed(source: Peer, target: Peer, transport: str, exc: grpc.RpcError) -> Link:
     """A failed test, blamed on the node at fault.
 
-    FAILED_PRECONDITION means the test could not run (GPU processes active, no RDMA device or
-    perftest): on the sending node, or on the peer when it refused the sink. Anything else
-    (UNAVAILABLE, DEADLINE_EXCEEDED) means a node could not be reached or tested: the source
-    when the mesh could not reach it, else the peer.
+    An error the sending agent reports about its peer (`peer: ...`) is the peer's: it refused
+    a sink, or its sink cut the test. FAILED_PRECONDITION means the test could not run there
+    (GPU processes active, no RDMA device or perftest); anything else means the node could not
+    be reached or tested. Without that mark the error is the sending agent's own: it refused
+    (FAILED_PRECONDITION), or the mesh could not reach it.
     """
     why = _details(exc)
     code = exc.code() if hasattr(exc, "code") else None
-    if code == grpc.StatusCode.FAILED_PRECONDITION:
-        blamed = target.node if "refused a sink" in why else source.node
-        return Link(source.node, target.node, transport, None, FAILED, why, blamed, True)
-    source_down = code == grpc.StatusCode.UNAVAILABLE and "peer" not in why
-    blamed = source.node if source_down else target.node
-    return Link(source.node, target.node, transport, None, FAILED, why, blamed)
+    unavailable = code == grpc.StatusCode.FAILED_PRECONDITION
+    if why.startswith(PEER_FAULT):
+        blamed, why = target.node, why.removeprefix(PEER_FAULT)
+    else:
+        blamed = source.node
+    return Link(source.node, target.node, transport, None, FAILED, why, blamed, unavailable)
 
 
 def _details(exc: grpc.RpcError) -> str:

@@ -36,6 +36,11 @@ SINK_GRACE_SECONDS = 15.0  # connecting, warming up and reporting back
 TRANSPORTS = ("tcp", "rdma")
 
 
+# Errors about the peer (it refused a sink, its sink cut the test) start with this, so that
+# a mesh can tell them from errors about the agent it asked.
+PEER_FAULT = "peer: "
+
+
 class TestRefused(Exception):
     """A bandwidth RPC that cannot be served; `code` is the gRPC status to answer with."""
 
@@ -201,7 +206,7 @@ class Bandwidth:
                 else grpc.StatusCode.UNAVAILABLE
             )
             raise TestRefused(
-                status, f"the peer {request.peer} refused a sink: {details}"
+                status, f"{PEER_FAULT}{request.peer} refused a sink: {details}"
             ) from None
 
     def _measure_tcp(
@@ -226,7 +231,8 @@ class Bandwidth:
             )
         except tcp.BandwidthError as exc:
             raise TestRefused(
-                grpc.StatusCode.UNAVAILABLE, f"test toward {sink.node} failed: {exc}"
+                grpc.StatusCode.UNAVAILABLE,
+                f"{PEER_FAULT}the test toward {sink.node} failed: {exc}",
             ) from None
         response = pb.MeasureBandwidthResponse(
             peer=sink.node,
@@ -266,7 +272,8 @@ class Bandwidth:
             result = perftest.run_client(options, host, timeout=test_seconds + SINK_GRACE_SECONDS)
         except perftest.PerftestError as exc:
             raise TestRefused(
-                grpc.StatusCode.UNAVAILABLE, f"RDMA test toward {sink.node} failed: {exc}"
+                grpc.StatusCode.UNAVAILABLE,
+                f"{PEER_FAULT}the RDMA test toward {sink.node} failed: {exc}",
             ) from None
         response = pb.MeasureBandwidthResponse(
             peer=sink.node, transport="rdma", bytes_per_second=result.average_bytes_per_second
