@@ -161,15 +161,24 @@ def main() -> None:
                     "50ms",
                 )
             ours, theirs = [], []
-            for _ in range(args.rounds):
-                theirs.append(iperf3(a, b, streams, args.seconds))
-                ours.append(gpuprobe(a, b, streams, args.seconds))
-            rows.append((name, statistics.median(theirs), statistics.median(ours)))
-    print("| case | iperf3 median | gpuprobe median | gpuprobe / iperf3 |")
-    print("| --- | --- | --- | --- |")
-    for name, theirs, ours in rows:
+            for i in range(args.rounds):
+                # Alternate who goes first, so neither always meets a warmer machine.
+                if i % 2:
+                    ours.append(gpuprobe(a, b, streams, args.seconds))
+                    theirs.append(iperf3(a, b, streams, args.seconds))
+                else:
+                    theirs.append(iperf3(a, b, streams, args.seconds))
+                    ours.append(gpuprobe(a, b, streams, args.seconds))
+            ratios = sorted(o / t for o, t in zip(ours, theirs, strict=True))
+            rows.append((name, statistics.median(theirs), statistics.median(ours), ratios))
+    print(f"{args.rounds} rounds of {args.seconds} s per tool and case, taking turns")
+    print("| case | iperf3 median | gpuprobe median | ratio of medians | paired ratios |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, theirs, ours, ratios in rows:
         gbit = f"{theirs * 8 / 1e9:.2f} Gbit/s | {ours * 8 / 1e9:.2f} Gbit/s"
-        print(f"| {name} | {gbit} | {ours / theirs:.3f} |")
+        q1, _median, q3 = statistics.quantiles(ratios, n=4)
+        paired = f"median {statistics.median(ratios):.3f}, quartiles {q1:.3f}–{q3:.3f}"
+        print(f"| {name} | {gbit} | {ours / theirs:.3f} | {paired} |")
 
 
 if __name__ == "__main__":

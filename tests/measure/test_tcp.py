@@ -83,7 +83,7 @@ def test_only_the_asking_peer_may_connect() -> None:
 
 def test_the_byte_bound_cuts_the_test() -> None:
     s = sink(streams=1, max_bytes=50 * 1024 * 1024)
-    with pytest.raises(BandwidthError, match=r"1 of 1 streams failed: the sink cut the stream"):
+    with pytest.raises(BandwidthError, match=r"the sink cut the test"):
         send(LOOPBACK, s.port, s.token, streams=1, duration=5, warmup=0.0)
     assert s.stats.stopped == "byte bound"
     assert s.wait(5)
@@ -102,7 +102,7 @@ def test_an_unreachable_sink_fails_within_the_bound() -> None:
         probe.bind((LOOPBACK, 0))
         port = probe.getsockname()[1]  # bound but not listening: connection refused
         started = time.monotonic()
-        with pytest.raises(BandwidthError, match="2 of 2 streams failed: cannot reach the sink"):
+        with pytest.raises(BandwidthError, match="cannot reach the sink"):
             send(LOOPBACK, port, b"t" * 32, streams=2, duration=1, connect_timeout=1)
     assert time.monotonic() - started < 5
 

@@ -20,6 +20,7 @@ import hmac
 import io
 import os
 import secrets
+import selectors
 import socket
 import struct
 import threading
@@ -32,7 +33,7 @@ from gpuprobe import cleanup
 
 HEADER = struct.Struct("!32sII")
 REPLY = struct.Struct("!QQd")
-RECV_BYTES = 4 * 1024 * 1024
+RECV_BYTES = 256 * 1024
 SEND_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT = 5.0
 
@@ -95,8 +96,26 @@ class SinkStats:
         self.refused[why] = self.refused.get(why, 0) + 1
 
 
+@dataclass
+class _Stream:
+    """One connection at the sink: its header so far, then what it received."""
+
+    conn: socket.socket
+    opened: float
+    header: bytes = b""
+    accepted: bool = False
+    window_start: float = 0.0
+    window_end: float = 0.0
+    total: int = 0
+    window: int = 0
+
+
 class TcpSink:
-    """A one-time, token-guarded, byte- and time-bounded receiver for one peer's streams."""
+    """A one-time, token-guarded, byte- and time-bounded receiver for one peer's streams.
+
+    One thread serves the listener and every stream through a selector, as iperf3 does: on a
+    busy node, threads per stream would compete for the cores the transfer needs.
+    """
 
     def __init__(
         self,
@@ -112,17 +131,18 @@ class TcpSink:
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
         self.stats = SinkStats()
-        self._lock = threading.Lock()
         self._closed = threading.Event()
         self._finished = 0
-        self._connections: list[socket.socket] = []
+        self._buffer = memoryview(bytearray(RECV_BYTES))
         family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind((bind_host, 0))
         self._listener.listen(streams + 4)
-        self._listener.settimeout(0.2)  # the accept loop looks at its bounds this often
+        self._listener.setblocking(False)
         self.port: int = self._listener.getsockname()[1]
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._forget = cleanup.on_exit(self.close)
         self._thread = threading.Thread(target=self._serve, name="tcp-sink", daemon=True)
         self._thread.start()
@@ -134,107 +154,126 @@ class TcpSink:
 
     def _serve(self) -> None:
         deadline = time.monotonic() + self.max_seconds
-        workers = []
         try:
-            while not self._closed.is_set():
-                with self._lock:
-                    if self._finished >= self.streams:
-                        break  # every stream came and went: the sink has done its job
-                if time.monotonic() >= deadline:
+            while not self._closed.is_set() and self._finished < self.streams:
+                now = time.monotonic()
+                if now >= deadline:
                     self._stop("time bound")
                     break
-                try:
-                    conn, (address, *_) = self._listener.accept()
-                except TimeoutError:
-                    continue
-                except OSError:
-                    break
-                if _same_address(address, self.allowed_peer):
-                    worker = threading.Thread(
-                        target=self._stream, args=(conn, deadline), daemon=True
-                    )
-                    worker.start()
-                    workers.append(worker)
-                else:
-                    self.stats.refuse("address")
-                    conn.close()
+                for key, _ in self._selector.select(min(0.2, deadline - now)):
+                    if key.data is None:
+                        self._accept()
+                    else:
+                        self._readable(key.data)
+                self._expire_headers()
+        except (OSError, ValueError):  # closed under the loop by close()
+            pass
         finally:
-            self._listener.close()
-        for worker in workers:
-            worker.join(max(0.0, deadline - time.monotonic()) + 1)
-        self.close()
+            self._close_all()
 
-    def _stream(self, conn: socket.socket, deadline: float) -> None:
-        with conn:
-            conn.settimeout(HEADER_TIMEOUT)
+    def _accept(self) -> None:
+        while True:
             try:
-                header = _recv_exact(conn, HEADER.size)
-            except (OSError, BandwidthError):
-                self.stats.refuse("no header")
+                conn, (address, *_) = self._listener.accept()
+            except BlockingIOError:
                 return
-            token, warmup_ms, _index = HEADER.unpack(header)
-            with self._lock:
-                if not hmac.compare_digest(token, self.token):
-                    self.stats.refuse("token")
-                    return
-                if self.stats.accepted >= self.streams or self._closed.is_set():
-                    self.stats.refuse("reused")
-                    return
-                self.stats.accepted += 1
-                self._connections.append(conn)
-            try:
-                self._receive(conn, warmup_ms / 1000.0, deadline)
-            finally:
-                with self._lock:
-                    self._finished += 1
+            if not _same_address(address, self.allowed_peer):
+                self.stats.refuse("address")
+                conn.close()
+                continue
+            conn.setblocking(False)
+            self._selector.register(conn, selectors.EVENT_READ, _Stream(conn, time.monotonic()))
 
-    def _receive(self, conn: socket.socket, warmup: float, deadline: float) -> None:
-        buffer = bytearray(RECV_BYTES)
-        view = memoryview(buffer)
-        total = window = 0
-        started = time.monotonic()
-        window_start = started + warmup
-        window_end = window_start
-        conn.settimeout(max(0.1, deadline - started))
-        try:
-            while True:
-                n = conn.recv_into(view)
-                if n == 0:
-                    break
-                now = time.monotonic()
-                total += n
-                if now >= window_start:
-                    window += n
-                    window_end = now
-                if not self._count(n):
-                    return  # over the byte bound: the stream is cut, no reply
-            conn.sendall(REPLY.pack(total, window, max(0.0, window_end - window_start)))
-        except OSError:
+    def _readable(self, stream: _Stream) -> None:
+        if not stream.accepted:
+            self._read_header(stream)
             return
+        try:
+            n = stream.conn.recv_into(self._buffer)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(stream)
+            return
+        if n == 0:
+            self._reply(stream)
+            return
+        now = time.monotonic()
+        stream.total += n
+        if now >= stream.window_start:
+            stream.window += n
+            stream.window_end = now
+        self.stats.bytes_received += n
+        if self.stats.bytes_received > self.max_bytes:
+            self._stop("byte bound")  # the streams are cut, with no reply
 
-    def _count(self, n: int) -> bool:
-        with self._lock:
-            self.stats.bytes_received += n
-            if self.stats.bytes_received > self.max_bytes:
-                self._stop("byte bound")
-                return False
-        return True
+    def _read_header(self, stream: _Stream) -> None:
+        try:
+            data = stream.conn.recv(HEADER.size - len(stream.header))
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.stats.refuse("no header")
+            self._drop(stream)
+            return
+        stream.header += data
+        if len(stream.header) < HEADER.size:
+            return
+        token, warmup_ms, _index = HEADER.unpack(stream.header)
+        if not hmac.compare_digest(token, self.token):
+            self.stats.refuse("token")
+            self._drop(stream)
+        elif self.stats.accepted >= self.streams:
+            self.stats.refuse("reused")
+            self._drop(stream)
+        else:
+            self.stats.accepted += 1
+            stream.accepted = True
+            stream.window_start = stream.window_end = time.monotonic() + warmup_ms / 1000.0
+
+    def _expire_headers(self) -> None:
+        now = time.monotonic()
+        for key in list(self._selector.get_map().values()):
+            stream = key.data
+            if stream is not None and not stream.accepted and now - stream.opened > HEADER_TIMEOUT:
+                self.stats.refuse("no header")
+                self._drop(stream)
+
+    def _reply(self, stream: _Stream) -> None:
+        self._selector.unregister(stream.conn)
+        seconds = max(0.0, stream.window_end - stream.window_start)
+        with contextlib.suppress(OSError):
+            stream.conn.setblocking(True)
+            stream.conn.settimeout(HEADER_TIMEOUT)
+            stream.conn.sendall(REPLY.pack(stream.total, stream.window, seconds))
+        stream.conn.close()
+        self._finished += 1
+
+    def _drop(self, stream: _Stream) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(stream.conn)
+        stream.conn.close()
 
     def _stop(self, why: str) -> None:
         if self.stats.stopped is None:
             self.stats.stopped = why
         self._closed.set()
-        for conn in list(self._connections):
+
+    def _close_all(self) -> None:
+        for key in list(self._selector.get_map().values()):
             with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+                key.fileobj.close()  # type: ignore[union-attr]
+        self._selector.close()
+        self._closed.set()
+        self._forget()
 
     def close(self) -> None:
-        """Stop accepting and cut every stream."""
-        if not self._closed.is_set():
-            self._stop("closed")
-        with contextlib.suppress(OSError):
-            self._listener.close()
-        self._forget()
+        """Stop accepting and cut every stream (the serving thread closes them)."""
+        self._stop("closed")
+        if threading.current_thread() is not self._thread:
+            self._thread.join(2)
 
     def wait(self, timeout: float) -> bool:
         """Wait until the sink has finished; True if it did."""
@@ -256,14 +295,6 @@ def _recv_exact(conn: socket.socket, size: int) -> bytes:
     return bytes(data)
 
 
-@contextlib.contextmanager
-def _zeros() -> Iterator[io.BufferedReader]:
-    fd = os.memfd_create("gpuprobe-tcp-payload")
-    os.ftruncate(fd, SEND_BYTES)
-    with os.fdopen(fd, "rb") as f:
-        yield f
-
-
 def send(
     host: str,
     port: int,
@@ -275,51 +306,61 @@ def send(
 ) -> BandwidthResult:
     """Send to a sink over `streams` parallel connections; the rate the sink received.
 
-    Raises BandwidthError when the sink cannot be reached, refuses us, or cuts the test.
+    One thread drives every stream through a selector, as iperf3 does. Raises BandwidthError
+    when the sink cannot be reached, refuses us, or cuts the test.
     """
-    results: list[StreamResult | BaseException] = [BandwidthError("not run")] * streams
-    end = time.monotonic() + warmup + duration
-
-    def stream(index: int) -> None:
-        try:
-            results[index] = _send_stream(host, port, token, index, warmup, end, connect_timeout)
-        except (OSError, BandwidthError) as exc:
-            results[index] = exc
-
-    threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(streams)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(warmup + duration + connect_timeout + 15)
-    errors = [r for r in results if not isinstance(r, StreamResult)]
-    if errors:
-        raise BandwidthError(f"{len(errors)} of {streams} streams failed: {errors[0]}")
-    return BandwidthResult(
-        tuple(r for r in results if isinstance(r, StreamResult)), duration, warmup
-    )
-
-
-def _send_stream(
-    host: str, port: int, token: bytes, index: int, warmup: float, end: float, timeout: float
-) -> StreamResult:
+    conns: list[socket.socket] = []
     try:
-        conn = socket.create_connection((host, port), timeout=timeout)
-    except OSError as exc:
-        raise BandwidthError(f"cannot reach the sink at {host}:{port}: {exc}") from None
-    with conn, _zeros() as zeros:
-        try:
-            conn.settimeout(max(timeout, end - time.monotonic() + timeout))
+        for index in range(streams):
+            try:
+                conn = socket.create_connection((host, port), timeout=connect_timeout)
+            except OSError as exc:
+                raise BandwidthError(f"cannot reach the sink at {host}:{port}: {exc}") from None
+            conns.append(conn)
             conn.sendall(HEADER.pack(token, int(warmup * 1000), index))
-            while time.monotonic() < end:
-                # sendfile from a memory file of zeros: the kernel sends its pages with no
-                # copy through user space, so the sender's CPU goes to the network.
-                conn.sendfile(zeros, 0, SEND_BYTES)
+        with _zeros() as zeros:
+            _pump(conns, zeros.fileno(), time.monotonic() + warmup + duration)
+        results = []
+        for conn in conns:
             conn.shutdown(socket.SHUT_WR)
-            conn.settimeout(timeout + 10)
-            reply = _recv_exact(conn, REPLY.size)
-        except (OSError, BandwidthError) as exc:
-            raise BandwidthError(
-                f"the sink cut the stream (refused, or past its bounds): {exc}"
-            ) from None
-    total, window, seconds = REPLY.unpack(reply)
-    return StreamResult(total, window, seconds)
+            conn.setblocking(True)
+            conn.settimeout(connect_timeout + 10)
+            total, window, seconds = REPLY.unpack(_recv_exact(conn, REPLY.size))
+            results.append(StreamResult(total, window, seconds))
+    except (OSError, BandwidthError) as exc:
+        if isinstance(exc, BandwidthError) and str(exc).startswith("cannot reach"):
+            raise
+        raise BandwidthError(
+            f"the sink cut the test (refused, or past its bounds): {exc}"
+        ) from None
+    finally:
+        for conn in conns:
+            conn.close()
+    return BandwidthResult(tuple(results), duration, warmup)
+
+
+def _pump(conns: list[socket.socket], zeros: int, end: float) -> None:
+    """Send from the memory file of zeros on every stream until `end`.
+
+    `sendfile` hands the file's pages to the socket without a copy through user space, so the
+    sender's CPU goes to the network. A stream the sink stopped reading fails the test.
+    """
+    with selectors.DefaultSelector() as selector:
+        for conn in conns:
+            conn.setblocking(False)
+            selector.register(conn, selectors.EVENT_WRITE)
+        while (now := time.monotonic()) < end:
+            ready = selector.select(min(1.0, end - now))
+            if not ready and time.monotonic() < end:
+                continue
+            for key, _ in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.sendfile(key.fd, zeros, 0, SEND_BYTES)
+
+
+@contextlib.contextmanager
+def _zeros() -> Iterator[io.BufferedReader]:
+    fd = os.memfd_create("gpuprobe-tcp-payload")
+    os.ftruncate(fd, SEND_BYTES)
+    with os.fdopen(fd, "rb") as f:
+        yield f
