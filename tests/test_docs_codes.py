@@ -26,9 +26,19 @@ def test_every_raised_code_has_a_row_in_the_code_table() -> None:
     assert missing == []
 
 
-@pytest.mark.parametrize("check", ["toolkit", "cdi", "device_plugin", "sharing"])
-def test_data_keys_are_documented_in_the_checks_section(check: str) -> None:
+@pytest.mark.parametrize(
+    ("check", "snapshot_name"),
+    [
+        ("toolkit", "synthetic-h100-k8s-containerd-healthy"),
+        ("cdi", "synthetic-h100-k8s-containerd-healthy"),
+        ("device_plugin", "synthetic-h100-k8s-containerd-healthy"),
+        ("sharing", "synthetic-h100-k8s-containerd-healthy"),
+        ("network", "synthetic-ndr-fabric-healthy"),
+        ("rdma", "synthetic-ndr-fabric-healthy"),
+    ],
+)
+def test_data_keys_are_documented_in_the_checks_section(check: str, snapshot_name: str) -> None:
     section = CHECKS_DOC.split(f"## Check `{check}`", 1)[1].split("\n## ", 1)[0]
     cfg = config(device_plugin={"config_file": str(ROOT / "tests/fixtures/device_plugin/mps.yaml")})
-    data = run_check(check, "synthetic-h100-k8s-containerd-healthy", cfg).data
+    data = run_check(check, snapshot_name, cfg).data
     assert sorted(k for k in data if f"`{k}`" not in section) == []

@@ -19,6 +19,7 @@ from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
 from gpuprobe.host import SNAPSHOT_FORMAT, Host, recording_host
 from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
+from gpuprobe.host.netlink import RecordingNetlink
 from gpuprobe.host.nvml import RecordingNvml
 from gpuprobe.host.processes import to_json
 from gpuprobe.report import NodeReport, format_time, now
@@ -53,6 +54,8 @@ def write_snapshot(target: Path, host: Host, report: NodeReport) -> None:
     _write_json(target / "nvml.json", host.nvml.record())
     _write_json(target / "processes.json", to_json(host.processes().seen()))
     _write_json(target / "report.json", report.to_dict())
+    if isinstance(host.netlink, RecordingNetlink) and (links := host.netlink.recorded()):
+        _write_json(target / "netlink.json", links.to_json())
     copy_tree(host.fs, target / "rootfs")
 
 

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, NoReturn
 from gpuprobe import __version__
 
 if TYPE_CHECKING:
+    from gpuprobe.client import Credentials
     from gpuprobe.config import Config
 
 USAGE_ERROR = 64
+MAX_TEST_SECONDS = 120  # what an agent's MeasureBandwidth accepts
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_audit_flags(audit)
     audit.set_defaults(func=_audit)
+
+    mesh = commands.add_parser(
+        "mesh", help="run bandwidth tests between agents and print the link matrix and verdicts"
+    )
+    _add_mesh_flags(mesh)
+    mesh.set_defaults(func=_mesh)
     return parser
 
 
@@ -157,7 +165,8 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
+def _add_cluster_flags(parser: argparse.ArgumentParser, deadline: float) -> None:
+    """The flags of commands that talk to many agents: who, and with which credentials."""
     parser.add_argument(
         "--targets",
         required=True,
@@ -165,27 +174,13 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
         help="agents: comma-separated HOST:PORT ([V6]:PORT) and dns:NAME:PORT (every address "
         "NAME resolves to, e.g. a headless Service)",
     )
-    parser.add_argument("--json", action="store_true", help="print the JSON cluster report")
-    parser.add_argument(
-        "--fail-on",
-        type=_fail_on,
-        metavar="WARNING|CRITICAL",
-        help="exit 0 unless the cluster's status reaches this level (then 1 or 2); "
-        "UNKNOWN and unreachable targets count below WARNING",
-    )
+    parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument(
         "--deadline",
         type=_positive_float,
-        default=5.0,
+        default=deadline,
         metavar="SECONDS",
-        help="how long each agent (and each DNS lookup) may take to answer (default 5)",
-    )
-    parser.add_argument(
-        "--concurrency",
-        type=_at_least_one,
-        default=64,
-        metavar="N",
-        help="how many agents to ask at once (default 64)",
+        help=f"how long each agent (and each DNS lookup) may take to answer (default {deadline:g})",
     )
     parser.add_argument(
         "--token-file", metavar="FILE", help="bearer token sent to the agents with every call"
@@ -202,6 +197,104 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the name the agents' certificates carry (default: the target's host)",
     )
+
+
+def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
+    _add_cluster_flags(parser, deadline=5.0)
+    parser.add_argument(
+        "--fail-on",
+        type=_fail_on,
+        metavar="WARNING|CRITICAL",
+        help="exit 0 unless the cluster's status reaches this level (then 1 or 2); "
+        "UNKNOWN and unreachable targets count below WARNING",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_at_least_one,
+        default=64,
+        metavar="N",
+        help="how many agents to ask at once (default 64)",
+    )
+
+
+def _add_mesh_flags(parser: argparse.ArgumentParser) -> None:
+    _add_cluster_flags(parser, deadline=10.0)
+    parser.add_argument(
+        "--transport",
+        choices=("tcp", "rdma"),
+        default="tcp",
+        help="tcp (parallel streams) or rdma (perftest ib_write_bw)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("full", "quick"),
+        default="full",
+        help="full: every pair (circle method); quick: random matchings, then re-test the suspects",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="each test's duration after the warm-up (default 10)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=_positive_float,
+        default=1.0,
+        metavar="S",
+        help="TCP: seconds sent before the measured window (default 1)",
+    )
+    parser.add_argument(
+        "--streams",
+        type=_at_least_one,
+        default=4,
+        metavar="N",
+        help="TCP: parallel streams per test (default 4)",
+    )
+    parser.add_argument(
+        "--matchings",
+        type=_at_least_one,
+        default=3,
+        metavar="K",
+        help="quick mode: random perfect matchings before the re-test (default 3)",
+    )
+    parser.add_argument(
+        "--rdma-device",
+        default="",
+        metavar="DEV",
+        help="RDMA: the device on every node (e.g. mlx5_0)",
+    )
+    parser.add_argument(
+        "--floor-gbps",
+        type=_positive_float,
+        metavar="GBIT",
+        help="a link below this many Gbit/s is LOW whatever its peers do",
+    )
+    parser.add_argument(
+        "--mad-k",
+        type=_positive_float,
+        default=3.0,
+        metavar="K",
+        help="LOW below the typical rate by more than K·MAD (default 3) ...",
+    )
+    parser.add_argument(
+        "--min-drop",
+        type=_fraction,
+        default=0.10,
+        metavar="F",
+        help="... and by at least this fraction of it (default 0.10)",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="test even while GPU processes are active on a node"
+    )
+
+
+def _fraction(text: str) -> float:
+    value = _positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must be below 1: {text}")
+    return value
 
 
 def _fail_on(text: str) -> str:
@@ -356,19 +449,12 @@ def _audit(args: argparse.Namespace) -> int:
 
     from gpuprobe.audit.render import render_cluster
     from gpuprobe.audit.run import AuditOptions, audit
-    from gpuprobe.client import Credentials
     from gpuprobe.report import Status
     from gpuprobe.targets import parse_targets
 
     options = AuditOptions(
         targets=parse_targets(args.targets),
-        credentials=Credentials.load(
-            token_file=args.token_file,
-            ca_file=args.tls_ca,
-            cert_file=args.tls_cert,
-            key_file=args.tls_key,
-            server_name=args.tls_server_name,
-        ),
+        credentials=_credentials(args),
         deadline=args.deadline,
         concurrency=args.concurrency,
     )
@@ -380,3 +466,59 @@ def _audit(args: argparse.Namespace) -> int:
         sys.stdout.write(render_cluster(report, colour=colour))
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)
+
+
+def _credentials(args: argparse.Namespace) -> Credentials:
+    """The agents' token and TLS settings from the cluster flags."""
+    from gpuprobe.client import Credentials
+
+    return Credentials.load(
+        token_file=args.token_file,
+        ca_file=args.tls_ca,
+        cert_file=args.tls_cert,
+        key_file=args.tls_key,
+        server_name=args.tls_server_name,
+    )
+
+
+def _mesh(args: argparse.Namespace) -> int:
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+    import json
+
+    from gpuprobe.audit.fanout import fetch_all
+    from gpuprobe.client import Client
+    from gpuprobe.errors import UsageError
+    from gpuprobe.mesh.render import render_mesh
+    from gpuprobe.mesh.run import MeshOptions, identify, run_mesh
+    from gpuprobe.mesh.verdict import Thresholds, unreachable_finding
+    from gpuprobe.report import exit_status
+    from gpuprobe.targets import discover, parse_targets
+
+    if args.transport == "rdma" and not args.rdma_device:
+        raise UsageError("--transport rdma needs --rdma-device")
+    if args.seconds + args.warmup > MAX_TEST_SECONDS:
+        raise UsageError(f"--seconds and --warmup: at most {MAX_TEST_SECONDS} s together")
+    credentials = _credentials(args)
+    found = discover(parse_targets(args.targets), args.deadline)
+    peers, unreachable = identify(fetch_all(found.addresses, credentials, args.deadline))
+    unreachable = [unreachable_finding(str(f.spec), f.reason) for f in found.failures] + unreachable
+    floor = args.floor_gbps * 1e9 / 8 if args.floor_gbps else None
+    options = MeshOptions(
+        transport=args.transport,
+        mode=args.mode,
+        seconds=args.seconds,
+        warmup=args.warmup,
+        streams=args.streams,
+        matchings=args.matchings,
+        rdma_device=args.rdma_device,
+        force=args.force,
+        thresholds=Thresholds(floor, args.mad_k, args.min_drop),
+    )
+    result = run_mesh(peers, options, lambda target: Client(target, credentials=credentials))
+    result.findings = unreachable + result.findings
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        sys.stdout.write(render_mesh(result))
+    sys.stdout.flush()
+    return exit_status(result.status)

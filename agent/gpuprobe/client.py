@@ -179,6 +179,24 @@ class Client:
         response = self._stub.ClearFindings(request, timeout=timeout, metadata=self._metadata)
         return int(response.cleared), convert.report_from_proto(response.report)
 
+    def measure_bandwidth(
+        self, request: pb.MeasureBandwidthRequest, timeout: float = 60.0
+    ) -> pb.MeasureBandwidthResponse:
+        """Have the agent measure its bandwidth toward the peer the request names."""
+        response: pb.MeasureBandwidthResponse = self._stub.MeasureBandwidth(
+            request, timeout=timeout, metadata=self._metadata
+        )
+        return response
+
+    def open_bandwidth_sink(
+        self, request: pb.OpenBandwidthSinkRequest, timeout: float = 10.0
+    ) -> pb.OpenBandwidthSinkResponse:
+        """Ask the agent for a one-time sink for a test from this caller (agents call this)."""
+        response: pb.OpenBandwidthSinkResponse = self._stub.OpenBandwidthSink(
+            request, timeout=timeout, metadata=self._metadata
+        )
+        return response
+
     def health(self, service: str = "", timeout: float = 5.0) -> str:
         """The agent's gRPC health status name (SERVING, NOT_SERVING) for `service`."""
         stub = health_pb2_grpc.HealthStub(self.channel)

@@ -111,6 +111,40 @@ class XidConfig:
 
 
 @dataclass(frozen=True)
+class NetworkConfig:
+    """Which interfaces are the node's fabric, and what they must do."""
+
+    # Names or shell patterns ("ib*", "eth[1-8]"); empty: every physical NIC that is up.
+    fabric_interfaces: tuple[str, ...] = ()
+    # The speed each fabric NIC must link at, in Mb/s (e.g. 400000); below it: NIC_SPEED_LOW.
+    min_speed_mbps: int | None = None
+
+
+@dataclass(frozen=True)
+class RdmaConfig:
+    """What the RDMA ports must do."""
+
+    # The rate each port must train at, in Gb/s (400 for NDR, 200 for HDR).
+    expected_rate_gbps: float | None = None
+    # Devices to check (e.g. ["mlx5_0", "mlx5_1"]); empty: all of them.
+    devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NcclConfig:
+    """The single-node NCCL test (nccl-tests), an active check."""
+
+    # Path of all_reduce_perf (or another nccl-tests binary) in the agent; None: not run.
+    binary: str | None = None
+    args: tuple[str, ...] = ("-b", "1G", "-e", "8G", "-f", "2")
+    # The bus bandwidth at the largest size must reach this, in GB/s (1e9 bytes/s).
+    min_busbw_gbps: float | None = None
+    timeout_seconds: float = 300.0
+    # Run even while GPU processes are active.
+    force: bool = False
+
+
+@dataclass(frozen=True)
 class ServeConfig:
     """How the agent daemon (`gpuprobe serve`) schedules checks and guards its API."""
 
@@ -161,6 +195,9 @@ class Config:
     gpus: GpusConfig = field(default_factory=GpusConfig)
     device_plugin: DevicePluginSection = field(default_factory=DevicePluginSection)
     xid: XidConfig = field(default_factory=XidConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    rdma: RdmaConfig = field(default_factory=RdmaConfig)
+    nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
 
 

@@ -89,3 +89,18 @@ def text(value: Any) -> str | None:
         return None
     result = str(value).strip()
     return result or None
+
+
+def busy_gpus(nvml: Nvml) -> list[int]:
+    """The GPUs with a compute or graphics process on them (active tests wait for none)."""
+    count = gpu_count(nvml) or 0
+    busy = []
+    for device in open_gpus(nvml, count):
+        for fns in (
+            ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses"),
+            ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses"),
+        ):
+            if device.get(*fns):
+                busy.append(device.index)
+                break
+    return busy

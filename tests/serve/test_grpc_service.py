@@ -19,7 +19,6 @@ from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 from gpuprobe.v1 import diagnostics_pb2 as pb
-from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 from helpers import config
 from serving import PASSIVE, in_process_agent, wait_for
 
@@ -220,22 +219,6 @@ def test_clear_findings_without_an_xid_check_is_unimplemented(token_file: str) -
     ):
         client.clear_findings()
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-
-
-@pytest.mark.parametrize("method", ["MeasureBandwidth", "OpenBandwidthSink"])
-def test_bandwidth_rpcs_are_guarded_then_unimplemented(token_file: str, method: str) -> None:
-    request = getattr(pb, f"{method}Request")()
-    with (
-        in_process_agent(token_file=token_file) as agent,
-        grpc.insecure_channel(f"127.0.0.1:{agent.grpc_port}") as channel,
-    ):
-        call = getattr(pb_grpc.NodeDiagnosticsStub(channel), method)
-        with pytest.raises(grpc.RpcError) as refused:
-            call(request, timeout=5)
-        with pytest.raises(grpc.RpcError) as unimplemented:
-            call(request, timeout=5, metadata=[("authorization", f"Bearer {TOKEN}")])
-    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert unimplemented.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_health_and_reflection_on_the_same_port() -> None:

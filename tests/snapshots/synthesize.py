@@ -116,6 +116,8 @@ class Node:
     processes: list[dict[str, Any]] = field(default_factory=list)
     init_error: str | None = None
     with_nvml: bool = True
+    links: list[dict[str, Any]] | None = None
+    symlinks: dict[str, str] = field(default_factory=dict)
 
     def file(self, path: str, content: str = "") -> Node:
         """A host file (an empty one stands for a socket or device node)."""
@@ -128,6 +130,11 @@ class Node:
         self.file(f"{base}/vendor", vendor + "\n")
         self.file(f"{base}/device", device + "\n")
         self.file(f"{base}/class", class_code + "\n")
+        return self
+
+    def symlink(self, path: str, target: str) -> Node:
+        """A symbolic link in the host tree (sysfs driver links)."""
+        self.symlinks[path] = target
         return self
 
     def call(self, fn: str, args: list[Any], ret: Any = None, error: str | None = None) -> Node:
@@ -172,10 +179,16 @@ class Node:
             }
             _write_json(target / "nvml.json", record)
         _write_json(target / "processes.json", self.processes)
+        if self.links is not None:
+            _write_json(target / "netlink.json", {"format": 1, "links": self.links})
         for path, content in sorted(self.files.items()):
             dest = target / "rootfs" / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(content, encoding="utf-8")
+        for path, link_target in sorted(self.symlinks.items()):
+            dest = target / "rootfs" / path.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.symlink_to(link_target)
 
 
 def _write_json(path: Path, content: Any) -> None:
@@ -410,6 +423,151 @@ def without_gpu(node: Node, index: int) -> Node:
     return node
 
 
+NDR_RAILS = [f"mlx5_{i}" for i in range(8)]
+
+
+def nic(
+    node: Node,
+    name: str,
+    *,
+    driver: str | None,
+    mtu: int,
+    speed: int | None = None,
+    operstate: str = "UP",
+    admin_up: bool = True,
+    link_type: str = "ether",
+    address: str | None = None,
+) -> Node:
+    """A network interface: in netlink.json, and (for a physical one) in sysfs."""
+    node.links = node.links if node.links is not None else []
+    index = len(node.links) + 1
+    addresses = []
+    if address:
+        ip, prefix = address.split("/")
+        addresses.append({"family": "inet", "address": ip, "prefixlen": int(prefix)})
+    node.links.append(
+        {
+            "index": index,
+            "name": name,
+            "operstate": operstate,
+            "admin_up": admin_up,
+            "mtu": mtu,
+            "mac": f"02:00:00:00:00:{index:02x}",
+            "kind": None if driver else "veth",
+            "link_type": link_type,
+            "addresses": addresses,
+        }
+    )
+    if driver:
+        base = f"/sys/class/net/{name}"
+        node.symlink(f"{base}/device/driver", f"../../../../bus/pci/drivers/{driver}")
+        node.file(f"{base}/speed", f"{speed if speed is not None else -1}\n")
+    return node
+
+
+def rdma_port(
+    node: Node,
+    device: str,
+    netdev: str,
+    *,
+    state: str = "4: ACTIVE",
+    phys_state: str = "5: LinkUp",
+    rate: str = "400 Gb/sec (4X NDR)",
+    link_layer: str = "InfiniBand",
+    counters: dict[str, int] | None = None,
+) -> Node:
+    """An RDMA device with one port, as /sys/class/infiniband shows it."""
+    base = f"/sys/class/infiniband/{device}"
+    node.file(f"{base}/hca_type", "MT4129\n")
+    node.file(f"{base}/fw_ver", "28.39.1002\n")
+    node.file(f"{base}/node_guid", "a088:c203:0047:1a2c\n")
+    node.file(f"{base}/device/net/{netdev}/ifindex", "1\n")
+    port = f"{base}/ports/1"
+    node.file(f"{port}/state", state + "\n")
+    node.file(f"{port}/phys_state", phys_state + "\n")
+    node.file(f"{port}/rate", rate + "\n")
+    node.file(f"{port}/link_layer", link_layer + "\n")
+    node.file(f"{port}/gids/0", "fe80:0000:0000:0000:a288:c203:0047:1a2c\n")
+    node.file(f"{port}/gids/1", "0000:0000:0000:0000:0000:0000:0000:0000\n")
+    if link_layer == "Ethernet":
+        node.file(f"{port}/gid_attrs/types/0", "RoCE v2\n")
+        node.file(f"{port}/gid_attrs/ndevs/0", netdev + "\n")
+    for counter, value in (counters or {"link_downed": 0, "symbol_error": 0}).items():
+        node.file(f"{port}/counters/{counter}", f"{value}\n")
+    node.file(f"/dev/infiniband/uverbs{device.rsplit('_', 1)[1]}")
+    return node
+
+
+def with_ndr_fabric(
+    node: Node, *, rate: dict[str, str] | None = None, down: tuple[str, ...] = ()
+) -> Node:
+    """A management NIC and eight NDR InfiniBand rails (mlx5_0..7, IPoIB ibp*)."""
+    nic(
+        node,
+        "lo",
+        driver=None,
+        mtu=65536,
+        operstate="UNKNOWN",
+        link_type="loopback",
+        address="127.0.0.1/8",
+    )
+    node.links[0]["kind"] = None  # type: ignore[index]
+    nic(node, "eno1", driver="ixgbe", mtu=1500, speed=10000, address="10.20.0.17/16")
+    for i, device in enumerate(NDR_RAILS):
+        netdev = f"ibp{i}s0"
+        is_down = device in down
+        nic(
+            node,
+            netdev,
+            driver="mlx5_core",
+            mtu=4092,
+            speed=400000,
+            link_type="infiniband",
+            operstate="DOWN" if is_down else "UP",
+            address=f"192.168.{i}.17/24",
+        )
+        rdma_port(
+            node,
+            device,
+            netdev,
+            state="1: DOWN" if is_down else "4: ACTIVE",
+            phys_state="3: Disabled" if is_down else "5: LinkUp",
+            rate=(rate or {}).get(device, "400 Gb/sec (4X NDR)"),
+        )
+    return node
+
+
+def with_roce_fabric(node: Node, mtus: tuple[int, ...] = (9000, 9000, 9000, 9000)) -> Node:
+    """A management NIC and four 400G RoCE rails (mlx5_0..3 on eth1..4)."""
+    nic(node, "eno1", driver="ixgbe", mtu=1500, speed=10000, address="10.20.0.18/16")
+    for i, mtu in enumerate(mtus):
+        netdev = f"eth{i + 1}"
+        nic(node, netdev, driver="mlx5_core", mtu=mtu, speed=400000, address=f"192.168.{i}.18/24")
+        rdma_port(node, f"mlx5_{i}", netdev, rate="400 Gb/sec (4X NDR)", link_layer="Ethernet")
+    return node
+
+
+def fabric_variants() -> list[Node]:
+    """Network and RDMA variants."""
+    nodes = [with_ndr_fabric(hgx_h100("synthetic-ndr-fabric-healthy"))]
+    nodes.append(with_ndr_fabric(hgx_h100("synthetic-rdma-port-down"), down=("mlx5_3",)))
+    nodes.append(
+        with_ndr_fabric(
+            hgx_h100("synthetic-rdma-rate-degraded"), rate={"mlx5_5": "200 Gb/sec (4X HDR)"}
+        )
+    )
+    nodes.append(
+        with_roce_fabric(hgx_h100("synthetic-roce-mtu-mismatch"), (9000, 9000, 1500, 9000))
+    )
+    node = with_roce_fabric(hgx_h100("synthetic-nic-no-carrier"))
+    nic(node, "eno2", driver="ixgbe", mtu=1500, speed=None, operstate="DOWN")
+    nodes.append(node)
+    node = with_ndr_fabric(hgx_h100("synthetic-rdma-no-uverbs"))
+    node.files = {p: c for p, c in node.files.items() if not p.startswith("/dev/infiniband/")}
+    nodes.append(node)
+    return nodes
+
+
 def variants() -> list[Node]:
     """Every synthetic snapshot."""
     nodes = [hgx_h100("synthetic-h100-8gpu-healthy")]
@@ -473,7 +631,14 @@ def variants() -> list[Node]:
     node.replace_call("nvmlDeviceGetMemoryInfo", [2], ret=dict(H100_MEMORY))
     node.calls[-1]["delay"] = 3600
     nodes.append(node)
-    return nodes + health_variants() + mig_variants() + xid_variants() + container_variants()
+    return (
+        nodes
+        + health_variants()
+        + mig_variants()
+        + xid_variants()
+        + container_variants()
+        + fabric_variants()
+    )
 
 
 def health_variants() -> list[Node]:

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuprobe.checks import cdi, device_plugin, driver, gpus, mig, sharing, toolkit, xid
+from gpuprobe.checks import (
+    cdi,
+    device_plugin,
+    driver,
+    gpus,
+    mig,
+    nccl,
+    network,
+    rdma,
+    sharing,
+    toolkit,
+    xid,
+)
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
@@ -20,11 +32,14 @@ CHECKS: dict[str, CheckFn] = {
     "cdi": cdi.run,
     "device_plugin": device_plugin.run,
     "sharing": sharing.run,
+    "network": network.run,
+    "rdma": rdma.run,
+    "nccl": nccl.run,
 }
 
 # Active checks put load on the node (disk, network): the daemon runs them at their own,
 # longer interval.
-ACTIVE: frozenset[str] = frozenset({"storage"})
+ACTIVE: frozenset[str] = frozenset({"storage", "nccl"})
 
 
 def resolve(names: list[str] | None) -> list[str]:

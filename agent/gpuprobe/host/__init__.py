@@ -1,8 +1,8 @@
 """The host: the only door through which checks see the node.
 
-A `Host` bundles the host's files (`HostFS`), NVML, and its processes. It is built live
-(`live_host`), from a node snapshot (`snapshot_host`), or live with recording on
-(`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look past it.
+A `Host` bundles the host's files (`HostFS`), NVML, its processes and its network links. It
+is built live (`live_host`), from a node snapshot (`snapshot_host`), or live with recording
+on (`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look past it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,13 @@ from typing import Any
 from gpuprobe.errors import SnapshotError
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.jsonfile import read_json
+from gpuprobe.host.netlink import (
+    LiveNetlink,
+    Netlink,
+    RecordedNetlink,
+    RecordingNetlink,
+    load_netlink,
+)
 from gpuprobe.host.nvml import LiveNvml, Nvml, RecordingNvml, ReplayNvml, load_record
 from gpuprobe.host.processes import ProcessTable, live_processes, load_processes
 
@@ -53,6 +60,7 @@ class Host:
     list_processes: Callable[[], ProcessTable] = field(default=ProcessTable)
     snapshot_dir: Path | None = None
     memory: Memory = field(default_factory=Memory)
+    netlink: Netlink = field(default_factory=lambda: RecordedNetlink([]))
 
     @property
     def is_snapshot(self) -> bool:
@@ -76,6 +84,7 @@ def live_host(root: str = "/", node_name: str | None = None) -> Host:
         nvml=LiveNvml(),
         node_name=node_name or default_node_name(),
         list_processes=live_processes,
+        netlink=LiveNetlink(),
     )
 
 
@@ -84,6 +93,7 @@ def recording_host(root: str = "/", node_name: str | None = None) -> Host:
     host = live_host(root, node_name)
     host.fs.record()
     host.nvml = RecordingNvml(host.nvml)
+    host.netlink = RecordingNetlink(host.netlink)
     table = live_processes()
     table.recording = True
     host.list_processes = lambda: table
@@ -107,12 +117,14 @@ def snapshot_host(directory: str, node_name: str | None = None) -> Host:
         else {"format": 1, "init_error": "LibraryNotFound", "calls": []}
     )
     processes = load_processes(str(path / "processes.json"))
+    netlink = load_netlink(str(path / "netlink.json"))
     return Host(
         fs=HostFS(path / "rootfs", snapshot=True),
         nvml=ReplayNvml(record),
         node_name=node_name or str(meta.get("node") or path.resolve().name),
         list_processes=lambda: processes,
         snapshot_dir=path,
+        netlink=netlink,
     )
 
 

@@ -26,6 +26,7 @@ from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
 from gpuprobe.host import Host
 from gpuprobe.serve import grpc_server
+from gpuprobe.serve.bandwidth import Bandwidth, PeerChannel
 from gpuprobe.serve.executor import CheckExecutor
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.metrics import ReportCollector
@@ -95,6 +96,13 @@ class Agent:
         self.store.add_view(self.metrics_page.invalidate)
 
         token = TokenFile(options.token_file) if options.token_file else None
+        peers = PeerChannel(
+            token,
+            ca_file=options.tls_client_ca or options.tls_cert,
+            cert_file=options.tls_cert if options.tls_client_ca else None,
+            key_file=options.tls_key if options.tls_client_ca else None,
+        )
+        self.bandwidth = Bandwidth(host, peers, self.store)
         mtls = options.tls_client_ca is not None
         self.guard = Guard(token, mtls=mtls, open_mode=options.allow_unauthenticated)
         credentials = None
@@ -111,6 +119,7 @@ class Agent:
             config.serve.max_watchers,
             self.stopping,
             clear_xid,
+            self.bandwidth,
         )
         self.grpc, self.grpc_port, self.health = grpc_server.build(
             self.service,

@@ -298,14 +298,35 @@ def storage_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]
     yield family
 
 
-# Each part of the report that becomes metrics. Peer bandwidth
-# (gpuprobe_peer_bandwidth_bytes_per_second{peer,transport}) joins with the mesh's results.
+def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+    """`gpuprobe_peer_bandwidth_bytes_per_second` from this agent's latest bandwidth tests."""
+    if not snapshot.links:
+        return
+    bandwidth = GaugeMetricFamily(
+        "gpuprobe_peer_bandwidth_bytes_per_second",
+        "Bandwidth this agent last measured toward a peer agent (bytes received per second)",
+        labels=["peer", "transport"],
+    )
+    measured = GaugeMetricFamily(
+        "gpuprobe_peer_bandwidth_timestamp_seconds",
+        "When this agent last measured its bandwidth toward the peer (Unix time)",
+        labels=["peer", "transport"],
+    )
+    for link in snapshot.links:
+        bandwidth.add_metric([link.peer, link.transport], link.bytes_per_second)
+        measured.add_metric([link.peer, link.transport], link.time.timestamp())
+    yield bandwidth
+    yield measured
+
+
+# Each part of the agent's state that becomes metrics.
 RENDERERS: tuple[Renderer, ...] = (
     report_families,
     driver_families,
     gpu_families,
     xid_families,
     storage_families,
+    peer_families,
 )
 
 _MISSING = object()

@@ -1,5 +1,5 @@
-"""The `gpuprobe.v1.NodeDiagnostics` gRPC service: the report, on demand checks, watches, and
-clearing sticky findings. The bandwidth RPCs answer UNIMPLEMENTED until the mesh lands.
+"""The `gpuprobe.v1.NodeDiagnostics` gRPC service: the report, on demand checks, watches,
+clearing sticky findings, and the two bandwidth RPCs of the mesh (`serve.bandwidth`).
 
 GetReport and WatchReports read what the store last rendered; only RunChecks and
 ClearFindings run checks, and they are guarded (token or client certificate) and
@@ -17,6 +17,7 @@ import grpc
 
 from gpuprobe.report import NodeReport, now
 from gpuprobe.serve import convert
+from gpuprobe.serve.bandwidth import Bandwidth, TestRefused, peer_address
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.scheduler import Scheduler
 from gpuprobe.serve.security import Guard, caller
@@ -49,6 +50,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         max_watchers: int,
         stopping: threading.Event,
         clear_xid: ClearXid | None = None,
+        bandwidth: Bandwidth | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -57,6 +59,9 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self.limiter = limiter
         self.stopping = stopping
         self.clear_xid = clear_xid
+        self.bandwidth = bandwidth
+        # One outgoing bandwidth test at a time: two at once would share (and halve) the link.
+        self._one_test = threading.Lock()
         self._watchers = threading.BoundedSemaphore(max_watchers)
         self._report: pb.NodeReport | None = None
         self._watched: tuple[int, pb.NodeReport | None] = (0, None)  # (change, report)
@@ -141,16 +146,36 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
     def MeasureBandwidth(
         self, request: pb.MeasureBandwidthRequest, context: Any
     ) -> pb.MeasureBandwidthResponse:
-        """Not yet: the bandwidth mesh implements it."""
+        """Measure this agent's bandwidth toward the peer agent the request names."""
         self._admit(context, limited=False)
-        abort(context, grpc.StatusCode.UNIMPLEMENTED, "bandwidth tests are not implemented yet")
+        if self.bandwidth is None:
+            abort(context, grpc.StatusCode.UNIMPLEMENTED, "this agent runs no bandwidth tests")
+        try:
+            with self._one_test:
+                response = self.bandwidth.measure(request)
+        except TestRefused as exc:
+            abort(context, exc.code, str(exc))
+        log.info(
+            "bandwidth measured",
+            extra={
+                "peer": response.peer,
+                "transport": response.transport,
+                "bytes_per_second": response.bytes_per_second,
+            },
+        )
+        return response
 
     def OpenBandwidthSink(
         self, request: pb.OpenBandwidthSinkRequest, context: Any
     ) -> pb.OpenBandwidthSinkResponse:
-        """Not yet: the bandwidth mesh implements it."""
+        """Open a one-time sink for the calling agent's test."""
         self._admit(context, limited=False)
-        abort(context, grpc.StatusCode.UNIMPLEMENTED, "bandwidth tests are not implemented yet")
+        if self.bandwidth is None:
+            abort(context, grpc.StatusCode.UNIMPLEMENTED, "this agent runs no bandwidth tests")
+        try:
+            return self.bandwidth.open_sink(request, peer_address(context))
+        except TestRefused as exc:
+            abort(context, exc.code, str(exc))
 
     def _admit(self, context: Any, limited: bool) -> None:
         """Abort the call unless its caller is authorised (and, if `limited`, within rate)."""

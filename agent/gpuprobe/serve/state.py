@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuprobe.report import NodeReport, now
@@ -22,6 +22,16 @@ Signature = tuple[tuple[str, str, tuple[tuple[str, str, str, str], ...]], ...]
 
 
 @dataclass(frozen=True)
+class LinkResult:
+    """This agent's latest bandwidth measurement toward one peer over one transport."""
+
+    peer: str
+    transport: str
+    bytes_per_second: float
+    time: datetime
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """The agent's state after one update."""
 
@@ -31,6 +41,8 @@ class Snapshot:
     change: int = 0  # updates that changed a status or a finding
     runs: dict[str, int] = field(default_factory=dict)
     timeouts: dict[str, int] = field(default_factory=dict)
+    # This agent's latest bandwidth results toward its peers (not part of the report).
+    links: tuple[LinkResult, ...] = ()
 
 
 def signature(report: NodeReport) -> Signature:
@@ -96,14 +108,26 @@ class ReportStore:
                 change=old.change + (sig != self._signature),
                 runs=dict(self._runs),
                 timeouts=dict(self._timeouts),
+                links=old.links,
             )
             self._signature = sig
-            for view in self._views:
-                view(snapshot)
-            with self._changed:
-                self._snapshot = snapshot
-                self._changed.notify_all()
-            return snapshot
+            return self._publish(snapshot)
+
+    def update_links(self, links: Iterable[LinkResult]) -> Snapshot:
+        """Replace the bandwidth results; renders the views (watchers are not woken)."""
+        with self._update_lock:
+            snapshot = replace(
+                self._snapshot, version=self._snapshot.version + 1, links=tuple(links)
+            )
+            return self._publish(snapshot)
+
+    def _publish(self, snapshot: Snapshot) -> Snapshot:
+        for view in self._views:
+            view(snapshot)
+        with self._changed:
+            self._snapshot = snapshot
+            self._changed.notify_all()
+        return snapshot
 
     def wait_change(self, after: int, timeout: float) -> Snapshot | None:
         """The snapshot once its `change` is past `after`; None if `timeout` passes first."""

@@ -152,47 +152,75 @@ class ClearFindingsResponse(_message.Message):
     def __init__(self, cleared: _Optional[int] = ..., report: _Optional[_Union[NodeReport, _Mapping]] = ...) -> None: ...
 
 class MeasureBandwidthRequest(_message.Message):
-    __slots__ = ("peer", "transport", "duration", "max_bytes")
+    __slots__ = ("peer", "transport", "duration", "max_bytes", "streams", "warmup", "rdma_device", "peer_rdma_device", "force")
     PEER_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_FIELD_NUMBER: _ClassVar[int]
+    RDMA_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    PEER_RDMA_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     peer: str
     transport: str
     duration: _duration_pb2.Duration
     max_bytes: int
-    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    streams: int
+    warmup: _duration_pb2.Duration
+    rdma_device: str
+    peer_rdma_device: str
+    force: bool
+    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., streams: _Optional[int] = ..., warmup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., rdma_device: _Optional[str] = ..., peer_rdma_device: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class MeasureBandwidthResponse(_message.Message):
-    __slots__ = ("peer", "transport", "bytes_per_second", "bytes", "elapsed")
+    __slots__ = ("peer", "transport", "bytes_per_second", "bytes", "elapsed", "stream_bytes_per_second", "source")
     PEER_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_FIELD_NUMBER: _ClassVar[int]
+    STREAM_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
     peer: str
     transport: str
     bytes_per_second: float
     bytes: int
     elapsed: _duration_pb2.Duration
-    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., bytes_per_second: _Optional[float] = ..., bytes: _Optional[int] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    stream_bytes_per_second: _containers.RepeatedScalarFieldContainer[float]
+    source: str
+    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., bytes_per_second: _Optional[float] = ..., bytes: _Optional[int] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stream_bytes_per_second: _Optional[_Iterable[float]] = ..., source: _Optional[str] = ...) -> None: ...
 
 class OpenBandwidthSinkRequest(_message.Message):
-    __slots__ = ("transport", "duration", "max_bytes")
+    __slots__ = ("transport", "duration", "max_bytes", "streams", "rdma_device", "message_bytes", "queue_pairs", "test_seconds", "force")
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    RDMA_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    TEST_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     transport: str
     duration: _duration_pb2.Duration
     max_bytes: int
-    def __init__(self, transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    streams: int
+    rdma_device: str
+    message_bytes: int
+    queue_pairs: int
+    test_seconds: int
+    force: bool
+    def __init__(self, transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., streams: _Optional[int] = ..., rdma_device: _Optional[str] = ..., message_bytes: _Optional[int] = ..., queue_pairs: _Optional[int] = ..., test_seconds: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class OpenBandwidthSinkResponse(_message.Message):
-    __slots__ = ("address", "ticket", "expires")
-    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("port", "ticket", "expires", "node")
+    PORT_FIELD_NUMBER: _ClassVar[int]
     TICKET_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_FIELD_NUMBER: _ClassVar[int]
-    address: str
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    port: int
     ticket: str
     expires: _timestamp_pb2.Timestamp
-    def __init__(self, address: _Optional[str] = ..., ticket: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    node: str
+    def __init__(self, port: _Optional[int] = ..., ticket: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node: _Optional[str] = ...) -> None: ...

@@ -108,17 +108,25 @@ class NodeDiagnosticsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def MeasureBandwidth(self, request, context):
-        """MeasureBandwidth makes this agent measure its bandwidth toward a peer agent. Needs a
-        token or a client certificate. Not implemented yet by the agent: UNIMPLEMENTED.
+        """MeasureBandwidth makes this agent measure its bandwidth toward a peer agent: it asks the
+        peer for a sink (OpenBandwidthSink, with this agent's own credentials), sends to it, and
+        returns what the peer received. The agent remembers its latest result per peer and
+        transport (the metric gpuprobe_peer_bandwidth_bytes_per_second). Fails with
+        FAILED_PRECONDITION when the test cannot run here (GPU processes active unless forced,
+        no perftest or RDMA device), UNAVAILABLE when the peer cannot be reached or tested.
+        Needs a token or a client certificate.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def OpenBandwidthSink(self, request, context):
-        """OpenBandwidthSink opens a one-time, time- and byte-bounded sink on this agent for a
-        peer's bandwidth test. Needs a token or a client certificate. Not implemented yet by the
-        agent: UNIMPLEMENTED.
+        """OpenBandwidthSink opens a one-time sink on this agent for the calling agent's test: a
+        random port that accepts only the caller's address, only with the returned single-use
+        ticket (TCP), and closes at its time and byte bounds, used or not. For RDMA it starts an
+        ib_write_bw server on that port for the test's duration. Fails with FAILED_PRECONDITION
+        when GPU processes are active here (unless forced) or the transport cannot run here.
+        Needs a token or a client certificate.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,85 @@
+"""Check `nccl`: does an all-reduce across this node's GPUs reach its bus bandwidth?
+
+An active check: it runs the configured nccl-tests binary (`all_reduce_perf`) on every GPU,
+bounded in time, only when no GPU process is running (unless forced), and judges the bus
+bandwidth at the largest size against the configured floor. Multi-node NCCL tests are not
+run by the agent (see docs/checks.md).
+"""
+
+from __future__ import annotations
+
+from gpuprobe.config import Config
+from gpuprobe.devices import busy_gpus, gpu_count
+from gpuprobe.host import Host
+from gpuprobe.measure.nccl import NcclTestError
+from gpuprobe.measure.nccl import run as run_nccl
+from gpuprobe.report import Action, CheckResult, Finding, Severity, Status
+
+NAME = "nccl"
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Run the NCCL test when it is configured and the GPUs are free."""
+    settings = config.nccl
+    if not settings.binary:
+        return CheckResult(NAME, "not configured (nccl.binary)", data={"ran": False})
+    gpus = gpu_count(host.nvml) or 0
+    if gpus == 0:
+        return CheckResult(NAME, "no GPUs: not run", data={"ran": False})
+    busy = busy_gpus(host.nvml)
+    if busy and not settings.force:
+        listed = ", ".join(str(i) for i in busy)
+        return CheckResult(
+            NAME, f"not run: GPU processes are active on GPU {listed}", data={"ran": False}
+        )
+    try:
+        result = run_nccl(settings.binary, gpus, settings.args, settings.timeout_seconds)
+    except NcclTestError as exc:
+        missing = "is not there" in str(exc) or "is not executable" in str(exc)
+        finding = Finding(
+            "NCCL_TEST_FAILED",
+            Severity.UNKNOWN if missing else Severity.CRITICAL,
+            f"the NCCL test across {gpus} GPUs failed: {exc}",
+            Action.FIX_CONFIG if missing else Action.DRAIN_NODE,
+        )
+        return CheckResult(NAME, "NCCL test failed", [finding], {"ran": False})
+    largest = result.largest
+    busbw_gbps = largest.out_of_place_busbw / 1e9
+    data = {
+        "ran": True,
+        "gpus": gpus,
+        "largest_size_bytes": largest.size_bytes,
+        "busbw_bytes_per_second": largest.out_of_place_busbw,
+        "in_place_busbw_bytes_per_second": largest.in_place_busbw,
+        "average_busbw_bytes_per_second": result.average_busbw,
+        "wrong_values": result.wrong_values,
+        "rows": [
+            {"size_bytes": r.size_bytes, "busbw_bytes_per_second": r.out_of_place_busbw}
+            for r in result.rows
+        ],
+    }
+    findings = []
+    if result.wrong_values:
+        findings.append(
+            Finding(
+                "NCCL_WRONG_RESULTS",
+                Severity.CRITICAL,
+                f"the NCCL all-reduce across {gpus} GPUs returned {result.wrong_values} wrong "
+                "values: a GPU or NVLink corrupts data",
+                Action.HARDWARE_INSPECTION,
+            )
+        )
+    floor = settings.min_busbw_gbps
+    if floor and busbw_gbps < floor:
+        findings.append(
+            Finding(
+                "NCCL_BUSBW_LOW",
+                Severity.WARNING,
+                f"NCCL bus bandwidth at {largest.size_bytes} bytes is {busbw_gbps:.1f} GB/s, "
+                f"below the floor of {floor:g} GB/s: check NVLink, NVSwitch and the fabric "
+                "manager",
+                Action.HARDWARE_INSPECTION,
+            )
+        )
+    summary = f"busbw {busbw_gbps:.1f} GB/s at {largest.size_bytes} bytes across {gpus} GPUs"
+    return CheckResult(NAME, summary, findings, data, floor=Status.OK)

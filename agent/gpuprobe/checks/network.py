@@ -1,0 +1,172 @@
+"""Check `network`: are the node's fabric NICs up, at one MTU, at their speed?
+
+Interfaces come from netlink (state, MTU, addresses); speed and driver from sysfs
+(`/sys/class/net/<if>/speed`, `.../device/driver`). The fabric is what the configuration
+names, or else every physical NIC (one with a `device` in sysfs) that is administratively up:
+an unused port that nobody brought up is not a fault.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections import Counter
+from typing import Any
+
+from gpuprobe.config import Config
+from gpuprobe.host import Host
+from gpuprobe.host.netlink import Link
+from gpuprobe.report import Action, CheckResult, Finding, Severity
+
+NAME = "network"
+SYS_NET = "/sys/class/net"
+SYS_IB = "/sys/class/infiniband"
+# Operational states in which a link carries traffic (UNKNOWN: drivers that never report it).
+RUNNING = frozenset({"UP", "UNKNOWN"})
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Judge the fabric NICs."""
+    links = host.netlink.links()
+    patterns = config.network.fabric_interfaces
+    rails = _rdma_netdevs(host)
+    interfaces = [_facts(host, link, patterns, rails.get(link.name)) for link in links]
+    fabric = [i for i in interfaces if i["fabric"]]
+    findings = _missing(patterns, links)
+    # A NIC that backs an RDMA device is judged by the rdma check, port by port: one finding
+    # per fault, not one per layer.
+    findings += [
+        f for i in fabric if not i["rdma_device"] and (f := _down(i, configured=bool(patterns)))
+    ]
+    findings += _mtu_mismatch([i for i in fabric if i["operstate"] in RUNNING])
+    if config.network.min_speed_mbps:
+        findings += _slow(fabric, config.network.min_speed_mbps)
+    data = {"interfaces": interfaces, "fabric": [i["name"] for i in fabric]}
+    up = sum(i["operstate"] in RUNNING and i["admin_up"] for i in fabric)
+    summary = (
+        f"{up} of {len(fabric)} fabric NICs up" if fabric else "no fabric NIC (no physical NIC up)"
+    )
+    return CheckResult(NAME, summary, findings, data)
+
+
+def _rdma_netdevs(host: Host) -> dict[str, str]:
+    """Each netdev that belongs to an RDMA device, with that device's name."""
+    return {
+        netdev: device
+        for device in host.fs.listdir(SYS_IB)
+        for netdev in host.fs.listdir(f"{SYS_IB}/{device}/device/net")
+    }
+
+
+def _facts(
+    host: Host, link: Link, patterns: tuple[str, ...], rdma_device: str | None
+) -> dict[str, Any]:
+    base = f"{SYS_NET}/{link.name}"
+    physical = host.fs.exists(f"{base}/device")
+    driver_link = host.fs.readlink(f"{base}/device/driver") if physical else None
+    fabric = (
+        any(fnmatch.fnmatchcase(link.name, p) for p in patterns)
+        if patterns
+        else physical and link.admin_up
+    )
+    return {
+        "name": link.name,
+        "operstate": link.operstate,
+        "admin_up": link.admin_up,
+        "mtu": link.mtu,
+        "mac": link.mac,
+        "kind": link.kind,
+        "link_type": link.link_type,
+        "physical": physical,
+        "driver": os.path.basename(driver_link) if driver_link else None,
+        "speed_mbps": _speed(host, base) if physical else None,
+        "addresses": [f"{a.address}/{a.prefixlen}" for a in link.addresses],
+        "fabric": fabric,
+        "rdma_device": rdma_device,
+    }
+
+
+def _speed(host: Host, base: str) -> int | None:
+    text = host.fs.try_read_text(f"{base}/speed")
+    try:
+        speed = int(text.strip()) if text else -1
+    except ValueError:
+        return None
+    return speed if speed > 0 else None  # -1: no link or a virtual device
+
+
+def _missing(patterns: tuple[str, ...], links: list[Link]) -> list[Finding]:
+    names = [link.name for link in links]
+    return [
+        Finding(
+            "NIC_DOWN",
+            Severity.CRITICAL,
+            f"fabric interface {p} is configured but no interface matches it on this node",
+            Action.CHECK_NETWORK,
+            f"nic:{p}",
+        )
+        for p in patterns
+        if not any(fnmatch.fnmatchcase(n, p) for n in names)
+    ]
+
+
+def _down(nic: dict[str, Any], configured: bool) -> Finding | None:
+    if nic["admin_up"] and nic["operstate"] in RUNNING:
+        return None
+    why = (
+        "is administratively down"
+        if not nic["admin_up"]
+        else f"has no link (state {nic['operstate']}): check the cable, transceiver and switch port"
+    )
+    return Finding(
+        "NIC_DOWN",
+        Severity.CRITICAL if configured else Severity.WARNING,
+        f"fabric NIC {nic['name']} {why}",
+        Action.CHECK_NETWORK,
+        f"nic:{nic['name']}",
+    )
+
+
+def _mtu_mismatch(fabric: list[dict[str, Any]]) -> list[Finding]:
+    """NICs whose MTU differs from the others of their kind (same link type and driver).
+
+    A management Ethernet NIC and the InfiniBand rails rightly differ; rails do not.
+    """
+    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    for nic in fabric:
+        groups.setdefault((nic["link_type"], nic["driver"]), []).append(nic)
+    findings = []
+    for group in groups.values():
+        counts = Counter(i["mtu"] for i in group)
+        if len(counts) <= 1:
+            continue
+        majority = max(counts, key=lambda mtu: (counts[mtu], mtu))
+        findings += [
+            Finding(
+                "NIC_MTU_MISMATCH",
+                Severity.WARNING,
+                f"fabric NIC {i['name']} has MTU {i['mtu']} while the other "
+                f"{i['driver'] or i['link_type']} fabric NICs have {majority}: traffic between "
+                "them fragments or stalls",
+                Action.FIX_CONFIG,
+                f"nic:{i['name']}",
+            )
+            for i in group
+            if i["mtu"] != majority
+        ]
+    return findings
+
+
+def _slow(fabric: list[dict[str, Any]], floor: int) -> list[Finding]:
+    return [
+        Finding(
+            "NIC_SPEED_LOW",
+            Severity.WARNING,
+            f"fabric NIC {i['name']} links at {i['speed_mbps']} Mb/s, below the expected "
+            f"{floor} Mb/s: check the cable, transceiver and switch port",
+            Action.CHECK_NETWORK,
+            f"nic:{i['name']}",
+        )
+        for i in fabric
+        if i["speed_mbps"] is not None and i["speed_mbps"] < floor
+    ]

@@ -1,0 +1,1 @@
+"""Active measurements: bandwidth between agents, RDMA perftest, NCCL tests, storage."""

@@ -1,0 +1,190 @@
+"""RDMA bandwidth with perftest's `ib_write_bw`: run the server and the client, read the result.
+
+Server and client take the same options; the client adds the server's address. The result
+table reads
+
+    #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]
+
+with `--report_gbits`, or `[MB/sec]` columns in MiB/s without it ("Report Max/Average BW of
+test in Gbit/sec (instead of MiB/sec)", perftest's help). Warning lines can sit inside the
+table. In duration mode (`-D`) perftest measures no peak and prints 0.00 for it, so the peak
+is kept only when it was measured. `--out_json --out_json_file F` writes
+`{"test_info": {...}, "results": {"MsgSize", "n_iterations", "BW_peak", "BW_average",
+"MsgRate"}}` in the same unit as the table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+MIB = 1024 * 1024
+DEFAULT_PORT = 18515
+_HEADER = re.compile(
+    r"#bytes\s+#iterations\s+BW peak\[(Gb/sec|MB/sec)\]\s+BW average\[(Gb/sec|MB/sec)\]"
+)
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
+
+
+class PerftestError(Exception):
+    """ib_write_bw is missing, found no device, failed, or printed no result."""
+
+
+@dataclass(frozen=True)
+class PerftestResult:
+    """One ib_write_bw result row."""
+
+    message_bytes: int
+    iterations: int
+    average_bytes_per_second: float
+    peak_bytes_per_second: float | None
+    message_rate_mpps: float
+
+    @property
+    def average_gbps(self) -> float:
+        """The average in Gb/s, as InfiniBand rates are quoted."""
+        return self.average_bytes_per_second * 8 / 1e9
+
+
+def _to_bytes_per_second(value: float, unit: str) -> float:
+    return value * 1e9 / 8 if unit == "Gb/sec" else value * MIB
+
+
+def parse_output(text: str) -> PerftestResult:
+    """The result row of ib_write_bw's text output (the last one, if it printed several)."""
+    unit = None
+    found = None
+    for line in text.splitlines():
+        header = _HEADER.search(line)
+        if header:
+            unit = header.group(2)
+            continue
+        row = _ROW.match(line) if unit else None
+        if row and unit:
+            size, iterations, peak, average, rate = row.groups()
+            peak_value = float(peak)
+            found = PerftestResult(
+                int(size),
+                int(iterations),
+                _to_bytes_per_second(float(average), unit),
+                _to_bytes_per_second(peak_value, unit) if peak_value > 0 else None,
+                float(rate),
+            )
+    if found is None:
+        raise PerftestError(failure_reason(text))
+    return found
+
+
+def parse_json(text: str, gbits: bool) -> PerftestResult:
+    """The result of `--out_json`; `gbits` says whether `--report_gbits` was given."""
+    try:
+        results = json.loads(text)["results"]
+        unit = "Gb/sec" if gbits else "MB/sec"
+        peak = float(results.get("BW_peak") or 0)
+        return PerftestResult(
+            int(results["MsgSize"]),
+            int(results.get("n_iterations") or 0),
+            _to_bytes_per_second(float(results["BW_average"]), unit),
+            _to_bytes_per_second(peak, unit) if peak > 0 else None,
+            float(results.get("MsgRate") or 0),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PerftestError(f"unreadable perftest JSON ({exc})") from None
+
+
+def failure_reason(text: str) -> str:
+    """Why ib_write_bw printed no result, from its output."""
+    for marker in (
+        "Unable to find the Infiniband/RoCE device",
+        "Did not detect devices",
+        "Couldn't connect",
+        "Unable to open",
+        "Failed to",
+    ):
+        for line in text.splitlines():
+            if marker in line:
+                return f"ib_write_bw: {line.strip()}"
+    last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
+    return f"ib_write_bw printed no result ({last})"
+
+
+@dataclass(frozen=True)
+class PerftestOptions:
+    """The options both sides of an ib_write_bw test share."""
+
+    device: str
+    port: int = DEFAULT_PORT
+    message_bytes: int = 8 * MIB
+    duration_seconds: int = 10
+    queue_pairs: int = 1
+    gid_index: int | None = None
+    binary: str = "ib_write_bw"
+
+    def arguments(self) -> list[str]:
+        """The command line, without the server address."""
+        args = [
+            self.binary,
+            "-d",
+            self.device,
+            "-p",
+            str(self.port),
+            "-s",
+            str(self.message_bytes),
+            "-D",
+            str(self.duration_seconds),
+            "-q",
+            str(self.queue_pairs),
+            "-F",
+            "--report_gbits",
+        ]
+        if self.gid_index is not None:
+            args += ["-x", str(self.gid_index)]
+        return args
+
+
+def _binary(options: PerftestOptions) -> str:
+    path = shutil.which(options.binary)
+    if path is None:
+        raise PerftestError(f"{options.binary} is not installed (Debian/Ubuntu package perftest)")
+    return path
+
+
+def start_server(options: PerftestOptions) -> subprocess.Popen[str]:
+    """Start the ib_write_bw server side; the caller bounds and stops it."""
+    _binary(options)
+    return subprocess.Popen(
+        options.arguments(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def run_client(options: PerftestOptions, server: str, timeout: float) -> PerftestResult:
+    """Run the client side toward `server`, bounded by `timeout` seconds."""
+    _binary(options)
+    try:
+        done = subprocess.run(
+            [*options.arguments(), server],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise PerftestError(f"ib_write_bw did not finish within {timeout:g} s") from None
+    return parse_output(done.stdout + done.stderr)
+
+
+def stop(process: subprocess.Popen[Any], grace: float = 2.0) -> str:
+    """Stop a server process (terminate, then kill) and return what it printed."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    out = process.stdout.read() if process.stdout else ""
+    return str(out or "")

@@ -1,0 +1,1 @@
+"""The bandwidth mesh: which pairs of nodes test when, and what their figures mean."""

@@ -1,0 +1,36 @@
+"""The mesh for people: a link matrix (rows send, columns receive) and the findings."""
+
+from __future__ import annotations
+
+from gpuprobe.mesh.run import MeshResult
+from gpuprobe.mesh.verdict import FAILED, LOW
+
+MARKS = {LOW: " LOW", FAILED: "FAILED"}
+
+
+def render_mesh(result: MeshResult) -> str:
+    """The matrix in Gbit/s per transport, then each finding with its action."""
+    lines = []
+    for transport in sorted({link.transport for link in result.links}):
+        links = [link for link in result.links if link.transport == transport]
+        nodes = sorted({n for link in links for n in (link.source, link.target)})
+        cells: dict[tuple[str, str], str] = {}
+        for link in links:
+            if link.bytes_per_second is None:
+                text = MARKS[FAILED]
+            else:
+                text = f"{link.bytes_per_second * 8 / 1e9:.2f}" + MARKS.get(link.verdict, "")
+            cells[(link.source, link.target)] = text  # a re-test replaces the earlier figure
+        width = max([6, *(len(n) for n in nodes), *(len(c) for c in cells.values())])
+        lines.append(f"{transport} bandwidth, Gbit/s (row sends to column)")
+        lines.append(" " * width + "  " + "  ".join(f"{n:>{width}}" for n in nodes))
+        for source in nodes:
+            row = [cells.get((source, target), "-" if source != target else "") for target in nodes]
+            lines.append(f"{source:<{width}}  " + "  ".join(f"{c:>{width}}" for c in row))
+        lines.append("")
+    lines.append(f"status {result.status.value}")
+    for finding in result.findings:
+        lines.append(f"  {finding.severity.value} {finding.code} on {finding.resource}")
+        lines.append(f"    {finding.message}")
+        lines.append(f"    action: {finding.action.value}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,163 @@
+"""Link verdicts: which measured links are low, and which node is to blame.
+
+A link is LOW when it is below the absolute floor for its transport, or below the
+cluster's typical rate by more than k·MAD (median absolute deviation) and by a meaningful
+fraction (so that near-identical links, whose MAD is tiny, do not flag each other's
+noise). The typical rate is the median over nodes of each node's median link: in a small
+cluster a slow node touches half of all links, which would drag a plain median of links
+down to its level. A node whose links
+are low with two or more distinct partners is the culprit; a link low with one partner only
+points at the path between the two.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+from gpuprobe.report import Action, Finding, Severity
+
+OK, LOW, FAILED = "OK", "LOW", "FAILED"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One directed measurement: source sent to target over a transport."""
+
+    source: str
+    target: str
+    transport: str
+    bytes_per_second: float | None  # None: the test failed
+    verdict: str = OK
+    error: str | None = None
+    # For a failed test: the node it is blamed on, and whether it merely could not run there
+    # (GPU processes active, no RDMA device) rather than the peer being unreachable.
+    blamed: str | None = None
+    unavailable: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        """The link as `mesh --json` writes it."""
+        d: dict[str, object] = {
+            "source": self.source,
+            "target": self.target,
+            "transport": self.transport,
+            "bytes_per_second": self.bytes_per_second,
+            "verdict": self.verdict,
+        }
+        if self.error:
+            d["error"] = self.error
+        return d
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What makes a link low."""
+
+    floor_bytes_per_second: float | None = None
+    mad_k: float = 3.0
+    min_relative_drop: float = 0.10
+
+
+def judge(links: list[Link], thresholds: Thresholds) -> list[Link]:
+    """Each link with its verdict, judged against the others of its transport."""
+    judged = []
+    per_node: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for link in links:
+        if link.bytes_per_second is not None:
+            per_node[link.transport][link.source].append(link.bytes_per_second)
+            per_node[link.transport][link.target].append(link.bytes_per_second)
+    by_transport = {
+        transport: [statistics.median(rates) for rates in nodes.values()]
+        for transport, nodes in per_node.items()
+    }
+    for link in links:
+        if link.bytes_per_second is None:
+            judged.append(replace(link, verdict=FAILED))
+            continue
+        low = _low(link.bytes_per_second, by_transport.get(link.transport, []), thresholds)
+        judged.append(replace(link, verdict=LOW if low else OK))
+    return judged
+
+
+def _low(value: float, population: list[float], t: Thresholds) -> bool:
+    if t.floor_bytes_per_second is not None and value < t.floor_bytes_per_second:
+        return True
+    if len(population) < 3:
+        return False  # fewer than three nodes: no majority to compare against
+    median = statistics.median(population)
+    mad = statistics.median(abs(x - median) for x in population)
+    return value < median - t.mad_k * mad and value < median * (1 - t.min_relative_drop)
+
+
+def blame(links: list[Link]) -> list[Finding]:
+    """Findings from judged links: culprit nodes, suspect paths, unreachable peers."""
+    partners: dict[str, set[str]] = defaultdict(set)
+    unreachable: dict[str, str] = {}
+    unavailable: dict[str, str] = {}
+    for link in links:
+        if link.verdict == LOW:
+            partners[link.source].add(link.target)
+            partners[link.target].add(link.source)
+        elif link.verdict == FAILED:
+            node = link.blamed or link.target
+            book = unavailable if link.unavailable else unreachable
+            book.setdefault(node, link.error or "the test failed")
+    culprits = {node for node, others in partners.items() if len(others) >= 2}
+    findings = [
+        Finding(
+            "LINK_BANDWIDTH_LOW",
+            Severity.WARNING,
+            f"{node} is low with {len(partners[node])} partners "
+            f"({', '.join(sorted(partners[node]))}): its NIC, cable or switch port is the "
+            "likely cause",
+            Action.CHECK_NETWORK,
+            f"peer:{node}",
+        )
+        for node in sorted(culprits)
+    ]
+    reported = set()
+    for link in links:
+        pair = tuple(sorted((link.source, link.target)))
+        if (
+            link.verdict != LOW
+            or link.source in culprits
+            or link.target in culprits
+            or pair in reported
+        ):
+            continue
+        reported.add(pair)
+        findings.append(
+            Finding(
+                "LINK_BANDWIDTH_LOW",
+                Severity.WARNING,
+                f"the link {link.source} → {link.target} ({link.transport}) is low while both "
+                "nodes are fine with others: check the path between them",
+                Action.CHECK_NETWORK,
+                f"peer:{link.source}",
+            )
+        )
+    findings += [unreachable_finding(node, why) for node, why in sorted(unreachable.items())]
+    findings += [
+        Finding(
+            "BANDWIDTH_TEST_UNAVAILABLE",
+            Severity.UNKNOWN,
+            f"{node}'s bandwidth could not be tested: {why}",
+            Action.NONE,
+            f"peer:{node}",
+        )
+        for node, why in sorted(unavailable.items())
+        if node not in unreachable
+    ]
+    return findings
+
+
+def unreachable_finding(node: str, why: str) -> Finding:
+    """PEER_UNREACHABLE for a node (or a target that never answered with its name)."""
+    return Finding(
+        "PEER_UNREACHABLE",
+        Severity.CRITICAL,
+        f"{node} could not be tested: {why}",
+        Action.CHECK_NETWORK,
+        f"peer:{node}",
+    )

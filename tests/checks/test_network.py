@@ -1,0 +1,140 @@
+"""Check `network` on snapshots and on real interfaces in a network namespace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import require_root, require_tool
+from helpers import codes, config, run_check
+
+
+def test_healthy_fabric_raises_nothing() -> None:
+    result = run_check("network", "synthetic-ndr-fabric-healthy")
+    assert result.findings == []
+    assert result.summary == "9 of 9 fabric NICs up"
+    assert result.data["fabric"] == ["eno1", *[f"ibp{i}s0" for i in range(8)]]
+    rail = next(i for i in result.data["interfaces"] if i["name"] == "ibp2s0")
+    assert rail == {
+        "name": "ibp2s0",
+        "operstate": "UP",
+        "admin_up": True,
+        "mtu": 4092,
+        "mac": "02:00:00:00:00:05",
+        "kind": None,
+        "link_type": "infiniband",
+        "physical": True,
+        "driver": "mlx5_core",
+        "speed_mbps": 400000,
+        "addresses": ["192.168.2.17/24"],
+        "fabric": True,
+        "rdma_device": "mlx5_2",
+    }
+
+
+def test_a_rail_down_is_left_to_the_rdma_check() -> None:
+    result = run_check("network", "synthetic-rdma-port-down")
+    assert result.findings == []
+    assert result.summary == "8 of 9 fabric NICs up"
+
+
+def test_mtu_mismatch_names_only_the_odd_rail() -> None:
+    result = run_check("network", "synthetic-roce-mtu-mismatch")
+    assert codes(result) == [("NIC_MTU_MISMATCH", "WARNING", "FIX_CONFIG", "nic:eth3")]
+
+
+def test_a_physical_nic_without_carrier() -> None:
+    result = run_check("network", "synthetic-nic-no-carrier")
+    assert codes(result) == [("NIC_DOWN", "WARNING", "CHECK_NETWORK", "nic:eno2")]
+
+
+def test_configured_fabric_makes_down_critical_and_missing_nics_findings() -> None:
+    cfg = config(network={"fabric_interfaces": ["eno*", "ib9"]})
+    result = run_check("network", "synthetic-nic-no-carrier", cfg)
+    assert codes(result) == [
+        ("NIC_DOWN", "CRITICAL", "CHECK_NETWORK", "nic:eno2"),
+        ("NIC_DOWN", "CRITICAL", "CHECK_NETWORK", "nic:ib9"),
+    ]
+    assert result.data["fabric"] == ["eno1", "eno2"]
+
+
+def test_speed_below_the_expected() -> None:
+    cfg = config(network={"min_speed_mbps": 25000})
+    result = run_check("network", "synthetic-roce-mtu-mismatch", cfg)
+    assert ("NIC_SPEED_LOW", "WARNING", "CHECK_NETWORK", "nic:eno1") in codes(result)
+
+
+def test_a_snapshot_without_netlink_has_no_fabric() -> None:
+    result = run_check("network", "synthetic-h100-8gpu-healthy")
+    assert result.findings == []
+    assert result.summary == "no fabric NIC (no physical NIC up)"
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    """A network namespace with veth pair gpa/gpb (gpb down), removed on every way out."""
+    require_root()
+    require_tool("ip")
+    name = f"gp-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        run = ["ip", "-n", name]
+        subprocess.run(
+            [*run, "link", "add", "gpa", "mtu", "9000", "type", "veth", "peer", "name", "gpb"],
+            check=True,
+        )
+        subprocess.run([*run, "link", "set", "gpa", "up"], check=True)
+        subprocess.run([*run, "addr", "add", "10.77.0.1/24", "dev", "gpa"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def test_live_interfaces_in_a_namespace(netns: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("network: {fabric_interfaces: ['gp*']}\n")
+    out = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            netns,
+            sys.executable,
+            "-m",
+            "gpuprobe",
+            "check",
+            "--json",
+            "--only",
+            "network",
+            "--config",
+            str(cfg),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    report = json.loads(out.stdout)
+    network = report["checks"][0]
+    by_name = {i["name"]: i for i in network["data"]["interfaces"]}
+    assert by_name["gpa"]["mtu"] == 9000
+    assert by_name["gpa"]["addresses"] == ["10.77.0.1/24"]
+    assert by_name["gpa"]["kind"] == "veth"
+    assert by_name["gpb"]["admin_up"] is False
+    assert sorted((f["code"], f["severity"], f["resource"]) for f in network["findings"]) == [
+        ("NIC_DOWN", "CRITICAL", "nic:gpa"),
+        ("NIC_DOWN", "CRITICAL", "nic:gpb"),
+    ]
+    messages = sorted(f["message"] for f in network["findings"])
+    assert messages == [
+        "fabric NIC gpa has no link (state LOWERLAYERDOWN): check the cable, transceiver and "
+        "switch port",
+        "fabric NIC gpb is administratively down",
+    ]
+    assert out.returncode == 2

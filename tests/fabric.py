@@ -1,0 +1,153 @@
+"""Test hosts on one machine: network namespaces joined by veth through a bridge namespace.
+
+    with Fabric(4) as fabric:          # nodes 10.77.<k>.1 .. .4, the bridge namespace .254
+        fabric.slow(3, "200mbit")      # tbf both ways on node 3's link
+        fabric.run(2, "gpuprobe", ...) # a process inside node 2's namespace
+
+Built with pyroute2; every namespace, link and process it started is removed on every way
+out, the test's failure included. Traffic stays inside these namespaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+from types import TracebackType
+
+from pyroute2 import IPRoute, NetNS, netns
+
+
+class Fabric:
+    """N node namespaces and a bridge namespace, on a private /24."""
+
+    def __init__(self, nodes: int, subnet: int = 77) -> None:
+        tag = uuid.uuid4().hex[:6]
+        self.tag = tag
+        self.bridge_ns = f"gp-br-{tag}"
+        self.node_ns = [f"gp-n{i}-{tag}" for i in range(1, nodes + 1)]
+        self.prefix = f"10.{subnet}.{int(tag[:2], 16)}"
+        self.processes: list[subprocess.Popen[str]] = []
+
+    def address(self, node: int) -> str:
+        """Node `node`'s (1-based) address on the fabric."""
+        return f"{self.prefix}.{node}"
+
+    @property
+    def bridge_address(self) -> str:
+        """The bridge namespace's own address (where a mesh or audit client runs)."""
+        return f"{self.prefix}.254"
+
+    def __enter__(self) -> Fabric:
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _build(self) -> None:
+        for name in (self.bridge_ns, *self.node_ns):
+            netns.create(name)
+        with NetNS(self.bridge_ns) as br:
+            br.link("add", ifname="gpbr0", kind="bridge")
+            bridge = br.link_lookup(ifname="gpbr0")[0]
+            br.addr("add", index=bridge, address=self.bridge_address, prefixlen=24)
+            br.link("set", index=bridge, state="up")
+            br.link("set", index=br.link_lookup(ifname="lo")[0], state="up")
+        with IPRoute() as root:
+            for i, ns in enumerate(self.node_ns, start=1):
+                outside, inside = f"gpv{i}{self.tag[:4]}", f"gpn{i}{self.tag[:4]}"
+                root.link("add", ifname=outside, kind="veth", peer=inside)
+                root.link("set", index=root.link_lookup(ifname=inside)[0], net_ns_fd=ns)
+                root.link(
+                    "set", index=root.link_lookup(ifname=outside)[0], net_ns_fd=self.bridge_ns
+                )
+                with NetNS(ns) as node:
+                    index = node.link_lookup(ifname=inside)[0]
+                    node.link("set", index=index, ifname="eth0")
+                    node.addr("add", index=index, address=self.address(i), prefixlen=24)
+                    node.link("set", index=index, state="up")
+                    node.link("set", index=node.link_lookup(ifname="lo")[0], state="up")
+                with NetNS(self.bridge_ns) as br:
+                    port = br.link_lookup(ifname=outside)[0]
+                    br.link("set", index=port, master=br.link_lookup(ifname="gpbr0")[0])
+                    br.link("set", index=port, state="up")
+
+    def slow(self, node: int, rate: str) -> None:
+        """Cap node `node`'s link at `rate` both ways (tbf on each end's egress)."""
+        outside = f"gpv{node}{self.tag[:4]}"
+        for ns, dev in ((self.node_ns[node - 1], "eth0"), (self.bridge_ns, outside)):
+            subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    rate,
+                    "burst",
+                    "256kb",
+                    "latency",
+                    "100ms",
+                ],
+                check=True,
+            )
+
+    def popen(self, node: int | None, *args: str, **kwargs: object) -> subprocess.Popen[str]:
+        """Start a process in node `node`'s namespace (None: the bridge namespace)."""
+        ns = self.bridge_ns if node is None else self.node_ns[node - 1]
+        env = {**os.environ, **kwargs.pop("env", {})}  # type: ignore[dict-item]
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, *args],
+            text=True,
+            env=env,
+            **kwargs,  # type: ignore[call-overload]
+        )
+        self.processes.append(proc)
+        return proc  # type: ignore[no-any-return]
+
+    def run(
+        self, node: int | None, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a process in a namespace to its end (None: the bridge namespace)."""
+        ns = self.bridge_ns if node is None else self.node_ns[node - 1]
+        return subprocess.run(
+            ["ip", "netns", "exec", ns, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, **(env or {})},
+        )
+
+    def close(self) -> None:
+        """Stop every process and remove every namespace (their links go with them)."""
+        for proc in self.processes:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for name in (*self.node_ns, self.bridge_ns):
+            with contextlib.suppress(OSError):
+                netns.remove(name)
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def namespaces() -> list[str]:
+    """The network namespaces that exist now (to prove a test left none behind)."""
+    return sorted(netns.listnetns())

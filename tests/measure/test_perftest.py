@@ -1,0 +1,82 @@
+"""perftest's ib_write_bw: its table in both units, its JSON, and its failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import ROOT, require_tool
+from gpuprobe.measure.perftest import (
+    MIB,
+    PerftestError,
+    PerftestOptions,
+    parse_json,
+    parse_output,
+    run_client,
+)
+
+FIXTURES = ROOT / "tests" / "fixtures" / "perftest"
+
+
+def test_gbits_table_with_a_warning_inside_it() -> None:
+    result = parse_output((FIXTURES / "ib_write_bw-ndr-gbits.txt").read_text())
+    assert result.message_bytes == 8388608
+    assert result.iterations == 58400
+    assert result.average_bytes_per_second == pytest.approx(391.87e9 / 8)
+    assert result.average_gbps == pytest.approx(391.87)
+    assert result.peak_bytes_per_second is None  # duration mode measures no peak
+    assert result.message_rate_mpps == pytest.approx(0.005839)
+
+
+def test_mib_table() -> None:
+    result = parse_output((FIXTURES / "ib_write_bw-hdr-mibs.txt").read_text())
+    assert result.average_bytes_per_second == pytest.approx(23381.45 * MIB)
+    assert result.peak_bytes_per_second == pytest.approx(23387.91 * MIB)
+    assert result.average_gbps == pytest.approx(196.14, abs=0.01)
+
+
+def test_json_report() -> None:
+    result = parse_json((FIXTURES / "ib_write_bw-out.json").read_text(), gbits=True)
+    assert result.average_bytes_per_second == pytest.approx(391.87e9 / 8)
+    assert result.peak_bytes_per_second is None
+    assert result.iterations == 58400
+    with pytest.raises(PerftestError, match="unreadable perftest JSON"):
+        parse_json('{"results": {}}', gbits=True)
+
+
+def test_no_device_output_says_so() -> None:
+    with pytest.raises(PerftestError) as exc:
+        parse_output((FIXTURES / "ib_write_bw-no-device.txt").read_text())
+    assert str(exc.value) == "ib_write_bw: Unable to find the Infiniband/RoCE device"
+
+
+def test_options_make_the_documented_command_line() -> None:
+    options = PerftestOptions("mlx5_0", port=18600, gid_index=3, queue_pairs=2)
+    assert options.arguments() == [
+        "ib_write_bw",
+        "-d",
+        "mlx5_0",
+        "-p",
+        "18600",
+        "-s",
+        "8388608",
+        "-D",
+        "10",
+        "-q",
+        "2",
+        "-F",
+        "--report_gbits",
+        "-x",
+        "3",
+    ]
+
+
+def test_missing_binary_is_a_clear_error() -> None:
+    options = PerftestOptions("mlx5_0", binary="ib_write_bw_not_installed")
+    with pytest.raises(PerftestError, match="is not installed"):
+        run_client(options, "127.0.0.1", timeout=5)
+
+
+def test_real_perftest_without_an_rdma_device_fails_clearly_and_fast() -> None:
+    require_tool("ib_write_bw")
+    with pytest.raises(PerftestError, match=r"Did not detect devices|Unable to find"):
+        run_client(PerftestOptions("mlx5_0", duration_seconds=1), "127.0.0.1", timeout=20)

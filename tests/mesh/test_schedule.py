@@ -1,0 +1,47 @@
+"""Mesh schedules: the circle method covers every pair once; quick mode samples."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from gpuprobe.mesh.schedule import circle_rounds, plan, random_matchings, retest_round
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 16, 33])
+def test_circle_method_meets_every_pair_once_and_nobody_twice_a_round(n: int) -> None:
+    nodes = [f"n{i}" for i in range(n)]
+    rounds = circle_rounds(nodes)
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    for pairs in rounds:
+        members = [node for pair in pairs for node in pair]
+        assert len(members) == len(set(members))
+    met = sorted(tuple(sorted(p)) for pairs in rounds for p in pairs)
+    assert met == sorted(tuple(sorted(p)) for p in itertools.combinations(nodes, 2))
+
+
+def test_fewer_than_two_nodes_have_no_rounds() -> None:
+    assert circle_rounds([]) == [] and circle_rounds(["a"]) == []
+
+
+def test_random_matchings_are_perfect_and_repeatable() -> None:
+    nodes = [f"n{i}" for i in range(7)]
+    rounds = random_matchings(nodes, 3, seed=4)
+    assert rounds == random_matchings(nodes, 3, seed=4)
+    for pairs in rounds:
+        members = [node for pair in pairs for node in pair]
+        assert len(pairs) == 3 and len(set(members)) == 6
+
+
+def test_retest_pairs_suspects_with_good_nodes() -> None:
+    assert retest_round(["s1", "s2", "s3"], ["g1", "g2"]) == [("s1", "g1"), ("s2", "g2")]
+
+
+def test_plan_counts_rounds_and_wall_time() -> None:
+    full = plan("full", 8, 10)
+    assert (full.rounds, full.tests, full.wall_seconds) == (7, 56, 7 * 22)
+    quick = plan("quick", 1024, 10, k=3)
+    assert (quick.rounds, quick.tests) == (4, 2 * (3 * 512 + 1))
+    with pytest.raises(ValueError):
+        plan("slow", 8, 10)

@@ -1,0 +1,81 @@
+"""Link verdicts and blame: the slow node is named, healthy links stay OK."""
+
+from __future__ import annotations
+
+from gpuprobe.mesh.verdict import FAILED, LOW, OK, Link, Thresholds, blame, judge
+
+GB = 1e9
+
+
+def links(values: dict[tuple[str, str], float | None]) -> list[Link]:
+    return [Link(a, b, "tcp", v) for (a, b), v in values.items()]
+
+
+def test_a_slow_node_is_low_with_every_partner_and_named_once() -> None:
+    measured = links(
+        {
+            ("a", "b"): 2.9 * GB,
+            ("b", "a"): 3.0 * GB,
+            ("a", "c"): 2.95 * GB,
+            ("c", "a"): 3.0 * GB,
+            ("b", "c"): 3.05 * GB,
+            ("c", "b"): 2.9 * GB,
+            ("a", "d"): 1.0 * GB,
+            ("d", "a"): 0.9 * GB,
+            ("b", "d"): 1.1 * GB,
+            ("d", "b"): 1.0 * GB,
+            ("c", "d"): 0.95 * GB,
+            ("d", "c"): 1.0 * GB,
+        }
+    )
+    judged = judge(measured, Thresholds())
+    assert {(link.source, link.target) for link in judged if link.verdict == LOW} == {
+        ("a", "d"),
+        ("d", "a"),
+        ("b", "d"),
+        ("d", "b"),
+        ("c", "d"),
+        ("d", "c"),
+    }
+    findings = blame(judged)
+    assert [(f.code, f.severity.value, f.action.value, f.resource) for f in findings] == [
+        ("LINK_BANDWIDTH_LOW", "WARNING", "CHECK_NETWORK", "peer:d")
+    ]
+    assert findings[0].message.startswith("d is low with 3 partners (a, b, c)")
+
+
+def test_near_identical_links_do_not_flag_noise() -> None:
+    measured = links(
+        {("a", "b"): 3.00 * GB, ("b", "c"): 3.01 * GB, ("c", "a"): 2.99 * GB, ("a", "c"): 2.97 * GB}
+    )
+    assert all(link.verdict == OK for link in judge(measured, Thresholds()))
+
+
+def test_one_low_link_points_at_the_path() -> None:
+    measured = links(
+        {
+            ("a", "b"): 3.0 * GB,
+            ("a", "c"): 3.0 * GB,
+            ("b", "c"): 3.0 * GB,
+            ("c", "d"): 3.0 * GB,
+            ("a", "d"): 3.0 * GB,
+            ("b", "d"): 1.0 * GB,
+        }
+    )
+    findings = blame(judge(measured, Thresholds()))
+    assert [(f.code, f.resource) for f in findings] == [("LINK_BANDWIDTH_LOW", "peer:b")]
+    assert (
+        "the link b → d (tcp) is low while both nodes are fine with others" in findings[0].message
+    )
+
+
+def test_floor_and_failures() -> None:
+    measured = links({("a", "b"): 0.5 * GB, ("a", "c"): None})
+    judged = judge(measured, Thresholds(floor_bytes_per_second=1 * GB))
+    assert [link.verdict for link in judged] == [LOW, FAILED]
+    findings = blame([*judged[:1], Link("a", "c", "tcp", None, FAILED, "connection refused")])
+    assert [(f.code, f.severity.value, f.resource) for f in findings] == [
+        ("LINK_BANDWIDTH_LOW", "WARNING", "peer:a"),
+        ("PEER_UNREACHABLE", "CRITICAL", "peer:c"),
+    ]
+    assert findings[1].message == "c could not be tested: connection refused"
