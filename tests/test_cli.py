@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -40,7 +41,7 @@ def test_human_report_shows_status_summary_finding_and_action() -> None:
     lines = out.stdout.splitlines()
     assert lines[0].startswith("node synthetic-gpu-lost ")
     assert lines[0].endswith("CRITICAL")
-    assert any(line.startswith("CRITICAL  gpus    1 of 8 GPUs lost") for line in lines)
+    assert any(re.match(r"CRITICAL  gpus +1 of 8 GPUs lost", line) for line in lines)
     assert "          CRITICAL GPU_LOST on gpu:5:GPU-5f1c0005-8e2b-4c1d-9a7e-000000000005" in lines
     assert "            action: REBOOT_NODE" in lines
     assert "\033[" not in out.stdout

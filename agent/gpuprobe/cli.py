@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
+    check.add_argument(
+        "--storage-path",
+        action="append",
+        metavar="PATH",
+        help="a host path whose throughput the storage check measures (repeatable)",
+    )
     check.set_defaults(func=_check)
 
     capture = commands.add_parser("capture", help="write a node snapshot of this host to DIR")
@@ -122,6 +128,14 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
         config = dataclasses.replace(
             config, gpus=dataclasses.replace(config.gpus, expect=args.expect_gpus)
         )
+    storage_paths = getattr(args, "storage_path", None) or []
+    if storage_paths:
+        storage = config.storage
+        try:
+            storage = dataclasses.replace(storage, paths=(*storage.paths, *storage_paths))
+        except UsageError as exc:
+            raise UsageError(f"--storage-path: {exc}") from None
+        config = dataclasses.replace(config, storage=storage)
     try:
         names = resolve(args.only)
     except KeyError as exc:

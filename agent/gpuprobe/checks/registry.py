@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpuprobe.checks import driver, gpus
+from gpuprobe.checks import driver, gpus, storage
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
@@ -14,6 +14,7 @@ CheckFn = Callable[[Host, Config], CheckResult]
 CHECKS: dict[str, CheckFn] = {
     "driver": driver.run,
     "gpus": gpus.run,
+    "storage": storage.run,
 }
 
 # Active checks put load on the node (disk, network): the daemon runs them at their own,

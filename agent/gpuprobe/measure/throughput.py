@@ -1,0 +1,226 @@
+"""Sequential write and read throughput of a directory, measured the way fio measures it.
+
+The test writes its own file (see `testfile`) in `jobs` threads, each over its own slice in
+blocks of `block_size` bytes, with O_DIRECT from page-aligned (mmap-allocated) buffers, and
+fsyncs before the write clock stops; it then reads the slices back the same way. That is fio's
+`--rw=write|read --direct=1 --ioengine=psync --end_fsync=1 --numjobs=N --offset_increment`.
+
+Where the filesystem refuses O_DIRECT (ramfs, overlayfs on some kernels, some FUSE), the test
+falls back to buffered I/O: the write clock still stops after fsync, and the file's pages are
+dropped from the page cache (posix_fadvise DONTNEED) before it is read back, so the read comes
+from the storage, not from memory. The result says which method ran and why.
+
+Both phases stop early at their time bound; the figures are then over the bytes moved so far.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuprobe.measure.testfile import TestFile
+
+DIRECT = "direct"
+BUFFERED = "buffered"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to measure: block size, total bytes, parallel jobs, and the time bound.
+
+    The write phase may take half of `seconds`; the read phase what the write left.
+    """
+
+    block_size: int
+    size: int
+    jobs: int
+    seconds: float
+
+    @property
+    def bytes_per_job(self) -> int:
+        """Each job's slice: whole blocks, the total shared out evenly."""
+        return self.size // self.jobs // self.block_size * self.block_size
+
+    @property
+    def total_bytes(self) -> int:
+        """The bytes the test writes when it is not cut short by its time bound."""
+        return self.bytes_per_job * self.jobs
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What a test measured."""
+
+    method: str
+    direct_refused: str | None
+    bytes_written: int
+    write_seconds: float
+    bytes_read: int
+    read_seconds: float
+    time_limited: bool
+
+    @property
+    def write_bytes_per_second(self) -> float:
+        """Bytes written per second, fsync included."""
+        return self.bytes_written / self.write_seconds if self.write_seconds > 0 else 0.0
+
+    @property
+    def read_bytes_per_second(self) -> float:
+        """Bytes read per second."""
+        return self.bytes_read / self.read_seconds if self.read_seconds > 0 else 0.0
+
+
+class MeasureError(Exception):
+    """An I/O error during the test, with the phase it happened in."""
+
+    def __init__(self, phase: str, error: OSError) -> None:
+        super().__init__(f"{phase}: {error.strerror or error}")
+        self.phase = phase
+        self.errno = error.errno
+        self.strerror = error.strerror or str(error)
+
+
+def measure(directory: Path, plan: Plan, owner: str) -> Throughput:
+    """Write then read a test file in `directory`; the file is gone when this returns.
+
+    Raises MeasureError when an I/O call fails (the phase and errno say which and why).
+    """
+    try:
+        test = TestFile(directory, owner)
+    except OSError as exc:
+        raise MeasureError("create", exc) from None
+    with test:
+        fd, method, refused = _open_for_test(test)
+        try:
+            return _run(fd, method, refused, plan)
+        finally:
+            if fd != test.fd:
+                os.close(fd)
+
+
+def _open_for_test(test: TestFile) -> tuple[int, str, str | None]:
+    """An O_DIRECT descriptor of the test file, or its buffered one and why O_DIRECT failed."""
+    try:
+        fd = os.open(test.path, os.O_RDWR | os.O_DIRECT | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise MeasureError("open", exc) from None
+        return test.fd, BUFFERED, "the filesystem refuses O_DIRECT (EINVAL on open)"
+    # Some filesystems accept the flag at open and refuse the first I/O instead.
+    probe = mmap.mmap(-1, 4096)
+    try:
+        os.pwrite(fd, probe, 0)
+        os.ftruncate(fd, 0)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno != errno.EINVAL:
+            raise MeasureError("write", exc) from None
+        return test.fd, BUFFERED, "the filesystem refuses O_DIRECT (EINVAL on write)"
+    finally:
+        probe.close()
+    return fd, DIRECT, None
+
+
+def _run(fd: int, method: str, refused: str | None, plan: Plan) -> Throughput:
+    written, write_seconds, write_cut = _phase(fd, plan, plan.seconds / 2, None)
+    # After fsync the pages are clean: drop any the file has in the page cache (all of them
+    # when buffered) so the read comes from the storage, as fio's `invalidate` does.
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    read, read_seconds, read_cut = _phase(fd, plan, plan.seconds - write_seconds, written)
+    return Throughput(
+        method=method,
+        direct_refused=refused,
+        bytes_written=sum(written),
+        write_seconds=write_seconds,
+        bytes_read=sum(read),
+        read_seconds=read_seconds,
+        time_limited=write_cut or read_cut,
+    )
+
+
+def _phase(
+    fd: int, plan: Plan, limit: float, to_read: list[int] | None
+) -> tuple[list[int], float, bool]:
+    """Run one phase in `plan.jobs` threads: write (to_read None) or read back each job's
+    bytes. Returns the bytes each job moved, the seconds taken and whether time ran out."""
+    writing = to_read is None
+    done = [0] * plan.jobs
+    errors: list[OSError] = []
+    stop = threading.Event()
+    started = time.monotonic()
+    deadline = started + limit
+
+    def job(index: int) -> None:
+        base = index * plan.bytes_per_job
+        length = plan.bytes_per_job if to_read is None else to_read[index]
+        buf = mmap.mmap(-1, plan.block_size)  # page-aligned, as O_DIRECT needs
+        try:
+            if writing:
+                buf.write(os.urandom(plan.block_size))  # incompressible, like fio's buffers
+            done[index] = _transfer(fd, buf, base, length, writing, deadline, stop)
+        except _Failed as failed:
+            done[index] = failed.moved
+            errors.append(failed.error)
+            stop.set()
+        finally:
+            buf.close()
+
+    threads = [threading.Thread(target=job, args=(i,), daemon=True) for i in range(plan.jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise MeasureError("write" if writing else "read", errors[0])
+    if writing:
+        try:
+            os.fsync(fd)  # the write is done when it is on the storage, as fio's end_fsync
+        except OSError as exc:
+            raise MeasureError("fsync", exc) from None
+    elapsed = time.monotonic() - started
+    expected = plan.total_bytes if to_read is None else sum(to_read)
+    return done, elapsed, sum(done) < expected
+
+
+class _Failed(Exception):
+    def __init__(self, moved: int, error: OSError) -> None:
+        super().__init__(str(error))
+        self.moved = moved
+        self.error = error
+
+
+def _transfer(
+    fd: int,
+    buf: mmap.mmap,
+    base: int,
+    length: int,
+    writing: bool,
+    deadline: float,
+    stop: threading.Event,
+) -> int:
+    """Move `length` bytes at `base` in whole blocks until done, the deadline, or a stop."""
+    block = len(buf)
+    moved = 0
+    clock = time.monotonic
+    try:
+        while moved < length and not stop.is_set() and clock() < deadline:
+            offset = base + moved
+            if writing:
+                # A distinct first word per block defeats deduplicating storage.
+                buf[:8] = offset.to_bytes(8, "little")
+                n = os.pwrite(fd, buf, offset)
+                if n < block:  # only a full filesystem writes short
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            else:
+                n = os.preadv(fd, [buf], offset)
+                if n <= 0:
+                    break
+            moved += n
+    except OSError as exc:
+        raise _Failed(moved, exc) from None
+    return moved
