@@ -5,11 +5,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import require_tool
 from gpuprobe import cleanup
 from gpuprobe.measure import throughput
 from gpuprobe.measure.throughput import MeasureError, Plan, measure
@@ -71,6 +73,36 @@ def test_a_refusal_at_the_first_write_falls_back_too(
     assert result.bytes_written == result.bytes_read == 4 * MIB
     assert calls == [True, False, False, False, False]  # the probe, then four buffered blocks
     assert os.listdir(tmp_path) == []
+
+
+def test_buffered_reads_start_with_the_file_out_of_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback's read must come from the storage: fincore(1) sees no page cached."""
+    fincore = require_tool("fincore")
+    real_pwrite, real_preadv = os.pwrite, os.preadv
+    resident: list[int] = []
+
+    def buffered_only(fd: int, data: Any, offset: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real_pwrite(fd, data, offset)
+
+    def preadv(fd: int, buffers: Any, offset: int) -> int:
+        if not resident:  # the first read: how much of the file is in the page cache?
+            (name,) = os.listdir(tmp_path)
+            out = subprocess.run(
+                [fincore, "--bytes", "--noheadings", "--output", "RES", str(tmp_path / name)],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            resident.append(int(out.stdout))
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(throughput.os, "pwrite", buffered_only)
+    monkeypatch.setattr(throughput.os, "preadv", preadv)
+    result = measure(tmp_path, Plan(MIB, 16 * MIB, 1, 60.0), "node-a")
+    assert result.method == "buffered"
+    assert resident == [0]
 
 
 def test_a_read_only_mount_fails_at_create() -> None:

@@ -88,8 +88,7 @@ class _PathProbe:
         self.owner = owner
         self.resource = f"path:{path}"
         self.state = "not measured"
-        per_job = cfg.size_bytes // cfg.jobs // cfg.block_size_bytes * cfg.block_size_bytes
-        self.size = per_job * cfg.jobs
+        self.size = Plan(cfg.block_size_bytes, cfg.size_bytes, cfg.jobs, 0.0).total_bytes
         self.entry: dict[str, Any] = {
             "path": path,
             "measured": False,
