@@ -306,7 +306,7 @@ def test_busy_gpus_hold_the_measurement_back_without_a_finding(tmp_path: Path) -
     assert result.data["gpus_with_processes"] == [0, 3]
     assert entry(result)["measured"] is False
     assert entry(result)["not_measured"] == (
-        "GPU processes are active on GPU 0, 3 (storage.force measures anyway)"
+        "GPU processes are active on GPUs 0, 3 (storage.force measures anyway)"
     )
     assert result.summary == f"{tmp_path}: not measured, GPU processes are active"
     # The passive part still runs: free space is known.

@@ -48,8 +48,8 @@ def run(host: Host, config: Config) -> CheckResult:
     data["forced"] = cfg.force
     blocked = None
     if busy and not cfg.force:
-        gpus = ", ".join(str(i) for i in sorted(busy))
-        blocked = f"GPU processes are active on GPU {gpus} (storage.force measures anyway)"
+        gpus = ("GPUs " if len(busy) > 1 else "GPU ") + ", ".join(str(i) for i in sorted(busy))
+        blocked = f"GPU processes are active on {gpus} (storage.force measures anyway)"
     seconds = min(cfg.time_limit_seconds, DEADLINE_SHARE * config.checks.deadline(NAME))
     data["time_limit_seconds"] = round(seconds, 3)
     end = time.monotonic() + seconds
