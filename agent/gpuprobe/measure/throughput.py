@@ -1,8 +1,9 @@
 """Sequential write and read throughput of a directory, measured the way fio measures it.
 
 The test writes its own file (see `testfile`) in `jobs` threads, each over its own slice in
-blocks of `block_size` bytes, with O_DIRECT from page-aligned (mmap-allocated) buffers, and
-fsyncs before the write clock stops; it then reads the slices back the same way. That is fio's
+blocks of `block_size` bytes, with O_DIRECT from page-aligned (mmap-allocated) buffers, each
+job fsyncing when its slice is written, before the write clock stops; it then reads the
+slices back the same way. That is fio's
 `--rw=write|read --direct=1 --ioengine=psync --end_fsync=1 --numjobs=N --offset_increment`.
 
 Where the filesystem refuses O_DIRECT (ramfs, overlayfs on some kernels, some FUSE), the test
@@ -154,44 +155,56 @@ def _phase(
     fd: int, plan: Plan, limit: float, to_read: list[int] | None
 ) -> tuple[list[int], float, bool]:
     """Run one phase in `plan.jobs` threads: write (to_read None) or read back each job's
-    bytes. Returns the bytes each job moved, the seconds taken and whether time ran out."""
+    bytes. Returns the bytes each job moved, the seconds taken and whether time ran out.
+
+    As fio's jobs with `end_fsync`, each writing job fsyncs when its slice is written; the
+    phase ends when the last job is done.
+    """
     writing = to_read is None
     done = [0] * plan.jobs
-    errors: list[OSError] = []
+    errors: list[tuple[str, OSError]] = []
     stop = threading.Event()
-    started = time.monotonic()
-    deadline = started + limit
+    buffers = [_buffer(plan.block_size, writing) for _ in range(plan.jobs)]
 
     def job(index: int) -> None:
         base = index * plan.bytes_per_job
         length = plan.bytes_per_job if to_read is None else to_read[index]
-        buf = mmap.mmap(-1, plan.block_size)  # page-aligned, as O_DIRECT needs
         try:
+            done[index] = _transfer(fd, buffers[index], base, length, writing, deadline, stop)
             if writing:
-                buf.write(os.urandom(plan.block_size))  # incompressible, like fio's buffers
-            done[index] = _transfer(fd, buf, base, length, writing, deadline, stop)
+                os.fsync(fd)  # the write is done when it is on the storage
         except _Failed as failed:
             done[index] = failed.moved
-            errors.append(failed.error)
+            errors.append(("write" if writing else "read", failed.error))
             stop.set()
-        finally:
-            buf.close()
+        except OSError as exc:
+            errors.append(("fsync", exc))
+            stop.set()
 
     threads = [threading.Thread(target=job, args=(i,), daemon=True) for i in range(plan.jobs)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    try:
+        started = time.monotonic()
+        deadline = started + limit
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - started
+    finally:
+        for buf in buffers:
+            buf.close()
     if errors:
-        raise MeasureError("write" if writing else "read", errors[0])
-    if writing:
-        try:
-            os.fsync(fd)  # the write is done when it is on the storage, as fio's end_fsync
-        except OSError as exc:
-            raise MeasureError("fsync", exc) from None
-    elapsed = time.monotonic() - started
+        raise MeasureError(*errors[0])
     expected = plan.total_bytes if to_read is None else sum(to_read)
     return done, elapsed, sum(done) < expected
+
+
+def _buffer(size: int, writing: bool) -> mmap.mmap:
+    """A page-aligned buffer (as O_DIRECT needs), its pages touched before the clock starts:
+    random bytes to write (incompressible, like fio's), zeros to read into."""
+    buf = mmap.mmap(-1, size)
+    buf.write(os.urandom(size) if writing else bytes(size))
+    return buf
 
 
 class _Failed(Exception):
