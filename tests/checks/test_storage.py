@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
-from conftest import gpuprobe, require_root, require_tool, snapshot
+from conftest import gpuprobe, require_root, require_tool, schema, snapshot
 from gpuprobe import cleanup
 from gpuprobe.checks import storage
 from gpuprobe.config import Config
@@ -348,6 +349,7 @@ def test_on_a_snapshot_paths_here_are_measured_live_and_others_are_not(tmp_path:
         "--storage-path",
         "/nonexistent/scratch",
     )
+    jsonschema.validate(out.json(), schema("report.schema.json"))
     check = out.json()["checks"][0]
     here, elsewhere = check["data"]["paths"]
     assert out.returncode == 0 and check["findings"] == []
@@ -395,13 +397,18 @@ def test_under_root_host_paths_are_measured_in_the_host_tree(host_root: Path) ->
     assert e["total_bytes"] == 64 * MIB
 
 
-def test_under_root_a_link_out_of_the_host_tree_is_not_followed(host_root: Path) -> None:
-    (host_root / "data").symlink_to("/var/tmp")
+@pytest.mark.parametrize("target", ["/var/tmp", "/nonexistent/mnt/data"])
+def test_under_root_a_link_out_of_the_host_tree_is_not_followed(
+    host_root: Path, target: str
+) -> None:
+    """An absolute link is the host's: read in the container it points elsewhere (or
+    nowhere), which says nothing about the host's path."""
+    (host_root / "data").symlink_to(target)
     result = run(["/data"], host=live(root=str(host_root)))
     assert codes(result) == [("STORAGE_UNAVAILABLE", "WARNING", "FIX_CONFIG", "path:/data")]
     assert result.findings[0].message == (
         f"storage path /data is a link that leads out of the host's root {host_root} "
-        "(to /var/tmp): not measured. Configure the link's target"
+        f"(to {target}): not measured. Configure the link's target"
     )
 
 

@@ -170,6 +170,9 @@ class _PathProbe:
     def _examine(self, local: Path) -> Finding | None:
         """The reason the path cannot take the test, as a finding; None when it can."""
         path = self.path
+        outside = self._outside_root(local)  # before stat: a dangling host link is no absence
+        if outside is not None:
+            return outside
         try:
             st = os.stat(local)
         except FileNotFoundError:
@@ -186,9 +189,6 @@ class _PathProbe:
                 f"storage path {path} is not a directory. Correct storage.paths",
                 Action.FIX_CONFIG,
             )
-        outside = self._outside_root(local)
-        if outside is not None:
-            return outside
         try:
             space = mounts.space_of(local)
         except OSError as exc:
