@@ -7,11 +7,14 @@ round's figures and the gpuprobe/fio ratios, then the median ratio per direction
 write and read each within ±15 % of fio (ratio 0.85-1.15).
 
 fio is run as the measurement the check performs: `--ioengine=psync --rw=write|read
---end_fsync=1 --fallocate=none --iomem_align=4096 --numjobs=J --size=S/J
---offset_increment=S/J --group_reporting`, with `--direct=1`, or `--direct=0` when gpuprobe
-fell back to buffered I/O (fio's default `invalidate=1` drops the file's cached pages before
-the read, as gpuprobe does). Page-aligned buffers matter for buffered I/O: on some CPUs the
-kernel copies into an unaligned buffer several times slower.
+--end_fsync=1 --fallocate=none --iomem_align=4096 --scramble_buffers=0 --numjobs=J
+--size=S/J --offset_increment=S/J --group_reporting`, with `--direct=1`, or `--direct=0` when
+gpuprobe fell back to buffered I/O (fio's default `invalidate=1` drops the file's cached pages
+before the read, as gpuprobe does). Two of these make fio's buffers like gpuprobe's, so that
+both measure the storage and not their own buffer handling: page-aligned (on some CPUs the
+kernel copies into an unaligned buffer several times slower) and written as they are (fio by
+default rewrites two words in every 512-byte sector before each write, CPU time that shows on
+memory-speed filesystems; gpuprobe writes one distinct word per block).
 
 Usage (from the repository root, after install):
   bench/storage_vs_fio.py PATH [--size BYTES] [--block-size BYTES] [--jobs N] [--rounds N]
@@ -87,6 +90,7 @@ def fio(path: str, size: int, block: int, jobs: int, direct: bool) -> dict[str, 
         f"--offset_increment={per_job}",
         f"--direct={int(direct)}",
         "--iomem_align=4096",  # page-aligned buffers, as gpuprobe's (fio aligns direct I/O only)
+        "--scramble_buffers=0",  # no rewrite of every 512-byte sector per write, see above
         "--end_fsync=1",
         "--fallocate=none",
         "--group_reporting",
