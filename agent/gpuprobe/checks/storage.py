@@ -327,15 +327,16 @@ class _PathProbe:
         return Finding(CODE_UNAVAILABLE, severity, message, action, self.resource)
 
     def _record(self, result: Throughput) -> None:
+        write_seconds, read_seconds = round(result.write_seconds, 6), round(result.read_seconds, 6)
         self.entry.update(
             measured=True,
             method=result.method,
             direct_io_refused=result.direct_refused,
             bytes_written=result.bytes_written,
             bytes_read=result.bytes_read,
-            write_seconds=round(result.write_seconds, 6),
-            read_seconds=round(result.read_seconds, 6),
-            duration_seconds=round(result.write_seconds + result.read_seconds, 6),
+            write_seconds=write_seconds,
+            read_seconds=read_seconds,
+            duration_seconds=round(write_seconds + read_seconds, 6),  # adds up in the data
             time_limited=result.time_limited,
             write_bytes_per_second=_rate(result.bytes_written, result.write_seconds),
             read_bytes_per_second=_rate(result.bytes_read, result.read_seconds),
