@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import re
 import stat
 import time
-import uuid
+import zlib
 from pathlib import Path
 
 from gpuprobe import cleanup
@@ -28,7 +27,7 @@ STALE_AFTER_SECONDS = 60.0
 
 def owner_tag(node_name: str) -> str:
     """The 8-hex-digit tag of a node in its test files' names."""
-    return hashlib.sha256(node_name.encode("utf-8")).hexdigest()[:8]
+    return f"{zlib.crc32(node_name.encode('utf-8')):08x}"
 
 
 def _own_name(tag: str) -> re.Pattern[str]:
@@ -45,7 +44,7 @@ class TestFile:
     __test__ = False  # not a pytest test class, despite its name
 
     def __init__(self, directory: Path, owner: str) -> None:
-        self.path = directory / f"{PREFIX}{owner_tag(owner)}-{uuid.uuid4().hex}.tmp"
+        self.path = directory / f"{PREFIX}{owner_tag(owner)}-{os.urandom(16).hex()}.tmp"
         self.fd = -1
         # Registered before it exists: a signal between create and register leaves nothing.
         cleanup.register(str(self.path))
