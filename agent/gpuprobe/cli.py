@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
+    _add_storage_flag(check)
     check.set_defaults(func=_check)
 
     capture = commands.add_parser("capture", help="write a node snapshot of this host to DIR")
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="the agent daemon: periodic checks, gRPC API, Prometheus /metrics"
     )
     _add_check_flags(serve)
+    _add_storage_flag(serve)
     _add_serve_flags(serve)
     serve.set_defaults(func=_serve)
 
@@ -99,6 +101,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_mesh_flags(mesh)
     mesh.set_defaults(func=_mesh)
     return parser
+
+
+def _add_storage_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-path",
+        action="append",
+        metavar="PATH",
+        help="a host path whose throughput the storage check measures (repeatable)",
+    )
 
 
 def _add_check_flags(parser: argparse.ArgumentParser, snapshot: bool = True) -> None:
@@ -347,6 +358,14 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
         config = dataclasses.replace(
             config, gpus=dataclasses.replace(config.gpus, expect=args.expect_gpus)
         )
+    storage_paths = getattr(args, "storage_path", None) or []
+    if storage_paths:
+        storage = config.storage
+        try:
+            storage = dataclasses.replace(storage, paths=(*storage.paths, *storage_paths))
+        except UsageError as exc:
+            raise UsageError(f"--storage-path: {exc}") from None
+        config = dataclasses.replace(config, storage=storage)
     try:
         names = resolve(args.only)
     except KeyError as exc:
@@ -382,8 +401,12 @@ def _check(args: argparse.Namespace) -> int:
 
 def _capture(args: argparse.Namespace) -> int:
     from gpuprobe.capture import capture
+    from gpuprobe.checks.registry import ACTIVE
 
     config, names = _prepare(args)
+    if args.only is None:
+        # Active checks load the node and are never replayed: a snapshot has no use for them.
+        names = [name for name in names if name not in ACTIVE]
     report = capture(args.directory, config, names, args.root, args.node_name)
     print(
         f"gpuprobe: wrote the snapshot of {report.node} to {args.directory} "

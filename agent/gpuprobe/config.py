@@ -16,6 +16,9 @@ from typing import Any, TypeVar
 
 from gpuprobe.errors import ConfigError
 
+# Active checks measure for a while: their deadline is at least this unless set per check.
+ACTIVE_DEADLINES: dict[str, float] = {"storage": 120.0}
+
 
 @dataclass(frozen=True)
 class ChecksConfig:
@@ -27,7 +30,9 @@ class ChecksConfig:
 
     def deadline(self, check: str) -> float:
         """The deadline of one check, in seconds."""
-        return self.deadlines.get(check, self.deadline_seconds)
+        if check in self.deadlines:
+            return self.deadlines[check]
+        return max(self.deadline_seconds, ACTIVE_DEADLINES.get(check, 0.0))
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,55 @@ class DevicePluginSection:
     config_file: str | None = None
     # The kubelet's device-plugins directory on the host.
     socket_dir: str = "/var/lib/kubelet/device-plugins"
+
+
+MIB = 1024 * 1024
+# O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block size
+# (512 or 4096 bytes): multiples of 4096 fit every device.
+IO_ALIGNMENT = 4096
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """What the `storage` check measures, how hard, and what it holds the figures against."""
+
+    # Host paths (directories) whose throughput is measured; `--storage-path` adds to them.
+    paths: tuple[str, ...] = ()
+    # Bytes per read and write call (a multiple of 4096).
+    block_size_bytes: int = MIB
+    # Bytes of the test file, shared out among the jobs.
+    size_bytes: int = 1024 * MIB
+    # Threads writing (then reading) their own slice of the file at once.
+    jobs: int = 4
+    # Bound on the I/O of one run of the check, all paths together (write and read phases).
+    time_limit_seconds: float = 60.0
+    # Floors: a measured throughput below them is STORAGE_THROUGHPUT_LOW.
+    min_write_bytes_per_second: float | None = None
+    min_read_bytes_per_second: float | None = None
+    # Measure even while GPU processes are running (they would feel the load).
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        for path in self.paths:
+            if not path.startswith("/"):
+                raise ConfigError(f"paths: {path!r} is not an absolute host path")
+        bs = self.block_size_bytes
+        if bs <= 0 or bs % IO_ALIGNMENT or bs > 64 * MIB:
+            raise ConfigError(
+                f"block_size_bytes: {bs} is not a multiple of {IO_ALIGNMENT} up to 64 MiB"
+            )
+        if not 1 <= self.jobs <= 64:
+            raise ConfigError(f"jobs: {self.jobs} is not between 1 and 64")
+        if self.size_bytes < bs * self.jobs:
+            raise ConfigError(
+                f"size_bytes: {self.size_bytes} is less than one block per job ({bs} x {self.jobs})"
+            )
+        if self.time_limit_seconds <= 0:
+            raise ConfigError(f"time_limit_seconds: {self.time_limit_seconds} is not positive")
+        for key in ("min_write_bytes_per_second", "min_read_bytes_per_second"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{key}: {value} is not positive")
 
 
 @dataclass(frozen=True)
@@ -199,6 +253,7 @@ class Config:
     rdma: RdmaConfig = field(default_factory=RdmaConfig)
     nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
 
 
 def load_config(path: str | None) -> Config:
@@ -279,6 +334,9 @@ def _scalar(hint: Any, value: Any, where: str) -> Any:
         raise ConfigError(f"{where}: expected an integer, got {_kind(value)}")
     if hint is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        # YAML 1.1 (PyYAML) reads 1.5e9 as a string: only 1.5e+9 is a number there.
+        if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value):
             return float(value)
         raise ConfigError(f"{where}: expected a number, got {_kind(value)}")
     if hint is str:

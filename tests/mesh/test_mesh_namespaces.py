@@ -24,6 +24,10 @@ from fabric import Fabric, namespaces
 TOKEN = "mesh-namespaces-token"
 NODES = 4
 
+# Heavy: one xdist worker runs these one after another, so they never load the machine
+# together (a latency bound would measure the other test).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("heavy")]
+
 
 @pytest.fixture
 def fabric(tmp_path: Path) -> Iterator[tuple[Fabric, str, list[subprocess.Popen[str]]]]:

@@ -20,7 +20,9 @@ import pytest
 from conftest import require_tool, snapshot
 from serving import serve_process, wait_for
 
-pytestmark = pytest.mark.slow
+# Heavy: one xdist worker runs these one after another, so they never load the machine
+# together (a latency bound would measure the other test).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("heavy")]
 
 
 def free_port() -> int:

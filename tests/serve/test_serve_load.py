@@ -18,7 +18,9 @@ from conftest import ROOT, snapshot
 from gpuprobe.client import Client
 from serving import serve_process
 
-pytestmark = pytest.mark.slow
+# Heavy: one xdist worker runs these one after another, so they never load the machine
+# together (a latency bound would measure the other test).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("heavy")]
 
 
 def sample(text: str, series: str) -> float:

@@ -572,6 +572,12 @@ def variants() -> list[Node]:
     """Every synthetic snapshot."""
     nodes = [hgx_h100("synthetic-h100-8gpu-healthy")]
 
+    # The same node between jobs: no process on any GPU (active tests may run).
+    node = hgx_h100("synthetic-h100-8gpu-idle")
+    for i in range(len(H100_PCI)):
+        idle(node, i)
+    nodes.append(node)
+
     node = hgx_h100("synthetic-library-mismatch")
     node.init_error = "LibRmVersionMismatch"
     node.calls = []
@@ -630,6 +636,29 @@ def variants() -> list[Node]:
     node = hgx_h100("synthetic-nvml-hang")
     node.replace_call("nvmlDeviceGetMemoryInfo", [2], ret=dict(H100_MEMORY))
     node.calls[-1]["delay"] = 3600
+    nodes.append(node)
+
+    # A training job runs on GPU 0 and two on GPU 3; the other GPUs are free. Active tests
+    # (storage throughput) wait for them unless forced. A process that is not in a MIG
+    # instance has gpuInstanceId and computeInstanceId 0xFFFFFFFF (nvml.h).
+    node = hgx_h100("synthetic-gpu-processes")
+    jobs = {0: [(4242, 71 * 2**30)], 3: [(5150, 30 * 2**30), (5151, 30 * 2**30)]}
+    for i in range(len(H100_PCI)):
+        running = [
+            {
+                "pid": pid,
+                "usedGpuMemory": used,
+                "gpuInstanceId": 0xFFFFFFFF,
+                "computeInstanceId": 0xFFFFFFFF,
+            }
+            for pid, used in jobs.get(i, [])
+        ]
+        node.call("nvmlDeviceGetComputeRunningProcesses_v3", [i], running)
+    node.processes = [
+        {"pid": pid, "name": "python3", "cmdline": ["python3", "train.py"]}
+        for running in jobs.values()
+        for pid, _ in running
+    ]
     nodes.append(node)
     return (
         nodes

@@ -14,6 +14,7 @@ from gpuprobe.checks import (
     network,
     rdma,
     sharing,
+    storage,
     toolkit,
     xid,
 )
@@ -35,6 +36,7 @@ CHECKS: dict[str, CheckFn] = {
     "network": network.run,
     "rdma": rdma.run,
     "nccl": nccl.run,
+    "storage": storage.run,
 }
 
 # Active checks put load on the node (disk, network): the daemon runs them at their own,
