@@ -127,9 +127,7 @@ def overview_panels() -> list[Any]:
     for value, (name, color) in STATUS_NAMES.items():
         ref = name[0]
         by_status = by_status.with_target(
-            instant(
-                f"count({on_node(f'gpuprobe_node_status{{{CLUSTER}}}')} == {value})", ref, name
-            )
+            instant(f"count({on_node(f'gpuprobe_node_status{{{CLUSTER}}}')} == {value})", ref, name)
         ).override_by_query(ref, fixed_color(color))
     agents = (
         stat.Panel()
@@ -214,8 +212,7 @@ def driver_panels() -> list[Any]:
         "Nodes off the most common driver",
         "Nodes whose driver differs from the version most nodes run: the skew to look at.",
         instant(
-            f"{on_node(info)} unless on(driver_version) "
-            f"topk(1, count by (driver_version) ({info}))"
+            f"{on_node(info)} unless on(driver_version) topk(1, count by (driver_version) ({info}))"
         ),
     ).span(7)
     by_node = table_panel(
@@ -350,9 +347,7 @@ def link_and_storage_panels() -> list[Any]:
         )
         .unit("Bps")
         .cell_options(common.TableColoredBackgroundCellOptions())
-        .color_scheme(
-            dashboard.FieldColor().mode(model.FieldColorModeId.CONTINUOUS_RD_YL_GR)
-        )
+        .color_scheme(dashboard.FieldColor().mode(model.FieldColorModeId.CONTINUOUS_RD_YL_GR))
         .span(12)
         .height(10)
     )

@@ -296,6 +296,6 @@ def test_queries_use_only_metrics_the_agent_exports(cluster: Cluster) -> None:
 def test_metric_names_reads_through_promql() -> None:
     expr = (
         'count by (driver_version) (a_b{x="y(z)"} * on(job) group_left(node) c[5m]) '
-        'unless on(v) topk(1, sum without (k) (rate(d_total[$__rate_interval]))) > bool 2'
+        "unless on(v) topk(1, sum without (k) (rate(d_total[$__rate_interval]))) > bool 2"
     )
     assert metric_names(expr) == {"a_b", "c", "d_total"}

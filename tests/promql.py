@@ -172,9 +172,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"`[^`]*`", "``", text)
     text = re.sub(r"\{[^}]*\}", "{}", text)
     text = re.sub(r"\[[^\]]*\]", "[]", text)
-    text = re.sub(
-        r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1()", text
-    )
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1()", text)
     names = set()
     for match in re.finditer(r"(?<![\w$.])[A-Za-z_:][A-Za-z0-9_:]*", text):
         if text[match.end() :].lstrip().startswith("("):

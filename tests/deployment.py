@@ -97,7 +97,9 @@ def dashboard_queries() -> dict[str, str]:
     for variable in board["templating"]["list"]:
         if variable["type"] != "query":
             continue
-        text = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+        text = (
+            variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+        )
         assert text.startswith("label_values(") and text.endswith(")"), text
         selector = text[len("label_values(") : -1].rsplit(",", 1)[0].strip()
         found[f"variable:{variable['name']}"] = selector
