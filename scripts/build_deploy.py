@@ -66,9 +66,13 @@ def query(expr: str, ref: str = "A", legend: str | None = None) -> prometheus.Da
 
 
 def instant(expr: str, ref: str = "A", legend: str | None = None) -> prometheus.Dataquery:
-    """An instant query in table format, for tables and stats of the current state."""
-    q = query(expr, ref, legend).instant().format(prom_model.PromQueryFormat.TABLE)
-    return q
+    """An instant query in table format: a table row per series, labels as columns."""
+    return query(expr, ref, legend).instant().format(prom_model.PromQueryFormat.TABLE)
+
+
+def current(expr: str, ref: str = "A", legend: str | None = None) -> prometheus.Dataquery:
+    """An instant query as series (named by `legend`), for stats, pies and gauges."""
+    return query(expr, ref, legend).instant().format(prom_model.PromQueryFormat.TIME_SERIES)
 
 
 def status_mappings() -> list[model.ValueMapping]:
@@ -127,7 +131,7 @@ def overview_panels() -> list[Any]:
     for value, (name, color) in STATUS_NAMES.items():
         ref = name[0]
         by_status = by_status.with_target(
-            instant(f"count({on_node(f'gpuprobe_node_status{{{CLUSTER}}}')} == {value})", ref, name)
+            current(f"count({on_node(f'gpuprobe_node_status{{{CLUSTER}}}')} == {value})", ref, name)
         ).override_by_query(ref, fixed_color(color))
     agents = (
         stat.Panel()
@@ -137,9 +141,9 @@ def overview_panels() -> list[Any]:
         .no_value("0")
         .graph_mode(common.BigValueGraphMode.NONE)
         .with_target(
-            instant(f'count(gpuprobe_agent_info{{{CLUSTER}, node=~"$node"}})', "A", "agents")
+            current(f'count(gpuprobe_agent_info{{{CLUSTER}, node=~"$node"}})', "A", "agents")
         )
-        .with_target(instant(f"sum({on_node(f'gpuprobe_gpus{{{CLUSTER}}}')})", "B", "GPUs"))
+        .with_target(current(f"sum({on_node(f'gpuprobe_gpus{{{CLUSTER}}}')})", "B", "GPUs"))
         .span(6)
         .height(5)
     )
@@ -179,7 +183,7 @@ def driver_panels() -> list[Any]:
         .title("Driver versions in use")
         .description("Distinct NVIDIA driver versions among the nodes; more than one is skew.")
         .datasource(DATASOURCE)
-        .with_target(instant(f"count(count by (driver_version) ({on_node(info)}))"))
+        .with_target(current(f"count(count by (driver_version) ({on_node(info)}))"))
         .color_mode(common.BigValueColorMode.BACKGROUND)
         .graph_mode(common.BigValueGraphMode.NONE)
         .thresholds(
@@ -200,7 +204,7 @@ def driver_panels() -> list[Any]:
         .title("Nodes per driver and CUDA version")
         .datasource(DATASOURCE)
         .with_target(
-            instant(
+            current(
                 f"count by (driver_version, cuda_driver_version) ({on_node(info)})",
                 legend="{{driver_version}} (CUDA {{cuda_driver_version}})",
             )
@@ -249,7 +253,7 @@ def gpu_panels() -> list[Any]:
         bargauge.Panel()
         .title("PCIe link width (lanes)")
         .datasource(DATASOURCE)
-        .with_target(instant(on_node(f"gpuprobe_gpu_pcie_link_width{{{GPU}}}"), legend=legend))
+        .with_target(current(on_node(f"gpuprobe_gpu_pcie_link_width{{{GPU}}}"), legend=legend))
         .min(0)
         .max(16)
         .span(8)
@@ -383,7 +387,7 @@ def idle_panels() -> list[Any]:
         .datasource(DATASOURCE)
         .no_value("0")
         .graph_mode(common.BigValueGraphMode.NONE)
-        .with_target(instant(f"count({on_node(f'({idle})')})"))
+        .with_target(current(f"count({on_node(f'({idle})')})"))
         .span(4)
         .height(6),
         table_panel(
