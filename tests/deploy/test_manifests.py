@@ -157,6 +157,8 @@ def test_volumes_give_the_host_read_only_and_the_state_and_scratch_writable() ->
     mounts = {m["name"]: m for m in agent()["volumeMounts"]}
     assert volumes["host"]["hostPath"] == {"path": "/", "type": "Directory"}
     assert mounts["host"]["mountPath"] == "/host" and mounts["host"]["readOnly"] is True
+    assert mounts["host"]["recursiveReadOnly"] == "IfPossible"  # /host/sys & co. too
+    assert "mountPropagation" not in mounts["host"]  # recursive read-only needs None
     assert volumes["state"]["hostPath"]["path"] == "/var/lib/gpuprobe"
     assert mounts["state"]["mountPath"] == "/var/lib/gpuprobe" and "readOnly" not in mounts["state"]
     assert volumes["scratch"]["hostPath"]["path"] == "/var/lib/gpuprobe/scratch"
