@@ -338,9 +338,12 @@ def link_and_storage_panels() -> list[Any]:
     matrix = (
         table_panel(
             "Link bandwidth (peer matrix)",
-            "Bandwidth measured from each node (row) to each peer (column), colored by value.",
+            "Bandwidth measured from each node (row) to each peer (column) over the chosen "
+            "transport, colored by value.",
             instant(
-                on_node(f"gpuprobe_peer_bandwidth_bytes_per_second{{{CLUSTER}}}"),
+                on_node(
+                    f'gpuprobe_peer_bandwidth_bytes_per_second{{{CLUSTER}, transport="$transport"}}'
+                ),
             ),
         )
         .with_transformation(
@@ -402,7 +405,7 @@ def idle_panels() -> list[Any]:
 
 
 def variables() -> list[Any]:
-    """Data source, cluster, node and GPU."""
+    """Data source, cluster, node, GPU, and the transport of the peer matrix."""
 
     def variable(name: str, label: str, q: str) -> dashboard.QueryVariable:
         return (
@@ -422,6 +425,15 @@ def variables() -> list[Any]:
         variable("cluster", "Cluster", "label_values(gpuprobe_agent_info, cluster)"),
         variable("node", "Node", 'label_values(gpuprobe_agent_info{cluster=~"$cluster"}, node)'),
         variable("gpu", "GPU", 'label_values(gpuprobe_gpu_info{cluster=~"$cluster"}, gpu)'),
+        # One transport at a time: the peer matrix has one cell per node and peer.
+        variable(
+            "transport",
+            "Transport",
+            "label_values(gpuprobe_peer_bandwidth_bytes_per_second"
+            '{cluster=~"$cluster"}, transport)',
+        )
+        .multi(False)
+        .include_all(False),
     ]
 
 

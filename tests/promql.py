@@ -46,11 +46,16 @@ class Prometheus:
         url = f"{self.base}{path}?{urllib.parse.urlencode(params)}"
         try:
             with urllib.request.urlopen(url, timeout=10) as response:
-                body = json.load(response)
+                text = response.read()
         except urllib.error.HTTPError as exc:
-            body = json.load(exc)
-        if body.get("status") != "success":
-            raise PromQLError(f"{params}: {body.get('errorType')}: {body.get('error')}")
+            text = exc.read()
+        try:
+            body = json.loads(text)
+        except ValueError:
+            raise PromQLError(f"{params}: not JSON: {text[:200]!r}") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            errors = (body.get("errorType"), body.get("error")) if isinstance(body, dict) else body
+            raise PromQLError(f"{params}: {errors}")
         return body["data"]
 
     def query(self, expr: str) -> list[dict[str, Any]]:
