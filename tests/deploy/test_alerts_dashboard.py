@@ -33,7 +33,8 @@ pytestmark = pytest.mark.slow
 
 @dataclass(frozen=True)
 class Agent:
-    """A `gpuprobe serve` on a snapshot; its node name is its key in AGENTS."""
+    """A `gpuprobe serve` on a snapshot; its node name is its key in AGENTS. `$TMP` in its
+    config is a fresh directory of its own (for the active checks to measure)."""
 
     snapshot: str
     config: str = ""
@@ -125,8 +126,11 @@ PANEL_DATA: dict[str, tuple[set[str], bool]] = {
 }
 # Expressions whose data comes with parts of gpuprobe that are not here yet: they must
 # evaluate, but nothing can show their condition. Move each to ALERT_NODES / PANEL_DATA with
-# a case in AGENTS when its part lands (e.g. storage: an Agent on the healthy snapshot with
-# `storage: {paths: [<tmp dir>], min_write_bytes_per_second: 1.0e+15}`).
+# a case in AGENTS when its part lands, e.g. for storage:
+#   "storage-slow": Agent("synthetic-h100-8gpu-healthy",
+#       "storage: {paths: [$TMP], size_bytes: 8388608, min_write_bytes_per_second: 1.0e+15}\n",
+#       interval=1),
+# (with serve.active_interval_seconds or storage.interval_seconds short enough to run in time).
 AWAITING = {
     "alert:GpuprobeLinkBandwidthLow": "the bandwidth mesh's findings in the agents' reports",
     "alert:GpuprobeStorageThroughputLow": "the storage check",
@@ -181,8 +185,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             args = ["--snapshot", snapshot(agent.snapshot), "--node-name", node]
             args += ["--interval", str(agent.interval)]
             if agent.config:
+                scratch = configs / f"{node}-tmp"
+                scratch.mkdir()
                 path = Path(configs / f"{node}.yaml")
-                path.write_text(agent.config)
+                path.write_text(agent.config.replace("$TMP", str(scratch)))
                 args += ["--config", str(path)]
             served[node] = stack.enter_context(serve_process(*args, timeout=60))
         rules = {"groups": rule_groups()}
