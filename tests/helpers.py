@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from conftest import snapshot
 from gpuprobe.checks.registry import CHECKS
+from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config, build
 from gpuprobe.host import snapshot_host
-from gpuprobe.report import CheckResult, Finding
+from gpuprobe.report import CheckResult, Finding, NodeReport
 
 
 def config(**sections: Any) -> Config:
@@ -29,3 +31,17 @@ def codes(result: CheckResult) -> list[tuple[str, str, str, str]]:
 
 def _key(f: Finding) -> tuple[str, str, str, str]:
     return (f.code, f.severity.value, f.action.value, f.resource)
+
+
+def node_report(
+    snapshot_name: str,
+    node: str | None = None,
+    cfg: Config | None = None,
+    time: datetime | None = None,
+) -> NodeReport:
+    """Every check on a committed snapshot, as the node `node` (default: the snapshot's),
+    the report dated `time` if given."""
+    report = run_checks(snapshot_host(snapshot(snapshot_name), node), cfg or Config(), list(CHECKS))
+    if time is not None:
+        report.time = time
+    return report

@@ -16,11 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conftest import snapshot
-from gpuprobe.checks.registry import CHECKS
+from gpuprobe.checks.registry import ACTIVE, CHECKS
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.serve.agent import Agent, ServeOptions
 from gpuprobe.serve.service import ClearXid
+
+# The checks a fresh agent has run: the active ones (storage, NCCL) first run after a random
+# part of their jitter window, so its first reports hold only these.
+PASSIVE = [name for name in CHECKS if name not in ACTIVE]
 
 LOOPBACK = {"grpc_listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0"}
 LOOPBACK_FLAGS = ("--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
@@ -113,11 +117,12 @@ def in_process_agent(
     names: list[str] | None = None,
     clear_xid: ClearXid | None = None,
     wait: bool = True,
+    node_name: str | None = None,
     **options: Any,
 ) -> Iterator[Agent]:
-    """An Agent on a snapshot, started (with its first report in, if `wait`); stopped
-    afterwards."""
-    host = snapshot_host(snapshot(snapshot_name))
+    """An Agent on a snapshot (as node `node_name`, default the snapshot's), started (with its
+    first report in, if `wait`); stopped afterwards."""
+    host = snapshot_host(snapshot(snapshot_name), node_name)
     agent = Agent(
         host,
         config or Config(),

@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check_flags(serve)
     _add_serve_flags(serve)
     serve.set_defaults(func=_serve)
+
+    audit = commands.add_parser(
+        "audit", help="query many agents over gRPC and print a cluster report"
+    )
+    _add_audit_flags(audit)
+    audit.set_defaults(func=_audit)
     return parser
 
 
@@ -149,6 +155,66 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="without a token or mTLS, let anyone call the guarded RPCs (else refused)",
     )
+
+
+def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--targets",
+        required=True,
+        metavar="T",
+        help="agents: comma-separated HOST:PORT ([V6]:PORT) and dns:NAME:PORT (every address "
+        "NAME resolves to, e.g. a headless Service)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the JSON cluster report")
+    parser.add_argument(
+        "--fail-on",
+        type=_fail_on,
+        metavar="WARNING|CRITICAL",
+        help="exit 0 unless the cluster's status reaches this level (then 1 or 2); "
+        "UNKNOWN and unreachable targets count below WARNING",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long each agent (and each DNS lookup) may take to answer (default 5)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_at_least_one,
+        default=64,
+        metavar="N",
+        help="how many agents to ask at once (default 64)",
+    )
+    parser.add_argument(
+        "--token-file", metavar="FILE", help="bearer token sent to the agents with every call"
+    )
+    parser.add_argument(
+        "--tls-ca", metavar="FILE", help="call the agents over TLS, trusting this CA (PEM)"
+    )
+    parser.add_argument(
+        "--tls-cert", metavar="FILE", help="client certificate for agents that require mTLS"
+    )
+    parser.add_argument("--tls-key", metavar="FILE", help="the client certificate's key")
+    parser.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="the name the agents' certificates carry (default: the target's host)",
+    )
+
+
+def _fail_on(text: str) -> str:
+    if text.upper() not in ("WARNING", "CRITICAL"):
+        raise argparse.ArgumentTypeError(f"WARNING or CRITICAL, not {text!r}")
+    return text.upper()
+
+
+def _at_least_one(text: str) -> int:
+    value = _positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -282,3 +348,35 @@ def _serve(args: argparse.Namespace) -> int:
             raise UsageError(f"--root {args.root}: not a directory")
         host = live_host(args.root, args.node_name)
     return serve(host, config, names, options)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    # gRPC core writes its own log lines on failed connections; the report says what failed.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+    from gpuprobe.audit.render import render_cluster
+    from gpuprobe.audit.run import AuditOptions, audit
+    from gpuprobe.client import Credentials
+    from gpuprobe.report import Status
+    from gpuprobe.targets import parse_targets
+
+    options = AuditOptions(
+        targets=parse_targets(args.targets),
+        credentials=Credentials.load(
+            token_file=args.token_file,
+            ca_file=args.tls_ca,
+            cert_file=args.tls_cert,
+            key_file=args.tls_key,
+            server_name=args.tls_server_name,
+        ),
+        deadline=args.deadline,
+        concurrency=args.concurrency,
+    )
+    report = audit(options)
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        sys.stdout.write(render_cluster(report, colour=colour))
+    sys.stdout.flush()
+    return report.exit_status(Status(args.fail_on) if args.fail_on else None)

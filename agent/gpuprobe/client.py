@@ -2,34 +2,104 @@
 
 Used by `gpuprobe audit`, the mesh, and any tool that talks to agents:
 
-    with Client("10.0.0.7:50051", token=read_token_file("/etc/gpuprobe/token")) as agent:
+    credentials = Credentials.load(token_file="/etc/gpuprobe/token", ca_file="ca.crt")
+    with Client("10.0.0.7:50051", credentials=credentials) as agent:
         report = agent.get_report()
         for check, finding in report.findings():
             print(check, finding.code, finding.resource)
+
+    fetched = fetch_report("10.0.0.8:50051", credentials, timeout=5)   # never raises
+    fetched.report or fetched.unreachable.reason
+
+One `Credentials` serves any number of agents: its files are read once. The token travels with
+every call (`authorization: Bearer <token>`): the guarded RPCs need it, and a proxy in front of
+the read-only ones may too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from types import TracebackType
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gpuprobe.report import NodeReport
+from gpuprobe.errors import UsageError
+from gpuprobe.report import Finding, NodeReport
 from gpuprobe.serve import convert
 from gpuprobe.serve.security import read_token
+from gpuprobe.unreachable import Failure, Unreachable, explain
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 
 # Reports are a few kB per check; leave room for large nodes.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+# Which parts of each check's data to convert: check name → keys (None: all of it).
+DataKeys = Mapping[str, convert.Keys | None]
 
 
 def read_token_file(path: str) -> str:
     """The bearer token in a file (as `--token-file` reads it); raises UsageError."""
     return read_token(path)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """How to authenticate to agents: the bearer token, and TLS (the CA that signed the
+    agents' certificates, a client certificate for mTLS, the name their certificates carry).
+    TLS is on when a CA or a client certificate is given."""
+
+    token: str | None = None
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise UsageError("a client certificate and its key go together (--tls-cert, --tls-key)")
+
+    @classmethod
+    def load(
+        cls,
+        token_file: str | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        server_name: str | None = None,
+    ) -> Credentials:
+        """Read the token and PEM files once; raises UsageError naming the flag of a file that
+        cannot be read or is not what it should be."""
+        return cls(
+            token=read_token(token_file) if token_file else None,
+            ca=_read_pem(ca_file, "--tls-ca"),
+            cert=_read_pem(cert_file, "--tls-cert"),
+            key=_read_pem(key_file, "--tls-key"),
+            server_name=server_name or None,
+        )
+
+    @property
+    def tls(self) -> bool:
+        """Whether calls go over TLS."""
+        return self.ca is not None or self.cert is not None
+
+    @cached_property
+    def channel_credentials(self) -> grpc.ChannelCredentials | None:
+        """The TLS channel credentials (made once, shared by every channel), or None."""
+        if not self.tls:
+            return None
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call metadata that carries the token."""
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
 
 
 class Client:
@@ -44,36 +114,48 @@ class Client:
         cert_file: str | None = None,
         key_file: str | None = None,
         server_name: str | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        """Connect to `target` (host:port): TLS when `ca_file` is given (mTLS with
-        `cert_file` and `key_file`); `server_name` overrides the name the certificate must
-        carry; `token` is sent as `authorization: Bearer <token>`."""
-        options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
-        if server_name:
-            options.append(("grpc.ssl_target_name_override", server_name))
-        if ca_file or cert_file:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read(ca_file),
-                private_key=_read(key_file),
-                certificate_chain=_read(cert_file),
+        """Connect to `target` (host:port) with `credentials`, or with the same given one by
+        one: TLS when `ca_file` is given (mTLS with `cert_file` and `key_file`);
+        `server_name` overrides the name the certificate must carry; `token` is sent as
+        `authorization: Bearer <token>`. Raises UsageError for an unreadable file."""
+        if credentials is None:
+            credentials = Credentials(
+                token=token,
+                ca=_read_pem(ca_file, "--tls-ca"),
+                cert=_read_pem(cert_file, "--tls-cert"),
+                key=_read_pem(key_file, "--tls-key"),
+                server_name=server_name,
             )
-            self.channel = grpc.secure_channel(target, credentials, options=options)
+        options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
+        if credentials.server_name:
+            options.append(("grpc.ssl_target_name_override", credentials.server_name))
+        channel_credentials = credentials.channel_credentials
+        if channel_credentials is not None:
+            self.channel = grpc.secure_channel(target, channel_credentials, options=options)
         else:
             self.channel = grpc.insecure_channel(target, options=options)
         self.target = target
+        self.credentials = credentials
         self._stub = pb_grpc.NodeDiagnosticsStub(self.channel)  # type: ignore[no-untyped-call]
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = credentials.metadata
 
     def get_report_message(self, timeout: float = 10.0) -> pb.NodeReport:
         """The agent's cached report as the proto message (with per-check times)."""
         response: pb.GetReportResponse = self._stub.GetReport(
-            pb.GetReportRequest(), timeout=timeout
+            pb.GetReportRequest(), timeout=timeout, metadata=self._metadata
         )
         return response.report
 
-    def get_report(self, timeout: float = 10.0) -> NodeReport:
-        """The agent's cached report."""
-        return convert.report_from_proto(self.get_report_message(timeout))
+    def get_report(self, timeout: float = 10.0, data: DataKeys | None = None) -> NodeReport:
+        """The agent's cached report; `data` converts only the named checks' data keys
+        (the rest is left empty), for tools that read a few facts of many agents."""
+        return convert.report_from_proto(self.get_report_message(timeout), data)
+
+    def findings(self, timeout: float = 10.0) -> Iterator[tuple[str, Finding]]:
+        """Each finding of the agent's cached report, with the name of its check."""
+        yield from self.get_report(timeout, data={}).findings()
 
     def run_checks(self, checks: Sequence[str] = (), timeout: float = 30.0) -> NodeReport:
         """Run the named checks (all when empty) on the agent now; their fresh results."""
@@ -84,7 +166,9 @@ class Client:
 
     def watch_reports(self, timeout: float | None = None) -> Iterator[NodeReport]:
         """The report now, then each changed report, until `timeout` or the agent stops."""
-        for response in self._stub.WatchReports(pb.WatchReportsRequest(), timeout=timeout):
+        for response in self._stub.WatchReports(
+            pb.WatchReportsRequest(), timeout=timeout, metadata=self._metadata
+        ):
             yield convert.report_from_proto(response.report)
 
     def clear_findings(
@@ -117,8 +201,51 @@ class Client:
         self.close()
 
 
-def _read(path: str | None) -> bytes | None:
+@dataclass(frozen=True)
+class Fetched:
+    """One agent's report, or why there is none; `seconds` is how long the call took."""
+
+    target: str
+    report: NodeReport | None
+    agent_version: str = ""
+    unreachable: Unreachable | None = None
+    seconds: float = 0.0
+
+
+def fetch_report(
+    target: str,
+    credentials: Credentials,
+    timeout: float,
+    data: DataKeys | None = None,
+) -> Fetched:
+    """GetReport from one agent within `timeout` seconds (connecting included); a failed
+    call, or an answer that is not a report, comes back as `unreachable` with its reason,
+    never as an exception."""
+    started = time.monotonic()
+
+    def failed(unreachable: Unreachable) -> Fetched:
+        return Fetched(target, None, unreachable=unreachable, seconds=time.monotonic() - started)
+
+    try:
+        with Client(target, credentials=credentials) as client:
+            message = client.get_report_message(timeout)
+        report = convert.report_from_proto(message, data)
+    except grpc.RpcError as exc:
+        return failed(explain(exc, timeout, credentials.tls))
+    except Exception as exc:  # an answer this client cannot read: one target, not the audit
+        return failed(Unreachable(Failure.ERROR, f"unreadable answer: {type(exc).__name__}: {exc}"))
+    return Fetched(target, report, message.agent_version, None, time.monotonic() - started)
+
+
+def _read_pem(path: str | None, flag: str) -> bytes | None:
+    """A PEM file's bytes (None for no path); raises UsageError."""
     if path is None:
         return None
-    with open(path, "rb") as f:
-        return f.read()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: {exc.strerror or exc}") from None
+    if b"-----BEGIN" not in data:
+        raise UsageError(f"{flag} {path}: not a PEM file")
+    return data

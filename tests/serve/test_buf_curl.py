@@ -8,7 +8,7 @@ import subprocess
 from typing import Any
 
 from conftest import gpuprobe, require_tool, snapshot
-from serving import serve_process
+from serving import PASSIVE, serve_process
 
 
 def buf_curl(target: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -30,7 +30,9 @@ def call(target: str, method: str, body: str = "{}", *headers: str) -> Any:
 
 
 def test_buf_curl_reflection_health_and_get_report() -> None:
-    expected = gpuprobe("check", "--json", "--snapshot", snapshot("synthetic-gpu-lost")).json()
+    expected = gpuprobe(
+        "check", "--json", "--only", ",".join(PASSIVE), "--snapshot", snapshot("synthetic-gpu-lost")
+    ).json()
     with serve_process("--snapshot", snapshot("synthetic-gpu-lost"), "--interval", "3600") as agent:
         agent.report_metrics()
         target = agent.grpc_target

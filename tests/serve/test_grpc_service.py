@@ -14,7 +14,6 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.checks import registry
-from gpuprobe.checks.registry import CHECKS
 from gpuprobe.client import Client
 from gpuprobe.config import Config
 from gpuprobe.host import Host
@@ -22,7 +21,7 @@ from gpuprobe.report import Action, CheckResult, Finding, Severity
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 from helpers import config
-from serving import in_process_agent, wait_for
+from serving import PASSIVE, in_process_agent, wait_for
 
 TOKEN = "s3cret-token"
 
@@ -35,7 +34,9 @@ def token_file(tmp_path: Path) -> str:
 
 
 def test_get_report_is_the_report_check_json_gives() -> None:
-    expected = gpuprobe("check", "--json", "--snapshot", snapshot("synthetic-gpu-lost")).json()
+    expected = gpuprobe(
+        "check", "--json", "--only", ",".join(PASSIVE), "--snapshot", snapshot("synthetic-gpu-lost")
+    ).json()
     with (
         in_process_agent("synthetic-gpu-lost") as agent,
         Client(f"127.0.0.1:{agent.grpc_port}") as client,
@@ -59,7 +60,7 @@ def test_get_report_never_runs_checks() -> None:
         with Client(f"127.0.0.1:{agent.grpc_port}") as client:
             for _ in range(20):
                 client.get_report()
-        assert agent.store.current().runs == runs == dict.fromkeys(CHECKS, 1)
+        assert agent.store.current().runs == runs == dict.fromkeys(PASSIVE, 1)
 
 
 def test_run_checks_runs_the_named_checks_now(token_file: str) -> None:

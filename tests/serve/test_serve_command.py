@@ -16,7 +16,7 @@ import pytest
 from conftest import gpuprobe, require_tool, snapshot
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.client import Client
-from serving import serve_process, wait_for
+from serving import PASSIVE, serve_process, wait_for
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("GPUPROBE_UPDATE_GOLDEN") == "1"
@@ -86,7 +86,7 @@ def test_logs_are_json_lines_with_the_bound_ports_and_healthz_answers() -> None:
             "check driver: OK - driver 550.54.15, CUDA 12.4 (runs toolkits up to 12.4 Update 1)",
             "check gpus: CRITICAL - 1 of 8 GPUs lost",
         ]
-        assert [line.split(":")[0] for line in lines[4:]] == [f"check {c}" for c in CHECKS]
+        assert [line.split(":")[0] for line in lines[4:]] == [f"check {c}" for c in PASSIVE]
         assert agent.get("/nonesuch")[0] == 404
         code, took = agent.terminate()
     assert code == 0

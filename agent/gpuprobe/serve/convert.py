@@ -13,13 +13,19 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from gpuprobe import __version__
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 _EXACT_INT = 2**53
+
+# Which keys of a check's data to convert: a key maps to None (its whole value) or to the
+# keys to keep of its value (of the object, or of each object in the list). A tool that
+# reads a few facts of many reports converts only those: an 8-GPU report's whole `gpus`
+# data costs milliseconds to convert, the few keys an audit reads a fraction of that.
+Keys = Mapping[str, "Keys | None"]
 
 
 def report_to_proto(
@@ -89,22 +95,30 @@ def timestamp(t: datetime) -> timestamp_pb2.Timestamp:
 # --- from the proto ------------------------------------------------------------------------
 
 
-def report_from_proto(message: pb.NodeReport) -> NodeReport:
-    """A `gpuprobe.v1.NodeReport` as the Python report (the statuses kept as sent)."""
-    return NodeReport(
-        node=message.node,
-        time=message.time.ToDatetime(tzinfo=UTC),
-        checks=[check_from_proto(c) for c in message.checks],
-    )
+def report_from_proto(
+    message: pb.NodeReport, data: Mapping[str, Keys | None] | None = None
+) -> NodeReport:
+    """A `gpuprobe.v1.NodeReport` as the Python report (the statuses kept as sent).
+
+    `data` selects what to convert of the checks' data: check name → its keys (None: all of
+    it); a check it does not name gets empty data. Without it every check's data is converted.
+    """
+    checks = []
+    for c in message.checks:
+        if data is None:
+            checks.append(check_from_proto(c))
+        else:
+            checks.append(check_from_proto(c, data.get(c.name, {})))
+    return NodeReport(node=message.node, time=message.time.ToDatetime(tzinfo=UTC), checks=checks)
 
 
-def check_from_proto(message: pb.CheckResult) -> CheckResult:
-    """A `gpuprobe.v1.CheckResult` as the Python result."""
+def check_from_proto(message: pb.CheckResult, keys: Keys | None = None) -> CheckResult:
+    """A `gpuprobe.v1.CheckResult` as the Python result (of its data only `keys`, if given)."""
     result = CheckResult(
         name=message.name,
         summary=message.summary,
         findings=[finding_from_proto(f) for f in message.findings],
-        data=struct_to_data(message.data),
+        data=struct_to_data(message.data, keys),
         duration_seconds=message.duration_seconds,
     )
     result.floor = status_from_proto(message.status)
@@ -130,19 +144,33 @@ def status_from_proto(value: int) -> Status:
     return Status(name) if name in Status.__members__ else Status.UNKNOWN
 
 
-def struct_to_data(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """A Struct as the check's data dict, integral doubles turned back into ints."""
-    return {k: _ints(v) for k, v in json_format.MessageToDict(struct).items()}
+def struct_to_data(struct: struct_pb2.Struct, keys: Keys | None = None) -> dict[str, Any]:
+    """A Struct as the check's data dict (only `keys`, if given), integral doubles turned
+    back into ints."""
+    return _fields(struct, keys)
 
 
-def _ints(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer() and abs(value) < _EXACT_INT:
-        return int(value)
-    if isinstance(value, list):
-        return [_ints(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _ints(v) for k, v in value.items()}
-    return value
+def _fields(struct: struct_pb2.Struct, keys: Keys | None) -> dict[str, Any]:
+    fields = struct.fields
+    if keys is None:
+        return {k: _value(v, None) for k, v in fields.items()}
+    return {k: _value(fields[k], sub) for k, sub in keys.items() if k in fields}
+
+
+def _value(value: struct_pb2.Value, keys: Keys | None) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        number = float(value.number_value)
+        return int(number) if number.is_integer() and abs(number) < _EXACT_INT else number
+    if kind == "string_value":
+        return str(value.string_value)
+    if kind == "bool_value":
+        return bool(value.bool_value)
+    if kind == "struct_value":
+        return _fields(value.struct_value, keys)
+    if kind == "list_value":
+        return [_value(v, keys) for v in value.list_value.values]
+    return None  # null_value
 
 
 def _enum_name(enum: Any, value: int, prefix: str) -> str:

@@ -1,0 +1,168 @@
+"""The cluster report: every target's node with its status and findings, the skew of the
+facts that should agree across nodes, and the totals, as `audit --json` writes them.
+
+The cluster's status is the worst node status; a target that gave no report is a node with
+`"reachable": false` and status UNKNOWN. Skew is reported beside it, never folded into it:
+node pools differ by design (models, counts, MIG layouts), so whether a difference is a
+fault is the operator's call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuprobe.audit.facts import SKEW_FIELDS, Counts, counts, skew_values
+from gpuprobe.audit.skew import Skew, find_all_skew
+from gpuprobe.client import Fetched
+from gpuprobe.report import Finding, Status, exit_status, format_time, worst
+from gpuprobe.targets import DnsFailure
+from gpuprobe.unreachable import Failure, Unreachable
+
+
+@dataclass(frozen=True)
+class AuditedNode:
+    """One target of the audit: its node's report, or why there is none."""
+
+    target: str
+    node: str | None
+    status: Status
+    findings: list[tuple[str, Finding]] = field(default_factory=list)
+    facts: dict[str, str | None] | None = None
+    counts: Counts | None = None
+    agent_version: str | None = None
+    time: datetime | None = None
+    unreachable: Unreachable | None = None
+
+    @property
+    def reachable(self) -> bool:
+        """Whether the target answered with a report."""
+        return self.unreachable is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The node as `audit --json` writes it (every key present, null when unknown)."""
+        return {
+            "target": self.target,
+            "node": self.node,
+            "reachable": self.reachable,
+            "status": self.status.value,
+            "failure": self.unreachable.failure.value if self.unreachable else None,
+            "reason": self.unreachable.reason if self.unreachable else None,
+            "findings": [{"check": check, **f.to_dict()} for check, f in self.findings],
+            "facts": self.facts,
+            "counts": self.counts.to_dict() if self.counts else None,
+            "agent_version": self.agent_version,
+            "time": format_time(self.time) if self.time else None,
+        }
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The cluster's sums: nodes (all targets), reachable, healthy (reachable and OK), and
+    the reachable nodes' GPU counts."""
+
+    nodes: int
+    reachable_nodes: int
+    healthy_nodes: int
+    counts: Counts
+
+    def to_dict(self) -> dict[str, int]:
+        """The totals as `audit --json` writes them."""
+        return {
+            "nodes": self.nodes,
+            "reachable_nodes": self.reachable_nodes,
+            "unreachable_nodes": self.nodes - self.reachable_nodes,
+            "healthy_nodes": self.healthy_nodes,
+            **self.counts.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    """Every audited node, the skew across them and the totals."""
+
+    nodes: list[AuditedNode]
+    skew: list[Skew]
+    totals: Totals
+
+    @property
+    def status(self) -> Status:
+        """The worst node status (UNKNOWN for unreachable targets); OK for no node."""
+        return worst(n.status for n in self.nodes)
+
+    def exit_status(self, fail_on: Status | None = None) -> int:
+        """The exit status: the contract's (2 CRITICAL, 1 WARNING, 3 UNKNOWN, 0 OK), or with
+        `fail_on`, 0 for every status below it (UNKNOWN is below WARNING)."""
+        return exit_code(self.status, fail_on)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as `audit --json` writes it."""
+        return {
+            "status": self.status.value,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "skew": [s.to_dict() for s in self.skew],
+            "totals": self.totals.to_dict(),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The report as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+
+def exit_code(status: Status, fail_on: Status | None) -> int:
+    """The exit status for `status`: the contract's, or 0 below `fail_on` (WARNING or
+    CRITICAL) in the order OK < UNKNOWN < WARNING < CRITICAL."""
+    if fail_on is not None and status.rank < fail_on.rank:
+        return 0
+    return exit_status(status)
+
+
+def audited(fetched: Fetched) -> AuditedNode:
+    """One fetched target as an audited node."""
+    report = fetched.report
+    if report is None:
+        unreachable = fetched.unreachable or Unreachable(Failure.ERROR, "no report")
+        return AuditedNode(fetched.target, None, Status.UNKNOWN, unreachable=unreachable)
+    return AuditedNode(
+        target=fetched.target,
+        node=report.node,
+        status=report.status,
+        findings=report.findings(),
+        facts=skew_values(report),
+        counts=counts(report),
+        agent_version=fetched.agent_version or None,
+        time=report.time,
+    )
+
+
+def unresolved(failure: DnsFailure) -> AuditedNode:
+    """A `dns:` target that gave no address, as an unreachable node."""
+    return AuditedNode(
+        str(failure.spec),
+        None,
+        Status.UNKNOWN,
+        unreachable=Unreachable(Failure.DNS, failure.reason),
+    )
+
+
+def build(fetched: Sequence[Fetched], dns_failures: Sequence[DnsFailure] = ()) -> ClusterReport:
+    """The cluster report over the fetched targets (in their order), then the `dns:` names
+    that gave no address."""
+    nodes = [audited(f) for f in fetched] + [unresolved(d) for d in dns_failures]
+    reachable = [n for n in nodes if n.reachable]
+    skew = find_all_skew(
+        list(SKEW_FIELDS), [(n.node or n.target, n.facts or {}) for n in reachable]
+    )
+    total = Counts()
+    for n in reachable:
+        total += n.counts or Counts()
+    totals = Totals(
+        nodes=len(nodes),
+        reachable_nodes=len(reachable),
+        healthy_nodes=sum(1 for n in reachable if n.status == Status.OK),
+        counts=total,
+    )
+    return ClusterReport(nodes, skew, totals)

@@ -1,0 +1,263 @@
+"""What one node's report says about the facts an audit compares and counts.
+
+Each skew field is one small function of the report that reads its checks' `data` as
+docs/checks.md documents it and returns the value as text, or None when the node cannot tell
+(NVML unavailable, the check did not run) or the field does not apply (no GPU, no container
+engine); a None leaves the node out of that field's skew. The counts feed the cluster totals.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprobe.client import DataKeys
+from gpuprobe.report import Action, NodeReport
+
+# The parts of the checks' data the functions below read; the audit converts only these.
+DATA_KEYS: DataKeys = {
+    "driver": {"driver_version": None, "cuda_driver_version": None},
+    "gpus": {
+        "gpus_on_pci_bus": None,
+        "gpus_seen_by_nvml": None,
+        "gpus": {"index": None, "name": None, "lost": None, "idle": None},
+    },
+    "mig": {
+        "gpus": {
+            "index": None,
+            "lost": None,
+            "mig_mode_current": None,
+            "gpu_instances": {"compute_instances": {"profile": None}},
+        }
+    },
+    "toolkit": {
+        "gpus": None,
+        "toolkit_installed": None,
+        "toolkit_config": {"mode": None},
+        "engines": {
+            "flavor": None,
+            "default_runtime": None,
+            "in_use": None,
+            "runs_gpu_containers": None,
+        },
+    },
+    "sharing": {"strategy": None, "resources": {"schedulable_units": None}},
+}
+# Findings whose action is one of these leave a GPU healthy: nothing to do (an idle GPU, an
+# informational XID), or the application's fault (XID 13, 31, 43: restart the app).
+HEALTHY_ACTIONS = frozenset({Action.NONE, Action.RESTART_APP})
+
+
+def _data(report: NodeReport, check: str) -> Mapping[str, Any]:
+    result = report.check(check)
+    return result.data if result is not None else {}
+
+
+def _gpus(report: NodeReport, check: str = "gpus") -> list[Mapping[str, Any]]:
+    return [g for g in _list(_data(report, check).get("gpus")) if isinstance(g, Mapping)]
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+# --- skew fields -------------------------------------------------------------------------
+
+
+def driver_version(report: NodeReport) -> str | None:
+    """The NVIDIA driver version NVML reports (`driver.data.driver_version`)."""
+    return _text(_data(report, "driver").get("driver_version"))
+
+
+def cuda_driver_version(report: NodeReport) -> str | None:
+    """The CUDA version the driver supports (`driver.data.cuda_driver_version`)."""
+    return _text(_data(report, "driver").get("cuda_driver_version"))
+
+
+def gpu_model(report: NodeReport) -> str | None:
+    """The GPUs' model names (`gpus.data.gpus[].name`), joined by ` + ` on a node that mixes
+    models; lost GPUs, which answer no name, are left out."""
+    names = sorted({n for g in _gpus(report) if (n := _text(g.get("name"))) is not None})
+    return " + ".join(names) or None
+
+
+def gpu_count(report: NodeReport) -> str | None:
+    """How many GPUs NVML sees and can query (a lost GPU does not count); "0" on a node with
+    no NVIDIA GPU on the PCI bus; None when NVML is unavailable on a GPU node."""
+    data = _data(report, "gpus")
+    if data.get("gpus_seen_by_nvml") is None:
+        return "0" if data.get("gpus_on_pci_bus") == 0 else None
+    return str(sum(1 for g in _gpus(report) if not g.get("lost")))
+
+
+def mig_layout(report: NodeReport) -> str | None:
+    """The MIG layout: `disabled` when no GPU has MIG on, else each MIG-enabled GPU's index
+    and its MIG devices' profiles (`0:1g.10gb×2+3g.40gb 1:7g.80gb`; `none` for a GPU without
+    instances), from `mig.data.gpus`."""
+    gpus = [g for g in _gpus(report, "mig") if not g.get("lost")]
+    if not gpus:
+        return None
+    enabled = [g for g in gpus if g.get("mig_mode_current") == 1]
+    if not enabled:
+        return "disabled"
+    return " ".join(f"{g.get('index')}:{_mig_devices(g)}" for g in enabled)
+
+
+def _mig_devices(gpu: Mapping[str, Any]) -> str:
+    profiles: Counter[str] = Counter()
+    for instance in _list(gpu.get("gpu_instances")):
+        if isinstance(instance, Mapping):
+            for ci in _list(instance.get("compute_instances")):
+                if isinstance(ci, Mapping):
+                    profiles[_text(ci.get("profile")) or "unknown"] += 1
+    if not profiles:
+        return "none"
+    return "+".join(f"{p}×{n}" if n > 1 else p for p, n in sorted(profiles.items()))
+
+
+def toolkit_mode(report: NodeReport) -> str | None:
+    """The NVIDIA Container Toolkit's mode (`toolkit.data.toolkit_config.mode`: auto, legacy,
+    cdi, csv, jit-cdi; `auto`, its default, when installed without a config file), or
+    `not installed`; None on a node without GPUs or with an unreadable config."""
+    data = _data(report, "toolkit")
+    if not data or not data.get("gpus"):
+        return None
+    if not data.get("toolkit_installed"):
+        return "not installed"
+    config = data.get("toolkit_config")
+    if isinstance(config, Mapping):
+        return _text(config.get("mode"))
+    toolkit = report.check("toolkit")
+    if toolkit is not None and any(f.code == "CONFIG_INVALID" for f in toolkit.findings):
+        return None  # the config is there but unreadable: the mode is unknown
+    return "auto"
+
+
+def runtime_default(report: NodeReport) -> str | None:
+    """The default runtime of each container engine that runs GPU containers
+    (`toolkit.data.engines`), as `flavor:runtime` (`containerd:nvidia`, `k3s:runc`), joined
+    by `, `; None when no engine runs GPU containers."""
+    pairs = sorted(
+        f"{e.get('flavor')}:{e.get('default_runtime')}"
+        for e in _list(_data(report, "toolkit").get("engines"))
+        if isinstance(e, Mapping) and e.get("in_use") and e.get("runs_gpu_containers")
+    )
+    return ", ".join(pairs) or None
+
+
+SkewField = Callable[[NodeReport], "str | None"]
+# The fields compared across nodes, in the order the audit reports them.
+SKEW_FIELDS: dict[str, SkewField] = {
+    "driver_version": driver_version,
+    "cuda_driver_version": cuda_driver_version,
+    "gpu_model": gpu_model,
+    "gpu_count": gpu_count,
+    "mig_layout": mig_layout,
+    "toolkit_mode": toolkit_mode,
+    "runtime_default": runtime_default,
+}
+
+
+def skew_values(report: NodeReport) -> dict[str, str | None]:
+    """Every skew field's value on this node."""
+    return {name: field(report) for name, field in SKEW_FIELDS.items()}
+
+
+# --- counts ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What one node adds to the cluster totals."""
+
+    gpus: int = 0
+    healthy_gpus: int = 0
+    idle_gpus: int = 0
+    mig_slices: int = 0
+    time_slicing_units: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        """The counts as JSON."""
+        return {
+            "gpus": self.gpus,
+            "healthy_gpus": self.healthy_gpus,
+            "idle_gpus": self.idle_gpus,
+            "mig_slices": self.mig_slices,
+            "time_slicing_units": self.time_slicing_units,
+        }
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(
+            self.gpus + other.gpus,
+            self.healthy_gpus + other.healthy_gpus,
+            self.idle_gpus + other.idle_gpus,
+            self.mig_slices + other.mig_slices,
+            self.time_slicing_units + other.time_slicing_units,
+        )
+
+
+def counts(report: NodeReport) -> Counts:
+    """The node's GPUs (on the PCI bus, or as many as NVML lists if more: lost, fallen off the
+    bus and driverless GPUs count), the healthy ones (listed by NVML, not lost, and no finding
+    on the GPU or its MIG devices that asks for a repair: an action other than NONE and
+    RESTART_APP), the idle ones (`idle` now), its MIG devices, and the units its time-sliced
+    resources advertise."""
+    gpus = _gpus(report)
+    on_bus = _data(report, "gpus").get("gpus_on_pci_bus")
+    troubled = _gpus_with_findings(report)
+    healthy = sum(
+        1
+        for g in gpus
+        if not g.get("lost") and isinstance(g.get("index"), int) and g["index"] not in troubled
+    )
+    return Counts(
+        gpus=max(len(gpus), on_bus if isinstance(on_bus, int) and on_bus > 0 else 0),
+        healthy_gpus=healthy,
+        idle_gpus=sum(1 for g in gpus if g.get("idle") is True),
+        mig_slices=mig_slices(report),
+        time_slicing_units=time_slicing_units(report),
+    )
+
+
+def _gpus_with_findings(report: NodeReport) -> set[int]:
+    """The indexes of the GPUs that a finding asking for a repair names (`gpu:<index>:...`,
+    `mig:<index>:...`)."""
+    found = set()
+    for _, finding in report.findings():
+        kind, _, rest = finding.resource.partition(":")
+        index = rest.partition(":")[0]
+        if kind in ("gpu", "mig") and index.isdigit() and finding.action not in HEALTHY_ACTIONS:
+            found.add(int(index))
+    return found
+
+
+def mig_slices(report: NodeReport) -> int:
+    """The MIG devices (compute instances) on the node's MIG-enabled GPUs."""
+    return sum(
+        len(_list(instance.get("compute_instances")))
+        for gpu in _gpus(report, "mig")
+        if gpu.get("mig_mode_current") == 1 and not gpu.get("lost")
+        for instance in _list(gpu.get("gpu_instances"))
+        if isinstance(instance, Mapping)
+    )
+
+
+def time_slicing_units(report: NodeReport) -> int:
+    """The schedulable units of the node's time-sliced resources (GPUs × replicas, from
+    `sharing.data.resources[].schedulable_units`); 0 without time-slicing."""
+    data = _data(report, "sharing")
+    if data.get("strategy") != "time-slicing":
+        return 0
+    return sum(
+        units
+        for r in _list(data.get("resources"))
+        if isinstance(r, Mapping)
+        and isinstance(units := r.get("schedulable_units"), int)
+        and not isinstance(units, bool)
+    )

@@ -1,0 +1,79 @@
+"""The cluster report for people: one row per node, worst first, then the skew and totals."""
+
+from __future__ import annotations
+
+from gpuprobe.audit.cluster import AuditedNode, ClusterReport
+from gpuprobe.report import Status
+
+_COLOURS = {
+    Status.OK: "\033[32m",
+    Status.WARNING: "\033[33m",
+    Status.CRITICAL: "\033[31m",
+    Status.UNKNOWN: "\033[35m",
+}
+_RESET = "\033[0m"
+STATUS_WIDTH = 8  # CRITICAL
+
+
+def render_cluster(report: ClusterReport, colour: bool = False) -> str:
+    """The report as text: a header, the nodes (worst first), the skew, the totals."""
+
+    def paint(status: Status, text: str) -> str:
+        return f"{_COLOURS[status]}{text}{_RESET}" if colour else text
+
+    t = report.totals
+    lines = [
+        f"cluster {paint(report.status, report.status.value)}  {t.nodes} targets: "
+        f"{t.reachable_nodes} reachable, {t.nodes - t.reachable_nodes} unreachable, "
+        f"{t.healthy_nodes} healthy",
+        "",
+    ]
+    nodes = sorted(report.nodes, key=lambda n: (-n.status.rank, n.node or "", n.target))
+    node_width = max([4, *(len(n.node or "-") for n in nodes)])
+    target_width = max([6, *(len(n.target) for n in nodes)])
+    lines.append(
+        f"{'STATUS':<{STATUS_WIDTH}}  {'NODE':<{node_width}}  {'TARGET':<{target_width}}  FINDINGS"
+    )
+    for node in nodes:
+        status = paint(node.status, f"{node.status.value:<{STATUS_WIDTH}}")
+        lines.append(
+            f"{status}  {node.node or '-':<{node_width}}  {node.target:<{target_width}}  "
+            + _summary(node)
+        )
+        for check, finding in sorted(node.findings, key=lambda cf: -cf[1].severity.status.rank):
+            severity = paint(finding.severity.status, finding.severity.value)
+            lines.append(
+                f"{'':10}{severity} {finding.code} on {finding.resource} ({check}), "
+                f"action {finding.action.value}"
+            )
+            lines.append(f"{'':12}{finding.message}")
+    if report.skew:
+        lines += ["", "skew (majority value, and the nodes that differ)"]
+        width = max(len(s.field) for s in report.skew)
+        for skew in report.skew:
+            agree = skew.nodes - _count(skew.outliers)
+            line = f"  {skew.field:<{width}}  {skew.majority} on {agree} of {skew.nodes}"
+            if skew.outliers:
+                outliers = "; ".join(f"{v}: {', '.join(n)}" for v, n in skew.outliers.items())
+                line += f"  OUTLIERS {outliers}"
+            lines.append(line)
+    c = t.counts
+    lines += [
+        "",
+        f"totals  {t.nodes} nodes ({t.reachable_nodes} reachable, {t.healthy_nodes} healthy), "
+        f"{c.gpus} GPUs ({c.healthy_gpus} healthy, {c.idle_gpus} idle), "
+        f"{c.mig_slices} MIG slices, {c.time_slicing_units} time-slicing units",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(node: AuditedNode) -> str:
+    """How many findings the node has, or why it is unreachable."""
+    if node.unreachable is not None:
+        return f"unreachable ({node.unreachable.failure.value}): {node.unreachable.reason}"
+    count = len(node.findings)
+    return f"{count} finding{'s' if count != 1 else ''}" if count else "-"
+
+
+def _count(outliers: dict[str, list[str]]) -> int:
+    return sum(len(nodes) for nodes in outliers.values())

@@ -1,0 +1,160 @@
+"""The cluster report from fetched reports: node entries, unreachable targets, skew, totals,
+status and exit status (with --fail-on)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gpuprobe.audit.cluster import build, exit_code
+from gpuprobe.audit.facts import Counts
+from gpuprobe.client import Fetched
+from gpuprobe.report import NodeReport, Status
+from gpuprobe.targets import DnsFailure, TargetSpec
+from gpuprobe.unreachable import Failure, Unreachable
+from helpers import node_report
+
+T = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
+
+
+def node(snapshot_name: str, name: str) -> NodeReport:
+    return node_report(snapshot_name, name, time=T)
+
+
+def test_nodes_unreachable_targets_skew_and_totals() -> None:
+    fetched = [
+        Fetched("10.0.0.1:50051", node("synthetic-h100-8gpu-healthy", "gpu-1"), "0.1.0"),
+        Fetched("10.0.0.2:50051", node("synthetic-driver-too-old", "gpu-2"), "0.1.0"),
+        Fetched("10.0.0.3:50051", node("synthetic-gpu-lost", "gpu-3"), "0.1.0"),
+        Fetched(
+            "10.0.0.4:50051",
+            None,
+            unreachable=Unreachable(Failure.TIMEOUT, "no answer within 5 s"),
+        ),
+        Fetched("10.0.0.5:50051", node("synthetic-h100-8gpu-healthy", "gpu-5"), ""),
+    ]
+    missing = DnsFailure(TargetSpec("gone.test", 50051, True), "gone.test has no address")
+    cluster = build(fetched, [missing])
+    assert cluster.status == Status.CRITICAL
+    out = cluster.to_dict()
+    assert [(n["target"], n["node"], n["reachable"], n["status"]) for n in out["nodes"]] == [
+        ("10.0.0.1:50051", "gpu-1", True, "OK"),
+        ("10.0.0.2:50051", "gpu-2", True, "OK"),
+        ("10.0.0.3:50051", "gpu-3", True, "CRITICAL"),
+        ("10.0.0.4:50051", None, False, "UNKNOWN"),
+        ("10.0.0.5:50051", "gpu-5", True, "OK"),
+        ("dns:gone.test:50051", None, False, "UNKNOWN"),
+    ]
+    assert out["nodes"][3] == {
+        "target": "10.0.0.4:50051",
+        "node": None,
+        "reachable": False,
+        "status": "UNKNOWN",
+        "failure": "timeout",
+        "reason": "no answer within 5 s",
+        "findings": [],
+        "facts": None,
+        "counts": None,
+        "agent_version": None,
+        "time": None,
+    }
+    assert out["nodes"][5]["failure"] == "dns"
+    assert out["nodes"][5]["reason"] == "gone.test has no address"
+    lost = out["nodes"][2]
+    assert lost["findings"] == [
+        {
+            "check": "gpus",
+            "code": "GPU_LOST",
+            "severity": "CRITICAL",
+            "message": "GPU 5 is lost: NVML reports GpuIsLost (fallen off the bus or hung). "
+            "Reboot the node; inspect the GPU if it happens again",
+            "action": "REBOOT_NODE",
+            "resource": "gpu:5:GPU-5f1c0005-8e2b-4c1d-9a7e-000000000005",
+        }
+    ]
+    assert lost["counts"] == {
+        "gpus": 8,
+        "healthy_gpus": 7,
+        "idle_gpus": 0,
+        "mig_slices": 0,
+        "time_slicing_units": 0,
+    }
+    assert (lost["agent_version"], lost["time"]) == ("0.1.0", "2026-11-29T21:00:00Z")
+    assert out["nodes"][4]["agent_version"] is None
+    assert out["skew"] == [
+        {
+            "field": "driver_version",
+            "majority": "550.54.15",
+            "nodes": 4,
+            "outliers": {"535.104.05": ["gpu-2"]},
+        },
+        {
+            "field": "cuda_driver_version",
+            "majority": "12.4",
+            "nodes": 4,
+            "outliers": {"12.2": ["gpu-2"]},
+        },
+        {"field": "gpu_model", "majority": "NVIDIA H100 80GB HBM3", "nodes": 4, "outliers": {}},
+        {"field": "gpu_count", "majority": "8", "nodes": 4, "outliers": {"7": ["gpu-3"]}},
+        {"field": "mig_layout", "majority": "disabled", "nodes": 4, "outliers": {}},
+        {"field": "toolkit_mode", "majority": "not installed", "nodes": 4, "outliers": {}},
+    ]
+    assert out["totals"] == {
+        "nodes": 6,
+        "reachable_nodes": 4,
+        "unreachable_nodes": 2,
+        "healthy_nodes": 3,
+        "gpus": 32,
+        "healthy_gpus": 31,
+        "idle_gpus": 0,
+        "mig_slices": 0,
+        "time_slicing_units": 0,
+    }
+    assert cluster.exit_status() == 2
+
+
+def test_no_target_at_all() -> None:
+    cluster = build([])
+    assert cluster.to_dict() == {
+        "status": "OK",
+        "nodes": [],
+        "skew": [],
+        "totals": {
+            "nodes": 0,
+            "reachable_nodes": 0,
+            "unreachable_nodes": 0,
+            "healthy_nodes": 0,
+            **Counts().to_dict(),
+        },
+    }
+
+
+def test_only_unreachable_targets_is_unknown() -> None:
+    cluster = build(
+        [Fetched("10.0.0.4:50051", None, unreachable=Unreachable(Failure.REFUSED, "refused"))]
+    )
+    assert cluster.status == Status.UNKNOWN
+    assert cluster.exit_status() == 3
+    assert cluster.to_dict()["skew"] == []
+
+
+@pytest.mark.parametrize(
+    ("status", "fail_on", "code"),
+    [
+        (Status.CRITICAL, None, 2),
+        (Status.WARNING, None, 1),
+        (Status.UNKNOWN, None, 3),
+        (Status.OK, None, 0),
+        (Status.CRITICAL, Status.WARNING, 2),
+        (Status.WARNING, Status.WARNING, 1),
+        (Status.UNKNOWN, Status.WARNING, 0),
+        (Status.OK, Status.WARNING, 0),
+        (Status.CRITICAL, Status.CRITICAL, 2),
+        (Status.WARNING, Status.CRITICAL, 0),
+        (Status.UNKNOWN, Status.CRITICAL, 0),
+        (Status.OK, Status.CRITICAL, 0),
+    ],
+)
+def test_exit_status_and_fail_on(status: Status, fail_on: Status | None, code: int) -> None:
+    assert exit_code(status, fail_on) == code

@@ -1,0 +1,60 @@
+"""The cluster report for people: nodes worst first with their findings, then skew, totals."""
+
+from __future__ import annotations
+
+from gpuprobe.audit.cluster import build
+from gpuprobe.audit.render import render_cluster
+from gpuprobe.client import Fetched
+from gpuprobe.targets import DnsFailure, TargetSpec
+from gpuprobe.unreachable import Failure, Unreachable
+from helpers import node_report
+
+
+def test_the_cluster_as_text() -> None:
+    cluster = build(
+        [
+            Fetched("10.0.0.1:50051", node_report("synthetic-h100-8gpu-healthy", "gpu-1")),
+            Fetched("10.0.0.2:50051", node_report("synthetic-driver-too-old", "gpu-2")),
+            Fetched("10.0.0.3:50051", node_report("synthetic-gpu-lost", "gpu-3")),
+            Fetched(
+                "10.0.0.4:50051",
+                None,
+                unreachable=Unreachable(Failure.REFUSED, "connection refused"),
+            ),
+        ],
+        [DnsFailure(TargetSpec("gone.test", 50051, True), "gone.test has no address")],
+    )
+    assert render_cluster(cluster) == (
+        "cluster CRITICAL  5 targets: 3 reachable, 2 unreachable, 2 healthy\n"
+        "\n"
+        "STATUS    NODE   TARGET               FINDINGS\n"
+        "CRITICAL  gpu-3  10.0.0.3:50051       1 finding\n"
+        "          CRITICAL GPU_LOST on gpu:5:GPU-5f1c0005-8e2b-4c1d-9a7e-000000000005 (gpus), "
+        "action REBOOT_NODE\n"
+        "            GPU 5 is lost: NVML reports GpuIsLost (fallen off the bus or hung). Reboot "
+        "the node; inspect the GPU if it happens again\n"
+        "UNKNOWN   -      10.0.0.4:50051       unreachable (refused): connection refused\n"
+        "UNKNOWN   -      dns:gone.test:50051  unreachable (dns): gone.test has no address\n"
+        "OK        gpu-1  10.0.0.1:50051       -\n"
+        "OK        gpu-2  10.0.0.2:50051       -\n"
+        "\n"
+        "skew (majority value, and the nodes that differ)\n"
+        "  driver_version       550.54.15 on 2 of 3  OUTLIERS 535.104.05: gpu-2\n"
+        "  cuda_driver_version  12.4 on 2 of 3  OUTLIERS 12.2: gpu-2\n"
+        "  gpu_model            NVIDIA H100 80GB HBM3 on 3 of 3\n"
+        "  gpu_count            8 on 2 of 3  OUTLIERS 7: gpu-3\n"
+        "  mig_layout           disabled on 3 of 3\n"
+        "  toolkit_mode         not installed on 3 of 3\n"
+        "\n"
+        "totals  5 nodes (3 reachable, 2 healthy), 24 GPUs (23 healthy, 0 idle), "
+        "0 MIG slices, 0 time-slicing units\n"
+    )
+
+
+def test_colour_marks_the_statuses() -> None:
+    cluster = build(
+        [Fetched("10.0.0.1:50051", node_report("synthetic-h100-8gpu-healthy", "gpu-1"))]
+    )
+    text = render_cluster(cluster, colour=True)
+    assert text.startswith("cluster \033[32mOK\033[0m  1 targets")
+    assert "\033[32mOK      \033[0m  gpu-1" in text
