@@ -57,6 +57,32 @@ GPU1: dict[str, Any] = {
     "idle": True,
 }
 
+# The mig check's data: GPU 0 with two GPU instances (one compute instance each), GPU 1 with MIG
+# off; broken entries give no sample.
+MIG_GPUS: list[Any] = [
+    {
+        "index": 0,
+        "uuid": UUID0,
+        "mig_mode_current": 1,
+        "gpu_instances": [
+            {
+                "id": 2,
+                "profile": "3g.40gb",
+                "compute_instances": [
+                    {"id": 0, "uuid": "MIG-7b3d0000", "profile": "3g.40gb"},
+                    {"id": "x", "uuid": "MIG-bad"},
+                    "garbage",
+                ],
+            },
+            {"id": 9, "profile": "1g.10gb", "compute_instances": [{"id": 0}]},
+            {"profile": "1g.10gb", "compute_instances": [{"id": 0, "uuid": "MIG-no-gi"}]},
+            "garbage",
+        ],
+    },
+    {"index": 1, "uuid": UUID1, "mig_mode_current": 0},
+    {"uuid": "no index", "gpu_instances": [{"id": 1, "compute_instances": [{"id": 0}]}]},
+]
+
 
 def report() -> NodeReport:
     return NodeReport(
@@ -126,6 +152,7 @@ def report() -> NodeReport:
                 },
                 floor=Status.UNKNOWN,
             ),
+            CheckResult("mig", "MIG on 1 of 2 GPUs: 2 MIG devices", data={"gpus": MIG_GPUS}),
         ],
     )
 
@@ -173,6 +200,7 @@ def test_report_metrics() -> None:
         (("check", "gpus"),): 2.0,
         (("check", "xid"),): 0.0,
         (("check", "storage"),): 3.0,
+        (("check", "mig"),): 0.0,
     }
     assert s["gpuprobe_check_duration_seconds"][(("check", "gpus"),)] == 0.25
     assert s["gpuprobe_check_timestamp_seconds"][(("check", "xid"),)] == T.timestamp()
@@ -186,12 +214,14 @@ def test_report_metrics() -> None:
     resource = f"gpu:0:{UUID0}"
     assert s["gpuprobe_finding"] == {
         (
+            ("action", "RESET_GPU"),
             ("check", "gpus"),
             ("code", "ROW_REMAP_PENDING"),
             ("resource", resource),
             ("severity", "CRITICAL"),
         ): 1.0,
         (
+            ("action", "HARDWARE_INSPECTION"),
             ("check", "gpus"),
             ("code", "PCIE_LINK_DEGRADED"),
             ("resource", resource),
@@ -252,6 +282,22 @@ def test_xid_and_storage_metrics() -> None:
         (("op", "write"), ("path", "/scratch")): 1.9e9,
         (("op", "read"), ("path", "/scratch")): 2.4e9,
         (("op", "write"), ("path", "/data")): 5e8,
+    }
+
+
+def test_mig_device_metrics_from_the_mig_check_data() -> None:
+    s = samples(scrape(full_snapshot()))
+    assert s["gpuprobe_mig_device_info"] == {
+        g(
+            "0",
+            UUID0,
+            gpu_instance="2",
+            compute_instance="0",
+            profile="3g.40gb",
+            mig_uuid="MIG-7b3d0000",
+        ): 1.0,
+        # no profile or UUID of its own: the GPU instance's profile, an empty UUID
+        g("0", UUID0, gpu_instance="9", compute_instance="0", profile="1g.10gb", mig_uuid=""): 1.0,
     }
 
 

@@ -93,6 +93,7 @@ def test_prometheus_scrapes_the_agent_and_promql_finds_the_finding() -> None:
     assert [r["metric"] for r in lost] == [
         {
             "__name__": "gpuprobe_finding",
+            "action": "REBOOT_NODE",
             "check": "gpus",
             "code": "GPU_LOST",
             "instance": f"127.0.0.1:{agent.metrics_port}",

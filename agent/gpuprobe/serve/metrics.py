@@ -113,11 +113,12 @@ def report_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     finding = GaugeMetricFamily(
         "gpuprobe_finding",
         "1 for each active finding",
-        labels=["check", "code", "severity", "resource"],
+        labels=["check", "code", "severity", "resource", "action"],
     )
     seen = set()
     for check_name, f in report.findings():
-        labels = (check_name, f.code, f.severity.value, f.resource)
+        # The action rides along so that dashboards can say what to do, not only what is wrong.
+        labels = (check_name, f.code, f.severity.value, f.resource, f.action.value)
         if labels not in seen:  # two messages about one thing are one series
             seen.add(labels)
             finding.add_metric(list(labels), 1)
@@ -278,6 +279,40 @@ def xid_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield xids
 
 
+def mig_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+    """`gpuprobe_mig_device_info`: one sample per MIG device (compute instance) from the mig
+    check's data, so that a dashboard can draw each GPU's MIG layout."""
+    gpus = _data(report, "mig").get("gpus")
+    if not isinstance(gpus, list):
+        return
+    family = GaugeMetricFamily(
+        "gpuprobe_mig_device_info",
+        "A MIG device: its GPU, GPU instance, compute instance, profile and UUID",
+        labels=[*GPU_LABELS, "gpu_instance", "compute_instance", "profile", "mig_uuid"],
+    )
+    for gpu in gpus:
+        if not isinstance(gpu, Mapping) or _number(gpu.get("index")) is None:
+            continue
+        for gi in _mappings(gpu.get("gpu_instances")):
+            gi_id = _number(gi.get("id"))
+            for ci in _mappings(gi.get("compute_instances")):
+                ci_id = _number(ci.get("id"))
+                if gi_id is None or ci_id is None:
+                    continue
+                profile = _text(ci.get("profile")) or _text(gi.get("profile")) or ""
+                family.add_metric(
+                    [
+                        *_gpu_labels(gpu),
+                        str(int(gi_id)),
+                        str(int(ci_id)),
+                        profile,
+                        _text(ci.get("uuid")) or "",
+                    ],
+                    1,
+                )
+    yield family
+
+
 def storage_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_storage_throughput_bytes_per_second` from the storage check's data."""
     paths = _data(report, "storage").get("paths")
@@ -326,6 +361,7 @@ RENDERERS: tuple[Renderer, ...] = (
     gpu_families,
     xid_families,
     storage_families,
+    mig_families,
     peer_families,
 )
 
@@ -340,6 +376,11 @@ def _data(report: NodeReport, check: str) -> Mapping[str, Any]:
 def _gpu_labels(gpu: Mapping[str, Any], key: str = "index") -> list[str]:
     index = _number(gpu.get(key))
     return [str(int(index)) if index is not None else "", _text(gpu.get("uuid")) or ""]
+
+
+def _mappings(value: Any) -> list[Mapping[str, Any]]:
+    """The objects of a list from the report's data (anything else: none)."""
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
 
 
 def _number(value: Any) -> float | None:

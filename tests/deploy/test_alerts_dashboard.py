@@ -1,0 +1,310 @@
+"""The alerts and the dashboard against a real Prometheus that scrapes real agents.
+
+One `gpuprobe serve` per case below (a snapshot, sometimes with a config), each under its own
+node name, scraped by Debian's Prometheus with the alerting rules loaded. Every PromQL
+expression of the rules and of the dashboard must evaluate without error; each alert must
+select exactly the nodes whose snapshot has its condition (and reach Prometheus' alert list
+with its annotations rendered); each dashboard query must return data on the nodes named in
+PANEL_DATA, and panels that show a fault none on the healthy node.
+
+To test an expression on another snapshot, add the case to AGENTS and its name to the
+expression's entry: one line each.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import snapshot
+from deployment import METRICS_DOC, alerts, dashboard_queries, rule_groups
+from promql import Prometheus, metric_names, prometheus
+from serving import ServeProcess, serve_process
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A `gpuprobe serve` on a snapshot; its node name is its key in AGENTS. `$TMP` in its
+    config is a fresh directory of its own (for the active checks to measure)."""
+
+    snapshot: str
+    config: str = ""
+    interval: int = 3600
+
+
+AGENTS = {
+    "healthy": Agent("synthetic-h100-8gpu-healthy"),
+    "remap-pending": Agent("synthetic-remap-pending"),
+    "remap-failure": Agent("synthetic-remap-failure"),
+    "ecc-uncorrectable": Agent("synthetic-ecc-uncorrectable"),
+    "gpu-lost": Agent("synthetic-gpu-lost"),
+    "fallen-off-bus": Agent("synthetic-gpu-fallen-off-bus"),
+    "xid-critical": Agent("synthetic-xid-critical"),
+    "xid-app": Agent("synthetic-xid-app"),
+    "library-mismatch": Agent("synthetic-library-mismatch"),
+    "no-nvidia-runtime": Agent("synthetic-containerd-no-nvidia-runtime"),
+    "cdi-invalid": Agent("synthetic-cdi-spec-invalid"),
+    "cdi-stale-warning": Agent("synthetic-cdi-spec-missing-gpu"),
+    "driver-535": Agent("synthetic-driver-too-old"),
+    "mig-mixed": Agent("synthetic-mig-mixed"),
+    "pcie-degraded": Agent("synthetic-pcie-degraded"),
+    # GPU_IDLE needs the daemon's memory of how long a GPU has been idle.
+    "idle": Agent("synthetic-gpus-idle", "gpus: {idle_window_seconds: 1}\n", interval=1),
+    "nvml-hang": Agent("synthetic-nvml-hang", "checks: {deadline_seconds: 1}\n", interval=2),
+    # Scraped, then stopped: `up` turns 0.
+    "stopped": Agent("synthetic-h100-8gpu-healthy"),
+}
+CRITICAL = {
+    "remap-pending",
+    "remap-failure",
+    "ecc-uncorrectable",
+    "gpu-lost",
+    "fallen-off-bus",
+    "xid-critical",
+    "library-mismatch",
+    "no-nvidia-runtime",
+    "cdi-invalid",
+}
+
+# Each alert: exactly the nodes it must select.
+ALERT_NODES: dict[str, set[str]] = {
+    "GpuprobeAgentDown": {"stopped"},
+    "GpuprobeCheckTimeout": {"nvml-hang"},
+    "GpuprobeNodeCritical": CRITICAL,
+    "GpuprobeDriverLibraryMismatch": {"library-mismatch"},
+    "GpuprobeContainerToolkitBroken": {"no-nvidia-runtime", "cdi-invalid"},
+    "GpuprobeGpuLost": {"gpu-lost"},
+    "GpuprobeGpuCountMismatch": {"fallen-off-bus"},
+    "GpuprobeXidCritical": {"xid-critical", "fallen-off-bus"},
+    "GpuprobeRowRemapPending": {"remap-pending"},
+    "GpuprobeRowRemapFailure": {"remap-failure"},
+    "GpuprobeEccUncorrectable": {"ecc-uncorrectable"},
+    "GpuprobeGpuIdle": {"idle"},
+}
+# Each dashboard query: the nodes it must return data for (evaluated with $node = that node),
+# and whether it shows a fault (then it must return nothing for the healthy node).
+PANEL_DATA: dict[str, tuple[set[str], bool]] = {
+    "Nodes by status/O": ({"healthy", "mig-mixed"}, False),
+    "Nodes by status/W": ({"pcie-degraded", "xid-app", "cdi-stale-warning"}, True),
+    "Nodes by status/C": (CRITICAL, True),
+    "Nodes by status/U": ({"nvml-hang"}, True),
+    "Agents and GPUs/A": ({"healthy"}, False),
+    "Agents and GPUs/B": ({"healthy"}, False),
+    "Agents/A": ({"healthy"}, False),
+    "Failing checks/A": ({"remap-pending", "pcie-degraded", "nvml-hang"}, True),
+    "Findings and actions/A": ({"remap-pending", "no-nvidia-runtime", "idle"}, True),
+    "Driver versions in use/A": ({"healthy"}, False),
+    "Nodes per driver and CUDA version/A": ({"healthy", "driver-535"}, False),
+    "Nodes off the most common driver/A": ({"driver-535"}, True),
+    "Driver and CUDA by node/A": ({"healthy", "driver-535"}, False),
+    "GPU temperature/A": ({"healthy"}, False),
+    "GPU power draw/A": ({"healthy"}, False),
+    "GPU utilization/A": ({"healthy"}, False),
+    "Uncorrected ECC errors/A": ({"ecc-uncorrectable"}, True),
+    "Remapped rows/A": ({"remap-pending"}, True),
+    "Row remap state/A": ({"remap-pending", "remap-failure"}, True),
+    "XID errors per second/A": ({"xid-critical", "xid-app"}, True),
+    "XIDs since the agent started/A": ({"xid-critical", "xid-app", "fallen-off-bus"}, True),
+    "PCIe link width (lanes)/A": ({"healthy"}, False),
+    "Degraded PCIe links/A": ({"pcie-degraded"}, True),
+    "MIG devices/A": ({"mig-mixed"}, True),
+    "MIG profiles per GPU/A": ({"mig-mixed"}, True),
+    "Idle GPUs/A": ({"idle"}, True),
+    "Idle GPUs by node/A": ({"idle"}, True),
+    "variable:cluster": ({"healthy"}, False),
+    "variable:node": ({"healthy"}, False),
+    "variable:gpu": ({"healthy"}, False),
+}
+# Expressions whose data comes with parts of gpuprobe that are not here yet: they must
+# evaluate, but nothing can show their condition. Move each to ALERT_NODES / PANEL_DATA with
+# a case in AGENTS when its part lands, e.g. for storage:
+#   "storage-slow": Agent("synthetic-h100-8gpu-healthy",
+#       "storage: {paths: [$TMP], size_bytes: 8388608, min_write_bytes_per_second: 1.0e+15}\n",
+#       interval=1),
+# (with serve.active_interval_seconds or storage.interval_seconds short enough to run in time).
+AWAITING = {
+    "alert:GpuprobeLinkBandwidthLow": "the bandwidth mesh's findings in the agents' reports",
+    "alert:GpuprobeStorageThroughputLow": "the storage check",
+    "alert:GpuprobeStorageUnavailable": "the storage check",
+    "Link bandwidth (peer matrix)/A": "the bandwidth mesh (gpuprobe_peer_bandwidth_...)",
+    "Storage throughput/A": "the storage check (gpuprobe_storage_throughput_...)",
+    "variable:transport": "the bandwidth mesh (gpuprobe_peer_bandwidth_...)",
+}
+VARIABLES = {"$__rate_interval": "1m", "$cluster": ".*", "$gpu": ".*", "$transport": "tcp"}
+GPU_ALERTS = {
+    "GpuprobeGpuLost",
+    "GpuprobeXidCritical",
+    "GpuprobeRowRemapPending",
+    "GpuprobeRowRemapFailure",
+    "GpuprobeEccUncorrectable",
+    "GpuprobeGpuIdle",
+}
+
+
+def with_variables(expr: str, node: str) -> str:
+    """A dashboard query as Grafana sends it for one node (every cluster and GPU)."""
+    for name, value in VARIABLES.items():
+        expr = expr.replace(name, value)
+    return expr.replace("$node", node)
+
+
+def wait(condition: Callable[[], Any], what: str, timeout: float = 90) -> Any:
+    """Poll until `condition()` is truthy."""
+    end = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+@dataclass
+class Cluster:
+    """Agents and the Prometheus that scrapes them."""
+
+    prometheus: Prometheus
+    agents: dict[str, ServeProcess]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    configs = tmp_path_factory.mktemp("configs")
+    with ExitStack() as stack:
+        served: dict[str, ServeProcess] = {}
+        for node, agent in AGENTS.items():
+            args = ["--snapshot", snapshot(agent.snapshot), "--node-name", node]
+            args += ["--interval", str(agent.interval)]
+            if agent.config:
+                scratch = configs / f"{node}-tmp"
+                scratch.mkdir()
+                path = Path(configs / f"{node}.yaml")
+                path.write_text(agent.config.replace("$TMP", str(scratch)))
+                args += ["--config", str(path)]
+            served[node] = stack.enter_context(serve_process(*args, timeout=60))
+        rules = {"groups": rule_groups()}
+        server = stack.enter_context(
+            prometheus({n: s.metrics_port for n, s in served.items()}, rules)
+        )
+
+        def scraped() -> bool:
+            nodes = {r["metric"]["node"] for r in server.query("gpuprobe_node_status")}
+            findings = {r["metric"]["code"] for r in server.query("gpuprobe_finding")}
+            return nodes == set(AGENTS) and {"GPU_IDLE", "CHECK_TIMEOUT"} <= findings
+
+        wait(scraped, "every agent's report in Prometheus")
+        code, _ = served["stopped"].terminate()
+        assert code == 0
+        wait(lambda: server.query('up{node="stopped"} == 0'), "the stopped agent's up == 0")
+        time.sleep(2)  # let the rules see it
+        yield Cluster(server, served)
+
+
+def test_every_rule_expression_selects_exactly_its_nodes(cluster: Cluster) -> None:
+    rules = alerts()
+    assert set(rules) == set(ALERT_NODES) | {
+        k[len("alert:") :] for k in AWAITING if k.startswith("alert:")
+    }
+    for name, rule in rules.items():
+        result = cluster.prometheus.query(rule["expr"])
+        nodes = {r["metric"].get("node") for r in result}
+        assert nodes == ALERT_NODES.get(name, set()), name
+        if name in GPU_ALERTS:
+            for r in result:
+                index, uuid = r["metric"]["gpu"], r["metric"]["uuid"]
+                assert r["metric"]["resource"] == f"gpu:{index}:{uuid}", name
+
+
+def test_prometheus_loads_the_rules_and_raises_the_alerts(cluster: Cluster) -> None:
+    groups = cluster.prometheus.rules()
+    assert {g["name"] for g in groups} == {g["name"] for g in rule_groups()}
+    for group in groups:
+        for rule in group["rules"]:
+            assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+
+    def raised() -> dict[str, list[dict[str, Any]]]:
+        found: dict[str, list[dict[str, Any]]] = {}
+        for alert in cluster.prometheus.alerts():
+            found.setdefault(alert["labels"]["alertname"], []).append(alert)
+        complete = all(
+            {a["labels"].get("node") for a in found.get(name, [])} == nodes
+            for name, nodes in ALERT_NODES.items()
+        )
+        return found if complete else {}
+
+    found = wait(raised, "every alert pending or firing on its nodes", timeout=30)
+    assert set(found) == set(ALERT_NODES)
+    for name, raised_alerts in found.items():
+        for alert in raised_alerts:
+            assert alert["state"] in ("pending", "firing")
+            text = alert["annotations"]["summary"] + " " + alert["annotations"]["description"]
+            assert "<no value>" not in text and "<error" not in text, (name, text)
+            assert alert["labels"]["node"] in text, (name, text)
+            if name in GPU_ALERTS:
+                assert f"GPU {alert['labels']['gpu']}" in text, (name, text)
+                assert alert["labels"]["uuid"] in alert["annotations"]["description"]
+            anchor = alert["annotations"]["runbook_url"]
+            assert anchor == f"docs/deploy.md#{name.lower()}"
+
+
+def test_alert_descriptions_name_what_the_agent_found(cluster: Cluster) -> None:
+    """The descriptions that query Prometheus for detail render that detail."""
+    by_node = {
+        (a["labels"]["alertname"], a["labels"]["node"]): a["annotations"]["description"]
+        for a in cluster.prometheus.alerts()
+    }
+    critical = by_node[("GpuprobeNodeCritical", "remap-pending")]
+    assert "ROW_REMAP_PENDING on gpu:" in critical and "(action RESET_GPU)" in critical
+    xid = by_node[("GpuprobeXidCritical", "xid-critical")]
+    assert re.search(r"\(XID \d+: \d+ seen\)", xid), xid
+    ecc = by_node[("GpuprobeEccUncorrectable", "ecc-uncorrectable")]
+    assert re.search(r"has had \d+ uncorrectable ECC errors", ecc), ecc
+    assert "NVML sees 7." in by_node[("GpuprobeGpuCountMismatch", "fallen-off-bus")]
+
+
+def test_every_dashboard_query_evaluates_and_shows_its_condition(cluster: Cluster) -> None:
+    queries = dashboard_queries()
+    assert set(queries) == set(PANEL_DATA) | {k for k in AWAITING if not k.startswith("alert:")}
+    missing = []
+    for key, expr in queries.items():
+        cluster.prometheus.query(with_variables(expr, ".*"))  # never an error
+        nodes, fault = PANEL_DATA.get(key, (set(), False))
+        for node in sorted(nodes):
+            if not cluster.prometheus.query(with_variables(expr, node)):
+                missing.append((key, node))
+        if fault:
+            assert cluster.prometheus.query(with_variables(expr, "healthy")) == [], key
+    assert missing == []
+
+
+def test_queries_use_only_metrics_the_agent_exports(cluster: Cluster) -> None:
+    """Every metric a dashboard query or a rule reads is documented in docs/metrics.md (the
+    rules may also read Prometheus' own `up`), and the real agents served it, unless its data
+    is still awaited."""
+    documented = set(re.findall(r"`((?:gpuprobe|process)_[a-z0-9_]+)`", METRICS_DOC.read_text()))
+    served = cluster.prometheus.metric_names()
+    for key, expr in dashboard_queries().items():
+        names = metric_names(expr)
+        assert names and names <= documented, (key, names - documented)
+        if key not in AWAITING:
+            assert names <= served, (key, names - served)
+    for name, rule in alerts().items():
+        names = metric_names(rule["expr"])
+        assert names and names <= documented | {"up"}, (name, names - documented)
+
+
+def test_metric_names_reads_through_promql() -> None:
+    expr = (
+        'count by (driver_version) (a_b{x="y(z)"} * on(job) group_left(node) c[5m]) '
+        "unless on(v) topk(1, sum without (k) (rate(d_total[$__rate_interval]))) > bool 2"
+    )
+    assert metric_names(expr) == {"a_b", "c", "d_total"}

@@ -1,0 +1,60 @@
+"""docs/deploy.md covers what a new user needs, each alert has its runbook there, and the
+commands it gives name things that exist."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import ROOT
+from deployment import DEPLOY_DOC, KUSTOMIZATIONS, alerts
+
+SECTIONS = [
+    "## Prerequisites",
+    "## The image",
+    "## Install",
+    "## The RDMA overlay",
+    "### With the Prometheus Operator",
+    "### Without it",
+    "## Grafana",
+    "## Upgrade",
+    "## Uninstall",
+    "## Troubleshooting",
+    "## Runbooks",
+    "### What needs root",
+    "### Resources",
+    "### Security scan (checkov)",
+]
+
+
+def anchor(heading: str) -> str:
+    """The anchor a Markdown renderer gives a heading (lower case, punctuation dropped)."""
+    text = heading.lstrip("#").strip().lower()
+    return re.sub(r"[^a-z0-9 _-]", "", text).replace(" ", "-")
+
+
+def test_the_sections_a_new_user_needs_are_there() -> None:
+    lines = DEPLOY_DOC.read_text().splitlines()
+    for section in SECTIONS:
+        assert section in lines, section
+
+
+def test_every_alert_links_to_its_runbook_section() -> None:
+    text = DEPLOY_DOC.read_text()
+    runbooks = text.split("\n## Runbooks\n", 1)[1].split("\n## ", 1)[0]
+    headings = [line for line in runbooks.splitlines() if line.startswith("### ")]
+    assert [h[4:] for h in headings] == list(alerts())  # one each, in the rules' order
+    anchors = {anchor(h) for h in text.splitlines() if h.startswith("#")}
+    for name, rule in alerts().items():
+        path, _, fragment = rule["annotations"]["runbook_url"].partition("#")
+        assert (ROOT / path).resolve() == DEPLOY_DOC.resolve(), name
+        assert fragment in anchors, name
+
+
+def test_the_commands_name_what_exists() -> None:
+    text = DEPLOY_DOC.read_text()
+    applied = set(re.findall(r"kubectl apply -k (daemonset/[\w/-]+)", text))
+    assert applied == {f"daemonset/{k}" for k in KUSTOMIZATIONS}
+    assert "docker build -t registry.example.com/gpuprobe:0.1.0 ." in text
+    assert "create secret generic gpuprobe-token" in text and "--from-literal=token=" in text
+    for path in re.findall(r"`((?:daemonset|scripts|tests)/[\w./-]+)`", text):
+        assert (ROOT / path).exists(), path
