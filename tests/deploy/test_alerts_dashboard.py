@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,13 @@ import pytest
 
 from conftest import snapshot
 from deployment import METRICS_DOC, alerts, dashboard_queries, rule_groups
+from gpuprobe.client import Client
+from gpuprobe.v1 import diagnostics_pb2 as pb
 from promql import Prometheus, metric_names, prometheus
 from serving import ServeProcess, serve_process
 
-pytestmark = pytest.mark.slow
+# Heavy: one xdist worker runs these one after another (see tests/serve/test_serve_load.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("heavy")]
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class Agent:
     snapshot: str
     config: str = ""
     interval: int = 3600
+    flags: tuple[str, ...] = ()
 
 
 AGENTS = {
@@ -60,10 +65,29 @@ AGENTS = {
     # GPU_IDLE needs the daemon's memory of how long a GPU has been idle.
     "idle": Agent("synthetic-gpus-idle", "gpus: {idle_window_seconds: 1}\n", interval=1),
     "nvml-hang": Agent("synthetic-nvml-hang", "checks: {deadline_seconds: 1}\n", interval=2),
+    # The storage check measures a directory of its own: 8 MiB against an unreachable floor,
+    # and /proc, where no file can be created (its GPUs are idle, so the tests run; a
+    # snapshot's path missing here is not measured, and no fault).
+    "storage-slow": Agent(
+        "synthetic-h100-8gpu-idle",
+        "storage: {paths: [$TMP], size_bytes: 8388608, jobs: 1,\n"
+        "          min_write_bytes_per_second: 1.0e+15}\n"
+        "serve: {intervals: {storage: 2}}\n",
+        interval=2,
+    ),
+    "storage-missing": Agent(
+        "synthetic-h100-8gpu-idle",
+        "storage: {paths: [/proc]}\nserve: {intervals: {storage: 2}}\n",
+        interval=2,
+    ),
+    # Two agents that test the link between them (no GPUs: nothing holds the test back).
+    "link-a": Agent("kvm-epyc-nogpu", flags=("--allow-unauthenticated",)),
+    "link-b": Agent("kvm-epyc-nogpu", flags=("--allow-unauthenticated",)),
     # Scraped, then stopped: `up` turns 0.
     "stopped": Agent("synthetic-h100-8gpu-healthy"),
 }
 CRITICAL = {
+    "storage-missing",
     "remap-pending",
     "remap-failure",
     "ecc-uncorrectable",
@@ -89,6 +113,8 @@ ALERT_NODES: dict[str, set[str]] = {
     "GpuprobeRowRemapFailure": {"remap-failure"},
     "GpuprobeEccUncorrectable": {"ecc-uncorrectable"},
     "GpuprobeGpuIdle": {"idle"},
+    "GpuprobeStorageThroughputLow": {"storage-slow"},
+    "GpuprobeStorageUnavailable": {"storage-missing"},
 }
 # Each dashboard query: the nodes it must return data for (evaluated with $node = that node),
 # and whether it shows a fault (then it must return nothing for the healthy node).
@@ -123,21 +149,15 @@ PANEL_DATA: dict[str, tuple[set[str], bool]] = {
     "variable:cluster": ({"healthy"}, False),
     "variable:node": ({"healthy"}, False),
     "variable:gpu": ({"healthy"}, False),
+    "Storage throughput/A": ({"storage-slow"}, False),
+    "Link bandwidth (peer matrix)/A": ({"link-a"}, False),
+    "variable:transport": ({"link-a"}, False),
 }
-# Expressions whose data comes with parts of gpuprobe that are not here yet: they must
-# evaluate, but nothing can show their condition. Move each to ALERT_NODES / PANEL_DATA with
-# a case in AGENTS when its part lands, e.g. for storage:
-#   "storage-slow": Agent("synthetic-h100-8gpu-healthy",
-#       "storage: {paths: [$TMP], size_bytes: 8388608, min_write_bytes_per_second: 1.0e+15}\n",
-#       interval=1),
-# (with serve.active_interval_seconds or storage.interval_seconds short enough to run in time).
+# Expressions that evaluate here but whose condition these agents cannot show: a link at
+# half the cluster's median needs a throttled network, which loopback is not
+# (tests/mesh/test_mesh_namespaces.py shows the mesh finding such a node across namespaces).
 AWAITING = {
-    "alert:GpuprobeLinkBandwidthLow": "the bandwidth mesh's findings in the agents' reports",
-    "alert:GpuprobeStorageThroughputLow": "the storage check",
-    "alert:GpuprobeStorageUnavailable": "the storage check",
-    "Link bandwidth (peer matrix)/A": "the bandwidth mesh (gpuprobe_peer_bandwidth_...)",
-    "Storage throughput/A": "the storage check (gpuprobe_storage_throughput_...)",
-    "variable:transport": "the bandwidth mesh (gpuprobe_peer_bandwidth_...)",
+    "alert:GpuprobeLinkBandwidthLow": "a throttled link between two agents",
 }
 VARIABLES = {"$__rate_interval": "1m", "$cluster": ".*", "$gpu": ".*", "$transport": "tcp"}
 GPU_ALERTS = {
@@ -183,7 +203,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         served: dict[str, ServeProcess] = {}
         for node, agent in AGENTS.items():
             args = ["--snapshot", snapshot(agent.snapshot), "--node-name", node]
-            args += ["--interval", str(agent.interval)]
+            args += ["--interval", str(agent.interval), *agent.flags]
             if agent.config:
                 scratch = configs / f"{node}-tmp"
                 scratch.mkdir()
@@ -199,14 +219,29 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         def scraped() -> bool:
             nodes = {r["metric"]["node"] for r in server.query("gpuprobe_node_status")}
             findings = {r["metric"]["code"] for r in server.query("gpuprobe_finding")}
-            return nodes == set(AGENTS) and {"GPU_IDLE", "CHECK_TIMEOUT"} <= findings
+            wanted = {"GPU_IDLE", "CHECK_TIMEOUT", "STORAGE_THROUGHPUT_LOW", "STORAGE_UNAVAILABLE"}
+            return nodes == set(AGENTS) and wanted <= findings
 
         wait(scraped, "every agent's report in Prometheus")
+        measure_link(served["link-a"], served["link-b"])
+        wait(
+            lambda: server.query('gpuprobe_peer_bandwidth_bytes_per_second{peer="link-b"}'),
+            "link-a's bandwidth toward link-b in Prometheus",
+        )
         code, _ = served["stopped"].terminate()
         assert code == 0
         wait(lambda: server.query('up{node="stopped"} == 0'), "the stopped agent's up == 0")
         time.sleep(2)  # let the rules see it
         yield Cluster(server, served)
+
+
+def measure_link(source: ServeProcess, target: ServeProcess) -> None:
+    """Have `source` measure its bandwidth toward `target` (one short TCP test)."""
+    request = pb.MeasureBandwidthRequest(peer=target.grpc_target, streams=1)
+    request.duration.FromTimedelta(timedelta(seconds=0.5))
+    request.warmup.FromTimedelta(timedelta(seconds=0.1))
+    with Client(source.grpc_target) as client:
+        assert client.measure_bandwidth(request, timeout=30).bytes_per_second > 0
 
 
 def test_every_rule_expression_selects_exactly_its_nodes(cluster: Cluster) -> None:
