@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gpuprobe.config import Config
-from gpuprobe.devices import gpu_count
+from gpuprobe.gpu.devices import gpu_count
+from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
-from gpuprobe.pci import nvidia_gpus
 
 
 def nvidia_gpu_count(host: Host) -> int:

@@ -14,9 +14,9 @@ import pytest
 from conftest import gpuprobe, require_root
 from gpuprobe.checks import xid
 from gpuprobe.config import Config
+from gpuprobe.gpu.xid_state import StateError, state_path
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
-from gpuprobe.xid_state import StateError, state_path
 from helpers import codes, config, run_check, snapshot
 
 UUID = "GPU-5f1c{0:04x}-8e2b-4c1d-9a7e-{0:012x}"

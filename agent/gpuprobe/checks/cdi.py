@@ -1,7 +1,7 @@
 """Check `cdi`: are the CDI specs valid, and do they still describe this node's GPUs and driver?
 
 Reads every spec in the CDI spec directories (/etc/cdi, /var/run/cdi and those the toolkit's
-config.toml names) and validates it as CDI runtimes do (`gpuprobe.cdi_spec`). An NVIDIA spec
+config.toml names) and validates it as CDI runtimes do (`gpuprobe.containers.cdi`). An NVIDIA spec
 (`nvidia.com/...`) is stale when it names device nodes, mounted host paths or hook binaries
 that no longer exist, driver files of another version than the loaded driver (the usual state
 after a driver upgrade), or fewer GPUs than NVML sees. The fix is always to regenerate it.
@@ -15,21 +15,21 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.cdi_spec import CdiSpec, parse_cdi_spec
 from gpuprobe.config import Config
-from gpuprobe.configfile import FileProblem, read_host_file
-from gpuprobe.device_plugin_config import DevicePluginConfig, load_device_plugin_config
-from gpuprobe.devices import gpu_count
-from gpuprobe.host import Host
-from gpuprobe.node import loaded_driver_version, nvidia_gpu_count
-from gpuprobe.report import Action, CheckResult, Finding, Severity
-from gpuprobe.toolkit_config import (
+from gpuprobe.containers.cdi import CdiSpec, parse_cdi_spec
+from gpuprobe.containers.configfile import FileProblem, read_host_file
+from gpuprobe.containers.device_plugin import DevicePluginConfig, load_device_plugin_config
+from gpuprobe.containers.toolkit import (
     DEFAULT_KIND,
     DEFAULT_SPEC_DIRS,
     ToolkitConfig,
     effective_toolkit_config,
     load_toolkit_configs,
 )
+from gpuprobe.gpu.devices import gpu_count
+from gpuprobe.host import Host
+from gpuprobe.node import loaded_driver_version, nvidia_gpu_count
+from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "cdi"
 SPEC_SUFFIXES = (".json", ".yaml")

@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprobe.config import Config
-from gpuprobe.device_plugin_config import (
+from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
     DevicePluginConfig,
     load_device_plugin_config,
 )
-from gpuprobe.devices import Device, gpu_count
+from gpuprobe.gpu.devices import Device, gpu_count
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity

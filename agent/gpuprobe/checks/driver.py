@@ -3,7 +3,7 @@
 Reads NVML's init outcome and versions, the kernel module's version from
 `/proc/driver/nvidia/version`, the NVIDIA GPUs on the PCI bus, and holds the driver against
 the configured minimum and against the CUDA toolkits this node's images need (NVIDIA's
-table in `gpuprobe.cuda`).
+table in `gpuprobe.gpu.cuda`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprobe import cuda
 from gpuprobe.config import Config
+from gpuprobe.gpu import cuda
+from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.nvml import NvmlError
-from gpuprobe.pci import nvidia_gpus
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status
 
 NAME = "driver"

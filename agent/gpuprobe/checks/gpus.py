@@ -4,7 +4,7 @@ Counts the NVIDIA GPUs on the PCI bus (the ground truth), holds NVML's count and
 expected count against it, and lists each GPU's identity: index, UUID, name, serial, PCI bus
 id, memory, persistence and compute mode. A GPU NVML reports lost is named while the others
 are still reported. Each GPU's health (ECC, remapped rows, PCIe, NVLink, fabric, clock event
-reasons, temperature, power, load, processes) is read and judged by `gpuprobe.gpu_health`.
+reasons, temperature, power, load, processes) is read and judged by `gpuprobe.gpu.health`.
 
 Idle GPUs: the check remembers (in `host.memory`) since when each GPU has been idle, so the
 daemon raises GPU_IDLE once one stays idle past `gpus.idle_window_seconds`; a one-shot check
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuprobe.config import Config
-from gpuprobe.devices import Device, gpu_count, open_gpus, text
-from gpuprobe.gpu_health import FABRIC_MANAGER, health_findings, idle_finding, read_health
+from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
+from gpuprobe.gpu.health import FABRIC_MANAGER, health_findings, idle_finding, read_health
+from gpuprobe.gpu.pci import PciDevice, normalize_bus_id, nvidia_devices
 from gpuprobe.host import Host
-from gpuprobe.pci import PciDevice, normalize_bus_id, nvidia_devices
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
 
 NAME = "gpus"

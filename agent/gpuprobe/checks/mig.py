@@ -23,12 +23,12 @@ import re
 from typing import Any
 
 from gpuprobe.config import Config
-from gpuprobe.device_plugin_config import DevicePluginConfig, load_device_plugin_config
-from gpuprobe.devices import Device, gpu_count, open_gpus, text
-from gpuprobe.gpu_health import as_int, current_pending
+from gpuprobe.containers.device_plugin import DevicePluginConfig, load_device_plugin_config
+from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
+from gpuprobe.gpu.health import as_int, current_pending
+from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
-from gpuprobe.pci import nvidia_gpus
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
 
 NAME = "mig"

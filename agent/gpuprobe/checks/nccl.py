@@ -9,7 +9,7 @@ run by the agent (see docs/checks.md).
 from __future__ import annotations
 
 from gpuprobe.config import Config
-from gpuprobe.devices import busy_gpus, gpu_count
+from gpuprobe.gpu.devices import busy_gpus, gpu_count
 from gpuprobe.host import Host
 from gpuprobe.measure.nccl import NcclTestError
 from gpuprobe.measure.nccl import run as run_nccl

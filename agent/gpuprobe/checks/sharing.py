@@ -21,13 +21,13 @@ from typing import Any
 
 from gpuprobe.checks.gpus import COMPUTE_MODES
 from gpuprobe.config import Config
-from gpuprobe.device_plugin_config import (
+from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
     DevicePluginConfig,
     SharedResource,
     load_device_plugin_config,
 )
-from gpuprobe.devices import gpu_count, open_gpus, text
+from gpuprobe.gpu.devices import gpu_count, open_gpus, text
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity, gpu_resource

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprobe.config import Config, StorageConfig
-from gpuprobe.devices import gpu_count, open_gpus
+from gpuprobe.gpu.devices import gpu_count, open_gpus
 from gpuprobe.host import Host, default_node_name
 from gpuprobe.measure import mounts, testfile
 from gpuprobe.measure.throughput import MeasureError, Plan, Throughput, measure

@@ -12,13 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprobe.config import Config
-from gpuprobe.configfile import FileProblem
-from gpuprobe.container_engines import Engine, discover_engines
-from gpuprobe.host import Host
-from gpuprobe.node import is_kubernetes_node, nvidia_gpu_count
-from gpuprobe.report import Action, CheckResult, Finding, Severity
-from gpuprobe.runtime_config import EngineConfig, Runtime
-from gpuprobe.toolkit_config import (
+from gpuprobe.containers.configfile import FileProblem
+from gpuprobe.containers.engines import Engine, discover_engines
+from gpuprobe.containers.runtime import EngineConfig, Runtime
+from gpuprobe.containers.toolkit import (
     OPERATOR_ROOT,
     RUNTIME_BINARY,
     ToolkitConfig,
@@ -28,6 +25,9 @@ from gpuprobe.toolkit_config import (
     resolve_binary,
     toolkit_binaries,
 )
+from gpuprobe.host import Host
+from gpuprobe.node import is_kubernetes_node, nvidia_gpu_count
+from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "toolkit"
 NVIDIA = "nvidia"

@@ -3,14 +3,14 @@
 Two sources, read in every run: the NVML event set (XidCriticalError events, drained without
 waiting; in the daemon the set is registered from the first run on, and a snapshot's
 `events` are handed to it once) and the host's kernel log files (`NVRM: Xid (PCI:...): N, ...`
-lines of the current boot, see `gpuprobe.kernel_log`). An XID is tied to its GPU by PCI
+lines of the current boot, see `gpuprobe.gpu.kernel_log`). An XID is tied to its GPU by PCI
 address or NVML index; one entry per (GPU, XID), counted once even when both sources saw it.
 What the daemon saw is kept in `host.memory`, so events are not lost between runs.
 
-Each XID is classified by NVIDIA's catalog (`gpuprobe.xid_catalog`). Critical XIDs are
+Each XID is classified by NVIDIA's catalog (`gpuprobe.gpu.xid_catalog`). Critical XIDs are
 sticky: they stay reported until the boot id changes (a reboot) or an operator clears them
 (`clear()`, `gpuprobe clear-xid`); the clearing, and in the live daemon the sticky XIDs
-themselves, are kept in the state file (`gpuprobe.xid_state`). A warning XID (an
+themselves, are kept in the state file (`gpuprobe.gpu.xid_state`). A warning XID (an
 application's) stays reported in the daemon for `xid.warning_window_seconds` after it last
 grew; a one-shot check reports every XID of the boot.
 """
@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuprobe import kernel_log, xid_state
 from gpuprobe.config import Config
-from gpuprobe.devices import Device, gpu_count, text
+from gpuprobe.gpu import kernel_log, xid_state
+from gpuprobe.gpu.devices import Device, gpu_count, text
+from gpuprobe.gpu.pci import normalize_bus_id, nvidia_gpus
+from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo, classify
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
-from gpuprobe.pci import normalize_bus_id, nvidia_gpus
 from gpuprobe.report import Action, CheckResult, Finding, Severity, format_time, gpu_resource
-from gpuprobe.xid_catalog import CATALOG_URL, XidInfo, classify
 
 NAME = "xid"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"

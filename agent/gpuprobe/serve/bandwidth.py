@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 
 from gpuprobe import cleanup
-from gpuprobe.devices import busy_gpus
+from gpuprobe.gpu.devices import busy_gpus
 from gpuprobe.host import Host
 from gpuprobe.measure import perftest, tcp
 from gpuprobe.serve.state import LinkResult, ReportStore

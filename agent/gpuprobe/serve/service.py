@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 import grpc
 
+from gpuprobe.gpu.xid_state import StateError
 from gpuprobe.report import NodeReport, now
 from gpuprobe.serve import convert
 from gpuprobe.serve.bandwidth import Bandwidth, TestRefused, peer_address
@@ -24,7 +25,6 @@ from gpuprobe.serve.security import Guard, caller
 from gpuprobe.serve.state import ReportStore, Snapshot
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
-from gpuprobe.xid_state import StateError
 
 log = logging.getLogger("gpuprobe.serve")
 

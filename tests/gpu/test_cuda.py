@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprobe.cuda import (
+from gpuprobe.gpu.cuda import (
     RELEASES,
     Support,
     cuda_version_text,

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuprobe.configfile import FileProblem, kind_of, parse_json, read_host_file
+from gpuprobe.containers.configfile import FileProblem, kind_of, parse_json, read_host_file
+from gpuprobe.containers.runtime import EngineConfig, Invalid, Runtime, optional_bool, table
 from gpuprobe.host.fs import HostFS
-from gpuprobe.runtime_config import EngineConfig, Invalid, Runtime, optional_bool, table
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock")

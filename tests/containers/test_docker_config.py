@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from gpuprobe.docker_config import DAEMON_JSON, load_docker
+from gpuprobe.containers.docker import DAEMON_JSON, load_docker
+from gpuprobe.containers.runtime import EngineConfig
 from gpuprobe.host.fs import HostFS
-from gpuprobe.runtime_config import EngineConfig
 
 NVIDIA_CTK = (ROOT / "tests/fixtures/toolkit/docker-daemon.json").read_text()
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuprobe.devices import Device
+from gpuprobe.gpu.devices import Device
 from gpuprobe.host.processes import ProcessTable
 from gpuprobe.report import Action, Finding, Severity
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.configfile import FileProblem, kind_of, parse_json, parse_yaml
+from gpuprobe.containers.configfile import FileProblem, kind_of, parse_json, parse_yaml
 
 SPEC_VERSIONS = (
     "0.1.0",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.configfile import FileProblem
+from gpuprobe.containers.configfile import FileProblem
 
 
 @dataclass(frozen=True)

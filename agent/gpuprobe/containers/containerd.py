@@ -27,9 +27,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.configfile import FileProblem, parse_toml, read_host_file
-from gpuprobe.host.fs import HostFS
-from gpuprobe.runtime_config import (
+from gpuprobe.containers.configfile import FileProblem, parse_toml, read_host_file
+from gpuprobe.containers.runtime import (
     EngineConfig,
     Invalid,
     Runtime,
@@ -38,6 +37,7 @@ from gpuprobe.runtime_config import (
     string_list,
     table,
 )
+from gpuprobe.host.fs import HostFS
 
 # flavor: (root config, its socket, the templates it may be generated from)
 CONTAINERD_FLAVORS: dict[str, tuple[str, str, tuple[str, ...]]] = {

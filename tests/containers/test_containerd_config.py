@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, require_tool
-from gpuprobe.containerd_config import load_containerd
+from gpuprobe.containers.containerd import load_containerd
+from gpuprobe.containers.runtime import EngineConfig
 from gpuprobe.host.fs import HostFS
-from gpuprobe.runtime_config import EngineConfig
 
 FIXTURES = ROOT / "tests" / "fixtures" / "toolkit"
 ROOT_CONFIG = "/etc/containerd/config.toml"

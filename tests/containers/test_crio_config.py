@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from gpuprobe.crio_config import load_crio
+from gpuprobe.containers.crio import load_crio
+from gpuprobe.containers.runtime import EngineConfig
 from gpuprobe.host.fs import HostFS
-from gpuprobe.runtime_config import EngineConfig
 
 FIXTURES = ROOT / "tests/fixtures/toolkit"
 

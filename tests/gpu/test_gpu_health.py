@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpuprobe.devices import Device
-from gpuprobe.gpu_health import health_findings, read_health
+from gpuprobe.gpu.devices import Device
+from gpuprobe.gpu.health import health_findings, read_health
 from gpuprobe.host.nvml import ReplayNvml
 from gpuprobe.host.processes import Process, ProcessTable
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuprobe.device_plugin_config import (
+from gpuprobe.containers.device_plugin import (
     DevicePluginConfig,
     SharedResource,
     load_device_plugin_config,

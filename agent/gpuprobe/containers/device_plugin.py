@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprobe.configfile import FileProblem, parse_yaml
+from gpuprobe.containers.configfile import FileProblem, parse_yaml
 from gpuprobe.report import Action, Finding, Severity
 
 MIG_STRATEGIES = ("none", "single", "mixed")

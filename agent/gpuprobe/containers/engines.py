@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.containerd_config import CONTAINERD_FLAVORS, load_containerd
-from gpuprobe.crio_config import CRIO_CONF, CRIO_DROP_INS, CRIO_SOCKETS, load_crio
-from gpuprobe.docker_config import DAEMON_JSON, DOCKER_SOCKETS, load_docker
+from gpuprobe.containers.containerd import CONTAINERD_FLAVORS, load_containerd
+from gpuprobe.containers.crio import CRIO_CONF, CRIO_DROP_INS, CRIO_SOCKETS, load_crio
+from gpuprobe.containers.docker import DAEMON_JSON, DOCKER_SOCKETS, load_docker
+from gpuprobe.containers.runtime import EngineConfig
 from gpuprobe.host import Host
 from gpuprobe.host.processes import Process
-from gpuprobe.runtime_config import EngineConfig
 
 DEFAULT_CONTAINERD_CONFIG = CONTAINERD_FLAVORS["containerd"][0]
 CRI_DOCKERD_SOCKETS = ("/run/cri-dockerd.sock", "/var/run/cri-dockerd.sock")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import snapshot
-from gpuprobe.container_engines import containerd_config_of, discover_engines
+from gpuprobe.containers.engines import containerd_config_of, discover_engines
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.processes import Process
 

@@ -9,9 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from gpuprobe.configfile import FileProblem
-from gpuprobe.host.fs import HostFS
-from gpuprobe.toolkit_config import (
+from gpuprobe.containers.configfile import FileProblem
+from gpuprobe.containers.toolkit import (
     OPERATOR_CONFIG,
     PACKAGE_CONFIG,
     ToolkitConfig,
@@ -22,6 +21,7 @@ from gpuprobe.toolkit_config import (
     resolve_binary,
     toolkit_binaries,
 )
+from gpuprobe.host.fs import HostFS
 
 DEFAULT = (ROOT / "tests/fixtures/toolkit/nvidia-container-runtime-config.toml").read_bytes()
 

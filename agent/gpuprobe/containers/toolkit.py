@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprobe.configfile import FileProblem, kind_of, parse_toml, read_host_file
+from gpuprobe.containers.configfile import FileProblem, kind_of, parse_toml, read_host_file
 from gpuprobe.host.fs import HostFS
 
 PACKAGE_CONFIG = "/etc/nvidia-container-runtime/config.toml"

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuprobe.configfile import FileProblem, parse_json, parse_toml, parse_yaml
+from gpuprobe.containers.configfile import FileProblem, parse_json, parse_toml, parse_yaml
 
 
 def test_errors_carry_line_and_column() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpuprobe.kernel_log import boot_time, line_time, parse_xid, pci_prefix, read_stream
+from gpuprobe.gpu.kernel_log import boot_time, line_time, parse_xid, pci_prefix, read_stream
 
 NOW = datetime(2026, 11, 29, 22, 0, 0, tzinfo=UTC)
 BOOT = datetime(2026, 11, 29, 8, 0, 0, tzinfo=UTC)

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import SNAPSHOTS
-from gpuprobe.cdi_spec import CdiSpec, parse_cdi_spec
-from gpuprobe.configfile import FileProblem
+from gpuprobe.containers.cdi import CdiSpec, parse_cdi_spec
+from gpuprobe.containers.configfile import FileProblem
 
 GENERATED = (
     SNAPSHOTS / "synthetic-h100-k8s-containerd-healthy/rootfs/var/run/cdi/nvidia.yaml"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpuprobe.gpu.xid_catalog import CATALOG, classify
 from gpuprobe.report import Action, Severity
-from gpuprobe.xid_catalog import CATALOG, classify
 
 
 @pytest.mark.parametrize("xid", [13, 31, 43, 45])

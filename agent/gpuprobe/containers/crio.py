@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuprobe.configfile import FileProblem, parse_json, parse_toml, read_host_file
+from gpuprobe.containers.configfile import FileProblem, parse_json, parse_toml, read_host_file
+from gpuprobe.containers.runtime import EngineConfig, Invalid, Runtime, optional_str, table
 from gpuprobe.host.fs import HostFS
-from gpuprobe.runtime_config import EngineConfig, Invalid, Runtime, optional_str, table
 
 CRIO_CONF = "/etc/crio/crio.conf"
 CRIO_DROP_INS = "/etc/crio/crio.conf.d"
