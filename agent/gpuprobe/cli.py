@@ -18,6 +18,7 @@ from gpuprobe import __version__
 if TYPE_CHECKING:
     from gpuprobe.client import Credentials
     from gpuprobe.config import Config
+    from gpuprobe.host import Host
 
 USAGE_ERROR = 64
 MAX_TEST_SECONDS = 120  # what an agent's MeasureBandwidth accepts
@@ -373,23 +374,29 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     return config, names
 
 
-def _check(args: argparse.Namespace) -> int:
-    from gpuprobe.checks.runner import run_checks
+def _host(args: argparse.Namespace) -> Host:
+    """The node the command looks at: a snapshot replayed, or the live node under --root."""
     from gpuprobe.errors import UsageError
     from gpuprobe.host import live_host, snapshot_host
+
+    snapshot = getattr(args, "snapshot", None)
+    node_name = getattr(args, "node_name", None)
+    if snapshot:
+        if args.root != "/":
+            raise UsageError("--snapshot and --root exclude each other")
+        return snapshot_host(snapshot, node_name)
+    if not os.path.isdir(args.root):
+        raise UsageError(f"--root {args.root}: not a directory")
+    return live_host(args.root, node_name)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from gpuprobe.checks.runner import run_checks
     from gpuprobe.render import render_report
     from gpuprobe.report import exit_status
 
     config, names = _prepare(args)
-    if args.snapshot and args.root != "/":
-        raise UsageError("--snapshot and --root exclude each other")
-    if args.snapshot:
-        host = snapshot_host(args.snapshot, args.node_name)
-    else:
-        if not os.path.isdir(args.root):
-            raise UsageError(f"--root {args.root}: not a directory")
-        host = live_host(args.root, args.node_name)
-    report = run_checks(host, config, names)
+    report = run_checks(_host(args), config, names)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:
@@ -418,13 +425,9 @@ def _capture(args: argparse.Namespace) -> int:
 def _clear_xid(args: argparse.Namespace) -> int:
     from gpuprobe.checks.xid import clear
     from gpuprobe.config import load_config
-    from gpuprobe.errors import UsageError
-    from gpuprobe.host import live_host
 
     config = load_config(args.config)
-    if not os.path.isdir(args.root):
-        raise UsageError(f"--root {args.root}: not a directory")
-    cleared = clear(live_host(args.root), config, args.gpu)
+    cleared = clear(_host(args), config, args.gpu)
     where = f" on GPU {args.gpu}" if args.gpu is not None else ""
     print(f"gpuprobe: cleared {cleared} sticky XID{'s' if cleared != 1 else ''}{where}")
     return 0
@@ -436,8 +439,6 @@ def _serve(args: argparse.Namespace) -> int:
     # gRPC core writes its own (non-JSON) log lines; the agent logs what matters itself.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-    from gpuprobe.errors import UsageError
-    from gpuprobe.host import live_host, snapshot_host
     from gpuprobe.serve.agent import ServeOptions
     from gpuprobe.serve.main import serve
 
@@ -446,8 +447,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = dataclasses.replace(
             config, serve=dataclasses.replace(config.serve, interval_seconds=args.interval)
         )
-    if args.snapshot and args.root != "/":
-        raise UsageError("--snapshot and --root exclude each other")
+    host = _host(args)
     options = ServeOptions(
         grpc_listen=args.grpc_listen,
         metrics_listen=args.metrics_listen,
@@ -457,12 +457,6 @@ def _serve(args: argparse.Namespace) -> int:
         tls_client_ca=args.tls_client_ca,
         allow_unauthenticated=args.allow_unauthenticated,
     )
-    if args.snapshot:
-        host = snapshot_host(args.snapshot, args.node_name)
-    else:
-        if not os.path.isdir(args.root):
-            raise UsageError(f"--root {args.root}: not a directory")
-        host = live_host(args.root, args.node_name)
     return serve(host, config, names, options)
 
 
