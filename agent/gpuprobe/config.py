@@ -18,6 +18,9 @@ from gpuprobe.errors import ConfigError
 
 # Active checks measure for a while: their deadline is at least this unless set per check.
 ACTIVE_DEADLINES: dict[str, float] = {"storage": 120.0}
+# The nccl check's deadline is its test's timeout plus this (starting, killing, reading the
+# table), so the test's own timeout, not the check's deadline, ends a slow run.
+NCCL_DEADLINE_MARGIN = 15.0
 
 
 @dataclass(frozen=True)
@@ -193,9 +196,14 @@ class NcclConfig:
     args: tuple[str, ...] = ("-b", "1G", "-e", "8G", "-f", "2")
     # The bus bandwidth at the largest size must reach this, in GB/s (1e9 bytes/s).
     min_busbw_gbps: float | None = None
+    # The test's own bound (the check's deadline is this plus 15 s unless checks.deadlines.nccl).
     timeout_seconds: float = 300.0
     # Run even while GPU processes are active.
     force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timeout_seconds <= 0:
+            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be above 0")
 
 
 @dataclass(frozen=True)
@@ -254,6 +262,14 @@ class Config:
     nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+
+    def deadline(self, check: str) -> float:
+        """The deadline of one check, in seconds: `checks.deadlines` when set there; for
+        `nccl`, at least `nccl.timeout_seconds` plus a margin."""
+        deadline = self.checks.deadline(check)
+        if check == "nccl" and check not in self.checks.deadlines:
+            return max(deadline, self.nccl.timeout_seconds + NCCL_DEADLINE_MARGIN)
+        return deadline
 
 
 def load_config(path: str | None) -> Config:
