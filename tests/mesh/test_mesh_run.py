@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_tool
 from gpuprobe.audit.fanout import fetch_all
 from gpuprobe.client import Client, Credentials
 from gpuprobe.mesh.render import render_mesh
@@ -90,3 +91,40 @@ def test_quick_mode_samples_matchings_then_retests_suspects(agents: list[str]) -
     result = run_mesh(peers, options, connect)
     assert len(result.links) == 2 * 2  # two matchings of one pair (3 nodes), both ways
     assert result.findings == []
+
+
+def test_a_sender_without_a_usable_rdma_device_is_unavailable_not_its_peer(
+    tmp_path: Path,
+) -> None:
+    # The snapshot lists mlx5_0 in sysfs; the real ib_write_bw finds no device on this machine,
+    # as on a node whose verbs stack is broken: each sender's own fault, found before any sink.
+    require_tool("ib_write_bw")
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    with ExitStack() as stack:
+        targets = [
+            f"127.0.0.1:{agent.grpc_port}"
+            for agent in (
+                stack.enter_context(
+                    in_process_agent(
+                        "synthetic-ndr-fabric-healthy", token_file=str(token), node_name=name
+                    )
+                )
+                for name in ("node-a", "node-b")
+            )
+        ]
+        peers, _ = identify(fetched(targets))
+        options = MeshOptions(transport="rdma", rdma_device="mlx5_0", seconds=1, force=True)
+        result = run_mesh(peers, options, connect)
+    assert [(link.source, link.blamed, link.unavailable) for link in result.links] == [
+        ("node-a", "node-a", True),
+        ("node-b", "node-b", True),
+    ]
+    assert [(f.code, f.severity.value, f.resource) for f in result.findings] == [
+        ("BANDWIDTH_TEST_UNAVAILABLE", "UNKNOWN", "peer:node-a"),
+        ("BANDWIDTH_TEST_UNAVAILABLE", "UNKNOWN", "peer:node-b"),
+    ]
+    assert result.findings[0].message == (
+        "node-a's bandwidth could not be tested: the RDMA test cannot run on node-a: "
+        "ib_write_bw: Unable to find the Infiniband/RoCE device"
+    )

@@ -96,11 +96,27 @@ def parse_json(text: str, gbits: bool) -> PerftestResult:
         raise PerftestError(f"unreadable perftest JSON ({exc})") from None
 
 
+# What ib_write_bw prints when it cannot use this node's own device: the fault is here, not
+# at the other side of the test.
+LOCAL_FAULTS = (
+    "Unable to find the Infiniband/RoCE device",
+    "Did not detect devices",
+    "Couldn't get context for the device",
+    "is not installed",
+)
+
+
+def is_local(reason: str) -> bool:
+    """Whether a failure reason is about this node's own binary or device."""
+    return any(marker in reason for marker in LOCAL_FAULTS)
+
+
 def failure_reason(text: str) -> str:
     """Why ib_write_bw printed no result, from its output."""
     for marker in (
         "Unable to find the Infiniband/RoCE device",
         "Did not detect devices",
+        "Couldn't get context for the device",
         "Couldn't connect",
         "Unable to open",
         "Failed to",
@@ -159,6 +175,30 @@ def start_server(options: PerftestOptions) -> subprocess.Popen[str]:
     return subprocess.Popen(
         options.arguments(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+def probe(options: PerftestOptions, wait: float = 0.5) -> None:
+    """Raise PerftestError unless ib_write_bw can open `options.device` on this node.
+
+    perftest opens the device before it listens for its peer, so a server side started on
+    `options.port` that is still running after `wait` seconds found its device; it is then
+    stopped. One that exited says why.
+    """
+    _binary(options)
+    process = subprocess.Popen(
+        options.arguments(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        process.wait(wait)
+    except subprocess.TimeoutExpired:
+        stop(process)
+        return
+    output = stop(process)
+    raise PerftestError(failure_reason(output))
 
 
 def run_client(options: PerftestOptions, server: str, timeout: float) -> PerftestResult:

@@ -266,11 +266,19 @@ class Bandwidth:
             force=request.force,
         )
         sink_request.duration.FromTimedelta(timedelta(seconds=test_seconds + SINK_GRACE_SECONDS))
+        # This node's own binary and device are tried before the peer opens anything: a
+        # failure here is this node's, never the peer's.
+        try:
+            perftest.probe(rdma_options(device, _free_port(), sink_request))
+        except perftest.PerftestError as exc:
+            raise self._unavailable_here(exc) from None
         sink = self._open(request, sink_request, timeout=10)
         options = rdma_options(device, sink.port, sink_request)
         try:
             result = perftest.run_client(options, host, timeout=test_seconds + SINK_GRACE_SECONDS)
         except perftest.PerftestError as exc:
+            if perftest.is_local(str(exc)):
+                raise self._unavailable_here(exc) from None
             raise TestRefused(
                 grpc.StatusCode.UNAVAILABLE,
                 f"{PEER_FAULT}the RDMA test toward {sink.node} failed: {exc}",
@@ -280,6 +288,13 @@ class Bandwidth:
         )
         response.elapsed.FromTimedelta(timedelta(seconds=test_seconds))
         return response
+
+    def _unavailable_here(self, exc: Exception) -> TestRefused:
+        """This node cannot run its side of an RDMA test (no perftest, no usable device)."""
+        return TestRefused(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"the RDMA test cannot run on {self.host.node_name}: {exc}",
+        )
 
 
 def rdma_options(
