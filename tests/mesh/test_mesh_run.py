@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_tool
+from conftest import gpuprobe, require_tool
 from gpuprobe.audit.fanout import fetch_all
 from gpuprobe.client import Client, Credentials
 from gpuprobe.mesh.render import render_mesh
-from gpuprobe.mesh.run import MeshOptions, Peer, identify, run_mesh
+from gpuprobe.mesh.run import InvalidTest, MeshOptions, Peer, identify, run_mesh
 from gpuprobe.mesh.verdict import FAILED, OK, Thresholds
 from serving import in_process_agent
 
@@ -128,3 +128,23 @@ def test_a_sender_without_a_usable_rdma_device_is_unavailable_not_its_peer(
         "node-a's bandwidth could not be tested: the RDMA test cannot run on node-a: "
         "ib_write_bw: Unable to find the Infiniband/RoCE device"
     )
+
+
+def test_parameters_an_agent_refuses_stop_the_mesh_instead_of_blaming_peers(
+    agents: list[str],
+) -> None:
+    peers, _ = identify(fetched(agents))
+    options = MeshOptions(seconds=0.3, warmup=0.1, streams=65, thresholds=CALM)
+    with pytest.raises(InvalidTest, match=r"^n\d refused the test: 65 streams: at most 64$"):
+        run_mesh(peers, options, connect)
+
+
+@pytest.mark.parametrize(
+    ("streams", "message"),
+    [("65", "at most 64: 65"), ("0", "must be at least 1: 0"), ("x", "not a whole number")],
+)
+def test_the_streams_flag_is_bounded(streams: str, message: str) -> None:
+    done = gpuprobe("mesh", "--targets", "127.0.0.1:1", "--streams", streams)
+    assert done.returncode == 64
+    assert done.stderr.count("\n") == 1 and message in done.stderr
+    assert done.stdout == ""

@@ -74,6 +74,16 @@ def peer_address(context: Any) -> str:
     return match.group(1) or match.group(2)
 
 
+def valid_streams(streams: int) -> int:
+    """A request's stream count (the default when unset); INVALID_ARGUMENT above the bound."""
+    streams = streams or DEFAULT_STREAMS
+    if streams > MAX_STREAMS:
+        raise TestRefused(
+            grpc.StatusCode.INVALID_ARGUMENT, f"{streams} streams: at most {MAX_STREAMS}"
+        )
+    return streams
+
+
 def seconds(duration: Any, default: float, limit: float) -> float:
     """A request's Duration in seconds (the default when unset), bounded by `limit`."""
     value = duration.seconds + duration.nanos / 1e9 if duration.ByteSize() else default
@@ -127,9 +137,7 @@ class Bandwidth:
     def _tcp_sink(
         self, request: pb.OpenBandwidthSinkRequest, caller: str, lifetime: float
     ) -> tuple[int, str]:
-        streams = request.streams or DEFAULT_STREAMS
-        if streams > MAX_STREAMS:
-            raise TestRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{streams} streams: at most 64")
+        streams = valid_streams(request.streams)
         max_bytes = request.max_bytes or int(BYTES_PER_SECOND_BOUND * lifetime)
         bind = "::" if ":" in caller else "0.0.0.0"
         sink = tcp.TcpSink(bind, caller, streams, max_bytes, lifetime)
@@ -200,6 +208,10 @@ class Bandwidth:
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
             details = exc.details() if hasattr(exc, "details") else str(exc)
+            if code == grpc.StatusCode.INVALID_ARGUMENT:  # the request's fault, not the peer's
+                raise TestRefused(
+                    code, f"{request.peer} refused the test's parameters: {details}"
+                ) from None
             status = (
                 grpc.StatusCode.FAILED_PRECONDITION
                 if code == grpc.StatusCode.FAILED_PRECONDITION
@@ -212,7 +224,7 @@ class Bandwidth:
     def _measure_tcp(
         self, request: pb.MeasureBandwidthRequest, host: str, duration: float
     ) -> pb.MeasureBandwidthResponse:
-        streams = request.streams or DEFAULT_STREAMS
+        streams = valid_streams(request.streams)  # refused here, before the peer is asked
         warmup = (
             seconds(request.warmup, DEFAULT_WARMUP, MAX_SECONDS)
             if request.warmup.ByteSize()
