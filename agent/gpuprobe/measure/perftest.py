@@ -6,7 +6,8 @@ table reads
     #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]
 
 with `--report_gbits`, or `[MB/sec]` columns in MiB/s without it ("Report Max/Average BW of
-test in Gbit/sec (instead of MiB/sec)", perftest's help). Warning lines can sit inside the
+test in Gbit/sec (instead of MiB/sec)", perftest's help); newer perftest names that unit as it
+is, `[MiB/sec]` (2^20 bytes per second either way). Warning lines can sit inside the
 table. In duration mode (`-D`) perftest measures no peak and prints 0.00 for it, so the peak
 is kept only when it was measured. `--out_json --out_json_file F` writes
 `{"test_info": {...}, "results": {"MsgSize", "n_iterations", "BW_peak", "BW_average",
@@ -25,7 +26,8 @@ from typing import Any
 MIB = 1024 * 1024
 DEFAULT_PORT = 18515
 _HEADER = re.compile(
-    r"#bytes\s+#iterations\s+BW peak\[(Gb/sec|MB/sec)\]\s+BW average\[(Gb/sec|MB/sec)\]"
+    r"#bytes\s+#iterations\s+BW peak\[(Gb/sec|MB/sec|MiB/sec)\]"
+    r"\s+BW average\[(Gb/sec|MB/sec|MiB/sec)\]"
 )
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
 
