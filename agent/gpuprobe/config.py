@@ -177,14 +177,45 @@ class NetworkConfig:
     min_speed_mbps: int | None = None
 
 
+# Bounds on the RDMA test's parameters (an agent refuses a peer's request beyond them too).
+MAX_RDMA_MESSAGE_BYTES = 1024 * 1024 * 1024
+MAX_RDMA_QUEUE_PAIRS = 256
+
+
+@dataclass(frozen=True)
+class RdmaTestConfig:
+    """How this agent's `ib_write_bw` runs in a mesh RDMA test."""
+
+    # Message size and queue pairs of the tests this agent sends (the peer's server takes
+    # them from the request, so both sides agree): perftest's -s and -q.
+    message_bytes: int = 8 * MIB
+    queue_pairs: int = 1
+    # This node's GID index (-x) for RoCE, on both sides of its tests; None: perftest's own
+    # choice. RoCEv2 fabrics need the index of the RoCEv2 GID of the routable address.
+    gid_index: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.message_bytes <= MAX_RDMA_MESSAGE_BYTES:
+            raise ConfigError(
+                f"message_bytes: {self.message_bytes} is not between 1 and {MAX_RDMA_MESSAGE_BYTES}"
+            )
+        if not 1 <= self.queue_pairs <= MAX_RDMA_QUEUE_PAIRS:
+            raise ConfigError(
+                f"queue_pairs: {self.queue_pairs} is not between 1 and {MAX_RDMA_QUEUE_PAIRS}"
+            )
+        if self.gid_index is not None and self.gid_index < 0:
+            raise ConfigError(f"gid_index: {self.gid_index} is negative")
+
+
 @dataclass(frozen=True)
 class RdmaConfig:
-    """What the RDMA ports must do."""
+    """What the RDMA ports must do, and how RDMA bandwidth tests run."""
 
     # The rate each port must train at, in Gb/s (400 for NDR, 200 for HDR).
     expected_rate_gbps: float | None = None
     # Devices to check (e.g. ["mlx5_0", "mlx5_1"]); empty: all of them.
     devices: tuple[str, ...] = ()
+    test: RdmaTestConfig = field(default_factory=RdmaTestConfig)
 
 
 @dataclass(frozen=True)

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from conftest import gpuprobe, require_tool
+from conftest import ROOT, gpuprobe, require_tool
 from gpuprobe.audit.fanout import fetch_all
 from gpuprobe.client import Client, Credentials
+from gpuprobe.config import Config, RdmaTestConfig
+from gpuprobe.errors import ConfigError
 from gpuprobe.mesh.render import render_mesh
 from gpuprobe.mesh.run import InvalidTest, MeshOptions, Peer, identify, run_mesh
 from gpuprobe.mesh.verdict import FAILED, OK, Thresholds
+from gpuprobe.v1 import diagnostics_pb2 as pb
+from helpers import config
 from serving import in_process_agent
 
 TOKEN = "mesh-token"
@@ -148,3 +155,59 @@ def test_the_streams_flag_is_bounded(streams: str, message: str) -> None:
     assert done.returncode == 64
     assert done.stderr.count("\n") == 1 and message in done.stderr
     assert done.stdout == ""
+
+
+def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stand-in ib_write_bw on PATH records each command line (no RDMA device here): the
+    # server side waits as perftest's does, the client side prints a recorded table.
+    calls = tmp_path / "calls"
+    table = ROOT / "tests" / "fixtures" / "perftest" / "ib_write_bw-ndr-gbits.txt"
+    stand_in = tmp_path / "bin" / "ib_write_bw"
+    stand_in.parent.mkdir()
+    stand_in.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'for last in "$@"; do :; done\n'
+        f'[ "$last" = 127.0.0.1 ] && exec cat {table}\n'
+        "exec sleep 5\n"
+    )
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    sender = config(rdma={"test": {"message_bytes": 65536, "queue_pairs": 4, "gid_index": 3}})
+    receiver = config(rdma={"test": {"gid_index": 1}})
+    with (
+        in_process_agent(
+            "synthetic-ndr-fabric-healthy", sender, token_file=str(token), node_name="node-a"
+        ) as a,
+        in_process_agent(
+            "synthetic-ndr-fabric-healthy", receiver, token_file=str(token), node_name="node-b"
+        ) as b,
+    ):
+        request = pb.MeasureBandwidthRequest(
+            peer=f"127.0.0.1:{b.grpc_port}", transport="rdma", rdma_device="mlx5_0", force=True
+        )
+        request.duration.FromTimedelta(timedelta(seconds=2))
+        with connect(f"127.0.0.1:{a.grpc_port}") as client:
+            response = client.measure_bandwidth(request, timeout=30)
+    assert response.bytes_per_second == 391.87e9 / 8
+    shared = "-d mlx5_0 -p PORT -s 65536 -D 2 -q 4 -F --report_gbits"
+    assert [re.sub(r"-p \d+", "-p PORT", line) for line in calls.read_text().splitlines()] == [
+        f"{shared} -x 3",  # node-a tries its own device first
+        f"{shared} -x 1",  # node-b's server: node-a's size and queue pairs, its own GID index
+        f"{shared} -x 3 127.0.0.1",  # node-a's client
+    ]
+
+
+def test_rdma_test_settings_are_bounded() -> None:
+    assert Config().rdma.test == RdmaTestConfig(8 * 2**20, 1, None)
+    for test, message in [
+        ({"message_bytes": 0}, "message_bytes: 0 is not between 1 and 1073741824"),
+        ({"queue_pairs": 257}, "queue_pairs: 257 is not between 1 and 256"),
+        ({"gid_index": -1}, "gid_index: -1 is negative"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            config(rdma={"test": test})

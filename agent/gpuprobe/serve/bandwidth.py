@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from gpuprobe import cleanup
+from gpuprobe.config import MAX_RDMA_MESSAGE_BYTES, MAX_RDMA_QUEUE_PAIRS, RdmaTestConfig
 from gpuprobe.gpu.devices import busy_gpus
 from gpuprobe.host import Host
 from gpuprobe.measure import perftest, tcp
@@ -97,10 +98,17 @@ def seconds(duration: Any, default: float, limit: float) -> float:
 class Bandwidth:
     """The work of OpenBandwidthSink and MeasureBandwidth on one agent."""
 
-    def __init__(self, host: Host, peer_channel: PeerChannel, store: ReportStore) -> None:
+    def __init__(
+        self,
+        host: Host,
+        peer_channel: PeerChannel,
+        store: ReportStore,
+        rdma_test: RdmaTestConfig | None = None,
+    ) -> None:
         self.host = host
         self.peer_channel = peer_channel
         self.links = LinkBook(store)
+        self.rdma_test = rdma_test or RdmaTestConfig()
 
     def _refuse_if_busy(self, force: bool) -> None:
         if force:
@@ -151,7 +159,7 @@ class Bandwidth:
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"no RDMA device {request.rdma_device} on {self.host.node_name}",
             )
-        options = rdma_options(request.rdma_device, _free_port(), request)
+        options = rdma_options(request.rdma_device, _free_port(), request, self.rdma_test)
         try:
             server = perftest.start_server(options)
         except perftest.PerftestError as exc:
@@ -272,8 +280,8 @@ class Bandwidth:
         sink_request = pb.OpenBandwidthSinkRequest(
             transport="rdma",
             rdma_device=request.peer_rdma_device or device,
-            message_bytes=perftest.PerftestOptions(device).message_bytes,
-            queue_pairs=1,
+            message_bytes=self.rdma_test.message_bytes,
+            queue_pairs=self.rdma_test.queue_pairs,
             test_seconds=test_seconds,
             force=request.force,
         )
@@ -281,11 +289,11 @@ class Bandwidth:
         # This node's own binary and device are tried before the peer opens anything: a
         # failure here is this node's, never the peer's.
         try:
-            perftest.probe(rdma_options(device, _free_port(), sink_request))
+            perftest.probe(rdma_options(device, _free_port(), sink_request, self.rdma_test))
         except perftest.PerftestError as exc:
             raise self._unavailable_here(exc) from None
         sink = self._open(request, sink_request, timeout=10)
-        options = rdma_options(device, sink.port, sink_request)
+        options = rdma_options(device, sink.port, sink_request, self.rdma_test)
         try:
             result = perftest.run_client(options, host, timeout=test_seconds + SINK_GRACE_SECONDS)
         except perftest.PerftestError as exc:
@@ -310,16 +318,26 @@ class Bandwidth:
 
 
 def rdma_options(
-    device: str, port: int, request: pb.OpenBandwidthSinkRequest
+    device: str, port: int, request: pb.OpenBandwidthSinkRequest, local: RdmaTestConfig
 ) -> perftest.PerftestOptions:
-    """The ib_write_bw options both sides of one RDMA test share."""
+    """One side's ib_write_bw options: message size, queue pairs and duration as the request
+    says (both sides share them), the GID index as this node's configuration says."""
     defaults = perftest.PerftestOptions(device)
+    message_bytes = request.message_bytes or defaults.message_bytes
+    queue_pairs = request.queue_pairs or defaults.queue_pairs
+    if message_bytes > MAX_RDMA_MESSAGE_BYTES or queue_pairs > MAX_RDMA_QUEUE_PAIRS:
+        raise TestRefused(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{message_bytes} bytes per message, {queue_pairs} queue pairs: at most "
+            f"{MAX_RDMA_MESSAGE_BYTES} and {MAX_RDMA_QUEUE_PAIRS}",
+        )
     return perftest.PerftestOptions(
         device=device,
         port=port,
-        message_bytes=request.message_bytes or defaults.message_bytes,
+        message_bytes=message_bytes,
         duration_seconds=request.test_seconds or defaults.duration_seconds,
-        queue_pairs=request.queue_pairs or defaults.queue_pairs,
+        queue_pairs=queue_pairs,
+        gid_index=local.gid_index,
     )
 
 
