@@ -211,3 +211,26 @@ def test_rdma_test_settings_are_bounded() -> None:
     ]:
         with pytest.raises(ConfigError, match=message):
             config(rdma={"test": test})
+
+
+def test_quick_mode_retests_each_suspect_against_a_node_known_good(agents: list[str]) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    peers, _ = identify(fetched(agents))
+    options = MeshOptions(
+        mode="quick", matchings=1, seconds=0.3, warmup=0.1, seed=7, thresholds=CALM
+    )
+    result = run_mesh([*peers, Peer(dead, "ghost")], options, connect)
+    matching, retest = result.links[:4], result.links[4:]
+    partner = next(link.target for link in matching if link.source == "ghost")
+    suspects = sorted(["ghost", partner])
+    good = [n for n in ("n1", "n2", "n3") if n != partner]
+    expected = [pair for a, b in zip(suspects, good, strict=False) for pair in ((a, b), (b, a))]
+    assert [(link.source, link.target) for link in retest] == expected
+    # The ghost's partner fails only with the ghost: against a good node it is fine.
+    assert [link.verdict for link in retest if "ghost" not in (link.source, link.target)] == [
+        OK,
+        OK,
+    ]
+    assert [(f.code, f.resource) for f in result.findings] == [("PEER_UNREACHABLE", "peer:ghost")]
