@@ -129,12 +129,26 @@ class Fabric:
             env={**os.environ, **(env or {})},
         )
 
+    def veth_names(self) -> list[str]:
+        """Both ends of every node's veth pair, as created in the root namespace."""
+        return [
+            f"{end}{i}{self.tag[:4]}"
+            for i in range(1, len(self.node_ns) + 1)
+            for end in ("gpv", "gpn")
+        ]
+
     def close(self) -> None:
-        """Stop every process and remove every namespace (their links go with them)."""
+        """Stop every process and remove every namespace (their links go with them), and any
+        veth end still in the root namespace (a build that failed before moving it)."""
         for proc in self.processes:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+        with IPRoute() as root:
+            for name in self.veth_names():
+                for index in root.link_lookup(ifname=name):
+                    with contextlib.suppress(Exception):  # its peer's removal took it already
+                        root.link("del", index=index)
         for name in (*self.node_ns, self.bridge_ns):
             with contextlib.suppress(OSError):
                 netns.remove(name)

@@ -259,10 +259,10 @@ def _add_mesh_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--streams",
-        type=_at_least_one,
+        type=_streams,
         default=4,
         metavar="N",
-        help="TCP: parallel streams per test (default 4)",
+        help="TCP: parallel streams per test, 1-64 (default 4)",
     )
     parser.add_argument(
         "--matchings",
@@ -313,6 +313,15 @@ def _fail_on(text: str) -> str:
     if text.upper() not in ("WARNING", "CRITICAL"):
         raise argparse.ArgumentTypeError(f"WARNING or CRITICAL, not {text!r}")
     return text.upper()
+
+
+def _streams(text: str) -> int:
+    from gpuprobe.serve.bandwidth import MAX_STREAMS
+
+    value = _at_least_one(text)
+    if value > MAX_STREAMS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_STREAMS}: {text}")
+    return value
 
 
 def _at_least_one(text: str) -> int:

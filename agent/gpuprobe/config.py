@@ -18,6 +18,9 @@ from gpuprobe.errors import ConfigError
 
 # Active checks measure for a while: their deadline is at least this unless set per check.
 ACTIVE_DEADLINES: dict[str, float] = {"storage": 120.0}
+# The nccl check's deadline is its test's timeout plus this (starting, killing, reading the
+# table), so the test's own timeout, not the check's deadline, ends a slow run.
+NCCL_DEADLINE_MARGIN = 15.0
 
 
 @dataclass(frozen=True)
@@ -174,14 +177,45 @@ class NetworkConfig:
     min_speed_mbps: int | None = None
 
 
+# Bounds on the RDMA test's parameters (an agent refuses a peer's request beyond them too).
+MAX_RDMA_MESSAGE_BYTES = 1024 * 1024 * 1024
+MAX_RDMA_QUEUE_PAIRS = 256
+
+
+@dataclass(frozen=True)
+class RdmaTestConfig:
+    """How this agent's `ib_write_bw` runs in a mesh RDMA test."""
+
+    # Message size and queue pairs of the tests this agent sends (the peer's server takes
+    # them from the request, so both sides agree): perftest's -s and -q.
+    message_bytes: int = 8 * MIB
+    queue_pairs: int = 1
+    # This node's GID index (-x) for RoCE, on both sides of its tests; None: perftest's own
+    # choice. RoCEv2 fabrics need the index of the RoCEv2 GID of the routable address.
+    gid_index: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.message_bytes <= MAX_RDMA_MESSAGE_BYTES:
+            raise ConfigError(
+                f"message_bytes: {self.message_bytes} is not between 1 and {MAX_RDMA_MESSAGE_BYTES}"
+            )
+        if not 1 <= self.queue_pairs <= MAX_RDMA_QUEUE_PAIRS:
+            raise ConfigError(
+                f"queue_pairs: {self.queue_pairs} is not between 1 and {MAX_RDMA_QUEUE_PAIRS}"
+            )
+        if self.gid_index is not None and self.gid_index < 0:
+            raise ConfigError(f"gid_index: {self.gid_index} is negative")
+
+
 @dataclass(frozen=True)
 class RdmaConfig:
-    """What the RDMA ports must do."""
+    """What the RDMA ports must do, and how RDMA bandwidth tests run."""
 
     # The rate each port must train at, in Gb/s (400 for NDR, 200 for HDR).
     expected_rate_gbps: float | None = None
     # Devices to check (e.g. ["mlx5_0", "mlx5_1"]); empty: all of them.
     devices: tuple[str, ...] = ()
+    test: RdmaTestConfig = field(default_factory=RdmaTestConfig)
 
 
 @dataclass(frozen=True)
@@ -193,9 +227,14 @@ class NcclConfig:
     args: tuple[str, ...] = ("-b", "1G", "-e", "8G", "-f", "2")
     # The bus bandwidth at the largest size must reach this, in GB/s (1e9 bytes/s).
     min_busbw_gbps: float | None = None
+    # The test's own bound (the check's deadline is this plus 15 s unless checks.deadlines.nccl).
     timeout_seconds: float = 300.0
     # Run even while GPU processes are active.
     force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timeout_seconds <= 0:
+            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be above 0")
 
 
 @dataclass(frozen=True)
@@ -254,6 +293,14 @@ class Config:
     nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+
+    def deadline(self, check: str) -> float:
+        """The deadline of one check, in seconds: `checks.deadlines` when set there; for
+        `nccl`, at least `nccl.timeout_seconds` plus a margin."""
+        deadline = self.checks.deadline(check)
+        if check == "nccl" and check not in self.checks.deadlines:
+            return max(deadline, self.nccl.timeout_seconds + NCCL_DEADLINE_MARGIN)
+        return deadline
 
 
 def load_config(path: str | None) -> Config:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
+from gpuprobe.config import Config
+from gpuprobe.errors import ConfigError
 from helpers import codes, config, run_check
 
 TABLES = ROOT / "tests" / "fixtures" / "nccl"
@@ -75,3 +79,41 @@ def test_busy_gpus_keep_the_test_from_running(tmp_path: Path) -> None:
     result = run_check("nccl", "synthetic-h100-8gpu-healthy", config(nccl={"binary": binary}))
     assert result.summary == "not run: GPU processes are active on GPU 0, 1, 2, 3, 4, 5, 6, 7"
     assert result.findings == [] and result.data == {"ran": False}
+
+
+def test_the_deadline_follows_the_test_timeout() -> None:
+    assert Config().deadline("nccl") == 315.0  # nccl.timeout_seconds 300 plus 15
+    assert config(nccl={"timeout_seconds": 30}).deadline("nccl") == 45.0
+    assert (
+        config(nccl={"timeout_seconds": 1}, checks={"deadline_seconds": 20}).deadline("nccl")
+        == 20.0
+    )
+    told = config(nccl={"timeout_seconds": 600}, checks={"deadlines": {"nccl": 100}})
+    assert told.deadline("nccl") == 100.0
+    assert Config().deadline("gpus") == 10.0 and Config().deadline("storage") == 120.0
+    with pytest.raises(ConfigError, match="timeout_seconds: 0 must be above 0"):
+        config(nccl={"timeout_seconds": 0})
+
+
+def test_a_lower_deadline_bounds_the_test(tmp_path: Path) -> None:
+    binary = script(tmp_path, "sleep 30\n")
+    cfg = config(
+        nccl={"binary": binary, "force": True, "timeout_seconds": 300},
+        checks={"deadlines": {"nccl": 2}},
+    )
+    result = run_check("nccl", "synthetic-h100-8gpu-healthy", cfg)
+    assert codes(result) == [("NCCL_TEST_FAILED", "CRITICAL", "DRAIN_NODE", "node")]
+    assert result.findings[0].message.endswith("did not finish within 1 s")
+
+
+def test_a_non_zero_exit_after_rows_is_a_failed_test(tmp_path: Path) -> None:
+    table = TABLES / "all_reduce_perf-8xh100.txt"
+    binary = script(tmp_path, f"cat {table}\necho 'NCCL WARN unhandled cuda error' >&2\nexit 2\n")
+    result = run_check(
+        "nccl", "synthetic-h100-8gpu-healthy", config(nccl={"binary": binary, "force": True})
+    )
+    assert codes(result) == [("NCCL_TEST_FAILED", "CRITICAL", "DRAIN_NODE", "node")]
+    assert result.findings[0].message == (
+        f"the NCCL test across 8 GPUs failed: {binary} exited 2 after 4 sizes "
+        "(up to 8589934592 bytes): NCCL WARN unhandled cuda error"
+    )

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
-from gpuprobe.measure.nccl import NcclTestError, parse_output, run
+from gpuprobe.measure.nccl import NcclTestError, expected_largest, parse_output, run
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nccl"
 
@@ -67,3 +71,105 @@ def test_runner_failures(tmp_path: Path) -> None:
     hanging = fake(tmp_path, "sleep 30\n")
     with pytest.raises(NcclTestError, match="did not finish within 1 s"):
         run(hanging, 8, (), timeout=1)
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its reaper does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def leftovers(pids_file: Path) -> list[int]:
+    """The processes the stand-in recorded that still run, a moment after the runner returned."""
+    pids = [int(p) for p in pids_file.read_text().split()]
+    for _ in range(50):
+        if not any(alive(p) for p in pids):
+            break
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def sleeping(tmp_path: Path) -> tuple[str, Path]:
+    """A stand-in that starts a child (as all_reduce_perf's threads and helpers are) and hangs."""
+    pids = tmp_path / "pids"
+    return fake(tmp_path, f"echo $$ > {pids}\nsleep 60 &\necho $! >> {pids}\nwait\n"), pids
+
+
+def test_a_timed_out_run_leaves_no_process_behind(tmp_path: Path) -> None:
+    binary, pids = sleeping(tmp_path)
+    started = time.monotonic()
+    with pytest.raises(NcclTestError, match="did not finish within 1 s"):
+        run(binary, 8, (), timeout=1)
+    assert time.monotonic() - started < 5  # the sleeping grandchild holds no pipe open
+    assert len(pids.read_text().split()) == 2
+    assert leftovers(pids) == []
+
+
+def test_sigterm_stops_the_running_binary(tmp_path: Path) -> None:
+    binary, pids = sleeping(tmp_path)
+    script = (
+        "from gpuprobe import cleanup\n"
+        "from gpuprobe.measure.nccl import run\n"
+        "cleanup.exit_on_signals()\n"
+        f"run({binary!r}, 8, (), timeout=60)\n"
+    )
+    agent = subprocess.Popen([sys.executable, "-c", script])
+    for _ in range(100):
+        if pids.exists() and len(pids.read_text().split()) == 2:
+            break
+        time.sleep(0.05)
+    assert all(alive(int(p)) for p in pids.read_text().split())
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(10) == 143
+    assert leftovers(pids) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("exit 1", "exited 1 after 4 sizes \\(up to 8589934592 bytes\\): NCCL WARN"),
+        ("exit 0", None),
+    ],
+)
+def test_a_failed_exit_fails_even_with_rows(tmp_path: Path, body: str, message: str | None) -> None:
+    table = FIXTURES / "all_reduce_perf-8xh100.txt"
+    binary = fake(tmp_path, f"cat {table}\necho 'NCCL WARN Cuda failure' >&2\n{body}\n")
+    if message is None:
+        assert run(binary, 8, (), timeout=10).largest.size_bytes == 2**33
+    else:
+        with pytest.raises(NcclTestError, match=message):
+            run(binary, 8, (), timeout=10)
+
+
+def test_a_run_stopping_short_of_its_sweep_failed(tmp_path: Path) -> None:
+    table = (FIXTURES / "all_reduce_perf-8xh100.txt").read_text()
+    cut = tmp_path / "cut.txt"
+    cut.write_text(
+        "".join(ln for ln in table.splitlines(True) if not ln.startswith("  8589934592"))
+    )
+    binary = fake(tmp_path, f"cat {cut}\n")
+    with pytest.raises(NcclTestError, match="stopped at 4294967296 bytes, short of the 8589934592"):
+        run(binary, 8, ("-b", "1G", "-e", "8G", "-f", "2"), timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("args", "largest"),
+    [
+        (("-b", "1G", "-e", "8G", "-f", "2"), 2**33),
+        (("-b", "1G", "-e", "10G", "-f", "2"), 2**33),  # the sweep's last step, not -e itself
+        (("--minbytes=8", "--maxbytes=128M", "-f2"), 2**27),
+        (("-b", "1M", "-e", "10M", "-i", "3M"), 10 * 2**20),
+        ((), 32 * 2**20),  # nccl-tests' defaults: -b 32M -e 32M
+        (("-e", "lots"), None),
+    ],
+)
+def test_the_sweep_the_arguments_ask_for(args: tuple[str, ...], largest: int | None) -> None:
+    assert expected_largest(args) == largest
+
+
+def test_the_header_states_the_sweep() -> None:
+    header = "# nThread 1 nGpus 4 minBytes 8 maxBytes 134217728 step: 8(factor) warmup iters: 5\n"
+    assert expected_largest(("-e", "1G"), header) == 2**27

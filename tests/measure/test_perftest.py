@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import time
+from pathlib import Path
+
 import pytest
 
 from conftest import ROOT, require_tool
@@ -9,12 +13,20 @@ from gpuprobe.measure.perftest import (
     MIB,
     PerftestError,
     PerftestOptions,
+    is_local,
     parse_json,
     parse_output,
+    probe,
     run_client,
 )
 
 FIXTURES = ROOT / "tests" / "fixtures" / "perftest"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def test_gbits_table_with_a_warning_inside_it() -> None:
@@ -80,3 +92,36 @@ def test_real_perftest_without_an_rdma_device_fails_clearly_and_fast() -> None:
     require_tool("ib_write_bw")
     with pytest.raises(PerftestError, match=r"Did not detect devices|Unable to find"):
         run_client(PerftestOptions("mlx5_0", duration_seconds=1), "127.0.0.1", timeout=20)
+
+
+def test_the_probe_finds_no_device_before_any_peer_is_asked() -> None:
+    require_tool("ib_write_bw")
+    with pytest.raises(PerftestError) as raised:
+        probe(PerftestOptions("mlx5_0", port=free_port()))
+    assert str(raised.value) == "ib_write_bw: Unable to find the Infiniband/RoCE device"
+    assert is_local(str(raised.value))
+    with pytest.raises(PerftestError, match="is not installed") as missing:
+        probe(PerftestOptions("mlx5_0", binary="ib_write_bw_not_installed"))
+    assert is_local(str(missing.value))
+    assert not is_local("ib_write_bw: Couldn't connect to 10.0.0.8:18515")
+
+
+def test_the_probe_passes_a_server_still_waiting_for_its_peer(tmp_path: Path) -> None:
+    # A stand-in that opened "its device" and waits, as ib_write_bw's server side does.
+    waiting = tmp_path / "ib_write_bw"
+    waiting.write_text("#!/bin/sh\nexec sleep 30\n")
+    waiting.chmod(0o755)
+    started = time.monotonic()
+    probe(PerftestOptions("mlx5_0", binary=str(waiting)), wait=0.3)
+    assert time.monotonic() - started < 3
+
+
+def test_newer_perftest_names_its_unit_mib() -> None:
+    # Newer perftest heads its columns [MiB/sec] (older ones said [MB/sec] for the same unit);
+    # the fixture is written after its published output (no such host here).
+    result = parse_output((FIXTURES / "ib_write_bw-mibs-synthetic.txt").read_text())
+    assert result.message_bytes == 8388608 and result.iterations == 5000
+    assert result.average_bytes_per_second == 46557.03 * 2**20
+    assert result.peak_bytes_per_second == 46567.34 * 2**20
+    assert result.average_gbps == pytest.approx(390.55, abs=0.01)
+    assert result.message_rate_mpps == 0.005820

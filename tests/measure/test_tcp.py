@@ -74,6 +74,27 @@ def test_the_token_is_single_use() -> None:
     assert s.stats.accepted == 1
 
 
+def test_a_token_used_by_every_stream_already_is_refused_while_the_sink_is_open() -> None:
+    s = sink(streams=2)
+    header = HEADER.pack(s.token, 0, 0)
+    first = socket.create_connection((LOOPBACK, s.port), timeout=10)
+    second = socket.create_connection((LOOPBACK, s.port), timeout=10)
+    try:
+        for conn in (first, second):
+            conn.sendall(header)
+        deadline = time.monotonic() + 10
+        while s.stats.accepted < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert s.stats.accepted == 2
+        assert raw_stream(s.port, HEADER.pack(s.token, 0, 2)) == b""  # a third, same token
+        assert s.stats.refused == {"reused": 1}
+        assert s.stats.accepted == 2 and not s.wait(0)  # the two streams go on
+    finally:
+        first.close()
+        second.close()
+        s.close()
+
+
 def test_only_the_asking_peer_may_connect() -> None:
     s = TcpSink(LOOPBACK, "10.1.2.3", 1, 10**9, 30)
     assert raw_stream(s.port, HEADER.pack(s.token, 0, 0)) == b""

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import ExitStack
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from conftest import ROOT, gpuprobe, require_tool
 from gpuprobe.audit.fanout import fetch_all
 from gpuprobe.client import Client, Credentials
+from gpuprobe.config import Config, RdmaTestConfig
+from gpuprobe.errors import ConfigError
 from gpuprobe.mesh.render import render_mesh
-from gpuprobe.mesh.run import MeshOptions, Peer, identify, run_mesh
+from gpuprobe.mesh.run import InvalidTest, MeshOptions, Peer, identify, run_mesh
 from gpuprobe.mesh.verdict import FAILED, OK, Thresholds
+from gpuprobe.v1 import diagnostics_pb2 as pb
+from helpers import config
 from serving import in_process_agent
 
 TOKEN = "mesh-token"
@@ -90,3 +98,139 @@ def test_quick_mode_samples_matchings_then_retests_suspects(agents: list[str]) -
     result = run_mesh(peers, options, connect)
     assert len(result.links) == 2 * 2  # two matchings of one pair (3 nodes), both ways
     assert result.findings == []
+
+
+def test_a_sender_without_a_usable_rdma_device_is_unavailable_not_its_peer(
+    tmp_path: Path,
+) -> None:
+    # The snapshot lists mlx5_0 in sysfs; the real ib_write_bw finds no device on this machine,
+    # as on a node whose verbs stack is broken: each sender's own fault, found before any sink.
+    require_tool("ib_write_bw")
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    with ExitStack() as stack:
+        targets = [
+            f"127.0.0.1:{agent.grpc_port}"
+            for agent in (
+                stack.enter_context(
+                    in_process_agent(
+                        "synthetic-ndr-fabric-healthy", token_file=str(token), node_name=name
+                    )
+                )
+                for name in ("node-a", "node-b")
+            )
+        ]
+        peers, _ = identify(fetched(targets))
+        options = MeshOptions(transport="rdma", rdma_device="mlx5_0", seconds=1, force=True)
+        result = run_mesh(peers, options, connect)
+    assert [(link.source, link.blamed, link.unavailable) for link in result.links] == [
+        ("node-a", "node-a", True),
+        ("node-b", "node-b", True),
+    ]
+    assert [(f.code, f.severity.value, f.resource) for f in result.findings] == [
+        ("BANDWIDTH_TEST_UNAVAILABLE", "UNKNOWN", "peer:node-a"),
+        ("BANDWIDTH_TEST_UNAVAILABLE", "UNKNOWN", "peer:node-b"),
+    ]
+    assert result.findings[0].message == (
+        "node-a's bandwidth could not be tested: the RDMA test cannot run on node-a: "
+        "ib_write_bw: Unable to find the Infiniband/RoCE device"
+    )
+
+
+def test_parameters_an_agent_refuses_stop_the_mesh_instead_of_blaming_peers(
+    agents: list[str],
+) -> None:
+    peers, _ = identify(fetched(agents))
+    options = MeshOptions(seconds=0.3, warmup=0.1, streams=65, thresholds=CALM)
+    with pytest.raises(InvalidTest, match=r"^n\d refused the test: 65 streams: at most 64$"):
+        run_mesh(peers, options, connect)
+
+
+@pytest.mark.parametrize(
+    ("streams", "message"),
+    [("65", "at most 64: 65"), ("0", "must be at least 1: 0"), ("x", "not a whole number")],
+)
+def test_the_streams_flag_is_bounded(streams: str, message: str) -> None:
+    done = gpuprobe("mesh", "--targets", "127.0.0.1:1", "--streams", streams)
+    assert done.returncode == 64
+    assert done.stderr.count("\n") == 1 and message in done.stderr
+    assert done.stdout == ""
+
+
+def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stand-in ib_write_bw on PATH records each command line (no RDMA device here): the
+    # server side waits as perftest's does, the client side prints a recorded table.
+    calls = tmp_path / "calls"
+    table = ROOT / "tests" / "fixtures" / "perftest" / "ib_write_bw-ndr-gbits.txt"
+    stand_in = tmp_path / "bin" / "ib_write_bw"
+    stand_in.parent.mkdir()
+    stand_in.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'for last in "$@"; do :; done\n'
+        f'[ "$last" = 127.0.0.1 ] && exec cat {table}\n'
+        "exec sleep 5\n"
+    )
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    sender = config(rdma={"test": {"message_bytes": 65536, "queue_pairs": 4, "gid_index": 3}})
+    receiver = config(rdma={"test": {"gid_index": 1}})
+    with (
+        in_process_agent(
+            "synthetic-ndr-fabric-healthy", sender, token_file=str(token), node_name="node-a"
+        ) as a,
+        in_process_agent(
+            "synthetic-ndr-fabric-healthy", receiver, token_file=str(token), node_name="node-b"
+        ) as b,
+    ):
+        request = pb.MeasureBandwidthRequest(
+            peer=f"127.0.0.1:{b.grpc_port}", transport="rdma", rdma_device="mlx5_0", force=True
+        )
+        request.duration.FromTimedelta(timedelta(seconds=2))
+        with connect(f"127.0.0.1:{a.grpc_port}") as client:
+            response = client.measure_bandwidth(request, timeout=30)
+    assert response.bytes_per_second == 391.87e9 / 8
+    shared = "-d mlx5_0 -p PORT -s 65536 -D 2 -q 4 -F --report_gbits"
+    assert [re.sub(r"-p \d+", "-p PORT", line) for line in calls.read_text().splitlines()] == [
+        f"{shared} -x 3",  # node-a tries its own device first
+        f"{shared} -x 1",  # node-b's server: node-a's size and queue pairs, its own GID index
+        f"{shared} -x 3 127.0.0.1",  # node-a's client
+    ]
+
+
+def test_rdma_test_settings_are_bounded() -> None:
+    assert Config().rdma.test == RdmaTestConfig(8 * 2**20, 1, None)
+    for test, message in [
+        ({"message_bytes": 0}, "message_bytes: 0 is not between 1 and 1073741824"),
+        ({"queue_pairs": 257}, "queue_pairs: 257 is not between 1 and 256"),
+        ({"gid_index": -1}, "gid_index: -1 is negative"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            config(rdma={"test": test})
+
+
+def test_quick_mode_retests_each_suspect_against_a_node_known_good(agents: list[str]) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    peers, _ = identify(fetched(agents))
+    options = MeshOptions(
+        mode="quick", matchings=1, seconds=0.3, warmup=0.1, seed=7, thresholds=CALM
+    )
+    result = run_mesh([*peers, Peer(dead, "ghost")], options, connect)
+    matching, retest = result.links[:4], result.links[4:]
+    partner = next(link.target for link in matching if link.source == "ghost")
+    suspects = sorted(["ghost", partner])
+    good = [n for n in ("n1", "n2", "n3") if n != partner]
+    expected = [pair for a, b in zip(suspects, good, strict=False) for pair in ((a, b), (b, a))]
+    assert [(link.source, link.target) for link in retest] == expected
+    # The ghost's partner fails only with the ghost: against a good node it is fine.
+    assert [link.verdict for link in retest if "ghost" not in (link.source, link.target)] == [
+        OK,
+        OK,
+    ]
+    assert [(f.code, f.resource) for f in result.findings] == [("PEER_UNREACHABLE", "peer:ghost")]

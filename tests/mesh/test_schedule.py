@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 
+from conftest import ROOT
 from gpuprobe.mesh.schedule import circle_rounds, plan, random_matchings, retest_round
 
 
@@ -40,8 +43,24 @@ def test_retest_pairs_suspects_with_good_nodes() -> None:
 
 def test_plan_counts_rounds_and_wall_time() -> None:
     full = plan("full", 8, 10)
-    assert (full.rounds, full.tests, full.wall_seconds) == (7, 56, 7 * 22)
+    # Each round: two directions of 1 s warm-up + 10 s measured, and 2 s of set-up.
+    assert (full.rounds, full.tests, full.wall_seconds) == (7, 56, 7 * 24)
+    bare = plan("full", 8, 10, warmup_seconds=0)
+    assert bare.wall_seconds == 7 * 22
     quick = plan("quick", 1024, 10, k=3)
     assert (quick.rounds, quick.tests) == (4, 2 * (3 * 512 + 1))
     with pytest.raises(ValueError):
         plan("slow", 8, 10)
+
+
+def test_the_documented_schedule_table_is_the_bench_output() -> None:
+    table = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "mesh_schedule.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert table.splitlines()[2] == "| 8 | 7 | 56 | 2.8 min | 4 | 26 | 96 s |"
+    for doc in ("benchmarks.md", "mesh.md"):
+        assert table in (ROOT / "docs" / doc).read_text(), doc

@@ -8,7 +8,7 @@ run by the agent (see docs/checks.md).
 
 from __future__ import annotations
 
-from gpuprobe.config import Config
+from gpuprobe.config import NCCL_DEADLINE_MARGIN, Config
 from gpuprobe.gpu.devices import busy_gpus, gpu_count
 from gpuprobe.host import Host
 from gpuprobe.measure.nccl import NcclTestError
@@ -32,8 +32,12 @@ def run(host: Host, config: Config) -> CheckResult:
         return CheckResult(
             NAME, f"not run: GPU processes are active on GPU {listed}", data={"ran": False}
         )
+    # A deadline set lower than the test's timeout (checks.deadlines.nccl) bounds the test too,
+    # so the binary never outlives the check.
+    deadline = config.deadline(NAME)
+    timeout = min(settings.timeout_seconds, max(deadline - NCCL_DEADLINE_MARGIN, deadline / 2))
     try:
-        result = run_nccl(settings.binary, gpus, settings.args, settings.timeout_seconds)
+        result = run_nccl(settings.binary, gpus, settings.args, timeout)
     except NcclTestError as exc:
         missing = "is not there" in str(exc) or "is not executable" in str(exc)
         finding = Finding(

@@ -82,7 +82,7 @@ def run_checks(host: Host, config: Config, names: list[str]) -> NodeReport:
         ).start()
     results = []
     for run in runs:
-        deadline = config.checks.deadline(run.name)
+        deadline = config.deadline(run.name)
         remaining = run.started + deadline - time.monotonic()
         if run.done.wait(max(0.0, remaining)) and run.result is not None:
             results.append(run.result)

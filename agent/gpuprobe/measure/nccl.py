@@ -11,12 +11,21 @@ included, so the node is judged by the bus bandwidth at the largest size instead
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 from dataclasses import dataclass
 
+from gpuprobe import cleanup
+
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
+_SIZE = re.compile(r"(\d+)\s*([kKmMgG])?")
+_UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3}
+_ROUNDING_SLACK = 4096
+_SWEEP = re.compile(r"minBytes (\d+) maxBytes (\d+) step: (\d+)\((factor|bytes)\)")
 
 
 class NcclTestError(Exception):
@@ -86,19 +95,123 @@ def parse_output(text: str) -> NcclResult:
     return NcclResult(tuple(rows), float(average.group(1)) * 1e9 if average else None)
 
 
+def _size(text: str) -> int | None:
+    """A size as nccl-tests parses it: a number with an optional K, M or G (powers of 1024)."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match:
+        return None
+    return (
+        int(match.group(1)) * _UNITS[match.group(2).upper()]
+        if match.group(2)
+        else int(match.group(1))
+    )
+
+
+def _option(args: tuple[str, ...], short: str, long: str) -> str | None:
+    """The last value given to `-x V`, `-xV`, `--long V` or `--long=V` in `args`."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg in (short, long):
+            value = args[i + 1] if i + 1 < len(args) else None
+        elif arg.startswith(long + "="):
+            value = arg[len(long) + 1 :]
+        elif arg.startswith(short) and not arg.startswith("--") and len(arg) > len(short):
+            value = arg[len(short) :]
+    return value
+
+
+def expected_largest(args: tuple[str, ...], output: str = "") -> int | None:
+    """The largest size the sweep reaches, as nccl-tests steps it.
+
+    The sweep is the one the binary's header line states (`minBytes .. maxBytes .. step:
+    N(factor|bytes)`), else the one `args` ask for: from `-b` (default 32M), times `-f` when
+    above 1, else plus `-i` (default 1M), while at most `-e` (default 32M). None when neither
+    can be read (the run then is not held to it).
+    """
+    header = _SWEEP.search(output)
+    if header:
+        low, high, step_value = (int(header.group(i)) for i in (1, 2, 3))
+        factor, step = (step_value, 0) if header.group(4) == "factor" else (1, step_value)
+    else:
+        read = [
+            _size(_option(args, short, long) or default)
+            for short, long, default in (
+                ("-b", "--minbytes", "32M"),
+                ("-e", "--maxbytes", "32M"),
+                ("-i", "--stepbytes", "1M"),
+                ("-f", "--stepfactor", "1"),
+            )
+        ]
+        if None in read:
+            return None
+        low, high, step, factor = (int(v or 0) for v in read)
+    if low <= 0 or high < low:
+        return None
+    size = low
+    while True:
+        following = size * factor if factor > 1 else size + step
+        if following > high or following <= size:
+            return size
+        size = following
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """Kill the binary and every process it started (its own process group)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
 def run(binary: str, gpus: int, args: tuple[str, ...], timeout: float) -> NcclResult:
-    """Run `binary -g <gpus> <args>` bounded by `timeout` seconds."""
+    """Run `binary -g <gpus> <args>` bounded by `timeout` seconds.
+
+    The binary runs in a process group of its own, killed at the timeout and, through
+    `cleanup`, when the agent exits first (SIGTERM, Ctrl-C, a check abandoned at its deadline).
+    A run that exits non-zero or stops short of its sweep's largest size failed, whatever
+    rows it printed.
+    """
     command = [binary, "-g", str(gpus), *args]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
     except FileNotFoundError:
         raise NcclTestError(f"{binary} is not there") from None
     except PermissionError:
         raise NcclTestError(f"{binary} is not executable") from None
-    except subprocess.TimeoutExpired:
-        raise NcclTestError(f"{binary} did not finish within {timeout:g} s") from None
+    forget = cleanup.on_exit(lambda: _stop(process))
     try:
-        return parse_output(done.stdout)
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop(process)
+        process.communicate()
+        raise NcclTestError(f"{binary} did not finish within {timeout:g} s") from None
+    finally:
+        _stop(process)
+        forget()
+    return _judge(binary, process.returncode, stdout, stderr, expected_largest(args, stdout))
+
+
+def _judge(
+    binary: str, returncode: int, stdout: str, stderr: str, expected: int | None
+) -> NcclResult:
+    tail = (stderr or stdout).strip().splitlines()[-1:] or ["no output"]
+    try:
+        result = parse_output(stdout)
     except NcclTestError:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise NcclTestError(f"{binary} exited {done.returncode}: {tail[0]}") from None
+        raise NcclTestError(f"{binary} exited {returncode}: {tail[0]}") from None
+    if returncode != 0:
+        raise NcclTestError(
+            f"{binary} exited {returncode} after {len(result.rows)} sizes "
+            f"(up to {result.largest.size_bytes} bytes): {tail[0]}"
+        )
+    # nccl-tests rounds a size down to whole elements per rank: allow a few KiB short.
+    if expected is not None and result.largest.size_bytes < expected - _ROUNDING_SLACK:
+        raise NcclTestError(
+            f"{binary} stopped at {result.largest.size_bytes} bytes, short of the "
+            f"{expected} bytes its sweep asks for (-e)"
+        )
+    return result

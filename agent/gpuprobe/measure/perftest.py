@@ -6,7 +6,8 @@ table reads
     #bytes  #iterations  BW peak[Gb/sec]  BW average[Gb/sec]  MsgRate[Mpps]
 
 with `--report_gbits`, or `[MB/sec]` columns in MiB/s without it ("Report Max/Average BW of
-test in Gbit/sec (instead of MiB/sec)", perftest's help). Warning lines can sit inside the
+test in Gbit/sec (instead of MiB/sec)", perftest's help); newer perftest names that unit as it
+is, `[MiB/sec]` (2^20 bytes per second either way). Warning lines can sit inside the
 table. In duration mode (`-D`) perftest measures no peak and prints 0.00 for it, so the peak
 is kept only when it was measured. `--out_json --out_json_file F` writes
 `{"test_info": {...}, "results": {"MsgSize", "n_iterations", "BW_peak", "BW_average",
@@ -25,7 +26,8 @@ from typing import Any
 MIB = 1024 * 1024
 DEFAULT_PORT = 18515
 _HEADER = re.compile(
-    r"#bytes\s+#iterations\s+BW peak\[(Gb/sec|MB/sec)\]\s+BW average\[(Gb/sec|MB/sec)\]"
+    r"#bytes\s+#iterations\s+BW peak\[(Gb/sec|MB/sec|MiB/sec)\]"
+    r"\s+BW average\[(Gb/sec|MB/sec|MiB/sec)\]"
 )
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
 
@@ -96,11 +98,27 @@ def parse_json(text: str, gbits: bool) -> PerftestResult:
         raise PerftestError(f"unreadable perftest JSON ({exc})") from None
 
 
+# What ib_write_bw prints when it cannot use this node's own device: the fault is here, not
+# at the other side of the test.
+LOCAL_FAULTS = (
+    "Unable to find the Infiniband/RoCE device",
+    "Did not detect devices",
+    "Couldn't get context for the device",
+    "is not installed",
+)
+
+
+def is_local(reason: str) -> bool:
+    """Whether a failure reason is about this node's own binary or device."""
+    return any(marker in reason for marker in LOCAL_FAULTS)
+
+
 def failure_reason(text: str) -> str:
     """Why ib_write_bw printed no result, from its output."""
     for marker in (
         "Unable to find the Infiniband/RoCE device",
         "Did not detect devices",
+        "Couldn't get context for the device",
         "Couldn't connect",
         "Unable to open",
         "Failed to",
@@ -159,6 +177,30 @@ def start_server(options: PerftestOptions) -> subprocess.Popen[str]:
     return subprocess.Popen(
         options.arguments(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+def probe(options: PerftestOptions, wait: float = 0.5) -> None:
+    """Raise PerftestError unless ib_write_bw can open `options.device` on this node.
+
+    perftest opens the device before it listens for its peer, so a server side started on
+    `options.port` that is still running after `wait` seconds found its device; it is then
+    stopped. One that exited says why.
+    """
+    _binary(options)
+    process = subprocess.Popen(
+        options.arguments(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        process.wait(wait)
+    except subprocess.TimeoutExpired:
+        stop(process)
+        return
+    output = stop(process)
+    raise PerftestError(failure_reason(output))
 
 
 def run_client(options: PerftestOptions, server: str, timeout: float) -> PerftestResult:

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 
 from gpuprobe.client import Client, Fetched
+from gpuprobe.errors import UsageError
 from gpuprobe.mesh import schedule, verdict
 from gpuprobe.mesh.verdict import FAILED, LOW, Link, Thresholds
 from gpuprobe.report import Finding, Status, worst
@@ -72,6 +73,11 @@ class MeshResult:
 ClientFactory = Callable[[str], Client]
 
 
+class InvalidTest(UsageError):
+    """An agent refused a test's parameters (INVALID_ARGUMENT): the mesh's request is wrong
+    for every link, so the run stops with one line instead of blaming the nodes."""
+
+
 def identify(fetched: Sequence[Fetched]) -> tuple[list[Peer], list[Finding]]:
     """The agents that answered with their report, by node name; the others as findings."""
     peers, findings = [], []
@@ -121,12 +127,16 @@ def _round(
 ) -> list[Link]:
     """One round: its pairs side by side, each pair both ways, one after the other."""
     found: list[list[Link]] = [[] for _ in pairs]
+    invalid: list[InvalidTest] = []
 
     def pair(i: int, a: str, b: str) -> None:
-        found[i] = [
-            _measure(by_node[a], by_node[b], options, connect),
-            _measure(by_node[b], by_node[a], options, connect),
-        ]
+        try:
+            found[i] = [
+                _measure(by_node[a], by_node[b], options, connect),
+                _measure(by_node[b], by_node[a], options, connect),
+            ]
+        except InvalidTest as exc:
+            invalid.append(exc)
 
     threads = [
         threading.Thread(target=pair, args=(i, a, b), daemon=True) for i, (a, b) in enumerate(pairs)
@@ -135,6 +145,8 @@ def _round(
         thread.start()
     for thread in threads:
         thread.join()
+    if invalid:
+        raise invalid[0]
     return [link for links in found for link in links]
 
 
@@ -153,6 +165,8 @@ def _measure(source: Peer, target: Peer, options: MeshOptions, connect: ClientFa
         with connect(source.target) as client:
             response = client.measure_bandwidth(request, timeout=budget)
     except grpc.RpcError as exc:
+        if hasattr(exc, "code") and exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            raise InvalidTest(f"{source.node} refused the test: {_details(exc)}") from None
         return _failed(source, target, options.transport, exc)
     return Link(source.node, target.node, options.transport, response.bytes_per_second)
 

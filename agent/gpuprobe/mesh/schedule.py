@@ -70,10 +70,12 @@ def plan(
     k: int = 3,
     both_directions: bool = True,
     overhead_seconds: float = 2.0,
+    warmup_seconds: float = 1.0,
 ) -> Plan:
     """The rounds and wall time of a mesh over `nodes` nodes, from the schedule itself.
 
-    Each round's pairs run in parallel; a round lasts one test per direction plus the
+    Each round's pairs run in parallel; a round lasts one test per direction, each its
+    warm-up (`gpuprobe mesh --warmup`, default 1 s) plus its measured seconds, plus the
     set-up overhead. Quick mode counts one re-test round.
     """
     names = [f"n{i}" for i in range(nodes)]
@@ -84,6 +86,6 @@ def plan(
     else:
         raise ValueError(f"unknown mesh mode {mode!r}")
     directions = 2 if both_directions else 1
-    per_round = directions * test_seconds + overhead_seconds
+    per_round = directions * (warmup_seconds + test_seconds) + overhead_seconds
     tests = sum(len(r) for r in rounds) * directions
     return Plan(mode, nodes, len(rounds), tests, len(rounds) * per_round)

@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from gpuprobe import cleanup
+from gpuprobe.config import MAX_RDMA_MESSAGE_BYTES, MAX_RDMA_QUEUE_PAIRS, RdmaTestConfig
 from gpuprobe.gpu.devices import busy_gpus
 from gpuprobe.host import Host
 from gpuprobe.measure import perftest, tcp
@@ -74,6 +75,16 @@ def peer_address(context: Any) -> str:
     return match.group(1) or match.group(2)
 
 
+def valid_streams(streams: int) -> int:
+    """A request's stream count (the default when unset); INVALID_ARGUMENT above the bound."""
+    streams = streams or DEFAULT_STREAMS
+    if streams > MAX_STREAMS:
+        raise TestRefused(
+            grpc.StatusCode.INVALID_ARGUMENT, f"{streams} streams: at most {MAX_STREAMS}"
+        )
+    return streams
+
+
 def seconds(duration: Any, default: float, limit: float) -> float:
     """A request's Duration in seconds (the default when unset), bounded by `limit`."""
     value = duration.seconds + duration.nanos / 1e9 if duration.ByteSize() else default
@@ -87,10 +98,17 @@ def seconds(duration: Any, default: float, limit: float) -> float:
 class Bandwidth:
     """The work of OpenBandwidthSink and MeasureBandwidth on one agent."""
 
-    def __init__(self, host: Host, peer_channel: PeerChannel, store: ReportStore) -> None:
+    def __init__(
+        self,
+        host: Host,
+        peer_channel: PeerChannel,
+        store: ReportStore,
+        rdma_test: RdmaTestConfig | None = None,
+    ) -> None:
         self.host = host
         self.peer_channel = peer_channel
         self.links = LinkBook(store)
+        self.rdma_test = rdma_test or RdmaTestConfig()
 
     def _refuse_if_busy(self, force: bool) -> None:
         if force:
@@ -127,9 +145,7 @@ class Bandwidth:
     def _tcp_sink(
         self, request: pb.OpenBandwidthSinkRequest, caller: str, lifetime: float
     ) -> tuple[int, str]:
-        streams = request.streams or DEFAULT_STREAMS
-        if streams > MAX_STREAMS:
-            raise TestRefused(grpc.StatusCode.INVALID_ARGUMENT, f"{streams} streams: at most 64")
+        streams = valid_streams(request.streams)
         max_bytes = request.max_bytes or int(BYTES_PER_SECOND_BOUND * lifetime)
         bind = "::" if ":" in caller else "0.0.0.0"
         sink = tcp.TcpSink(bind, caller, streams, max_bytes, lifetime)
@@ -143,7 +159,7 @@ class Bandwidth:
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"no RDMA device {request.rdma_device} on {self.host.node_name}",
             )
-        options = rdma_options(request.rdma_device, _free_port(), request)
+        options = rdma_options(request.rdma_device, _free_port(), request, self.rdma_test)
         try:
             server = perftest.start_server(options)
         except perftest.PerftestError as exc:
@@ -200,6 +216,10 @@ class Bandwidth:
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
             details = exc.details() if hasattr(exc, "details") else str(exc)
+            if code == grpc.StatusCode.INVALID_ARGUMENT:  # the request's fault, not the peer's
+                raise TestRefused(
+                    code, f"{request.peer} refused the test's parameters: {details}"
+                ) from None
             status = (
                 grpc.StatusCode.FAILED_PRECONDITION
                 if code == grpc.StatusCode.FAILED_PRECONDITION
@@ -212,7 +232,7 @@ class Bandwidth:
     def _measure_tcp(
         self, request: pb.MeasureBandwidthRequest, host: str, duration: float
     ) -> pb.MeasureBandwidthResponse:
-        streams = request.streams or DEFAULT_STREAMS
+        streams = valid_streams(request.streams)  # refused here, before the peer is asked
         warmup = (
             seconds(request.warmup, DEFAULT_WARMUP, MAX_SECONDS)
             if request.warmup.ByteSize()
@@ -260,17 +280,25 @@ class Bandwidth:
         sink_request = pb.OpenBandwidthSinkRequest(
             transport="rdma",
             rdma_device=request.peer_rdma_device or device,
-            message_bytes=perftest.PerftestOptions(device).message_bytes,
-            queue_pairs=1,
+            message_bytes=self.rdma_test.message_bytes,
+            queue_pairs=self.rdma_test.queue_pairs,
             test_seconds=test_seconds,
             force=request.force,
         )
         sink_request.duration.FromTimedelta(timedelta(seconds=test_seconds + SINK_GRACE_SECONDS))
+        # This node's own binary and device are tried before the peer opens anything: a
+        # failure here is this node's, never the peer's.
+        try:
+            perftest.probe(rdma_options(device, _free_port(), sink_request, self.rdma_test))
+        except perftest.PerftestError as exc:
+            raise self._unavailable_here(exc) from None
         sink = self._open(request, sink_request, timeout=10)
-        options = rdma_options(device, sink.port, sink_request)
+        options = rdma_options(device, sink.port, sink_request, self.rdma_test)
         try:
             result = perftest.run_client(options, host, timeout=test_seconds + SINK_GRACE_SECONDS)
         except perftest.PerftestError as exc:
+            if perftest.is_local(str(exc)):
+                raise self._unavailable_here(exc) from None
             raise TestRefused(
                 grpc.StatusCode.UNAVAILABLE,
                 f"{PEER_FAULT}the RDMA test toward {sink.node} failed: {exc}",
@@ -281,18 +309,35 @@ class Bandwidth:
         response.elapsed.FromTimedelta(timedelta(seconds=test_seconds))
         return response
 
+    def _unavailable_here(self, exc: Exception) -> TestRefused:
+        """This node cannot run its side of an RDMA test (no perftest, no usable device)."""
+        return TestRefused(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"the RDMA test cannot run on {self.host.node_name}: {exc}",
+        )
+
 
 def rdma_options(
-    device: str, port: int, request: pb.OpenBandwidthSinkRequest
+    device: str, port: int, request: pb.OpenBandwidthSinkRequest, local: RdmaTestConfig
 ) -> perftest.PerftestOptions:
-    """The ib_write_bw options both sides of one RDMA test share."""
+    """One side's ib_write_bw options: message size, queue pairs and duration as the request
+    says (both sides share them), the GID index as this node's configuration says."""
     defaults = perftest.PerftestOptions(device)
+    message_bytes = request.message_bytes or defaults.message_bytes
+    queue_pairs = request.queue_pairs or defaults.queue_pairs
+    if message_bytes > MAX_RDMA_MESSAGE_BYTES or queue_pairs > MAX_RDMA_QUEUE_PAIRS:
+        raise TestRefused(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{message_bytes} bytes per message, {queue_pairs} queue pairs: at most "
+            f"{MAX_RDMA_MESSAGE_BYTES} and {MAX_RDMA_QUEUE_PAIRS}",
+        )
     return perftest.PerftestOptions(
         device=device,
         port=port,
-        message_bytes=request.message_bytes or defaults.message_bytes,
+        message_bytes=message_bytes,
         duration_seconds=request.test_seconds or defaults.duration_seconds,
-        queue_pairs=request.queue_pairs or defaults.queue_pairs,
+        queue_pairs=queue_pairs,
+        gid_index=local.gid_index,
     )
 
 

@@ -65,7 +65,7 @@ class CheckExecutor:
         flights = [self._start(name) for name in names]
         ran = []
         for flight in flights:
-            deadline = self.config.checks.deadline(flight.name)
+            deadline = self.config.deadline(flight.name)
             ends = flight.started + deadline
             if within is not None:
                 ends = min(ends, called + within)
