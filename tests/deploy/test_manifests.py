@@ -81,6 +81,7 @@ def test_the_kustomizations_hold_the_expected_objects() -> None:
     config_map = next(v["configMap"]["name"] for v in config if v["name"] == "config")
     assert config_map.startswith("gpuprobe-config-")  # named by a hash of its content
     assert kinds("base") == sorted([*base, ("ConfigMap", config_map)])
+    assert render("") == render("base")  # daemonset/, the documented install
     assert kinds("overlays/rdma") == kinds("base")
     assert kinds("overlays/no-prometheus-operator") == sorted(
         [
@@ -318,7 +319,7 @@ def test_checkov_finds_nothing_unjustified(tmp_path: Any) -> None:
     longer fails (the table stays true)."""
     checkov = find_tool("checkov")
     for name in KUSTOMIZATIONS:
-        (tmp_path / f"{Path(name).name}.yaml").write_text(render(name))
+        (tmp_path / f"{Path(name).name or 'daemonset'}.yaml").write_text(render(name))
     (tmp_path / "Dockerfile").write_text(DOCKERFILE.read_text())
     out = subprocess.run(
         [
