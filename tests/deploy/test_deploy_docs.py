@@ -59,3 +59,11 @@ def test_the_commands_name_what_exists() -> None:
     assert "create secret generic gpuprobe-token" in text and "--from-literal=token=" in text
     for path in re.findall(r"`((?:daemonset|scripts|tests)/[\w./-]+)`", text):
         assert (ROOT / path).exists(), path
+
+
+def test_the_audit_commands_ask_the_service_of_every_agent() -> None:
+    """An audit of the ready-only Service would leave down agents out, unseen."""
+    for doc in (DEPLOY_DOC, ROOT / "docs" / "audit.md"):
+        audits = re.findall(r"gpuprobe audit --targets\s+(dns:[\w:.-]+)", doc.read_text())
+        assert audits, doc
+        assert set(audits) == {"dns:gpuprobe-all.gpuprobe.svc.cluster.local:50051"}, doc

@@ -74,6 +74,7 @@ def test_the_kustomizations_hold_the_expected_objects() -> None:
         ("PriorityClass", "gpuprobe-node-agent"),
         ("PrometheusRule", "gpuprobe"),
         ("Service", "gpuprobe"),
+        ("Service", "gpuprobe-all"),
         ("ServiceAccount", "gpuprobe"),
         ("ServiceMonitor", "gpuprobe"),
     ]
@@ -239,8 +240,9 @@ def test_the_example_scrape_job_matches_the_pods_and_labels_the_node() -> None:
 
 def test_the_service_and_service_monitor_reach_the_agents() -> None:
     docs = objects("base")
-    service = find(docs, "Service")
+    service = find(docs, "Service", "gpuprobe")
     assert service["spec"]["clusterIP"] == "None"  # headless: DNS names every agent
+    assert service["spec"]["publishNotReadyAddresses"] is False  # mesh peers: ready ones only
     selector = service["spec"]["selector"]
     labels = find(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
     assert selector.items() <= labels.items()
@@ -261,6 +263,21 @@ def test_the_service_and_service_monitor_reach_the_agents() -> None:
         "targetLabel": "node",
         "action": "replace",
     } in endpoint["relabelings"]
+
+
+def test_the_audit_service_lists_agents_that_are_not_ready_and_is_not_scraped() -> None:
+    """gpuprobe-all: a crash-looping or hung agent stays in the audit's dns: answer (and so
+    shows as unreachable); the ServiceMonitor does not select it (no double scrape)."""
+    docs = objects("")
+    service = find(docs, "Service", "gpuprobe-all")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == find(docs, "Service", "gpuprobe")["spec"]["selector"]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        ("grpc", 50051, "grpc")
+    ]
+    selector = find(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= service["metadata"]["labels"].items()
 
 
 def test_the_dashboard_config_map_is_labelled_for_grafanas_sidecar() -> None:
