@@ -230,8 +230,8 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
         "--fail-on",
         type=_fail_on,
         metavar="WARNING|CRITICAL",
-        help="exit 0 unless the cluster's status reaches this level (then 1 or 2); "
-        "UNKNOWN and unreachable targets count below WARNING",
+        help="exit 0 unless the cluster's status reaches this level (then 1 or 2) or a "
+        "target is unreachable (then 3); a reachable node's UNKNOWN counts below WARNING",
     )
     parser.add_argument(
         "--concurrency",

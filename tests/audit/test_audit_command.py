@@ -319,7 +319,11 @@ def test_the_human_report_and_fail_on(cluster: Cluster) -> None:
     # A cluster with nothing CRITICAL: the driver outlier alone, and a dead target.
     calm = f"{cluster.healthy},{cluster.driver_old},{cluster.dead}"
     assert gpuprobe("audit", "--targets", calm).returncode == 3  # UNKNOWN: the dead target
-    assert gpuprobe("audit", "--targets", calm, "--fail-on", "WARNING").returncode == 0
+    # under --fail-on a dead target still fails the gate; the driver outlier alone does not
+    assert gpuprobe("audit", "--targets", calm, "--fail-on", "WARNING").returncode == 3
+    assert gpuprobe("audit", "--targets", calm, "--fail-on", "CRITICAL").returncode == 3
+    up = f"{cluster.healthy},{cluster.driver_old}"
+    assert gpuprobe("audit", "--targets", up, "--fail-on", "WARNING").returncode == 0
     assert gpuprobe("audit", "--targets", cluster.lost, "--fail-on", "critical").returncode == 2
     assert gpuprobe("audit", "--targets", f"{cluster.healthy},{cluster.driver_old}").returncode == 0
 
