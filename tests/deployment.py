@@ -17,7 +17,8 @@ import yaml
 from conftest import ROOT, require
 
 DAEMONSET = ROOT / "daemonset"
-KUSTOMIZATIONS = ["base", "overlays/rdma", "overlays/no-prometheus-operator"]
+# "" is daemonset/ itself, the documented install (the base as is).
+KUSTOMIZATIONS = ["", "base", "overlays/rdma", "overlays/no-prometheus-operator"]
 PROMETHEUS_RULE = DAEMONSET / "base" / "prometheusrule.yaml"
 DASHBOARD = DAEMONSET / "base" / "dashboards" / "gpuprobe-node-health.json"
 RULES_FILE = DAEMONSET / "overlays" / "no-prometheus-operator" / "gpuprobe.rules.yml"

@@ -139,6 +139,18 @@ def _positive_float(text: str) -> float:
     return value
 
 
+# gRPC turns a deadline past its range into one already expired (a healthy agent would read
+# as timed out); an hour is more than any agent needs to answer.
+MAX_DEADLINE_SECONDS = 3600
+
+
+def _deadline(text: str) -> float:
+    value = _positive_float(text)
+    if value > MAX_DEADLINE_SECONDS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_DEADLINE_SECONDS} s, not {text}")
+    return value
+
+
 def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grpc-listen",
@@ -189,10 +201,11 @@ def _add_cluster_flags(parser: argparse.ArgumentParser, deadline: float) -> None
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument(
         "--deadline",
-        type=_positive_float,
+        type=_deadline,
         default=deadline,
         metavar="SECONDS",
-        help=f"how long each agent (and each DNS lookup) may take to answer (default {deadline:g})",
+        help=f"how long each agent (and each DNS lookup) may take to answer (default {deadline:g}, "
+        f"at most {MAX_DEADLINE_SECONDS})",
     )
     parser.add_argument(
         "--token-file", metavar="FILE", help="bearer token sent to the agents with every call"
@@ -217,8 +230,8 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
         "--fail-on",
         type=_fail_on,
         metavar="WARNING|CRITICAL",
-        help="exit 0 unless the cluster's status reaches this level (then 1 or 2); "
-        "UNKNOWN and unreachable targets count below WARNING",
+        help="exit 0 unless the cluster's status reaches this level (then 1 or 2) or a "
+        "target is unreachable (then 3); a reachable node's UNKNOWN counts below WARNING",
     )
     parser.add_argument(
         "--concurrency",

@@ -43,6 +43,13 @@ _LAST_ERROR = re.compile(r"last error: [A-Z_]+: (?:ipv4:|ipv6:|unix:)?\S+?: (.*)
 _TLS_WORDS = ("tls handshake", "ssl", "certificate", "hostname verification", "handshake")
 
 
+def no_answer(timeout: float) -> Unreachable:
+    """A call that got no answer within `timeout` seconds."""
+    return Unreachable(
+        Failure.TIMEOUT, f"no answer within {timeout:g} s (the agent is down, hung or filtered)"
+    )
+
+
 def explain(error: grpc.RpcError, timeout: float, tls: bool) -> Unreachable:
     """What a failed GetReport (or other) call means; `timeout` was the call's deadline and
     `tls` whether the caller spoke TLS."""
@@ -51,9 +58,7 @@ def explain(error: grpc.RpcError, timeout: float, tls: bool) -> Unreachable:
     cause = _last_error(details)
     lowered = details.lower()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return Unreachable(
-            Failure.TIMEOUT, f"no answer within {timeout:g} s (the agent is down, hung or filtered)"
-        )
+        return no_answer(timeout)
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         return Unreachable(
             Failure.UNAUTHORISED, f"refused our credentials ({code.name}): {details or '-'}"

@@ -319,7 +319,11 @@ def test_the_human_report_and_fail_on(cluster: Cluster) -> None:
     # A cluster with nothing CRITICAL: the driver outlier alone, and a dead target.
     calm = f"{cluster.healthy},{cluster.driver_old},{cluster.dead}"
     assert gpuprobe("audit", "--targets", calm).returncode == 3  # UNKNOWN: the dead target
-    assert gpuprobe("audit", "--targets", calm, "--fail-on", "WARNING").returncode == 0
+    # under --fail-on a dead target still fails the gate; the driver outlier alone does not
+    assert gpuprobe("audit", "--targets", calm, "--fail-on", "WARNING").returncode == 3
+    assert gpuprobe("audit", "--targets", calm, "--fail-on", "CRITICAL").returncode == 3
+    up = f"{cluster.healthy},{cluster.driver_old}"
+    assert gpuprobe("audit", "--targets", up, "--fail-on", "WARNING").returncode == 0
     assert gpuprobe("audit", "--targets", cluster.lost, "--fail-on", "critical").returncode == 2
     assert gpuprobe("audit", "--targets", f"{cluster.healthy},{cluster.driver_old}").returncode == 0
 
@@ -394,6 +398,15 @@ def test_dns_discovery_through_the_system_resolver(cluster: Cluster) -> None:
             "gpuprobe: argument --deadline: must be above 0: 0 (see gpuprobe --help)",
         ),
         (
+            # past gRPC's range a deadline is already expired: healthy agents would time out
+            ["--targets", "a:1", "--deadline", "1e10"],
+            "gpuprobe: argument --deadline: at most 3600 s, not 1e10 (see gpuprobe --help)",
+        ),
+        (
+            ["--targets", "a:1", "--deadline", "3600.5"],
+            "gpuprobe: argument --deadline: at most 3600 s, not 3600.5 (see gpuprobe --help)",
+        ),
+        (
             ["--targets", "a:1", "--concurrency", "0"],
             "gpuprobe: argument --concurrency: must be at least 1: 0 (see gpuprobe --help)",
         ),
@@ -408,6 +421,13 @@ def test_dns_discovery_through_the_system_resolver(cluster: Cluster) -> None:
 def test_usage_errors_are_one_line_and_exit_64(args: list[str], message: str) -> None:
     out = gpuprobe("audit", *args)
     assert (out.returncode, out.stdout, out.stderr) == (64, "", message + "\n")
+
+
+def test_the_longest_deadline_is_accepted() -> None:
+    """3600 s is within gRPC's range: a dead port is refused at once, not timed out."""
+    out = gpuprobe("audit", "--targets", f"127.0.0.1:{closed_port()}", "--deadline", "3600")
+    assert (out.returncode, out.stderr) == (3, "")
+    assert "unreachable (refused)" in out.stdout
 
 
 def test_an_audit_of_a_fleet_asked_a_few_at_a_time() -> None:

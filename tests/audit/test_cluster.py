@@ -130,6 +130,26 @@ def test_no_target_at_all() -> None:
     }
 
 
+def test_fail_on_fails_for_unreachable_targets() -> None:
+    """A gate passes only on agents it heard from: under --fail-on an unreachable target (or
+    a dns: name with no address) exits 3 when nothing reaches the level; a reachable node's
+    own UNKNOWN stays below it."""
+    healthy = Fetched("10.0.0.1:50051", node("synthetic-h100-8gpu-healthy", "gpu-1"), "0.1.0")
+    lost = Fetched("10.0.0.3:50051", node("synthetic-gpu-lost", "gpu-3"), "0.1.0")
+    down = Fetched("10.0.0.4:50051", None, unreachable=Unreachable(Failure.TIMEOUT, "no answer"))
+    missing = DnsFailure(TargetSpec("gone.test", 50051, True), "gone.test has no address")
+    for fail_on in (Status.WARNING, Status.CRITICAL):
+        assert build([down]).exit_status(fail_on) == 3
+        assert build([healthy, down]).exit_status(fail_on) == 3
+        assert build([healthy], [missing]).exit_status(fail_on) == 3
+        assert build([lost, down]).exit_status(fail_on) == 2  # CRITICAL reaches either level
+        assert build([healthy]).exit_status(fail_on) == 0
+    unknown = node("synthetic-h100-8gpu-healthy", "gpu-2")
+    unknown.checks[0].floor = Status.UNKNOWN  # the check could not judge
+    assert unknown.status == Status.UNKNOWN
+    assert build([Fetched("10.0.0.2:50051", unknown, "0.1.0")]).exit_status(Status.WARNING) == 0
+
+
 def test_only_unreachable_targets_is_unknown() -> None:
     cluster = build(
         [Fetched("10.0.0.4:50051", None, unreachable=Unreachable(Failure.REFUSED, "refused"))]

@@ -1,13 +1,14 @@
-"""The fan-out: every target asked at once (up to the concurrency), each bounded by the
-deadline, the answers in the order of the targets."""
+"""The fan-out: every target asked at once (up to the concurrency), all within one deadline
+however many hang, the answers in the order of the targets."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 
-from gpuprobe.audit.fanout import fetch_all
+from gpuprobe.audit.fanout import DEFAULT_CONCURRENCY, fetch_all
 from gpuprobe.client import Credentials
 from gpuprobe.unreachable import Failure
 from grpc_standins import hangs, report_of, standin
@@ -19,26 +20,58 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def timed_fetch(targets: list[str], deadline: float, concurrency: int) -> float:
+def timed_fetch(targets: list[str], deadline: float, concurrency: int) -> tuple[float, list[str]]:
+    """How long the fan-out took, and every target's reason (each must be a timeout)."""
     started = time.monotonic()
     fetched = fetch_all(targets, Credentials(), deadline, concurrency)
     elapsed = time.monotonic() - started
     assert [f.unreachable.failure if f.unreachable else None for f in fetched] == [
         Failure.TIMEOUT
     ] * len(targets)
-    return elapsed
+    return elapsed, [f.unreachable.reason for f in fetched if f.unreachable]
 
 
-def test_hung_agents_cost_one_deadline_each_round_of_concurrency() -> None:
+def no_answer(deadline: float) -> str:
+    return f"no answer within {deadline:g} s (the agent is down, hung or filtered)"
+
+
+def not_asked(deadline: float, concurrency: int) -> str:
+    return (
+        f"not asked: the deadline ({deadline:g} s) passed while the {concurrency} agents asked "
+        "at once did not answer (raise --concurrency)"
+    )
+
+
+def test_hung_agents_cost_one_deadline_whatever_the_concurrency() -> None:
     release = threading.Event()
     with standin(hangs(release), ports=6, workers=8) as server:
         try:
-            # All six at once: one deadline.
-            assert 0.4 <= timed_fetch(server.targets, 0.4, 6) < 0.4 + 0.6
-            # Two at a time: three rounds of the deadline.
-            assert 1.2 <= timed_fetch(server.targets, 0.4, 2) < 1.2 + 0.8
+            # All six at once: one deadline, every one asked.
+            elapsed, reasons = timed_fetch(server.targets, 0.4, 6)
+            assert 0.4 <= elapsed < 0.4 + 0.6
+            assert reasons == [no_answer(0.4)] * 6
+            # Two at a time: still one deadline; the four behind the hung two are not asked.
+            elapsed, reasons = timed_fetch(server.targets, 0.4, 2)
+            assert 0.4 <= elapsed < 0.4 + 0.6
+            assert reasons == [no_answer(0.4)] * 2 + [not_asked(0.4, 2)] * 4
         finally:
             release.set()
+
+
+def test_more_hung_listeners_than_the_concurrency_take_one_deadline() -> None:
+    """80 loopback listeners whose kernel completes the TCP handshake but that never answer
+    (nothing accepts, nothing speaks HTTP/2), at the default concurrency of 64: the fan-out
+    ends after one deadline, not two."""
+    with contextlib.ExitStack() as stack:
+        targets = []
+        for _ in range(80):
+            listener = stack.enter_context(socket.socket())
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            targets.append(f"127.0.0.1:{listener.getsockname()[1]}")
+        elapsed, reasons = timed_fetch(targets, 0.5, DEFAULT_CONCURRENCY)
+    assert 0.5 <= elapsed < 0.5 + 0.5
+    assert reasons == [no_answer(0.5)] * 64 + [not_asked(0.5, 64)] * 16
 
 
 def test_answers_come_back_in_the_order_of_the_targets() -> None:

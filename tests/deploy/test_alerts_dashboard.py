@@ -158,6 +158,8 @@ PANEL_DATA: dict[str, tuple[set[str], bool]] = {
 # (tests/mesh/test_mesh_namespaces.py shows the mesh finding such a node across namespaces).
 AWAITING = {
     "alert:GpuprobeLinkBandwidthLow": "a throttled link between two agents",
+    # every agent gone: a Prometheus of its own, below
+    "alert:GpuprobeAgentsAbsent": "no agent scraped at all",
 }
 VARIABLES = {"$__rate_interval": "1m", "$cluster": ".*", "$gpu": ".*", "$transport": "tcp"}
 GPU_ALERTS = {
@@ -335,6 +337,26 @@ def test_queries_use_only_metrics_the_agent_exports(cluster: Cluster) -> None:
     for name, rule in alerts().items():
         names = metric_names(rule["expr"])
         assert names and names <= documented | {"up"}, (name, names - documented)
+
+
+def test_agents_absent_fires_when_no_agent_is_scraped() -> None:
+    """A Prometheus with the rules and no agent at all: GpuprobeAgentsAbsent is raised, and
+    GpuprobeAgentDown (which needs an `up` series) is not."""
+    with prometheus({}, {"groups": rule_groups()}) as server:
+        (series,) = wait(lambda: server.query(alerts()["GpuprobeAgentsAbsent"]["expr"]), "absent")
+        assert series["metric"] == {"job": "gpuprobe"}
+
+        def raised() -> list[dict[str, Any]]:
+            return [a for a in server.alerts() if a["labels"]["alertname"].startswith("Gpuprobe")]
+
+        (alert,) = wait(raised, "GpuprobeAgentsAbsent pending", timeout=30)
+        assert alert["labels"] == {
+            "alertname": "GpuprobeAgentsAbsent",
+            "job": "gpuprobe",
+            "severity": "warning",
+        }
+        assert alert["state"] == "pending"  # for: 10m
+        assert alert["annotations"]["runbook_url"] == "docs/deploy.md#gpuprobeagentsabsent"
 
 
 def test_metric_names_reads_through_promql() -> None:

@@ -52,9 +52,18 @@ def test_every_alert_links_to_its_runbook_section() -> None:
 
 def test_the_commands_name_what_exists() -> None:
     text = DEPLOY_DOC.read_text()
-    applied = set(re.findall(r"kubectl apply -k (daemonset/[\w/-]+)", text))
-    assert applied == {f"daemonset/{k}" for k in KUSTOMIZATIONS}
+    applied = set(re.findall(r"kubectl apply -k (daemonset/[\w/-]*)", text))
+    # daemonset/ is the base as is: the docs apply it, never daemonset/base directly
+    assert applied == {f"daemonset/{k}" for k in KUSTOMIZATIONS if k != "base"}
     assert "docker build -t registry.example.com/gpuprobe:0.1.0 ." in text
     assert "create secret generic gpuprobe-token" in text and "--from-literal=token=" in text
     for path in re.findall(r"`((?:daemonset|scripts|tests)/[\w./-]+)`", text):
         assert (ROOT / path).exists(), path
+
+
+def test_the_audit_commands_ask_the_service_of_every_agent() -> None:
+    """An audit of the ready-only Service would leave down agents out, unseen."""
+    for doc in (DEPLOY_DOC, ROOT / "docs" / "audit.md"):
+        audits = re.findall(r"gpuprobe audit --targets\s+(dns:[\w:.-]+)", doc.read_text())
+        assert audits, doc
+        assert set(audits) == {"dns:gpuprobe-all.gpuprobe.svc.cluster.local:50051"}, doc

@@ -74,6 +74,7 @@ def test_the_kustomizations_hold_the_expected_objects() -> None:
         ("PriorityClass", "gpuprobe-node-agent"),
         ("PrometheusRule", "gpuprobe"),
         ("Service", "gpuprobe"),
+        ("Service", "gpuprobe-all"),
         ("ServiceAccount", "gpuprobe"),
         ("ServiceMonitor", "gpuprobe"),
     ]
@@ -81,6 +82,7 @@ def test_the_kustomizations_hold_the_expected_objects() -> None:
     config_map = next(v["configMap"]["name"] for v in config if v["name"] == "config")
     assert config_map.startswith("gpuprobe-config-")  # named by a hash of its content
     assert kinds("base") == sorted([*base, ("ConfigMap", config_map)])
+    assert render("") == render("base")  # daemonset/, the documented install
     assert kinds("overlays/rdma") == kinds("base")
     assert kinds("overlays/no-prometheus-operator") == sorted(
         [
@@ -238,8 +240,9 @@ def test_the_example_scrape_job_matches_the_pods_and_labels_the_node() -> None:
 
 def test_the_service_and_service_monitor_reach_the_agents() -> None:
     docs = objects("base")
-    service = find(docs, "Service")
+    service = find(docs, "Service", "gpuprobe")
     assert service["spec"]["clusterIP"] == "None"  # headless: DNS names every agent
+    assert service["spec"]["publishNotReadyAddresses"] is False  # mesh peers: ready ones only
     selector = service["spec"]["selector"]
     labels = find(docs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
     assert selector.items() <= labels.items()
@@ -260,6 +263,21 @@ def test_the_service_and_service_monitor_reach_the_agents() -> None:
         "targetLabel": "node",
         "action": "replace",
     } in endpoint["relabelings"]
+
+
+def test_the_audit_service_lists_agents_that_are_not_ready_and_is_not_scraped() -> None:
+    """gpuprobe-all: a crash-looping or hung agent stays in the audit's dns: answer (and so
+    shows as unreachable); the ServiceMonitor does not select it (no double scrape)."""
+    docs = objects("")
+    service = find(docs, "Service", "gpuprobe-all")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == find(docs, "Service", "gpuprobe")["spec"]["selector"]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        ("grpc", 50051, "grpc")
+    ]
+    selector = find(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= service["metadata"]["labels"].items()
 
 
 def test_the_dashboard_config_map_is_labelled_for_grafanas_sidecar() -> None:
@@ -318,7 +336,7 @@ def test_checkov_finds_nothing_unjustified(tmp_path: Any) -> None:
     longer fails (the table stays true)."""
     checkov = find_tool("checkov")
     for name in KUSTOMIZATIONS:
-        (tmp_path / f"{Path(name).name}.yaml").write_text(render(name))
+        (tmp_path / f"{Path(name).name or 'daemonset'}.yaml").write_text(render(name))
     (tmp_path / "Dockerfile").write_text(DOCKERFILE.read_text())
     out = subprocess.run(
         [

@@ -95,8 +95,12 @@ class ClusterReport:
 
     def exit_status(self, fail_on: Status | None = None) -> int:
         """The exit status: the contract's (2 CRITICAL, 1 WARNING, 3 UNKNOWN, 0 OK), or with
-        `fail_on`, 0 for every status below it (UNKNOWN is below WARNING)."""
-        return exit_code(self.status, fail_on)
+        `fail_on`, 0 for every status below it (UNKNOWN is below WARNING) unless a target is
+        unreachable: a gate must not pass on agents it never heard from (3 then)."""
+        code = exit_code(self.status, fail_on)
+        if code == 0 and self.totals.reachable_nodes < self.totals.nodes:
+            return exit_status(Status.UNKNOWN)
+        return code
 
     def to_dict(self) -> dict[str, Any]:
         """The report as `audit --json` writes it."""

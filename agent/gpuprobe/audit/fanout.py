@@ -1,17 +1,22 @@
-"""Ask many agents for their reports at once, each within its own deadline.
+"""Ask many agents for their reports at once, all within one deadline.
 
 Calls run on a pool of `concurrency` threads, each a blocking GetReport that releases the
-interpreter while it waits; every call is bounded by the per-target deadline (connecting
-included), so N targets take at most ceil(N / concurrency) deadlines, and one dead or hung
-agent costs one deadline of one thread, never the audit.
+interpreter while it waits. The deadline bounds the whole fan-out, not each call: a call gets
+what is left of it (connecting included), and a target still waiting for a thread when the
+deadline has passed is not asked and comes back as a timeout. So the fan-out ends within one
+deadline however many targets there are, and hung agents (at most `concurrency` of them at a
+time hold a thread) cost that deadline once, never once per round.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from gpuprobe.client import Credentials, DataKeys, Fetched, fetch_report
+from gpuprobe.unreachable import Failure, Unreachable, no_answer
 
 DEFAULT_DEADLINE_SECONDS = 5.0
 DEFAULT_CONCURRENCY = 64
@@ -24,9 +29,31 @@ def fetch_all(
     concurrency: int = DEFAULT_CONCURRENCY,
     data: DataKeys | None = None,
 ) -> list[Fetched]:
-    """Every target's report (or why there is none), in the order of `targets`."""
+    """Every target's report (or why there is none), in the order of `targets`, within
+    `deadline` seconds for all of them."""
     if not targets:
         return []
+    end = time.monotonic() + deadline
     workers = max(1, min(concurrency, len(targets)))
+
+    def ask(target: str) -> Fetched:
+        left = end - time.monotonic()
+        if left <= 0:
+            return Fetched(target, None, unreachable=not_asked(deadline, workers))
+        fetched = fetch_report(target, credentials, left, data)
+        if fetched.unreachable and fetched.unreachable.failure == Failure.TIMEOUT:
+            # name the deadline the operator gave, not the part of it this call had left
+            return replace(fetched, unreachable=no_answer(deadline))
+        return fetched
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="audit") as pool:
-        return list(pool.map(lambda t: fetch_report(t, credentials, deadline, data), targets))
+        return list(pool.map(ask, targets))
+
+
+def not_asked(deadline: float, workers: int) -> Unreachable:
+    """A target the deadline passed before a thread was free to ask it."""
+    return Unreachable(
+        Failure.TIMEOUT,
+        f"not asked: the deadline ({deadline:g} s) passed while the {workers} agents asked at "
+        "once did not answer (raise --concurrency)",
+    )

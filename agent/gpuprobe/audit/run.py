@@ -14,8 +14,8 @@ from gpuprobe.targets import Resolver, TargetSpec, discover
 
 @dataclass(frozen=True)
 class AuditOptions:
-    """What to audit and how: the targets, the credentials, the per-target deadline (also
-    the bound of each DNS lookup) and how many agents to ask at once."""
+    """What to audit and how: the targets, the credentials, the deadline of the agents'
+    answers (also the bound of each DNS lookup) and how many agents to ask at once."""
 
     targets: Sequence[TargetSpec]
     credentials: Credentials = field(default_factory=Credentials)
@@ -25,7 +25,7 @@ class AuditOptions:
 
 def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterReport:
     """Resolve the targets, ask every agent for its report, and build the cluster report.
-    Takes at most one deadline for DNS plus ceil(agents / concurrency) deadlines."""
+    Takes at most one deadline for DNS plus one for the agents, however many."""
     found = discover(options.targets, options.deadline, resolver)
     fetched = fetch_all(
         found.addresses, options.credentials, options.deadline, options.concurrency, DATA_KEYS
