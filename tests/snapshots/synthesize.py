@@ -585,6 +585,14 @@ def variants() -> list[Node]:
     node.files.pop("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15")
     nodes.append(node)
 
+    # Only the NVML record: no host files (the PCI bus is not in view), and nvmlInit found
+    # the kernel module and library disagreeing, or /dev/nvidiactl closed to the agent.
+    for name, error in (
+        ("synthetic-library-mismatch-nvml-only", "LibRmVersionMismatch"),
+        ("synthetic-nvml-no-permission-nvml-only", "NoPermission"),
+    ):
+        nodes.append(Node(name, init_error=error))
+
     node = hgx_h100("synthetic-driver-not-loaded")
     node.init_error = "DriverNotLoaded"
     node.calls = []
