@@ -631,6 +631,12 @@ def variants() -> list[Node]:
         node.replace_call(fn, [5], error="GpuIsLost")
     nodes.append(node)
 
+    # NVML counts GPU 2 but cannot open it: nvmlDeviceGetHandleByIndex raises GpuIsLost, so
+    # NVML tells neither its UUID nor its PCI address.
+    node = hgx_h100("synthetic-gpu-handle-lost")
+    node.call("nvmlDeviceGetHandleByIndex", [2], error="GpuIsLost")
+    nodes.append(node)
+
     # Driver 535.104.05 (CUDA 12.2): too old for images built with CUDA 12.4 or 13.0.
     nodes.append(hgx_h100("synthetic-driver-too-old", driver="535.104.05", cuda=12020))
 

@@ -62,6 +62,7 @@ def run(host: Host, config: Config) -> CheckResult:
         if not device.lost:
             facts.update(read_health(device, table))
         gpus.append(_finish(device, facts))
+    _place_on_bus(gpus, bus, count)
     data["gpus"] = gpus
     _track_idle(host, gpus)
     if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
@@ -70,6 +71,17 @@ def run(host: Host, config: Config) -> CheckResult:
     for device, facts in zip(devices, gpus, strict=True):
         findings += _device_findings(device, facts, config, data)
     return CheckResult(NAME, _summary(gpus, devices, len(bus), findings), findings, data)
+
+
+def _place_on_bus(gpus: list[dict[str, Any]], bus: list[PciDevice], count: int) -> None:
+    """Give a GPU NVML cannot name (its handle lost) its PCI address from its place on the
+    bus: NVML numbers GPUs in PCI bus order, so index i is the i-th NVIDIA GPU on the bus
+    when NVML sees every one of them."""
+    if count != len(bus):
+        return  # a GPU missing from NVML shifts the order: the place says nothing
+    for facts in gpus:
+        if "uuid" not in facts and "pci_bus_id" not in facts:
+            facts["pci_bus_id"] = bus[facts["index"]].address
 
 
 def inventory(device: Device, finish: bool = True) -> dict[str, Any]:
@@ -129,7 +141,8 @@ def _track_idle(host: Host, gpus: list[dict[str, Any]]) -> None:
 def _device_findings(
     device: Device, facts: dict[str, Any], config: Config, data: dict[str, Any]
 ) -> list[Finding]:
-    resource = gpu_resource(device.index, facts.get("uuid"))
+    # Without a UUID (a handle NVML lost), the PCI address names the GPU in the UUID's place.
+    resource = gpu_resource(device.index, facts.get("uuid") or facts.get("pci_bus_id"))
     where = f"GPU {device.index}" + (f" ({facts['pci_bus_id']})" if "pci_bus_id" in facts else "")
     if device.lost:
         return [
