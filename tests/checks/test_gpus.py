@@ -283,3 +283,26 @@ def test_a_gpu_whose_handle_is_lost_is_named_by_its_place_on_the_pci_bus() -> No
 def test_a_lost_gpu_that_still_tells_its_uuid_keeps_it_in_its_resource() -> None:
     result = run_check("gpus", "synthetic-gpu-lost")
     assert codes(result) == [("GPU_LOST", "CRITICAL", "REBOOT_NODE", gpu(5))]
+
+
+# --- the fabric manager on NVSwitch nodes ---------------------------------------------------
+
+
+def test_fabric_manager_stopped_after_registration_is_a_node_warning() -> None:
+    result = run_check("gpus", "synthetic-fabric-manager-stopped")
+    assert codes(result) == [("FABRIC_NOT_READY", "WARNING", "FIX_CONFIG", "node")]
+    assert result.findings[0].message.startswith(
+        "4 NVSwitches on the PCI bus and no nvidia-fabricmanager runs: the GPUs registered"
+    )
+    assert result.data["fabric_manager_running"] is False
+
+
+def test_fabric_manager_missing_without_the_fabric_api_is_critical() -> None:
+    result = run_check("gpus", "synthetic-fabric-manager-missing-no-fabric-api")
+    assert codes(result) == [("FABRIC_NOT_READY", "CRITICAL", "FIX_CONFIG", "node")]
+    assert "CUDA cannot start on the GPUs (error 802" in result.findings[0].message
+
+
+def test_per_gpu_fabric_findings_are_not_repeated_for_the_node() -> None:
+    result = run_check("gpus", "synthetic-fabric-not-started")
+    assert {f.resource for f in result.findings} == {gpu(i) for i in range(8)}

@@ -668,7 +668,7 @@ def variants() -> list[Node]:
             for pid, used in jobs.get(i, [])
         ]
         node.call("nvmlDeviceGetComputeRunningProcesses_v3", [i], running)
-    node.processes = [
+    node.processes = [FABRIC_MANAGER] + [
         {"pid": pid, "name": "python3", "cmdline": ["python3", "train.py"]}
         for running in jobs.values()
         for pid, _ in running
@@ -724,6 +724,20 @@ def health_variants() -> list[Node]:
     node = hgx_h100("synthetic-fabric-not-started")
     for i in range(len(H100_PCI)):
         node.replace_call("nvmlDeviceGetGpuFabricInfoV", [i], ret=fabric_info(1))
+    node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
+    nodes.append(node)
+
+    # The fabric manager stopped after every GPU registered: running work keeps going, but
+    # new NVLink partitions and GPU resets fail.
+    node = hgx_h100("synthetic-fabric-manager-stopped")
+    node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
+    nodes.append(node)
+
+    # An A100-style NVSwitch node (no fabric info API: NotSupported) without the fabric
+    # manager: CUDA fails to start (error 802, system not yet initialized).
+    node = hgx_h100("synthetic-fabric-manager-missing-no-fabric-api")
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetGpuFabricInfoV", [i], error="NotSupported")
     node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
     nodes.append(node)
 
