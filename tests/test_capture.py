@@ -69,6 +69,39 @@ def test_capture_refuses_a_directory_that_is_not_empty(tmp_path: Path) -> None:
     assert (tmp_path / "keep.txt").read_text() == "mine"
 
 
+def test_capture_into_a_path_under_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "hostname").write_text("node\n")
+    out = gpuprobe("capture", str(tmp_path / "hostname" / "snap"))
+    assert out.returncode == 64
+    lines = out.stderr.splitlines()
+    assert lines == [
+        f"gpuprobe: capture: cannot write to {tmp_path}/hostname/snap: Not a directory"
+    ]
+    assert out.stdout == ""
+
+
+def test_capture_into_proc_is_a_usage_error_before_any_check_runs() -> None:
+    out = gpuprobe("capture", "/proc/gpuprobe-no-such/snap")
+    assert out.returncode == 64
+    assert out.stderr.splitlines() == [
+        "gpuprobe: capture: cannot write to /proc/gpuprobe-no-such/snap: No such file or directory"
+    ]
+
+
+def test_capture_creates_a_missing_directory_and_leaves_no_probe_behind(tmp_path: Path) -> None:
+    (tmp_path / "host").mkdir()
+    target = tmp_path / "a" / "b"
+    out = gpuprobe("capture", str(target), "--only", "driver", "--root", str(tmp_path / "host"))
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in target.iterdir()) == [
+        "nvml.json",
+        "processes.json",
+        "report.json",
+        "rootfs",
+        "snapshot.json",
+    ]
+
+
 def test_copy_tree_reads_placeholders_listings_and_sockets(short_tmp: Path) -> None:
     tmp_path = short_tmp
     host = tmp_path / "host"

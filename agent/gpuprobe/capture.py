@@ -32,12 +32,35 @@ def capture(
     from gpuprobe.checks.runner import run_checks
 
     target = Path(directory)
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise UsageError(f"capture: {directory} exists and is not an empty directory")
+    prepare_target(target)
     host = recording_host(root, node_name)
     report = run_checks(host, config, names)
-    write_snapshot(target, host, report)
+    try:
+        write_snapshot(target, host, report)
+    except OSError as exc:  # the disk filled or the directory went away while checks ran
+        raise UsageError(f"capture: cannot write to {directory}: {_reason(exc)}") from None
     return report
+
+
+def prepare_target(target: Path) -> None:
+    """Create the snapshot directory and prove it writable, before any check runs.
+
+    A path that cannot hold a snapshot (under a file, in /proc, read-only) is a usage error,
+    found before the checks spend their time.
+    """
+    try:
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise UsageError(f"capture: {target} exists and is not an empty directory")
+        target.mkdir(parents=True, exist_ok=True)
+        probe = target / ".gpuprobe-write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"capture: cannot write to {target}: {_reason(exc)}") from None
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 def write_snapshot(target: Path, host: Host, report: NodeReport) -> None:

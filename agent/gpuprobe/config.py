@@ -136,8 +136,9 @@ class XidConfig:
     """Where the `xid` check reads XIDs from and keeps its state."""
 
     # The agent's own directory for sticky XIDs and operators' clearings (not a host path;
-    # a hostPath mount in the DaemonSet).
-    state_dir: str = "/var/lib/gpuprobe"
+    # a hostPath mount in the DaemonSet). Unset: /var/lib/gpuprobe on the live node, and no
+    # state file at all when a snapshot is replayed (so a replay never depends on this machine).
+    state_dir: str | None = None
     # Host kernel log files read for `NVRM: Xid` lines; a rotated `.1` is read before its log.
     kernel_logs: tuple[str, ...] = (
         "/var/log/kern.log.1",
@@ -154,7 +155,7 @@ class XidConfig:
     warning_window_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
-        if not self.state_dir:
+        if self.state_dir is not None and not self.state_dir:
             raise ConfigError("state_dir: must name a directory")
         for path in self.kernel_logs:
             if not path.startswith("/"):

@@ -40,6 +40,32 @@ def test_module_other_than_library_is_a_mismatch_too() -> None:
     assert "kernel module 550.90.07 and NVML library 550.54.15" in result.findings[0].message
 
 
+def test_library_mismatch_without_the_pci_bus_in_view_is_still_a_mismatch() -> None:
+    # The loaded module answered nvmlInit with its own version: GPUs are there.
+    result = run_check("driver", "synthetic-library-mismatch-nvml-only")
+    assert codes(result) == [("DRIVER_LIBRARY_MISMATCH", "CRITICAL", "REBOOT_NODE", "node")]
+    assert result.findings[0].message.startswith(
+        "the kernel module and the NVML library differ (a driver upgrade without a reboot)"
+    )
+    assert result.summary == "driver kernel module and library differ"
+    assert result.data["nvidia_gpus_on_pci_bus"] == 0
+
+
+def test_library_mismatch_is_judged_before_expected_gpus_go_missing() -> None:
+    cfg = config(gpus={"expect": 8})
+    result = run_check("driver", "synthetic-library-mismatch-nvml-only", cfg)
+    assert codes(result) == [("DRIVER_LIBRARY_MISMATCH", "CRITICAL", "REBOOT_NODE", "node")]
+
+
+def test_no_permission_without_the_pci_bus_in_view_is_an_init_failure_not_no_gpu() -> None:
+    result = run_check("driver", "synthetic-nvml-no-permission-nvml-only")
+    assert codes(result) == [("NVML_INIT_FAILED", "UNKNOWN", "FIX_CONFIG", "node")]
+    assert result.findings[0].message == (
+        "NVML's NoPermission shows a loaded NVIDIA driver but NVML failed to initialise with "
+        "NoPermission: the agent lacks access to /dev/nvidia*"
+    )
+
+
 def test_driver_not_loaded() -> None:
     result = run_check("driver", "synthetic-driver-not-loaded")
     assert codes(result) == [("DRIVER_NOT_LOADED", "CRITICAL", "FIX_CONFIG", "node")]

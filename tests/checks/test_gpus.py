@@ -233,3 +233,76 @@ def test_gpu_idle_clock_restarts_when_the_gpu_gets_work(monkeypatch: pytest.Monk
     assert (busy["idle"], busy["idle_seconds"]) == (False, None)
     assert busy["processes"] == [{"pid": 41007, "name": "python3", "used_memory_bytes": 1 << 30}]
     assert "GPU-5f1c0007-8e2b-4c1d-9a7e-000000000007" not in host.memory.of("gpus")["idle_since"]
+
+
+# --- counts and lost GPUs ------------------------------------------------------------------
+
+
+def test_a_gpu_fallen_off_the_bus_is_a_count_mismatch_that_names_it() -> None:
+    result = run_check("gpus", "synthetic-gpu-fallen-off-bus")
+    assert codes(result) == [("GPU_COUNT_MISMATCH", "CRITICAL", "REBOOT_NODE", "node")]
+    assert result.findings[0].message.startswith(
+        "the PCI bus shows 8 NVIDIA GPUs but NVML sees 7 (not seen: 0000:5d:00.0): "
+    )
+    assert result.summary == "NVML sees 7 of the 8 GPUs on the PCI bus"
+
+
+def test_fewer_gpus_than_expected_is_critical() -> None:
+    result = run_check("gpus", "synthetic-h100-8gpu-healthy", config(gpus={"expect": 9}))
+    assert codes(result) == [("GPU_COUNT_MISMATCH", "CRITICAL", "REBOOT_NODE", "node")]
+    assert result.findings[0].message.startswith(
+        "9 GPUs are expected but the PCI bus shows 8: a GPU has fallen off the bus"
+    )
+
+
+def test_more_gpus_than_expected_is_a_config_warning() -> None:
+    result = run_check("gpus", "synthetic-h100-8gpu-healthy", config(gpus={"expect": 4}))
+    assert codes(result) == [("GPU_COUNT_MISMATCH", "WARNING", "FIX_CONFIG", "node")]
+    assert result.findings[0].message == (
+        "4 GPUs are expected but NVML sees 8: correct the expected count"
+    )
+
+
+def test_exactly_the_expected_count_raises_nothing() -> None:
+    assert codes(run_check("gpus", "synthetic-h100-8gpu-healthy", config(gpus={"expect": 8}))) == []
+
+
+def test_a_gpu_whose_handle_is_lost_is_named_by_its_place_on_the_pci_bus() -> None:
+    result = run_check("gpus", "synthetic-gpu-handle-lost")
+    assert codes(result) == [("GPU_LOST", "CRITICAL", "REBOOT_NODE", "gpu:2:0000:3a:00.0")]
+    assert result.findings[0].message.startswith("GPU 2 (0000:3a:00.0) is lost: ")
+    assert result.data["gpus"][2] == {
+        "index": 2,
+        "lost": True,
+        "pci_bus_id": "0000:3a:00.0",
+        "nvml_errors": {"nvmlDeviceGetHandleByIndex": "GpuIsLost"},
+    }
+    assert result.summary == "1 of 8 GPUs lost"
+
+
+def test_a_lost_gpu_that_still_tells_its_uuid_keeps_it_in_its_resource() -> None:
+    result = run_check("gpus", "synthetic-gpu-lost")
+    assert codes(result) == [("GPU_LOST", "CRITICAL", "REBOOT_NODE", gpu(5))]
+
+
+# --- the fabric manager on NVSwitch nodes ---------------------------------------------------
+
+
+def test_fabric_manager_stopped_after_registration_is_a_node_warning() -> None:
+    result = run_check("gpus", "synthetic-fabric-manager-stopped")
+    assert codes(result) == [("FABRIC_NOT_READY", "WARNING", "FIX_CONFIG", "node")]
+    assert result.findings[0].message.startswith(
+        "4 NVSwitches on the PCI bus and no nvidia-fabricmanager runs: the GPUs registered"
+    )
+    assert result.data["fabric_manager_running"] is False
+
+
+def test_fabric_manager_missing_without_the_fabric_api_is_critical() -> None:
+    result = run_check("gpus", "synthetic-fabric-manager-missing-no-fabric-api")
+    assert codes(result) == [("FABRIC_NOT_READY", "CRITICAL", "FIX_CONFIG", "node")]
+    assert "CUDA cannot start on the GPUs (error 802" in result.findings[0].message
+
+
+def test_per_gpu_fabric_findings_are_not_repeated_for_the_node() -> None:
+    result = run_check("gpus", "synthetic-fabric-not-started")
+    assert {f.resource for f in result.findings} == {gpu(i) for i in range(8)}

@@ -15,7 +15,7 @@ from conftest import gpuprobe, require_root
 from gpuprobe.checks import xid
 from gpuprobe.config import Config
 from gpuprobe.gpu.xid_state import StateError, state_path
-from gpuprobe.host import snapshot_host
+from gpuprobe.host import live_host, snapshot_host
 from gpuprobe.report import Status
 from helpers import codes, config, run_check, snapshot
 
@@ -339,6 +339,71 @@ def test_clear_on_a_read_only_state_directory_is_one_clear_error(read_only_dir: 
 def test_replaying_a_snapshot_never_writes_state(tmp_path: Path) -> None:
     xid.run(snapshot_host(snapshot("synthetic-xid-critical")), state_config(tmp_path))
     assert list(tmp_path.iterdir()) == []
+
+
+XID_CRITICAL_FINDINGS = [
+    ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
+    ("XID", "CRITICAL", "RESET_GPU", gpu(6)),
+    ("XID", "CRITICAL", "RESET_GPU", gpu(6)),
+    ("XID", "WARNING", "NONE", gpu(2)),
+]
+
+
+@pytest.fixture
+def machine_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This machine's default state directory (a daemon's), holding a clearing of every
+    sticky XID of synthetic-xid-critical made in the snapshot's own boot."""
+    directory = tmp_path / "machine-state"
+    directory.mkdir()
+    monkeypatch.setattr(xid, "DEFAULT_STATE_DIR", str(directory))
+    assert (
+        xid.clear(snapshot_host(snapshot("synthetic-xid-critical")), state_config(directory)) == 3
+    )
+    return directory
+
+
+def test_replay_reads_no_state_of_this_machine_unless_configured(machine_state: Path) -> None:
+    before = state_path(str(machine_state)).read_text()
+    result = xid.run(snapshot_host(snapshot("synthetic-xid-critical")), Config())
+    assert codes(result) == XID_CRITICAL_FINDINGS
+    assert result.data["state_file"] is None
+    assert "state_error" not in result.data
+    assert state_path(str(machine_state)).read_text() == before
+    # Named in the config, the same state file applies to the replay.
+    configured = xid.run(
+        snapshot_host(snapshot("synthetic-xid-critical")), state_config(machine_state)
+    )
+    assert codes(configured) == [("XID", "WARNING", "NONE", gpu(2))]
+    assert configured.data["state_file"] == str(state_path(str(machine_state)))
+
+
+def test_replay_is_blind_to_a_corrupt_state_file_of_this_machine(machine_state: Path) -> None:
+    state_path(str(machine_state)).write_text("{not json")
+    result = xid.run(snapshot_host(snapshot("synthetic-xid-critical")), Config())
+    assert codes(result) == XID_CRITICAL_FINDINGS
+    assert "state_error" not in result.data
+
+
+def test_the_live_node_uses_the_default_state_dir(tmp_path: Path, machine_state: Path) -> None:
+    root = host_tree(tmp_path, "synthetic-xid-critical")
+    result = xid.run(live_host(str(root)), Config())
+    assert result.data["state_file"] == str(state_path(str(machine_state)))
+    assert codes(result) == [("XID", "WARNING", "NONE", gpu(2))]
+
+
+def test_clearing_a_replay_without_a_state_dir_holds_in_its_memory_only(
+    machine_state: Path,
+) -> None:
+    before = state_path(str(machine_state)).read_text()
+    host = snapshot_host(snapshot("synthetic-xid-critical"))
+    assert xid.clear(host, Config(), gpu=6) == 2
+    assert codes(xid.run(host, Config())) == [
+        ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
+        ("XID", "WARNING", "NONE", gpu(2)),
+    ]
+    assert state_path(str(machine_state)).read_text() == before
+    fresh = snapshot_host(snapshot("synthetic-xid-critical"))
+    assert codes(xid.run(fresh, Config())) == XID_CRITICAL_FINDINGS
 
 
 # --- the live daemon keeps sticky XIDs; the command line ------------------------------------

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from gpuprobe.gpu.cuda import (
+    MINOR_VERSION_MIN_DRIVER,
     RELEASES,
     Support,
     cuda_version_text,
+    minor_version_min_driver,
     newest_supported,
     parse_version,
     release_for,
@@ -25,6 +27,9 @@ from gpuprobe.gpu.cuda import (
         ("12.8", "12.8 GA", (570, 26)),
         ("13.0.2", "13.0 Update 2", (580, 95, 5)),
         ("11.0.3", "11.0 Update 1", (450, 51, 6)),
+        ("11.0", "11.0 GA", (450, 51, 5)),
+        ("11.0.2", "11.0 GA", (450, 51, 5)),
+        ("11.1.0", "11.1 GA", (455, 23)),
     ],
 )
 def test_release_rows(toolkit: str, label: str, driver: tuple[int, ...]) -> None:
@@ -57,10 +62,31 @@ def test_table_is_newest_first_and_drivers_never_decrease() -> None:
         ("580.65.06", "13.2", Support.MINOR_VERSION_COMPATIBILITY),
         ("470.82.01", "11.8", Support.MINOR_VERSION_COMPATIBILITY),
         ("440.33", "11.0.3", Support.NONE),
+        # Table 2's boundaries: 11.1-11.8 need 450.80.02, 12.x 525.60.13, 11.0 450.36.06.
+        ("450.80.02", "11.4", Support.MINOR_VERSION_COMPATIBILITY),
+        ("450.80.01", "11.4", Support.NONE),
+        ("450.51.06", "11.1", Support.NONE),
+        ("525.60.13", "12.2", Support.MINOR_VERSION_COMPATIBILITY),
+        ("525.60.12", "12.2", Support.NONE),
+        ("450.36.06", "11.0", Support.MINOR_VERSION_COMPATIBILITY),
+        ("450.36.05", "11.0", Support.NONE),
+        ("450.51.05", "11.0", Support.FULL),
+        ("440.33", "10.2", Support.FULL),
+        ("418.39", "10.2", Support.NONE),
     ],
 )
 def test_support(driver: str, toolkit: str, verdict: Support) -> None:
     assert support(parse_version(driver), parse_version(toolkit))[0] is verdict
+
+
+def test_minor_version_rows_are_newest_first() -> None:
+    firsts = [first for first, _ in MINOR_VERSION_MIN_DRIVER]
+    assert firsts == sorted(firsts, reverse=True)
+    assert minor_version_min_driver((11, 8)) == (450, 80, 2)
+    assert minor_version_min_driver((12, 9, 1)) == (525, 60, 13)
+    assert minor_version_min_driver((13, 2)) == (580,)
+    assert minor_version_min_driver((10, 2)) is None
+    assert minor_version_min_driver((14, 0)) is None
 
 
 def test_a_toolkit_newer_than_the_table_is_judged_by_the_drivers_cuda_version() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprobe.gpu.xid_catalog import CATALOG, classify
+from gpuprobe.gpu.health import health_findings
+from gpuprobe.gpu.xid_catalog import BUCKET_EXCEPTIONS, BUCKET_VERDICTS, CATALOG, classify
 from gpuprobe.report import Action, Severity
 
 
@@ -29,6 +30,10 @@ def test_application_xids_are_warnings_to_restart_the_app(xid: int) -> None:
         (119, Action.RESET_GPU),
         (120, Action.RESET_GPU),
         (145, Action.RESET_GPU),
+        (61, Action.RESET_GPU),
+        (69, Action.RESET_GPU),
+        (157, Action.RESET_GPU),
+        (159, Action.RESET_GPU),
     ],
 )
 def test_hardware_xids_are_critical_with_the_catalogs_action(xid: int, action: Action) -> None:
@@ -69,11 +74,53 @@ def test_an_xid_outside_the_catalog_is_a_warning_that_says_so() -> None:
     assert info.description == "not in gpuprobe's XID catalog"
 
 
-def test_every_entry_is_consistent() -> None:
+def test_every_entry_follows_its_buckets_verdict() -> None:
     for xid, info in CATALOG.items():
         assert info.xid == xid
         assert info.description
-        if info.bucket in ("RESET_GPU", "RESTART_BM", "RESTART_VM") or info.bucket.startswith(
-            "WORKFLOW_NVLINK"
-        ):
-            assert info.severity is Severity.CRITICAL, xid
+        if xid in BUCKET_EXCEPTIONS:
+            continue
+        assert (info.severity, info.action) == BUCKET_VERDICTS[info.bucket], xid
+
+
+def test_the_exceptions_are_the_documented_ones() -> None:
+    assert sorted(BUCKET_EXCEPTIONS) == [94, 154]
+    assert (CATALOG[94].bucket, CATALOG[94].severity) == ("RESTART_APP", Severity.CRITICAL)
+    assert CATALOG[154].bucket == "XID_154"
+
+
+def test_xid_43_is_filed_with_the_application_xids() -> None:
+    assert (CATALOG[43].bucket, CATALOG[43].action) == ("RESTART_APP", Action.RESTART_APP)
+
+
+@pytest.mark.parametrize(
+    "xid", [8, 13, 31, 32, 43, 45, 46, 48, 61, 62, 63, 64, 69, 74, 79, 92, 94, 95, 109, 110,
+            119, 120, 136, 140, 143, 154, 155, 156, 157, 158, 159],
+)  # fmt: skip
+def test_the_common_xids_are_in_the_catalog(xid: int) -> None:
+    assert xid in CATALOG
+
+
+@pytest.mark.parametrize(
+    ("message_action", "health_action"),
+    [
+        ("0x1 (GPU Reset Required)", "GPU_RESET"),
+        ("0x2 (Node Reboot Required)", "NODE_REBOOT"),
+        ("0x3 (Drain P2P)", "DRAIN_P2P"),
+        ("0x4 (Drain and Reset)", "DRAIN_AND_RESET"),
+    ],
+)
+def test_xid_154_and_the_recovery_action_field_agree(
+    message_action: str, health_action: str
+) -> None:
+    info = classify(154, f"GPU recovery action changed from 0x0 (None) to {message_action}")
+    facts = {"recovery_action": health_action}
+    (finding,) = health_findings(
+        facts, "gpu:0:GPU-x", "GPU 0", nvswitch_system=False, fabric_manager_running=None
+    )
+    assert (finding.code, finding.severity, finding.action) == (
+        "GPU_RECOVERY_REQUIRED",
+        info.severity,
+        info.action,
+    )
+    assert finding.severity is Severity.CRITICAL

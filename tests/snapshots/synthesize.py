@@ -585,6 +585,14 @@ def variants() -> list[Node]:
     node.files.pop("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15")
     nodes.append(node)
 
+    # Only the NVML record: no host files (the PCI bus is not in view), and nvmlInit found
+    # the kernel module and library disagreeing, or /dev/nvidiactl closed to the agent.
+    for name, error in (
+        ("synthetic-library-mismatch-nvml-only", "LibRmVersionMismatch"),
+        ("synthetic-nvml-no-permission-nvml-only", "NoPermission"),
+    ):
+        nodes.append(Node(name, init_error=error))
+
     node = hgx_h100("synthetic-driver-not-loaded")
     node.init_error = "DriverNotLoaded"
     node.calls = []
@@ -623,6 +631,12 @@ def variants() -> list[Node]:
         node.replace_call(fn, [5], error="GpuIsLost")
     nodes.append(node)
 
+    # NVML counts GPU 2 but cannot open it: nvmlDeviceGetHandleByIndex raises GpuIsLost, so
+    # NVML tells neither its UUID nor its PCI address.
+    node = hgx_h100("synthetic-gpu-handle-lost")
+    node.call("nvmlDeviceGetHandleByIndex", [2], error="GpuIsLost")
+    nodes.append(node)
+
     # Driver 535.104.05 (CUDA 12.2): too old for images built with CUDA 12.4 or 13.0.
     nodes.append(hgx_h100("synthetic-driver-too-old", driver="535.104.05", cuda=12020))
 
@@ -654,7 +668,7 @@ def variants() -> list[Node]:
             for pid, used in jobs.get(i, [])
         ]
         node.call("nvmlDeviceGetComputeRunningProcesses_v3", [i], running)
-    node.processes = [
+    node.processes = [FABRIC_MANAGER] + [
         {"pid": pid, "name": "python3", "cmdline": ["python3", "train.py"]}
         for running in jobs.values()
         for pid, _ in running
@@ -710,6 +724,20 @@ def health_variants() -> list[Node]:
     node = hgx_h100("synthetic-fabric-not-started")
     for i in range(len(H100_PCI)):
         node.replace_call("nvmlDeviceGetGpuFabricInfoV", [i], ret=fabric_info(1))
+    node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
+    nodes.append(node)
+
+    # The fabric manager stopped after every GPU registered: running work keeps going, but
+    # new NVLink partitions and GPU resets fail.
+    node = hgx_h100("synthetic-fabric-manager-stopped")
+    node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
+    nodes.append(node)
+
+    # An A100-style NVSwitch node (no fabric info API: NotSupported) without the fabric
+    # manager: CUDA fails to start (error 802, system not yet initialized).
+    node = hgx_h100("synthetic-fabric-manager-missing-no-fabric-api")
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetGpuFabricInfoV", [i], error="NotSupported")
     node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
     nodes.append(node)
 

@@ -34,6 +34,11 @@ LIBRARY_DIRS = (
     "/run/nvidia/driver/usr/lib64",
 )
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
+# nvmlInit errors that only a present driver gives: the library reached the loaded kernel
+# module (LibRmVersionMismatch: it read the module's version; NoPermission: /dev/nvidiactl
+# exists but is closed to the agent). The module loads only when it finds an NVIDIA GPU, so
+# GPUs are there even when the PCI bus is not in view (a snapshot of nvml.json alone).
+DRIVER_ANSWERED = frozenset({"LibRmVersionMismatch", "NoPermission"})
 
 
 @dataclass(frozen=True)
@@ -95,23 +100,11 @@ def _without_nvml(
     error = host.nvml.init_error
     expected = config.gpus.expect
     data["library_versions"] = library_versions(host.fs)
-    if gpus_on_bus == 0:
-        if expected:
-            finding = Finding(
-                "NO_GPU",
-                Severity.CRITICAL,
-                f"{expected} GPUs are expected but the PCI bus shows no NVIDIA GPU "
-                "(GPUs fallen off the bus, or the agent runs on the wrong node)",
-                Action.REBOOT_NODE,
-            )
-        else:
-            finding = Finding(
-                "NO_GPU",
-                Severity.UNKNOWN,
-                "no NVIDIA GPU on the PCI bus: this is not a GPU node",
-            )
-        return CheckResult(NAME, "no NVIDIA GPU on this node", [finding], data)
-    gpus = f"{gpus_on_bus} NVIDIA GPU{'s' if gpus_on_bus != 1 else ''} on the PCI bus"
+    # DriverNotLoaded says the module is not there, whatever /proc says (a container without
+    # /dev/nvidiactl): only the PCI bus can then show GPUs.
+    gpus = _gpu_evidence(gpus_on_bus, module if error != "DriverNotLoaded" else None, error)
+    if gpus is None:
+        return _no_gpu(expected, data)
     if error == "LibraryNotFound":
         where = (
             f"the kernel module {module.version} is loaded but libnvidia-ml.so.1 is missing"
@@ -147,6 +140,35 @@ def _without_nvml(
         Action.FIX_CONFIG if error == "NoPermission" else Action.NONE,
     )
     return CheckResult(NAME, f"NVML failed to initialise ({error})", [finding], data)
+
+
+def _gpu_evidence(gpus_on_bus: int, module: KernelModule | None, error: str | None) -> str | None:
+    """What shows NVIDIA GPUs are on this node, in words; None when nothing does."""
+    if gpus_on_bus:
+        return f"{gpus_on_bus} NVIDIA GPU{'s' if gpus_on_bus != 1 else ''} on the PCI bus"
+    if module is not None:
+        return f"the NVIDIA kernel module {module.version} is loaded"
+    if error in DRIVER_ANSWERED:
+        return f"NVML's {error} shows a loaded NVIDIA driver"
+    return None
+
+
+def _no_gpu(expected: int | None, data: dict[str, Any]) -> CheckResult:
+    if expected:
+        finding = Finding(
+            "NO_GPU",
+            Severity.CRITICAL,
+            f"{expected} GPUs are expected but the PCI bus shows no NVIDIA GPU "
+            "(GPUs fallen off the bus, or the agent runs on the wrong node)",
+            Action.REBOOT_NODE,
+        )
+    else:
+        finding = Finding(
+            "NO_GPU",
+            Severity.UNKNOWN,
+            "no NVIDIA GPU on the PCI bus: this is not a GPU node",
+        )
+    return CheckResult(NAME, "no NVIDIA GPU on this node", [finding], data)
 
 
 def _mismatch(module_version: str | None, library: list[str] | str | None) -> Finding:

@@ -62,6 +62,7 @@ def run(host: Host, config: Config) -> CheckResult:
         if not device.lost:
             facts.update(read_health(device, table))
         gpus.append(_finish(device, facts))
+    _place_on_bus(gpus, bus, count)
     data["gpus"] = gpus
     _track_idle(host, gpus)
     if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
@@ -69,7 +70,59 @@ def run(host: Host, config: Config) -> CheckResult:
     findings = _count_findings(bus, count, expected, gpus)
     for device, facts in zip(devices, gpus, strict=True):
         findings += _device_findings(device, facts, config, data)
+    findings += _fabric_manager_findings(data, gpus, findings)
     return CheckResult(NAME, _summary(gpus, devices, len(bus), findings), findings, data)
+
+
+def _fabric_manager_findings(
+    data: dict[str, Any], gpus: list[dict[str, Any]], findings: list[Finding]
+) -> list[Finding]:
+    """FABRIC_NOT_READY for the node: NVSwitches on the bus and no nvidia-fabricmanager, when
+    no GPU's own fabric state has said so already.
+
+    Without the fabric manager, GPUs without the fabric info API (A100-style: NotSupported)
+    cannot start CUDA (error 802, system not yet initialized); with registration COMPLETED,
+    running work goes on but NVLink partitions cannot change and GPU resets fail.
+    """
+    if not data["nvswitches_on_pci_bus"] or data.get("fabric_manager_running") is not False:
+        return []
+    if any(f.code == "FABRIC_NOT_READY" for f in findings):
+        return []
+    states = {g.get("fabric_state") for g in gpus if not g.get("lost")}
+    if states <= {"COMPLETED"} and states:
+        return [
+            Finding(
+                "FABRIC_NOT_READY",
+                Severity.WARNING,
+                f"{data['nvswitches_on_pci_bus']} NVSwitches on the PCI bus and no "
+                "nvidia-fabricmanager runs: the GPUs registered, but NVLink partitions cannot "
+                "change and GPU resets fail. Start the fabric manager (systemctl start "
+                "nvidia-fabricmanager) at the driver's exact version",
+                Action.FIX_CONFIG,
+            )
+        ]
+    return [
+        Finding(
+            "FABRIC_NOT_READY",
+            Severity.CRITICAL,
+            f"{data['nvswitches_on_pci_bus']} NVSwitches on the PCI bus and no "
+            "nvidia-fabricmanager runs: CUDA cannot start on the GPUs (error 802, system not "
+            "yet initialized). Start the fabric manager (systemctl start nvidia-fabricmanager) "
+            "at the driver's exact version",
+            Action.FIX_CONFIG,
+        )
+    ]
+
+
+def _place_on_bus(gpus: list[dict[str, Any]], bus: list[PciDevice], count: int) -> None:
+    """Give a GPU NVML cannot name (its handle lost) its PCI address from its place on the
+    bus: NVML numbers GPUs in PCI bus order, so index i is the i-th NVIDIA GPU on the bus
+    when NVML sees every one of them."""
+    if count != len(bus):
+        return  # a GPU missing from NVML shifts the order: the place says nothing
+    for facts in gpus:
+        if "uuid" not in facts and "pci_bus_id" not in facts:
+            facts["pci_bus_id"] = bus[facts["index"]].address
 
 
 def inventory(device: Device, finish: bool = True) -> dict[str, Any]:
@@ -129,7 +182,8 @@ def _track_idle(host: Host, gpus: list[dict[str, Any]]) -> None:
 def _device_findings(
     device: Device, facts: dict[str, Any], config: Config, data: dict[str, Any]
 ) -> list[Finding]:
-    resource = gpu_resource(device.index, facts.get("uuid"))
+    # Without a UUID (a handle NVML lost), the PCI address names the GPU in the UUID's place.
+    resource = gpu_resource(device.index, facts.get("uuid") or facts.get("pci_bus_id"))
     where = f"GPU {device.index}" + (f" ({facts['pci_bus_id']})" if "pci_bus_id" in facts else "")
     if device.lost:
         return [

@@ -10,7 +10,9 @@ What the daemon saw is kept in `host.memory`, so events are not lost between run
 Each XID is classified by NVIDIA's catalog (`gpuprobe.gpu.xid_catalog`). Critical XIDs are
 sticky: they stay reported until the boot id changes (a reboot) or an operator clears them
 (`clear()`, `gpuprobe clear-xid`); the clearing, and in the live daemon the sticky XIDs
-themselves, are kept in the state file (`gpuprobe.gpu.xid_state`). A warning XID (an
+themselves, are kept in the state file (`gpuprobe.gpu.xid_state`). A replayed snapshot uses
+a state file only when `xid.state_dir` is configured, so a replay gives the same findings on
+every machine; without one, a clearing lives in the process's memory. A warning XID (an
 application's) stays reported in the daemon for `xid.warning_window_seconds` after it last
 grew; a one-shot check reports every XID of the boot.
 """
@@ -35,6 +37,8 @@ from gpuprobe.host.nvml import NvmlError
 from gpuprobe.report import Action, CheckResult, Finding, Severity, format_time, gpu_resource
 
 NAME = "xid"
+# The live node's state directory when `xid.state_dir` is not configured.
+DEFAULT_STATE_DIR = "/var/lib/gpuprobe"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 PROC_STAT = "/proc/stat"
 # Bounds the drain of the event set: a GPU in an XID storm must not hold the check forever.
@@ -148,6 +152,7 @@ class Observation:
 
 def run(host: Host, config: Config) -> CheckResult:
     """Gather this boot's XIDs, classify them, and report the active ones."""
+    directory = state_dir(host, config)
     with xid_state.LOCK:
         seen = observe(host, config)
         persist_error = _persist(host, config, seen)
@@ -157,7 +162,7 @@ def run(host: Host, config: Config) -> CheckResult:
         "xids": [x.to_data() for x in seen.xids],
         "boot_id": seen.boot_id,
         "sources": seen.sources,
-        "state_file": str(xid_state.state_path(config.xid.state_dir)),
+        "state_file": str(xid_state.state_path(directory)) if directory else None,
     }
     if seen.state_error or persist_error:
         data["state_error"] = seen.state_error or persist_error
@@ -169,8 +174,10 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
 
     The clearing is saved in the state file, so it holds for later runs, other processes and
     agent restarts, until an XID grows again or the node reboots. Raises StateError (one
-    line) when the state directory is missing or read-only, or its file is corrupt.
+    line) when the state directory is missing or read-only, or its file is corrupt. A snapshot
+    without a configured state directory keeps the clearing in this process's memory only.
     """
+    directory = state_dir(host, config)
     with xid_state.LOCK:
         seen = observe(host, config)
         if seen.state_error:
@@ -187,12 +194,21 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
         state.cleared.update(marks)
         for key in marks:
             state.sticky.pop(key, None)
-        xid_state.save(config.xid.state_dir, state)  # first, so a failure changes nothing
+        if directory is not None:
+            xid_state.save(directory, state)  # first, so a failure changes nothing
         memory = host.memory.of(NAME)
         memory.setdefault("cleared", {}).update(marks)
         for key in marks:
             memory.setdefault("sticky", {}).pop(key, None)
         return len(targets)
+
+
+def state_dir(host: Host, config: Config) -> str | None:
+    """The state directory this host uses: the configured one, else the live default; None
+    for a snapshot without one (its replay must not read this machine's state)."""
+    if config.xid.state_dir is not None:
+        return config.xid.state_dir
+    return None if host.is_snapshot else DEFAULT_STATE_DIR
 
 
 def observe(host: Host, config: Config) -> Observation:
@@ -212,8 +228,9 @@ def observe(host: Host, config: Config) -> Observation:
     for x in logged:
         _merge(seen, x)
     observation = Observation(boot_id, [], sources)
+    directory = state_dir(host, config)
     try:
-        observation.state = xid_state.load(config.xid.state_dir)
+        observation.state = xid_state.load(directory) if directory is not None else None
     except xid_state.StateError as exc:
         observation.state_error = str(exc)
     state = observation.state
@@ -435,8 +452,13 @@ def _time_text(value: Any) -> str | None:
 
 def _persist(host: Host, config: Config, seen: Observation) -> str | None:
     """Keep the live daemon's sticky XIDs in the state file (never from a snapshot)."""
-    directory = config.xid.state_dir
-    if host.is_snapshot or not xid_state.writable(directory) or seen.state_error:
+    directory = state_dir(host, config)
+    if (
+        host.is_snapshot
+        or directory is None
+        or not xid_state.writable(directory)
+        or seen.state_error
+    ):
         return None
     sticky = {x.key: x.to_entry() for x in seen.xids if x.active and x.info.critical}
     state = seen.state or xid_state.XidState()

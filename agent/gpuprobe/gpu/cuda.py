@@ -91,19 +91,39 @@ RELEASES: tuple[ToolkitRelease, ...] = (
     _release("10.2", "10.2", "440.33"),
 )
 
-# Minor-version compatibility: any toolkit of a major family runs, with a limited feature
-# set (no PTX JIT of newer code, no newer driver APIs), on a driver of at least this version.
-FAMILY_MIN_DRIVER: dict[int, Version] = {13: (580,), 12: (525,), 11: (450,)}
+# Minor-version compatibility (release notes, Table 2): a toolkit from the first version of a
+# row up to the next row runs, with a limited feature set (no PTX JIT of newer code, no newer
+# driver APIs), on a driver of at least this version. Newest first. CUDA 11.0 shipped with an
+# earlier driver; the rest of 11.x needs the 450.80.02 recommended driver.
+MINOR_VERSION_MIN_DRIVER: tuple[tuple[Version, Version], ...] = (
+    ((13, 0), (580,)),
+    ((12, 0), (525, 60, 13)),
+    ((11, 1), (450, 80, 2)),
+    ((11, 0), (450, 36, 6)),
+)
+
+
+def minor_version_min_driver(toolkit: Version) -> Version | None:
+    """The oldest driver that runs `toolkit` under minor-version compatibility (None before
+    CUDA 11, which had none)."""
+    for first, driver in MINOR_VERSION_MIN_DRIVER:
+        if _pad(toolkit)[:2] >= first:
+            return driver if toolkit[0] == first[0] else None
+    return None
 
 
 def release_for(toolkit: Version) -> ToolkitRelease | None:
     """The table's row that governs `toolkit`: the newest row of its major.minor not newer
-    than it (12.6.2 → 12.6 Update 2, 11.4.4 → 11.4 Update 3); None for a major.minor the
-    table does not list (a toolkit newer than this table, or a version that never shipped).
+    than it (12.6.2 → 12.6 Update 2, 11.4.4 → 11.4 Update 3), else that major.minor's GA
+    ("11.0" → 11.0 GA, whose toolkit version is 11.0.2); None for a major.minor the table
+    does not list (a toolkit newer than this table, or a version that never shipped).
     """
     wanted = _pad(toolkit)
-    rows = [r for r in RELEASES if _pad(r.version)[:2] == wanted[:2] and _pad(r.version) <= wanted]
-    return rows[0] if rows else None
+    rows = [r for r in RELEASES if _pad(r.version)[:2] == wanted[:2]]
+    older = [r for r in rows if _pad(r.version) <= wanted]
+    if older:
+        return older[0]
+    return rows[-1] if rows else None
 
 
 def _pad(version: Version) -> Version:
@@ -141,7 +161,7 @@ def support(
         return Support.UNKNOWN, None
     if full:
         return Support.FULL, release
-    family = FAMILY_MIN_DRIVER.get(toolkit[0])
+    family = minor_version_min_driver(toolkit)
     if family is not None and driver >= family:
         return Support.MINOR_VERSION_COMPATIBILITY, release
     return Support.NONE, release

@@ -515,7 +515,8 @@ _RECOVERY_VERDICTS = {
     "DRAIN_AND_RESET": (Severity.CRITICAL, Action.RESET_GPU, "draining and a GPU reset"),
     "NODE_REBOOT": (Severity.CRITICAL, Action.REBOOT_NODE, "a node reboot"),
     "SYSTEM_REBOOT": (Severity.CRITICAL, Action.REBOOT_NODE, "a system reboot"),
-    "DRAIN_P2P": (Severity.WARNING, Action.DRAIN_NODE, "draining peer-to-peer work"),
+    # An operator must drain the GPU's peer-to-peer work: as severe as Xid 154's Drain P2P.
+    "DRAIN_P2P": (Severity.CRITICAL, Action.DRAIN_NODE, "draining peer-to-peer work"),
     "RECOVER_IMEX_DOMAIN": (Severity.WARNING, Action.FIX_CONFIG, "recovering its IMEX domain"),
 }
 

@@ -60,22 +60,25 @@ _ENTRIES: list[tuple[int, str, str, Severity, Action]] = [
         _W,
         Action.RESTART_APP,
     ),
+    # The application's channel was reset and the application ended; the GPU stays healthy.
     (
         43,
         "GPU stopped processing (the application's channel was reset)",
-        "IGNORE",
+        "RESTART_APP",
         _W,
         Action.RESTART_APP,
     ),
     (45, "Preemptive cleanup, due to previous errors", "WORKFLOW_XID_45", _W, Action.RESTART_APP),
     (46, "GPU stopped processing (timeout)", "RESET_GPU", _C, Action.RESET_GPU),
     (48, "Double Bit ECC Error", "WORKFLOW_XID_48", _C, Action.RESET_GPU),
+    (61, "Internal micro-controller breakpoint/warning", "RESET_GPU", _C, Action.RESET_GPU),
     (62, "Internal micro-controller halt", "RESET_GPU", _C, Action.RESET_GPU),
     (63, "GPU memory remapping event (row remapped or page retired)", "IGNORE", _W, Action.NONE),
     (64, "GPU memory remapping failure", "RESET_GPU", _C, Action.RESET_GPU),
     # Not in the excerpt of the catalog checked; the device plugin files it with the
     # application XIDs.
     (68, "Video processor exception (NVDEC)", "RESTART_APP", _W, Action.RESTART_APP),
+    (69, "Graphics Engine class error", "RESET_GPU", _C, Action.RESET_GPU),
     (74, "NVLink error", "WORKFLOW_NVLINK_ERR", _C, Action.RESET_GPU),
     (79, "GPU has fallen off the bus", "RESTART_BM", _C, Action.REBOOT_NODE),
     (92, "High single-bit ECC error rate", "IGNORE", _W, Action.NONE),
@@ -96,10 +99,28 @@ _ENTRIES: list[tuple[int, str, str, Severity, Action]] = [
     (154, "GPU recovery action changed", "XID_154", _C, Action.RESET_GPU),
     (155, "NVLink software-defined error", "RESET_GPU", _C, Action.RESET_GPU),
     (156, "Resource retirement event", "RESET_GPU", _C, Action.RESET_GPU),
+    (157, "Resource retirement failure", "RESET_GPU", _C, Action.RESET_GPU),
     (158, "GPU fatal timeout", "RESET_GPU", _C, Action.RESET_GPU),
+    (159, "CHI non-data error (chip-to-chip interconnect)", "RESET_GPU", _C, Action.RESET_GPU),
 ]
 
 CATALOG: dict[int, XidInfo] = {e[0]: XidInfo(*e) for e in _ENTRIES}
+
+# The table in this module's docstring: each bucket's severity and action. Every entry follows
+# it except those in BUCKET_EXCEPTIONS (94: contained, yet the GPU needs a reset when
+# convenient; 154: its action follows the recovery its message names).
+BUCKET_VERDICTS: dict[str, tuple[Severity, Action]] = {
+    "RESTART_APP": (_W, Action.RESTART_APP),
+    "WORKFLOW_XID_45": (_W, Action.RESTART_APP),
+    "IGNORE": (_W, Action.NONE),
+    "RESET_GPU": (_C, Action.RESET_GPU),
+    "WORKFLOW_XID_48": (_C, Action.RESET_GPU),
+    "WORKFLOW_NVLINK_ERR": (_C, Action.RESET_GPU),
+    "WORKFLOW_NVLINK5_ERR": (_C, Action.RESET_GPU),
+    "RESTART_BM": (_C, Action.REBOOT_NODE),
+    "RESTART_VM": (_C, Action.REBOOT_NODE),
+}
+BUCKET_EXCEPTIONS = frozenset({94, 154})
 
 # Xid 154 names the recovery the driver now requires, e.g. "GPU recovery action changed from
 # 0x0 (None) to 0x2 (Node Reboot Required)": the action follows its text.
@@ -108,6 +129,8 @@ _RECOVERY_ACTIONS = {
     "none": (Severity.WARNING, Action.NONE),
     "gpu reset required": (Severity.CRITICAL, Action.RESET_GPU),
     "node reboot required": (Severity.CRITICAL, Action.REBOOT_NODE),
+    # The GPU must not take peer-to-peer work until drained: an operator must act (the gpus
+    # check's GPU_RECOVERY_REQUIRED for DRAIN_P2P says the same).
     "drain p2p": (Severity.CRITICAL, Action.DRAIN_NODE),
     "drain and reset": (Severity.CRITICAL, Action.RESET_GPU),
 }
