@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 HERE = Path(__file__).parent
 
 H100_PCI = [
@@ -974,6 +976,7 @@ SPEC_DEVICE_NODES = (
     "/dev/nvidia-uvm-tools",
     "/dev/nvidiactl",
 )
+PLUGIN_CDI_SPEC = "/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json"
 MOUNT_OPTIONS = "          options:\n" + "".join(
     f"            - {o}\n" for o in ("ro", "nosuid", "nodev", "rbind", "rprivate")
 )
@@ -1009,11 +1012,14 @@ def cdi_hook(args: list[str]) -> str:
     )
 
 
-def nvidia_cdi_spec(driver: str, gpus: int) -> str:
-    """A CDI spec as `nvidia-ctk cdi generate` writes it for `gpus` GPUs and `driver`."""
+def nvidia_cdi_spec(
+    driver: str, gpus: int, name: Callable[[int], str] = str, kind: str = "nvidia.com/gpu"
+) -> str:
+    """A CDI spec as `nvidia-ctk cdi generate` writes it for `gpus` GPUs and `driver`, each GPU
+    named by `name` (its `--device-name-strategy`: index "0", type-index "gpu0", uuid)."""
     nodes = "".join(f"            - path: /dev/nvidia{i}\n" for i in range(gpus))
     devices = "".join(
-        f'    - name: "{i}"\n'
+        f'    - name: "{name(i)}"\n'
         "      containerEdits:\n"
         "        deviceNodes:\n"
         f"            - path: /dev/nvidia{i}\n"
@@ -1032,7 +1038,7 @@ def nvidia_cdi_spec(driver: str, gpus: int) -> str:
     return (
         "---\n"
         "cdiVersion: 0.5.0\n"
-        "kind: nvidia.com/gpu\n"
+        f"kind: {kind}\n"
         "devices:\n"
         f"{devices}"
         "containerEdits:\n"
@@ -1046,6 +1052,21 @@ def nvidia_cdi_spec(driver: str, gpus: int) -> str:
         "    mounts:\n"
         f"{mounts}"
     )
+
+
+def type_index_name(index: int) -> str:
+    """A GPU's CDI device name under nvidia-ctk's `--device-name-strategy=type-index`."""
+    return f"gpu{index}"
+
+
+def device_plugin_cdi_spec(driver: str, gpus: int) -> str:
+    """The spec the device plugin writes itself with a CDI deviceListStrategy: kind
+    k8s.device-plugin.nvidia.com/gpu, devices named by UUID (its default deviceIDStrategy),
+    saved as JSON (k8s-device-plugin internal/cdi)."""
+    spec = yaml.safe_load(
+        nvidia_cdi_spec(driver, gpus, gpu_uuid, kind="k8s.device-plugin.nvidia.com/gpu")
+    )
+    return json.dumps(spec, indent=2) + "\n"
 
 
 def driver_files(node: Node, driver: str) -> Node:
@@ -1154,6 +1175,19 @@ def container_variants() -> list[Node]:
     # Generated while GPU 5 had fallen off the bus: the spec defines 7 GPUs, NVML sees 8.
     node = gpu_k8s_node("synthetic-cdi-spec-missing-gpu")
     cdi_spec(node, gpus=7)
+    nodes.append(node)
+
+    # The spec generated with `nvidia-ctk cdi generate --device-name-strategy=type-index`:
+    # devices gpu0 … gpu7.
+    node = gpu_k8s_node("synthetic-cdi-type-index-names")
+    node.file("/var/run/cdi/nvidia.yaml", nvidia_cdi_spec("550.54.15", 8, type_index_name))
+    nodes.append(node)
+
+    # The device plugin passes CDI names (deviceListStrategy cdi-cri) and has written its own
+    # spec; nvidia-ctk's spec was never generated on this node.
+    node = gpu_k8s_node("synthetic-cdi-device-plugin-spec")
+    node.files.pop("/var/run/cdi/nvidia.yaml")
+    node.file(PLUGIN_CDI_SPEC, device_plugin_cdi_spec("550.54.15", 8))
     nodes.append(node)
 
     # Two generated specs merged by hand into one: device "0" is defined twice. The toolkit
