@@ -169,9 +169,12 @@ def test_unrecognised_device_names_leave_the_gpu_count_unjudged(tmp_path: Path) 
 
 
 def test_device_plugin_spec_serves_its_cdi_names() -> None:
-    cfg = config(device_plugin={"config_file": CDI_CRI})
-    result = run_check("cdi", "synthetic-cdi-device-plugin-spec", cfg)
+    result = run_check("cdi", "synthetic-cdi-device-plugin-spec")  # cdi-cri, kept in the snapshot
     assert result.findings == []
+    assert result.data["cdi_in_use_because"] == [
+        "the device plugin passes devices as CDI names (deviceListStrategy cdi-cri in "
+        "/etc/nvidia-device-plugin/config.yaml)"
+    ]
     assert result.summary == "1 CDI spec, 9 devices; CDI in use for GPUs"
     (spec,) = result.data["specs"]
     assert spec["path"] == "/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json"

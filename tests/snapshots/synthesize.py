@@ -120,6 +120,7 @@ class Node:
     with_nvml: bool = True
     links: list[dict[str, Any]] | None = None
     symlinks: dict[str, str] = field(default_factory=dict)
+    device_plugin: str | None = None  # the device plugin's config.yaml, as the agent read it
 
     def file(self, path: str, content: str = "") -> Node:
         """A host file (an empty one stands for a socket or device node)."""
@@ -183,6 +184,9 @@ class Node:
         _write_json(target / "processes.json", self.processes)
         if self.links is not None:
             _write_json(target / "netlink.json", {"format": 1, "links": self.links})
+        if self.device_plugin is not None:
+            entry = {"config_file": DEVICE_PLUGIN_CONFIG, "content": self.device_plugin}
+            _write_json(target / "device-plugin.json", entry)
         for path, content in sorted(self.files.items()):
             dest = target / "rootfs" / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -934,6 +938,9 @@ def xid_variants() -> list[Node]:
 # driver version and GPU count can vary.
 
 FIXTURES = HERE.parent / "fixtures" / "toolkit"
+PLUGIN_FIXTURES = HERE.parent / "fixtures" / "device_plugin"
+# Where the DaemonSet mounts the device plugin's ConfigMap for the agent (docs/configuration.md).
+DEVICE_PLUGIN_CONFIG = "/etc/nvidia-device-plugin/config.yaml"
 LIB = "/usr/lib/x86_64-linux-gnu"
 TOOLKIT_BINARIES = (
     "nvidia-container-runtime",
@@ -1139,6 +1146,12 @@ def set_compute_mode(node: Node, mode: int, gpus: range = range(len(H100_PCI))) 
     return node
 
 
+def device_plugin_config(node: Node, name: str) -> Node:
+    """The device plugin's config.yaml (tests/fixtures/device_plugin/), as capture keeps it."""
+    node.device_plugin = (PLUGIN_FIXTURES / name).read_text(encoding="utf-8")
+    return node
+
+
 def mps_daemon(node: Node) -> Node:
     """The MPS control daemon as the device plugin's MPS pod runs it."""
     node.processes.append(
@@ -1185,7 +1198,7 @@ def container_variants() -> list[Node]:
 
     # The device plugin passes CDI names (deviceListStrategy cdi-cri) and has written its own
     # spec; nvidia-ctk's spec was never generated on this node.
-    node = gpu_k8s_node("synthetic-cdi-device-plugin-spec")
+    node = device_plugin_config(gpu_k8s_node("synthetic-cdi-device-plugin-spec"), "cdi-cri.yaml")
     node.files.pop("/var/run/cdi/nvidia.yaml")
     node.file(PLUGIN_CDI_SPEC, device_plugin_cdi_spec("550.54.15", 8))
     nodes.append(node)
@@ -1262,19 +1275,22 @@ def container_variants() -> list[Node]:
     nodes.append(node)
 
     # MPS: the plugin's MPS daemon runs and has set EXCLUSIVE_PROCESS on every GPU.
-    nodes.append(mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-daemon-running"), 3)))
+    node = mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-daemon-running"), 3))
+    nodes.append(device_plugin_config(node, "mps.yaml"))
 
     # MPS configured but its control daemon is not running (GPUs left in Default).
-    nodes.append(gpu_k8s_node("synthetic-mps-daemon-missing"))
+    nodes.append(device_plugin_config(gpu_k8s_node("synthetic-mps-daemon-missing"), "mps.yaml"))
 
     # MPS on a node where GPUs 0 and 1 have MIG enabled.
     node = mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-on-mig"), 3))
+    device_plugin_config(node, "mps.yaml")
     for i in range(len(H100_PCI)):
         node.replace_call("nvmlDeviceGetMigMode", [i], ret=[1, 1] if i < 2 else [0, 0])
     nodes.append(node)
 
     # Time-slicing while GPU 2 was left in EXCLUSIVE_PROCESS and GPU 6 in Prohibited.
     node = gpu_k8s_node("synthetic-time-slicing-exclusive-gpu")
+    device_plugin_config(node, "time-slicing.yaml")
     set_compute_mode(node, 3, range(2, 3))
     set_compute_mode(node, 2, range(6, 7))
     nodes.append(node)

@@ -26,7 +26,7 @@ from typing import Any
 from gpuprobe.config import Config
 from gpuprobe.containers.cdi import CdiSpec, parse_cdi_spec
 from gpuprobe.containers.configfile import FileProblem, read_host_file
-from gpuprobe.containers.device_plugin import DevicePluginConfig, load_device_plugin_config
+from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_config
 from gpuprobe.containers.toolkit import (
     DEFAULT_KIND,
     DEFAULT_SPEC_DIRS,
@@ -105,7 +105,7 @@ def run(host: Host, config: Config) -> CheckResult:
     gpus = nvidia_gpu_count(host)
     toolkit = effective_toolkit_config(load_toolkit_configs(host.fs))
     toolkit = toolkit if isinstance(toolkit, ToolkitConfig) else None
-    plugin = _plugin_config(config)
+    plugin = _plugin_config(host, config)
     needs = _cdi_needs(toolkit, plugin)
     in_use = [n.reason for n in needs]
     toolkit_dirs = toolkit.cdi_spec_dirs if toolkit else DEFAULT_SPEC_DIRS
@@ -133,11 +133,8 @@ def run(host: Host, config: Config) -> CheckResult:
     return CheckResult(NAME, _summary(specs, data, gpus, in_use), findings, data)
 
 
-def _plugin_config(config: Config) -> DevicePluginConfig | None:
-    path = config.device_plugin.config_file
-    if path is None:
-        return None
-    loaded = load_device_plugin_config(path)
+def _plugin_config(host: Host, config: Config) -> DevicePluginConfig | None:
+    loaded = device_plugin_config(host, config)
     return loaded if isinstance(loaded, DevicePluginConfig) else None
 
 
