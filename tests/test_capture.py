@@ -110,6 +110,7 @@ def test_capture_keeps_the_device_plugin_configuration_and_replay_reads_it(
     assert out.returncode == 0, out.stderr
     kept = json.loads((target / "device-plugin.json").read_text())
     assert kept == {"config_file": str(plugin), "content": plugin.read_text()}
+    jsonschema.validate(kept, schema("device-plugin.schema.json"))
     replay = gpuprobe("check", "--json", "--only", "sharing,mig", "--snapshot", str(target))
     data = {c["name"]: c["data"] for c in replay.json()["checks"]}
     assert data["sharing"]["config_file"] == str(plugin)
@@ -129,6 +130,7 @@ def test_capture_keeps_why_the_device_plugin_configuration_could_not_be_read(
     assert out.returncode == 0, out.stderr
     kept = json.loads((target / "device-plugin.json").read_text())
     assert kept == {"config_file": str(missing), "error": "No such file or directory"}
+    jsonschema.validate(kept, schema("device-plugin.schema.json"))
     replay = gpuprobe("check", "--json", "--only", "sharing", "--snapshot", str(target))
     (sharing,) = replay.json()["checks"]
     assert sharing["data"]["config_note"] == (
