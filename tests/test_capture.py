@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jsonschema
 
-from conftest import gpuprobe, schema, snapshot
+from conftest import ROOT, gpuprobe, schema, snapshot
 from gpuprobe.capture import copy_tree
 from gpuprobe.host.fs import HostFS
 
@@ -128,3 +128,56 @@ def test_copy_tree_reads_placeholders_listings_and_sockets(short_tmp: Path) -> N
     assert HostFS(rootfs, snapshot=True).is_socket(
         "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
     )
+
+
+def test_capture_keeps_the_device_plugin_configuration_and_replay_reads_it(
+    tmp_path: Path,
+) -> None:
+    plugin = ROOT / "tests/fixtures/device_plugin/mps.yaml"
+    config = tmp_path / "gpuprobe.yaml"
+    config.write_text(f"device_plugin:\n  config_file: {plugin}\n")
+    root = tmp_path / "host"
+    shutil.copytree(Path(snapshot("synthetic-mps-daemon-missing")) / "rootfs", root)
+    target = tmp_path / "snap"
+    out = gpuprobe("capture", str(target), "--root", str(root), "--config", str(config))
+    assert out.returncode == 0, out.stderr
+    kept = json.loads((target / "device-plugin.json").read_text())
+    assert kept == {"config_file": str(plugin), "content": plugin.read_text()}
+    jsonschema.validate(kept, schema("device-plugin.schema.json"))
+    replay = gpuprobe("check", "--json", "--only", "sharing,mig", "--snapshot", str(target))
+    data = {c["name"]: c["data"] for c in replay.json()["checks"]}
+    assert data["sharing"]["config_file"] == str(plugin)
+    assert data["mig"]["device_plugin_mig_strategy"] == "none"
+
+
+def test_capture_keeps_why_the_device_plugin_configuration_could_not_be_read(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "absent.yaml"
+    config = tmp_path / "gpuprobe.yaml"
+    config.write_text(f"device_plugin:\n  config_file: {missing}\n")
+    target = tmp_path / "snap"
+    root = tmp_path / "host"
+    root.mkdir()
+    out = gpuprobe("capture", str(target), "--root", str(root), "--config", str(config))
+    assert out.returncode == 0, out.stderr
+    kept = json.loads((target / "device-plugin.json").read_text())
+    assert kept == {"config_file": str(missing), "error": "No such file or directory"}
+    jsonschema.validate(kept, schema("device-plugin.schema.json"))
+    replay = gpuprobe("check", "--json", "--only", "sharing", "--snapshot", str(target))
+    (sharing,) = replay.json()["checks"]
+    assert sharing["data"]["config_note"] == (
+        f"the device plugin configuration {missing} is invalid (see device_plugin)"
+    )
+
+
+def test_a_malformed_device_plugin_file_is_a_usage_error(tmp_path: Path) -> None:
+    target = tmp_path / "snap"
+    shutil.copytree(snapshot("synthetic-mps-daemon-missing"), target)
+    (target / "device-plugin.json").write_text('{"config_file": "/c.yaml", "content": 3}\n')
+    out = gpuprobe("check", "--snapshot", str(target))
+    assert out.returncode == 64
+    assert out.stderr.strip().endswith(
+        'device-plugin.json: needs either a string "content" or a string "error"'
+    )
+    assert "Traceback" not in out.stderr

@@ -2,7 +2,8 @@
 
 Runs every check once against the live host with recording on, then writes what they saw:
 the NVML calls and answers (nvml.json), the host files they read (rootfs/), the process list
-(processes.json), and the live report itself (report.json, to compare a replay with).
+(processes.json), the device plugin's configuration when one is given (device-plugin.json),
+and the live report itself (report.json, to compare a replay with).
 Replaying the snapshot with `gpuprobe check --snapshot DIR` gives the same findings.
 """
 
@@ -18,6 +19,7 @@ from gpuprobe import __version__
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
 from gpuprobe.host import SNAPSHOT_FORMAT, Host, recording_host
+from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, read_agent_file, write_agent_file
 from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
 from gpuprobe.host.netlink import RecordingNetlink
 from gpuprobe.host.nvml import RecordingNvml
@@ -34,6 +36,8 @@ def capture(
     target = Path(directory)
     prepare_target(target)
     host = recording_host(root, node_name)
+    if config.device_plugin.config_file is not None:  # read once, by the checks and for DIR
+        host.device_plugin_config = read_agent_file(config.device_plugin.config_file)
     report = run_checks(host, config, names)
     try:
         write_snapshot(target, host, report)
@@ -79,6 +83,8 @@ def write_snapshot(target: Path, host: Host, report: NodeReport) -> None:
     _write_json(target / "report.json", report.to_dict())
     if isinstance(host.netlink, RecordingNetlink) and (links := host.netlink.recorded()):
         _write_json(target / "netlink.json", links.to_json())
+    if host.device_plugin_config is not None:
+        write_agent_file(target / DEVICE_PLUGIN_FILE, host.device_plugin_config)
     copy_tree(host.fs, target / "rootfs")
 
 

@@ -6,8 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import ROOT, snapshot
+from conftest import ROOT, gpuprobe, snapshot
 from gpuprobe.checks import sharing
+from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status, gpu_resource
 from helpers import codes, config, run_check
@@ -42,7 +43,7 @@ def test_time_slicing_units_are_gpus_times_replicas() -> None:
 
 
 def test_time_slicing_with_exclusive_and_prohibited_gpus() -> None:
-    result = run_check("sharing", "synthetic-time-slicing-exclusive-gpu", TIME_SLICING)
+    result = run_check("sharing", "synthetic-time-slicing-exclusive-gpu")
     assert codes(result) == [
         ("COMPUTE_MODE_MISMATCH", "CRITICAL", "FIX_CONFIG", gpu(2)),
         ("COMPUTE_MODE_MISMATCH", "CRITICAL", "FIX_CONFIG", gpu(6)),
@@ -59,7 +60,7 @@ def test_time_slicing_with_exclusive_and_prohibited_gpus() -> None:
 
 
 def test_mps_with_its_daemon_raises_nothing() -> None:
-    result = run_check("sharing", "synthetic-mps-daemon-running", MPS)
+    result = run_check("sharing", "synthetic-mps-daemon-running")
     assert result.findings == []
     assert result.summary == (
         "mps: 8 GPUs × 2 replicas = 16 nvidia.com/gpu; MPS control daemon running (pid 4242)"
@@ -67,13 +68,13 @@ def test_mps_with_its_daemon_raises_nothing() -> None:
 
 
 def test_mps_without_its_daemon() -> None:
-    result = run_check("sharing", "synthetic-mps-daemon-missing", MPS)
+    result = run_check("sharing", "synthetic-mps-daemon-missing")
     assert codes(result) == [("MPS_DAEMON_NOT_RUNNING", "CRITICAL", "RESTART_APP", "node")]
     assert result.summary.endswith("; MPS control daemon not running")
 
 
 def test_mps_on_mig_enabled_gpus() -> None:
-    result = run_check("sharing", "synthetic-mps-on-mig", MPS)
+    result = run_check("sharing", "synthetic-mps-on-mig")
     assert codes(result) == [
         ("MPS_MIG_CONFLICT", "CRITICAL", "FIX_CONFIG", gpu(0)),
         ("MPS_MIG_CONFLICT", "CRITICAL", "FIX_CONFIG", gpu(1)),
@@ -91,7 +92,7 @@ def test_mps_daemon_running_but_gpus_left_in_default(tmp_path: Path) -> None:
     shutil.copytree(snapshot("synthetic-mps-daemon-missing"), copy)
     daemon = {"pid": 7, "name": "nvidia-cuda-mps-control", "cmdline": ["nvidia-cuda-mps-control"]}
     (copy / "processes.json").write_text(json.dumps([daemon]))
-    result = sharing.run(snapshot_host(str(copy)), MPS)
+    result = sharing.run(snapshot_host(str(copy)), Config())
     assert codes(result) == [
         ("COMPUTE_MODE_MISMATCH", "WARNING", "FIX_CONFIG", gpu(i)) for i in range(8)
     ]
@@ -102,8 +103,11 @@ def test_mps_daemon_running_but_gpus_left_in_default(tmp_path: Path) -> None:
     )
 
 
-def test_without_a_plugin_configuration_sharing_is_unknown() -> None:
-    result = run_check("sharing", "synthetic-mps-daemon-running")
+def test_without_a_plugin_configuration_sharing_is_unknown(tmp_path: Path) -> None:
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-mps-daemon-running"), copy)
+    (copy / "device-plugin.json").unlink()
+    result = sharing.run(snapshot_host(str(copy)), Config())
     assert result.findings == []
     assert result.summary == (
         "sharing unknown: no device plugin configuration given (device_plugin.config_file); "
@@ -124,3 +128,32 @@ def test_node_without_gpus_is_ok() -> None:
         Status.OK,
         "no NVIDIA GPU on this node: nothing to share",
     )
+
+
+def test_the_snapshots_plugin_configuration_wins_over_the_one_given() -> None:
+    result = run_check("sharing", "synthetic-mps-daemon-missing", TIME_SLICING)
+    assert codes(result) == [("MPS_DAEMON_NOT_RUNNING", "CRITICAL", "RESTART_APP", "node")]
+    assert result.data["config_file"] == "/etc/nvidia-device-plugin/config.yaml"
+    assert result.data["strategy"] == "mps"
+
+
+def test_a_configuration_given_is_used_on_a_snapshot_that_keeps_none() -> None:
+    result = run_check("sharing", "synthetic-h100-k8s-containerd-healthy", MPS)
+    assert result.data["config_file"] == MPS.device_plugin.config_file
+    assert codes(result) == [("MPS_DAEMON_NOT_RUNNING", "CRITICAL", "RESTART_APP", "node")]
+
+
+def test_check_on_the_snapshot_alone_shows_the_missing_mps_daemon() -> None:
+    out = gpuprobe(
+        "check",
+        "--json",
+        "--only",
+        "sharing",
+        "--snapshot",
+        snapshot("synthetic-mps-daemon-missing"),
+    )
+    (check,) = out.json()["checks"]
+    assert [(f["code"], f["severity"]) for f in check["findings"]] == [
+        ("MPS_DAEMON_NOT_RUNNING", "CRITICAL")
+    ]
+    assert out.returncode == 2

@@ -89,12 +89,75 @@ def test_k3s_started_before_the_toolkit() -> None:
     assert codes(result) == [("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", f"file:{k3s}")]
     assert result.findings[0].message.endswith(
         "k3s adds the nvidia runtime itself when it finds nvidia-container-runtime at start: "
-        "install the toolkit and restart k3s"
+        "restart k3s so that it finds the installed toolkit"
     )
     assert result.data["engines"][0]["in_use_because"] == [
         "process containerd (pid 2077)",
         "socket /run/k3s/containerd/containerd.sock",
     ]
+
+
+RKE2_CONTAINERD = "/var/lib/rancher/rke2/agent/etc/containerd"
+
+
+def _as_rke2(tmp_path: Path) -> Path:
+    """The k3s node as RKE2 lays it out: its containerd config under /var/lib/rancher/rke2
+    (RKE2 shares k3s's containerd socket path)."""
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-k3s-no-nvidia-runtime"), copy)
+    rancher = copy / "rootfs/var/lib/rancher"
+    (rancher / "k3s").rename(rancher / "rke2")
+    processes = copy / "processes.json"
+    text = processes.read_text().replace("/var/lib/rancher/k3s/", "/var/lib/rancher/rke2/")
+    processes.write_text(text)
+    return copy
+
+
+def test_rke2_started_before_the_toolkit(tmp_path: Path) -> None:
+    result = toolkit.run(snapshot_host(str(_as_rke2(tmp_path))), Config())
+    config = f"{RKE2_CONTAINERD}/config.toml"
+    assert codes(result) == [("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", f"file:{config}")]
+    assert result.findings[0].message == (
+        f"rke2 has no nvidia runtime (configuration read: {config}). GPU containers cannot get "
+        "GPUs: rke2 adds the nvidia runtime itself when it finds nvidia-container-runtime at "
+        "start: restart rke2 so that it finds the installed toolkit"
+    )
+    assert [e["flavor"] for e in result.data["engines"]] == ["rke2"]
+
+
+def test_rke2_with_a_template_and_no_toolkit(tmp_path: Path) -> None:
+    copy = _as_rke2(tmp_path)
+    containerd_dir = copy / "rootfs" / RKE2_CONTAINERD.lstrip("/")
+    template = containerd_dir / "config.toml.tmpl"
+    template.write_text((containerd_dir / "config.toml").read_text())
+    for binary in (copy / "rootfs/usr/bin").glob("nvidia-c*"):
+        binary.unlink()
+    result = toolkit.run(snapshot_host(str(copy)), Config())
+    tmpl = f"{RKE2_CONTAINERD}/config.toml.tmpl"
+    assert codes(result) == [
+        ("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", f"file:{tmpl}"),
+        ("TOOLKIT_NOT_INSTALLED", "CRITICAL", "FIX_CONFIG", "node"),
+    ]
+    message = next(f.message for f in result.findings if f.code == "RUNTIME_NOT_CONFIGURED")
+    assert message.endswith(
+        "rke2 adds the nvidia runtime itself when it finds nvidia-container-runtime at start: "
+        f"install the toolkit and restart rke2, or add the runtime to the template {tmpl}"
+    )
+
+
+def test_unparseable_containerd_config_is_only_config_invalid(tmp_path: Path) -> None:
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-containerd-no-nvidia-runtime"), copy)
+    (copy / "rootfs/etc/containerd/config.toml").write_text("version = 2\n[plugins\n")
+    result = toolkit.run(snapshot_host(str(copy)), Config())
+    assert codes(result) == [
+        ("CONFIG_INVALID", "CRITICAL", "FIX_CONFIG", "file:/etc/containerd/config.toml")
+    ]
+    assert result.summary.endswith(
+        "containerd: runtimes unknown (/etc/containerd/config.toml is invalid)"
+    )
+    (engine,) = result.data["engines"]
+    assert engine["config_exists"] is True and engine["files"] == []
 
 
 def test_docker_host_judges_docker_not_its_containerd() -> None:

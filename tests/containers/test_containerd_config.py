@@ -14,6 +14,7 @@ from conftest import ROOT, require_tool
 from gpuprobe.containers.containerd import load_containerd
 from gpuprobe.containers.runtime import EngineConfig
 from gpuprobe.host.fs import HostFS
+from tomldoc import toml_text
 
 FIXTURES = ROOT / "tests" / "fixtures" / "toolkit"
 ROOT_CONFIG = "/etc/containerd/config.toml"
@@ -339,39 +340,6 @@ TOML_VALUES = st.recursive(
     ),
     max_leaves=14,
 )
-
-
-def toml_text(value: object, prefix: str = "") -> str:
-    """A TOML document for a nested dict (None left out), wrong types and all."""
-    if not isinstance(value, dict):
-        return ""
-    lines, tables = [], []
-    for key, item in value.items():
-        name = f'"{key}"'
-        if isinstance(item, dict):
-            tables.append((f"{prefix}.{name}" if prefix else name, item))
-        elif item is not None:
-            lines.append(f"{name} = {toml_value(item)}")
-    out = "\n".join(lines) + "\n"
-    for name, table in tables:
-        out += f"[{name}]\n" + toml_text(table, name)
-    return out
-
-
-def toml_value(item: object) -> str:
-    if isinstance(item, bool):
-        return "true" if item else "false"
-    if isinstance(item, int):
-        return str(item)
-    if isinstance(item, str):
-        return '"' + item.encode("unicode_escape").decode().replace('"', '\\"') + '"'
-    if isinstance(item, list):
-        return (
-            "["
-            + ", ".join(toml_value(i) for i in item if i is not None and not isinstance(i, dict))
-            + "]"
-        )
-    return '""'
 
 
 @settings(

@@ -11,6 +11,7 @@ from conftest import ROOT
 from gpuprobe.containers.crio import load_crio
 from gpuprobe.containers.runtime import EngineConfig
 from gpuprobe.host.fs import HostFS
+from tomldoc import toml_text
 
 FIXTURES = ROOT / "tests/fixtures/toolkit"
 
@@ -89,3 +90,60 @@ def test_any_bytes_give_a_config(tmp_path: Path, conf: bytes, drop_in: bytes, ho
         },
     )
     assert isinstance(load_crio(fs), EngineConfig)
+
+
+# CRI-O's own keys, so that generated documents reach the runtime tables with wrong types.
+CRIO_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "crio",
+                    "runtime",
+                    "runtimes",
+                    "default_runtime",
+                    "nvidia",
+                    "crun",
+                    "runtime_path",
+                    "runtime_type",
+                    "runtime_root",
+                    "monitor_path",
+                ]
+            ),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=14,
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    conf=st.dictionaries(st.sampled_from(["crio", "runtime"]), CRIO_VALUES, max_size=2),
+    drop_in=st.dictionaries(st.just("crio"), CRIO_VALUES, max_size=1),
+)
+def test_wrong_types_in_valid_toml_give_problems_not_exceptions(
+    tmp_path: Path, conf: dict[str, object], drop_in: dict[str, object]
+) -> None:
+    fs = write(
+        tmp_path / "typed",
+        {
+            "/etc/crio/crio.conf": toml_text(conf).encode(),
+            "/etc/crio/crio.conf.d/99-nvidia.conf": toml_text(drop_in).encode(),
+        },
+    )
+    config = load_crio(fs)
+    assert isinstance(config, EngineConfig)
+    assert all(p.path.startswith("/etc/crio/") for p in config.problems)
+    # Every file parses as TOML, so each is either read or named with a type problem.
+    named = {p.path for p in config.problems}
+    assert set(config.files) | named == {
+        "/etc/crio/crio.conf",
+        "/etc/crio/crio.conf.d/99-nvidia.conf",
+    }
+    assert all(p.problem.startswith("is invalid: crio") for p in config.problems)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 HERE = Path(__file__).parent
 
 H100_PCI = [
@@ -118,6 +120,7 @@ class Node:
     with_nvml: bool = True
     links: list[dict[str, Any]] | None = None
     symlinks: dict[str, str] = field(default_factory=dict)
+    device_plugin: str | None = None  # the device plugin's config.yaml, as the agent read it
 
     def file(self, path: str, content: str = "") -> Node:
         """A host file (an empty one stands for a socket or device node)."""
@@ -181,6 +184,9 @@ class Node:
         _write_json(target / "processes.json", self.processes)
         if self.links is not None:
             _write_json(target / "netlink.json", {"format": 1, "links": self.links})
+        if self.device_plugin is not None:
+            entry = {"config_file": DEVICE_PLUGIN_CONFIG, "content": self.device_plugin}
+            _write_json(target / "device-plugin.json", entry)
         for path, content in sorted(self.files.items()):
             dest = target / "rootfs" / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -960,6 +966,9 @@ def xid_variants() -> list[Node]:
 # driver version and GPU count can vary.
 
 FIXTURES = HERE.parent / "fixtures" / "toolkit"
+PLUGIN_FIXTURES = HERE.parent / "fixtures" / "device_plugin"
+# Where the DaemonSet mounts the device plugin's ConfigMap for the agent (docs/configuration.md).
+DEVICE_PLUGIN_CONFIG = "/etc/nvidia-device-plugin/config.yaml"
 LIB = "/usr/lib/x86_64-linux-gnu"
 TOOLKIT_BINARIES = (
     "nvidia-container-runtime",
@@ -1002,6 +1011,7 @@ SPEC_DEVICE_NODES = (
     "/dev/nvidia-uvm-tools",
     "/dev/nvidiactl",
 )
+PLUGIN_CDI_SPEC = "/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json"
 MOUNT_OPTIONS = "          options:\n" + "".join(
     f"            - {o}\n" for o in ("ro", "nosuid", "nodev", "rbind", "rprivate")
 )
@@ -1037,11 +1047,14 @@ def cdi_hook(args: list[str]) -> str:
     )
 
 
-def nvidia_cdi_spec(driver: str, gpus: int) -> str:
-    """A CDI spec as `nvidia-ctk cdi generate` writes it for `gpus` GPUs and `driver`."""
+def nvidia_cdi_spec(
+    driver: str, gpus: int, name: Callable[[int], str] = str, kind: str = "nvidia.com/gpu"
+) -> str:
+    """A CDI spec as `nvidia-ctk cdi generate` writes it for `gpus` GPUs and `driver`, each GPU
+    named by `name` (its `--device-name-strategy`: index "0", type-index "gpu0", uuid)."""
     nodes = "".join(f"            - path: /dev/nvidia{i}\n" for i in range(gpus))
     devices = "".join(
-        f'    - name: "{i}"\n'
+        f'    - name: "{name(i)}"\n'
         "      containerEdits:\n"
         "        deviceNodes:\n"
         f"            - path: /dev/nvidia{i}\n"
@@ -1060,7 +1073,7 @@ def nvidia_cdi_spec(driver: str, gpus: int) -> str:
     return (
         "---\n"
         "cdiVersion: 0.5.0\n"
-        "kind: nvidia.com/gpu\n"
+        f"kind: {kind}\n"
         "devices:\n"
         f"{devices}"
         "containerEdits:\n"
@@ -1074,6 +1087,21 @@ def nvidia_cdi_spec(driver: str, gpus: int) -> str:
         "    mounts:\n"
         f"{mounts}"
     )
+
+
+def type_index_name(index: int) -> str:
+    """A GPU's CDI device name under nvidia-ctk's `--device-name-strategy=type-index`."""
+    return f"gpu{index}"
+
+
+def device_plugin_cdi_spec(driver: str, gpus: int) -> str:
+    """The spec the device plugin writes itself with a CDI deviceListStrategy: kind
+    k8s.device-plugin.nvidia.com/gpu, devices named by UUID (its default deviceIDStrategy),
+    saved as JSON (k8s-device-plugin internal/cdi)."""
+    spec = yaml.safe_load(
+        nvidia_cdi_spec(driver, gpus, gpu_uuid, kind="k8s.device-plugin.nvidia.com/gpu")
+    )
+    return json.dumps(spec, indent=2) + "\n"
 
 
 def driver_files(node: Node, driver: str) -> Node:
@@ -1146,6 +1174,12 @@ def set_compute_mode(node: Node, mode: int, gpus: range = range(len(H100_PCI))) 
     return node
 
 
+def device_plugin_config(node: Node, name: str) -> Node:
+    """The device plugin's config.yaml (tests/fixtures/device_plugin/), as capture keeps it."""
+    node.device_plugin = (PLUGIN_FIXTURES / name).read_text(encoding="utf-8")
+    return node
+
+
 def mps_daemon(node: Node) -> Node:
     """The MPS control daemon as the device plugin's MPS pod runs it."""
     node.processes.append(
@@ -1182,6 +1216,19 @@ def container_variants() -> list[Node]:
     # Generated while GPU 5 had fallen off the bus: the spec defines 7 GPUs, NVML sees 8.
     node = gpu_k8s_node("synthetic-cdi-spec-missing-gpu")
     cdi_spec(node, gpus=7)
+    nodes.append(node)
+
+    # The spec generated with `nvidia-ctk cdi generate --device-name-strategy=type-index`:
+    # devices gpu0 … gpu7.
+    node = gpu_k8s_node("synthetic-cdi-type-index-names")
+    node.file("/var/run/cdi/nvidia.yaml", nvidia_cdi_spec("550.54.15", 8, type_index_name))
+    nodes.append(node)
+
+    # The device plugin passes CDI names (deviceListStrategy cdi-cri) and has written its own
+    # spec; nvidia-ctk's spec was never generated on this node.
+    node = device_plugin_config(gpu_k8s_node("synthetic-cdi-device-plugin-spec"), "cdi-cri.yaml")
+    node.files.pop("/var/run/cdi/nvidia.yaml")
+    node.file(PLUGIN_CDI_SPEC, device_plugin_cdi_spec("550.54.15", 8))
     nodes.append(node)
 
     # Two generated specs merged by hand into one: device "0" is defined twice. The toolkit
@@ -1256,19 +1303,22 @@ def container_variants() -> list[Node]:
     nodes.append(node)
 
     # MPS: the plugin's MPS daemon runs and has set EXCLUSIVE_PROCESS on every GPU.
-    nodes.append(mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-daemon-running"), 3)))
+    node = mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-daemon-running"), 3))
+    nodes.append(device_plugin_config(node, "mps.yaml"))
 
     # MPS configured but its control daemon is not running (GPUs left in Default).
-    nodes.append(gpu_k8s_node("synthetic-mps-daemon-missing"))
+    nodes.append(device_plugin_config(gpu_k8s_node("synthetic-mps-daemon-missing"), "mps.yaml"))
 
     # MPS on a node where GPUs 0 and 1 have MIG enabled.
     node = mps_daemon(set_compute_mode(gpu_k8s_node("synthetic-mps-on-mig"), 3))
+    device_plugin_config(node, "mps.yaml")
     for i in range(len(H100_PCI)):
         node.replace_call("nvmlDeviceGetMigMode", [i], ret=[1, 1] if i < 2 else [0, 0])
     nodes.append(node)
 
     # Time-slicing while GPU 2 was left in EXCLUSIVE_PROCESS and GPU 6 in Prohibited.
     node = gpu_k8s_node("synthetic-time-slicing-exclusive-gpu")
+    device_plugin_config(node, "time-slicing.yaml")
     set_compute_mode(node, 3, range(2, 3))
     set_compute_mode(node, 2, range(6, 7))
     nodes.append(node)

@@ -7,6 +7,14 @@ that no longer exist, driver files of another version than the loaded driver (th
 after a driver upgrade), or fewer GPUs than NVML sees. The fix is always to regenerate it.
 A problem is CRITICAL when the node hands GPUs to containers through CDI (toolkit mode `cdi`,
 or a device plugin passing CDI device names), else WARNING.
+
+Who resolves the CDI names decides which spec must exist, and where:
+- the NVIDIA Container Runtime in cdi mode: the toolkit's `default-kind` (`nvidia.com/gpu`) in
+  the toolkit's `spec-dirs` only (default /etc/cdi and /var/run/cdi);
+- the device plugin with `deviceListStrategy` cdi-annotations or cdi-cri: it names devices of
+  its own kind, `k8s.device-plugin.nvidia.com/gpu`, and writes that spec itself when it starts
+  (`/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json`; k8s-device-plugin `internal/cdi`),
+  which the container engine reads from its CDI directories (default /etc/cdi, /var/run/cdi).
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from typing import Any
 from gpuprobe.config import Config
 from gpuprobe.containers.cdi import CdiSpec, parse_cdi_spec
 from gpuprobe.containers.configfile import FileProblem, read_host_file
-from gpuprobe.containers.device_plugin import DevicePluginConfig, load_device_plugin_config
+from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_config
 from gpuprobe.containers.toolkit import (
     DEFAULT_KIND,
     DEFAULT_SPEC_DIRS,
@@ -34,6 +42,21 @@ from gpuprobe.report import Action, CheckResult, Finding, Severity
 NAME = "cdi"
 SPEC_SUFFIXES = (".json", ".yaml")
 CDI_DEVICE_LIST_STRATEGIES = ("cdi-annotations", "cdi-cri")
+# The device plugin's own CDI kind and spec file (k8s-device-plugin internal/cdi: vendor
+# k8s.device-plugin.nvidia.com, class gpu, saved as /var/run/cdi/<vendor>-<class>.json).
+PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
+PLUGIN_SPEC = "/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json"
+# The CDI directories containerd and CRI-O read by default (their `cdi_spec_dirs`).
+ENGINE_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+# How nvidia-ctk (`--device-name-strategy`, nvidia-container-toolkit pkg/nvcdi/namer.go) and
+# the device plugin (`deviceIDStrategy`) name a full GPU: index "0", type-index "gpu0", uuid
+# "GPU-<uuid>". MIG devices ("0:1", "mig0:1", "MIG-<uuid>") are not GPUs and match none. A
+# spec may carry several strategies' names for each GPU.
+GPU_NAME_STRATEGIES = {
+    "index": re.compile(r"^\d+$"),
+    "type-index": re.compile(r"^gpu\d+$"),
+    "uuid": re.compile(r"^GPU-[0-9a-fA-F-]+$"),
+}
 # Files of the NVIDIA driver carry its version: libnvidia-ml.so.550.54.15, libcuda.so.550.54.15,
 # libGLX_nvidia.so.550.54.15, /lib/firmware/nvidia/550.54.15/gsp_ga10x.bin. Driver versions
 # have a three-digit major, which keeps out libnvidia-egl-wayland.so.1.1.13 and the like.
@@ -45,6 +68,16 @@ _DRIVER_LIBRARY = re.compile(
 _FIRMWARE = re.compile(rf"/firmware/nvidia/({_DRIVER_VERSION})/")
 _HOST_DRIVER_ARG = re.compile(rf"^--host-driver-version=({_DRIVER_VERSION})$")
 MAX_LISTED = 3  # paths named in a message; data lists them all
+
+
+@dataclass(frozen=True)
+class _Need:
+    """A consumer of CDI names on this node: why, the kind it asks for, where it looks."""
+
+    reason: str
+    kind: str
+    dirs: tuple[str, ...]
+    fix: str
 
 
 @dataclass
@@ -72,11 +105,11 @@ def run(host: Host, config: Config) -> CheckResult:
     gpus = nvidia_gpu_count(host)
     toolkit = effective_toolkit_config(load_toolkit_configs(host.fs))
     toolkit = toolkit if isinstance(toolkit, ToolkitConfig) else None
-    plugin = _plugin_config(config)
-    in_use = _cdi_in_use(toolkit, plugin)
-    dirs = list(DEFAULT_SPEC_DIRS) + [
-        d for d in (toolkit.cdi_spec_dirs if toolkit else ()) if d not in DEFAULT_SPEC_DIRS
-    ]
+    plugin = _plugin_config(host, config)
+    needs = _cdi_needs(toolkit, plugin)
+    in_use = [n.reason for n in needs]
+    toolkit_dirs = toolkit.cdi_spec_dirs if toolkit else DEFAULT_SPEC_DIRS
+    dirs = list(ENGINE_SPEC_DIRS) + [d for d in toolkit_dirs if d not in ENGINE_SPEC_DIRS]
     driver = loaded_driver_version(host)
     nvml_gpus = gpu_count(host.nvml)
     data: dict[str, Any] = {
@@ -92,35 +125,55 @@ def run(host: Host, config: Config) -> CheckResult:
     if not gpus:  # on a node without NVIDIA GPUs the specs are facts, not failures
         return CheckResult(NAME, _summary(specs, data, gpus, in_use), [], data)
     findings += _conflicts(specs, bool(in_use))
-    kind = toolkit.cdi_default_kind if toolkit else DEFAULT_KIND
     findings += _stale(host, specs, data, driver, nvml_gpus, bool(in_use))
     # An invalid NVIDIA spec is already named; saying no spec exists would be a second finding.
     invalid_nvidia = any(not e["valid"] and e["nvidia"] for e in data["specs"])
-    if in_use and not invalid_nvidia and not any(s.kind == kind for s, _ in specs):
-        findings.append(_missing(kind, in_use, dirs))
+    if not invalid_nvidia:
+        findings += [_missing(n) for n in needs if not _found(n, specs)]
     return CheckResult(NAME, _summary(specs, data, gpus, in_use), findings, data)
 
 
-def _plugin_config(config: Config) -> DevicePluginConfig | None:
-    path = config.device_plugin.config_file
-    if path is None:
-        return None
-    loaded = load_device_plugin_config(path)
+def _plugin_config(host: Host, config: Config) -> DevicePluginConfig | None:
+    loaded = device_plugin_config(host, config)
     return loaded if isinstance(loaded, DevicePluginConfig) else None
 
 
-def _cdi_in_use(toolkit: ToolkitConfig | None, plugin: DevicePluginConfig | None) -> list[str]:
-    """Why containers get GPUs through CDI specs on this node (empty: they do not)."""
-    reasons = []
+def _cdi_needs(toolkit: ToolkitConfig | None, plugin: DevicePluginConfig | None) -> list[_Need]:
+    """Who hands GPUs to containers through CDI names on this node (empty: nobody)."""
+    needs = []
     if toolkit and toolkit.mode == "cdi":
-        reasons.append(f"the NVIDIA Container Runtime runs in cdi mode ({toolkit.path})")
+        needs.append(
+            _Need(
+                f"the NVIDIA Container Runtime runs in cdi mode ({toolkit.path})",
+                toolkit.cdi_default_kind,
+                toolkit.cdi_spec_dirs,
+                f"Generate it: nvidia-ctk cdi generate --output={_output_dir(toolkit)}/nvidia.yaml",
+            )
+        )
     strategies = [s for s in (plugin.device_list_strategy if plugin else ()) if s.startswith("cdi")]
     if plugin and strategies:
-        reasons.append(
-            f"the device plugin passes devices as CDI names (deviceListStrategy "
-            f"{', '.join(strategies)} in {plugin.path})"
+        needs.append(
+            _Need(
+                f"the device plugin passes devices as CDI names (deviceListStrategy "
+                f"{', '.join(strategies)} in {plugin.path})",
+                PLUGIN_KIND,
+                ENGINE_SPEC_DIRS,
+                f"The device plugin writes {PLUGIN_SPEC} when it starts: restart the device "
+                "plugin pod on this node and read its log",
+            )
         )
-    return reasons
+    return needs
+
+
+def _output_dir(toolkit: ToolkitConfig) -> str:
+    """Where to generate a spec the runtime reads: /var/run/cdi when it is a spec dir."""
+    dirs = toolkit.cdi_spec_dirs
+    return "/var/run/cdi" if "/var/run/cdi" in dirs or not dirs else dirs[-1]
+
+
+def _found(need: _Need, specs: list[tuple[CdiSpec, int]]) -> bool:
+    """Whether a valid spec of the kind needed lies in a directory its reader reads."""
+    return any(s.kind == need.kind and s.path.rsplit("/", 1)[0] in need.dirs for s, _ in specs)
 
 
 def _severity(critical: bool) -> Severity:
@@ -229,6 +282,11 @@ def _stale(
                 ". Every device it defines is overridden by a spec in a later directory, "
                 "so it is unused; remove it"
             )
+        elif spec.kind == PLUGIN_KIND:
+            message += (
+                ". Containers given its devices fail to start: restart the device plugin pod "
+                "on this node, which writes it anew"
+            )
         else:
             message += (
                 ". Containers given its devices fail to start: regenerate it (nvidia-ctk cdi "
@@ -263,11 +321,19 @@ def _staleness(host: Host, spec: CdiSpec, nvml_gpus: int | None) -> _Staleness:
                 stale.missing_hooks.append(hook)
             versions |= {m.group(1) for a in args if (m := _HOST_DRIVER_ARG.match(a))}
     stale.driver_versions = sorted(versions)
-    if spec.kind == DEFAULT_KIND and nvml_gpus is not None:
-        indexes = sum(d.name.isdigit() for d in spec.devices)
-        uuids = sum(d.name.startswith("GPU-") for d in spec.devices)
-        stale.gpu_devices = max(indexes, uuids)
+    if spec.kind in (DEFAULT_KIND, PLUGIN_KIND) and nvml_gpus is not None:
+        stale.gpu_devices = _gpu_devices(spec)
     return stale
+
+
+def _gpu_devices(spec: CdiSpec) -> int | None:
+    """How many full GPUs a spec defines, by the naming strategy that finds the most; None
+    when no device is named by a known strategy (the count is then unknown, not zero)."""
+    counts = [
+        sum(bool(pattern.match(d.name)) for d in spec.devices)
+        for pattern in GPU_NAME_STRATEGIES.values()
+    ]
+    return max(counts) if any(counts) else None
 
 
 def _versions_in_path(path: str) -> set[str]:
@@ -309,13 +375,13 @@ def _shadowed(spec: CdiSpec, priority: int, specs: list[tuple[CdiSpec, int]]) ->
     return all(f"{spec.kind}={d.name}" in higher for d in spec.devices)
 
 
-def _missing(kind: str, in_use: list[str], dirs: list[str]) -> Finding:
+def _missing(need: _Need) -> Finding:
     return Finding(
         "CDI_SPEC_MISSING",
         Severity.CRITICAL,
-        f"containers get GPUs through CDI ({'; '.join(in_use)}) but no CDI spec in "
-        f"{', '.join(dirs)} defines {kind} devices: GPU containers fail to start. Generate "
-        "it: nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml",
+        f"containers get GPUs through CDI ({need.reason}) but no CDI spec in "
+        f"{', '.join(need.dirs)} defines {need.kind} devices: GPU containers fail to start. "
+        f"{need.fix}",
         Action.FIX_CONFIG,
     )
 

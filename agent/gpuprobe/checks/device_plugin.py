@@ -5,8 +5,9 @@ NVIDIA device plugin serves one socket per resource beside the kubelet's own `ku
 `nvidia-<resource>.sock`, the resource without its `nvidia.com/` prefix (`nvidia-gpu.sock`,
 `nvidia-gpu.shared.sock`, `nvidia-mig-1g.10gb.sock`; k8s-device-plugin
 `internal/plugin/server.go`). No socket: the kubelet advertises no GPU and GPU pods stay
-Pending. When the plugin's configuration is given (`device_plugin.config_file`), it is
-validated (CONFIG_INVALID) and the resources it should advertise are held against the sockets.
+Pending. When the plugin's configuration is given (`device_plugin.config_file`, or the copy a
+snapshot keeps), it is validated (CONFIG_INVALID) and the resources it should advertise are
+held against the sockets.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
     DevicePluginConfig,
-    load_device_plugin_config,
+    device_plugin_config,
 )
 from gpuprobe.gpu.devices import Device, gpu_count
 from gpuprobe.host import Host
@@ -68,13 +69,12 @@ def run(host: Host, config: Config) -> CheckResult:
         return CheckResult(NAME, "no NVIDIA GPU on this node: no device plugin needed", [], data)
     findings: list[Finding] = []
     plugin = None
-    if config.device_plugin.config_file is not None:
-        loaded = load_device_plugin_config(config.device_plugin.config_file)
-        if isinstance(loaded, Finding):
-            findings.append(loaded)
-        else:
-            plugin = loaded
-            data["config"] = plugin.to_data()
+    loaded = device_plugin_config(host, config)
+    if isinstance(loaded, Finding):
+        findings.append(loaded)
+    elif loaded is not None:
+        plugin = loaded
+        data["config"] = plugin.to_data()
     if not sockets:
         findings.append(_not_registered(socket_dir, data["kubelet_socket"]))
         return CheckResult(

@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from gpuprobe.config import Config
-from gpuprobe.containers.device_plugin import DevicePluginConfig, load_device_plugin_config
+from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_config
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import as_int, current_pending
 from gpuprobe.gpu.pci import nvidia_gpus
@@ -45,7 +45,7 @@ MIB = 1024 * 1024
 def run(host: Host, config: Config) -> CheckResult:
     """Read each GPU's MIG mode and layout and hold it against the device plugin's strategy."""
     data: dict[str, Any] = {"gpus": [], "device_plugin_mig_strategy": None}
-    strategy = _strategy(config, data)
+    strategy = _strategy(host, config, data)
     count = gpu_count(host.nvml)
     if count is None:
         if not nvidia_gpus(host.fs):
@@ -64,13 +64,15 @@ def run(host: Host, config: Config) -> CheckResult:
     return CheckResult(NAME, _summary(gpus, strategy), findings, data)
 
 
-def _strategy(config: Config, data: dict[str, Any]) -> str | None:
+def _strategy(host: Host, config: Config, data: dict[str, Any]) -> str | None:
     """The plugin's MIG strategy; "unknown" when its config is invalid, None when not given."""
-    path = config.device_plugin.config_file
-    if path is None:
+    loaded = device_plugin_config(host, config)
+    if loaded is None:
         return None
-    loaded = load_device_plugin_config(path)
-    strategy = loaded.mig_strategy if isinstance(loaded, DevicePluginConfig) else "unknown"
+    if isinstance(loaded, DevicePluginConfig):
+        strategy, path = loaded.mig_strategy, loaded.path
+    else:
+        strategy, path = "unknown", loaded.resource.removeprefix("file:")
     data["device_plugin_mig_strategy"] = strategy
     data["device_plugin_config_file"] = path
     return strategy

@@ -25,7 +25,7 @@ from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
     DevicePluginConfig,
     SharedResource,
-    load_device_plugin_config,
+    device_plugin_config,
 )
 from gpuprobe.gpu.devices import gpu_count, open_gpus, text
 from gpuprobe.host import Host
@@ -83,12 +83,12 @@ def _gpus(host: Host) -> list[_Gpu]:
 def run(host: Host, config: Config) -> CheckResult:
     """Judge time-slicing and MPS against the GPUs' compute and MIG modes."""
     gpus_present = nvidia_gpu_count(host)
-    plugin, note = _plugin(config)
+    plugin, note, path = _plugin(host, config)
     gpus = _gpus(host) if gpus_present else []
     daemons = [p.pid for p in host.processes().named(MPS_CONTROL)]
     strategy = plugin.sharing_strategy if plugin else None
     data: dict[str, Any] = {
-        "config_file": config.device_plugin.config_file,
+        "config_file": path,
         "config_note": note,
         "strategy": strategy,
         "resources": [],
@@ -113,14 +113,15 @@ def run(host: Host, config: Config) -> CheckResult:
     return CheckResult(NAME, _summary(strategy, data, daemons), findings, data)
 
 
-def _plugin(config: Config) -> tuple[DevicePluginConfig | None, str | None]:
-    path = config.device_plugin.config_file
-    if path is None:
-        return None, "no device plugin configuration given (device_plugin.config_file)"
-    loaded = load_device_plugin_config(path)
+def _plugin(host: Host, config: Config) -> tuple[DevicePluginConfig | None, str | None, str | None]:
+    """The plugin's configuration, or why there is none; and the file it came from."""
+    loaded = device_plugin_config(host, config)
+    if loaded is None:
+        return None, "no device plugin configuration given (device_plugin.config_file)", None
     if isinstance(loaded, DevicePluginConfig):
-        return loaded, None
-    return None, f"the device plugin configuration {path} is invalid (see device_plugin)"
+        return loaded, None, loaded.path
+    path = loaded.resource.removeprefix("file:")
+    return None, f"the device plugin configuration {path} is invalid (see device_plugin)", path
 
 
 def _units(

@@ -137,7 +137,9 @@ def _judge(
             return f"{label}: NVIDIA OCI hook {config.oci_hook}", []
         if default_runs_nvidia:
             return f"{label}: default runtime {config.effective_default} runs NVIDIA", []
-        return f"{label}: no nvidia runtime", [_no_runtime(config, label)]
+        if _root_unusable(config):  # its CONFIG_INVALID says why; the runtimes are unknown
+            return f"{label}: runtimes unknown ({config.config_path} is invalid)", []
+        return f"{label}: no nvidia runtime", [_no_runtime(config, label, installed)]
     problem = _binary_problem(host, config, nvidia, installed)
     findings = [problem] if problem else []
     if config.effective_default == NVIDIA:
@@ -157,15 +159,28 @@ def _fix_target(config: EngineConfig) -> str:
     return config.template or config.config_path
 
 
-def _no_runtime(config: EngineConfig, label: str) -> Finding:
-    files = ", ".join(config.files) if config.files else f"{config.config_path} (absent)"
+def _root_unusable(config: EngineConfig) -> bool:
+    """Whether the engine's main file is there but could not be read or understood."""
+    return config.exists and any(p.path == config.config_path for p in config.problems)
+
+
+def _no_runtime(config: EngineConfig, label: str, installed: bool) -> Finding:
+    if config.files:
+        files = ", ".join(config.files)
+    else:
+        files = f"{config.config_path} ({'unreadable' if config.exists else 'absent'})"
     message = f"{label} has no nvidia runtime (configuration read: {files})"
     if config.notes:
         message += "; " + "; ".join(config.notes)
     if config.flavor in ("k3s", "rke2"):
+        step = (
+            f"restart {config.flavor} so that it finds the installed toolkit"
+            if installed
+            else f"install the toolkit and restart {config.flavor}"
+        )
         fix = (
             f"{config.flavor} adds the nvidia runtime itself when it finds "
-            f"{RUNTIME_BINARY} at start: install the toolkit and restart {config.flavor}"
+            f"{RUNTIME_BINARY} at start: {step}"
         )
         if config.template:
             fix += f", or add the runtime to the template {config.template}"

@@ -1,7 +1,8 @@
 """The NVIDIA device plugin's configuration file (its `config.yaml`, usually a ConfigMap).
 
 gpuprobe reads it from the path its own configuration names (`device_plugin.config_file`):
-a file mounted into the agent, such as the plugin's ConfigMap, not a host path. The shape
+a file mounted into the agent, such as the plugin's ConfigMap, not a host path; `capture` keeps
+it in the snapshot (`device-plugin.json`) and a replay reads it from there. The shape
 (k8s-device-plugin, config `version: v1`):
 
     version: v1
@@ -29,7 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem, parse_yaml
+from gpuprobe.host import Host
+from gpuprobe.host.agentfiles import AgentFile, read_agent_file
 from gpuprobe.report import Action, Finding, Severity
 
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -115,14 +119,29 @@ def invalid(path: str, problem: str) -> Finding:
     )
 
 
+def device_plugin_config(host: Host, config: Config) -> DevicePluginConfig | Finding | None:
+    """The plugin configuration the node runs with, or the CONFIG_INVALID finding that says
+    why it cannot be used; None when none is given.
+
+    A snapshot's own copy (`device-plugin.json`) wins; else the file `device_plugin.config_file`
+    names is read from the agent's filesystem (so a configuration can also be tried on a
+    snapshot that holds none).
+    """
+    if host.device_plugin_config is not None:
+        return _from_file(host.device_plugin_config)
+    path = config.device_plugin.config_file
+    return None if path is None else load_device_plugin_config(path)
+
+
 def load_device_plugin_config(path: str) -> DevicePluginConfig | Finding:
     """The plugin configuration in `path`, or the CONFIG_INVALID finding that says why not."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(1024 * 1024)
-    except OSError as exc:
-        return invalid(path, f"cannot be read ({exc.strerror or exc})")
-    return parse_device_plugin_config(path, raw)
+    return _from_file(read_agent_file(path))
+
+
+def _from_file(file: AgentFile) -> DevicePluginConfig | Finding:
+    if file.content is None:
+        return invalid(file.path, f"cannot be read ({file.error})")
+    return parse_device_plugin_config(file.path, file.content)
 
 
 def parse_device_plugin_config(path: str, raw: bytes) -> DevicePluginConfig | Finding:

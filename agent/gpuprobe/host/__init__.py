@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprobe.errors import SnapshotError
+from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, AgentFile, load_agent_file
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.jsonfile import read_json
 from gpuprobe.host.netlink import (
@@ -61,6 +62,9 @@ class Host:
     snapshot_dir: Path | None = None
     memory: Memory = field(default_factory=Memory)
     netlink: Netlink = field(default_factory=lambda: RecordedNetlink([]))
+    # The device plugin's configuration as a snapshot (or capture) holds it; None: read the
+    # file `device_plugin.config_file` names, if any.
+    device_plugin_config: AgentFile | None = None
 
     @property
     def is_snapshot(self) -> bool:
@@ -125,6 +129,7 @@ def snapshot_host(directory: str, node_name: str | None = None) -> Host:
         list_processes=lambda: processes,
         snapshot_dir=path,
         netlink=netlink,
+        device_plugin_config=load_agent_file(path / DEVICE_PLUGIN_FILE),
     )
 
 
