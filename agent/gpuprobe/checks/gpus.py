@@ -182,8 +182,9 @@ def _track_idle(host: Host, gpus: list[dict[str, Any]]) -> None:
 def _device_findings(
     device: Device, facts: dict[str, Any], config: Config, data: dict[str, Any]
 ) -> list[Finding]:
-    # Without a UUID (a handle NVML lost), the PCI address names the GPU in the UUID's place.
-    resource = gpu_resource(device.index, facts.get("uuid") or facts.get("pci_bus_id"))
+    # Without a UUID (a handle NVML lost) the resource's UUID is empty; the message names
+    # the GPU's PCI address.
+    resource = gpu_resource(device.index, facts.get("uuid"))
     where = f"GPU {device.index}" + (f" ({facts['pci_bus_id']})" if "pci_bus_id" in facts else "")
     if device.lost:
         return [
