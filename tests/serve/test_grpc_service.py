@@ -326,3 +326,33 @@ def test_oversized_requests_are_refused(token_file: str) -> None:
     ):
         client.run_checks(["x" * 100_000])
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.mark.parametrize(
+    ("method", "raw", "reason"),
+    [
+        ("GetReport", b"\xff", "Wire format was corrupt"),
+        ("RunChecks", b"\x0a\x05ab", "Wire format was corrupt"),
+        ("RunChecks", b"\x0a\x02\xff\xfe", "String field had bad UTF-8"),
+        ("WatchReports", b"\xff", "Wire format was corrupt"),
+    ],
+)
+def test_a_malformed_request_is_invalid_argument(method: str, raw: bytes, reason: str) -> None:
+    with (
+        in_process_agent() as agent,
+        grpc.insecure_channel(f"127.0.0.1:{agent.grpc_port}") as channel,
+    ):
+        path = f"/gpuprobe.v1.NodeDiagnostics/{method}"
+        call = (channel.unary_stream if method == "WatchReports" else channel.unary_unary)(path)
+        with pytest.raises(grpc.RpcError) as err:
+            answer = call(raw, timeout=10)
+            if method == "WatchReports":
+                next(iter(answer))
+        request = f"gpuprobe.v1.{method}Request"
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details() == (
+            f"malformed {method} request: Error parsing message with type '{request}': {reason}"
+        )
+        # Well-formed bytes on the same channel still get their answer.
+        answer = channel.unary_unary("/gpuprobe.v1.NodeDiagnostics/GetReport")(b"", timeout=10)
+        assert pb.GetReportResponse.FromString(answer).report.node == agent.host.node_name
