@@ -351,7 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     if threading_main():
-        cleanup.exit_on_signals()
+        # SIGTERM ends serve with 0 from its first moment (serve() then installs its orderly
+        # stop); the one-shot commands end with 143, as a process SIGTERM killed.
+        cleanup.exit_on_signals(code=0 if args.func is _serve else 143)
     try:
         return int(args.func(args))
     except UsageError as exc:

@@ -17,7 +17,7 @@ from gpuprobe.checks import registry
 from gpuprobe.client import Client
 from gpuprobe.config import Config
 from gpuprobe.host import Host
-from gpuprobe.report import Action, CheckResult, Finding, Severity
+from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import config
 from serving import PASSIVE, in_process_agent, wait_for
@@ -277,6 +277,48 @@ def test_before_the_first_report_get_report_is_unavailable_and_health_not_servin
         agent.stop(grace=0.5)
 
 
+def test_get_report_answers_while_the_first_storage_test_still_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()
+
+    def storage(host: Host, cfg: Config) -> CheckResult:
+        release.wait(30)  # a throughput test that takes minutes
+        return CheckResult("storage", "measured")
+
+    monkeypatch.setitem(registry.CHECKS, "storage", storage)
+    # Without jitter the storage test starts at once, along with the passive round.
+    cfg = config(serve={"jitter_fraction": 0, "interval_seconds": 0.1})
+    names = ["driver", "gpus", "storage"]
+    with (
+        in_process_agent(config=cfg, names=names, wait=False) as agent,
+        Client(f"127.0.0.1:{agent.grpc_port}") as client,
+    ):
+        try:
+            wait_for(lambda: "storage" in agent.executor.in_flight(), timeout=5)
+            report = wait_for(lambda: _report_or_none(client), timeout=5)
+            assert [c.name for c in report.checks] == ["driver", "gpus"]
+            assert client.health("gpuprobe.v1.NodeDiagnostics") == "SERVING"
+            # Passive rounds keep coming while storage runs.
+            wait_for(lambda: agent.store.current().runs["gpus"] >= 3, timeout=5)
+            assert "storage" in agent.executor.in_flight()
+            assert "storage" not in agent.store.current().runs
+            release.set()
+            report = wait_for(lambda: len(client.get_report().checks) == 3 and client.get_report())
+            assert [c.name for c in report.checks] == names
+            assert report.checks[2].summary == "measured"
+        finally:
+            release.set()
+
+
+def _report_or_none(client: Client) -> NodeReport | None:
+    try:
+        return client.get_report()
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.UNAVAILABLE
+        return None
+
+
 def test_oversized_requests_are_refused(token_file: str) -> None:
     with (
         in_process_agent(token_file=token_file) as agent,
@@ -285,3 +327,33 @@ def test_oversized_requests_are_refused(token_file: str) -> None:
     ):
         client.run_checks(["x" * 100_000])
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+@pytest.mark.parametrize(
+    ("method", "raw", "reason"),
+    [
+        ("GetReport", b"\xff", "Wire format was corrupt"),
+        ("RunChecks", b"\x0a\x05ab", "Wire format was corrupt"),
+        ("RunChecks", b"\x0a\x02\xff\xfe", "String field had bad UTF-8"),
+        ("WatchReports", b"\xff", "Wire format was corrupt"),
+    ],
+)
+def test_a_malformed_request_is_invalid_argument(method: str, raw: bytes, reason: str) -> None:
+    with (
+        in_process_agent() as agent,
+        grpc.insecure_channel(f"127.0.0.1:{agent.grpc_port}") as channel,
+    ):
+        path = f"/gpuprobe.v1.NodeDiagnostics/{method}"
+        call = (channel.unary_stream if method == "WatchReports" else channel.unary_unary)(path)
+        with pytest.raises(grpc.RpcError) as err:
+            answer = call(raw, timeout=10)
+            if method == "WatchReports":
+                next(iter(answer))
+        request = f"gpuprobe.v1.{method}Request"
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details() == (
+            f"malformed {method} request: Error parsing message with type '{request}': {reason}"
+        )
+        # Well-formed bytes on the same channel still get their answer.
+        answer = channel.unary_unary("/gpuprobe.v1.NodeDiagnostics/GetReport")(b"", timeout=10)
+        assert pb.GetReportResponse.FromString(answer).report.node == agent.host.node_name

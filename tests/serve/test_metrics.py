@@ -13,8 +13,8 @@ from conftest import require_tool
 from gpuprobe import __version__
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
 from gpuprobe.serve.executor import Ran
-from gpuprobe.serve.metrics import ReportCollector
-from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.serve.metrics import RENDERERS, ReportCollector
+from gpuprobe.serve.state import LinkResult, ReportStore, Snapshot
 
 T = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
 UUID0 = "GPU-5f1c0000-8e2b-4c1d-9a7e-000000000000"
@@ -182,6 +182,10 @@ def full_snapshot() -> Snapshot:
         change=2,
         runs={"driver": 4, "gpus": 4, "xid": 4, "storage": 1},
         timeouts={"gpus": 1},
+        links=(
+            LinkResult("gpu-node-18", "tcp", 11.5e9, T),
+            LinkResult("gpu-node-18", "rdma", 48.0e9, T),
+        ),
     )
 
 
@@ -330,6 +334,17 @@ def test_the_store_renders_on_update_and_the_scrape_only_reads() -> None:
     assert s["gpuprobe_check_runs_total"] == {(("check", "gpus"),): 1.0}
 
 
+def test_peer_bandwidth_metrics_are_the_latest_measurement_per_peer_and_transport() -> None:
+    s = samples(scrape(full_snapshot()))
+    tcp = (("peer", "gpu-node-18"), ("transport", "tcp"))
+    rdma = (("peer", "gpu-node-18"), ("transport", "rdma"))
+    assert s["gpuprobe_peer_bandwidth_bytes_per_second"] == {tcp: 11.5e9, rdma: 48.0e9}
+    assert s["gpuprobe_peer_bandwidth_timestamp_seconds"] == {
+        tcp: T.timestamp(),
+        rdma: T.timestamp(),
+    }
+
+
 def test_promtool_accepts_the_metrics(tmp_path: Any) -> None:
     promtool = require_tool("promtool")
     text = scrape(full_snapshot())
@@ -345,7 +360,13 @@ def test_the_documented_metrics_and_queries_are_the_rendered_ones(tmp_path: Any)
     from conftest import ROOT
 
     doc = (ROOT / "docs" / "metrics.md").read_text()
-    rendered = {family.name for family in text_string_to_metric_families(scrape(full_snapshot()))}
+    snapshot = full_snapshot()
+    assert snapshot.report is not None
+    # The full snapshot feeds every renderer, so every family the exporter can emit is here.
+    for render in RENDERERS:
+        assert list(render(snapshot, snapshot.report)), render.__name__
+    rendered = {family.name for family in text_string_to_metric_families(scrape(snapshot))}
+    assert "gpuprobe_peer_bandwidth_timestamp_seconds" in rendered
     for name in rendered:
         suffix = "_total" if f"`{name}_total`" in doc else ""
         assert f"`{name}{suffix}`" in doc, name

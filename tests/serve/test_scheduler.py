@@ -18,6 +18,7 @@ from gpuprobe.serve.executor import CheckExecutor, Ran
 from gpuprobe.serve.scheduler import Group, Scheduler, plan
 from gpuprobe.serve.state import ReportStore
 from helpers import config
+from serving import wait_for
 
 T = datetime(2026, 11, 29, 21, 0, tzinfo=UTC)
 
@@ -45,6 +46,7 @@ def test_plan_groups_checks_by_interval_and_delays_active_ones_within_their_jitt
     storage = by_names[("storage",)]
     assert storage.interval == 1800
     assert 1000 <= storage.due <= 1000 + 180
+    assert [g.active for g in groups] == [g.names == ["storage"] for g in groups]
     # An explicit interval wins for an active check too.
     cfg = config(serve={"intervals": {"storage": 600}, "jitter_fraction": 0}).serve
     (group,) = plan(["storage"], cfg, frozenset({"storage"}), 0.0, random.Random(1))
@@ -123,6 +125,79 @@ def test_the_scheduler_thread_runs_rounds_and_stops_promptly() -> None:
     assert counts["fast"] >= 4
     report = store.current().report
     assert report is not None and [c.name for c in report.checks] == ["fast", "slow"]
+
+
+def test_passive_rounds_go_on_and_publish_while_an_active_check_hangs() -> None:
+    counts, checks = counting_checks()
+    release = threading.Event()
+
+    def storage(h: Host, c: Config) -> CheckResult:
+        release.wait(30)
+        return CheckResult("storage", "measured")
+
+    executor = CheckExecutor(
+        host(), config(checks={"deadline_seconds": 60}), {**checks, "storage": storage}
+    )  # type: ignore[arg-type]
+    order = ["fast", "slow", "storage"]
+    store = ReportStore("n", order)
+    now = time.monotonic()
+    groups = [
+        Group(0.05, ["fast"], now),
+        Group(3600, ["slow"], now),
+        Group(3600, ["storage"], now, active=True),
+    ]
+    scheduler = Scheduler(executor, store, groups, 0.0, order)
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run, args=(stop,))
+    thread.start()
+    try:
+        # The storage test still runs; the passive rounds go on and each one publishes.
+        wait_for(lambda: store.current().runs.get("fast", 0) >= 5, timeout=10)
+        assert "storage" in executor.in_flight()  # passive rounds come and go beside it
+        snapshot = store.current()
+        assert snapshot.runs["fast"] >= 5 and counts["fast"] >= snapshot.runs["fast"]
+        assert snapshot.runs["slow"] == 1 and "storage" not in snapshot.runs
+        assert snapshot.report is not None
+        assert [c.name for c in snapshot.report.checks] == ["fast", "slow"]
+        release.set()
+        wait_for(lambda: "storage" in store.current().runs, timeout=5)
+        report = store.current().report
+        assert report is not None and [c.name for c in report.checks] == order
+        assert report.checks[2].summary == "measured"
+    finally:
+        release.set()
+        stop.set()
+        thread.join(2)
+    assert not thread.is_alive()
+    assert scheduler.join(2) == []
+
+
+def test_stop_joins_the_lanes_and_names_one_left_in_a_stuck_round() -> None:
+    release = threading.Event()
+
+    def storage(h: Host, c: Config) -> CheckResult:
+        release.wait(30)
+        return CheckResult("storage", "measured")
+
+    executor = CheckExecutor(host(), config(checks={"deadline_seconds": 60}), {"storage": storage})
+    store = ReportStore("n", ["storage"])
+    groups = [Group(3600, ["storage"], time.monotonic(), active=True)]
+    scheduler = Scheduler(executor, store, groups, 0.0, ["storage"])
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run, args=(stop,))
+    thread.start()
+    try:
+        wait_for(lambda: executor.in_flight() == ["storage"], timeout=5)
+        stop.set()
+        thread.join(2)
+        assert not thread.is_alive()
+        started = time.monotonic()
+        assert scheduler.join(0.3) == ["schedule-storage"]
+        assert 0.25 <= time.monotonic() - started < 2
+    finally:
+        release.set()
+    assert scheduler.join(5) == []
+    assert store.current().runs == {"storage": 1}
 
 
 def test_a_hung_check_is_joined_not_started_again() -> None:

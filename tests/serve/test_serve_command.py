@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 from conftest import gpuprobe, require_tool, snapshot
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.client import Client
-from serving import PASSIVE, serve_process, wait_for
+from serving import LOOPBACK_FLAGS, PASSIVE, serve_process, wait_for
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("GPUPROBE_UPDATE_GOLDEN") == "1"
@@ -92,6 +94,47 @@ def test_logs_are_json_lines_with_the_bound_ports_and_healthz_answers() -> None:
     assert code == 0
     assert took < 5
     assert [e["msg"] for e in agent.logs[-2:]] == ["stopping", "stopped"]
+
+
+def sigterm_caught(pid: int) -> bool:
+    """Whether the process has a SIGTERM handler yet (its SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M).group(1), 16)  # type: ignore[union-attr]
+    return bool(caught >> (signal.SIGTERM - 1) & 1)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.6])
+def test_sigterm_while_serve_starts_up_exits_0(delay: float) -> None:
+    # From the moment Python runs gpuprobe's code (its first handler), SIGTERM ends serve
+    # with 0: while it parses flags, imports gRPC, loads the snapshot or binds its ports.
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuprobe",
+            "serve",
+            *LOOPBACK_FLAGS,
+            "--snapshot",
+            snapshot("synthetic-h100-8gpu-healthy"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: sigterm_caught(proc.pid) or proc.poll() is not None, every=0.001)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
 
 
 def test_sigterm_during_a_hung_check_exits_0_within_seconds(tmp_path: Path) -> None:

@@ -154,9 +154,11 @@ class Agent:
         deadline = time.monotonic() + grace
         while self.executor.in_flight() and time.monotonic() < deadline:
             time.sleep(0.05)
+        # The scheduling threads end after their round; one waiting on a stuck check is left.
+        lanes = self.scheduler.join(max(0.0, deadline - time.monotonic()))
         stuck = self.executor.in_flight()
-        if stuck:
-            log.warning("checks abandoned at shutdown", extra={"checks": stuck})
+        if stuck or lanes:
+            log.warning("checks abandoned at shutdown", extra={"checks": stuck, "lanes": lanes})
         cleanup.remove_all()
         done.wait(grace)
 

@@ -1,9 +1,18 @@
-"""The gRPC server: NodeDiagnostics, health and reflection on one port, with TLS and limits."""
+"""The gRPC server: NodeDiagnostics, health and reflection on one port, with TLS and limits.
+
+NodeDiagnostics' method handlers are built here from the service descriptor rather than by the
+generated `add_NodeDiagnosticsServicer_to_server`: grpcio answers a request whose bytes do not
+parse with INTERNAL ("Exception deserializing request!") and gives the deserializer no way to
+abort, so the deserializer hands a `Malformed` marker on and the method answers
+INVALID_ARGUMENT, the caller's fault.
+"""
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from concurrent import futures
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -11,7 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gpuprobe.errors import UsageError
 from gpuprobe.serve.service import SERVICE_NAME, NodeDiagnosticsService
-from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
+from gpuprobe.v1 import diagnostics_pb2 as pb
 
 # Requests are small (a few check names): anything bigger is refused before it is parsed.
 MAX_REQUEST_BYTES = 64 * 1024
@@ -36,7 +45,9 @@ def build(
         ],
         maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
     )
-    pb_grpc.add_NodeDiagnosticsServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    handlers = method_handlers(service)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     checker = health.HealthServicer(
         experimental_non_blocking=True,
         experimental_thread_pool=futures.ThreadPoolExecutor(max_workers=1),
@@ -86,3 +97,57 @@ def split_host_port(listen: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or int(port) > 65535:
         raise UsageError(f"{listen!r} is not HOST:PORT")
     return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+class Malformed:
+    """A request whose bytes did not parse as its message; its method answers INVALID_ARGUMENT."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def method_handlers(service: NodeDiagnosticsService) -> dict[str, grpc.RpcMethodHandler]:
+    """NodeDiagnostics' handlers, one per method of the proto's service, each refusing a
+    malformed request with INVALID_ARGUMENT before the servicer sees it."""
+    handlers = {}
+    for method in pb.DESCRIPTOR.services_by_name["NodeDiagnostics"].methods:
+        request, response = (
+            getattr(pb, method.input_type.name),
+            getattr(pb, method.output_type.name),
+        )
+        factory = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = factory(
+            _refusing_malformed(getattr(service, method.name), method.name),
+            request_deserializer=_tolerant(request.FromString),
+            response_serializer=response.SerializeToString,
+        )
+    return handlers
+
+
+def _tolerant(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        """The parsed request, or `Malformed` with protobuf's reason."""
+        try:
+            return parse(data)
+        except Exception as exc:  # DecodeError: corrupt wire format, bad UTF-8, ...
+            return Malformed(str(exc))
+
+    return deserialize
+
+
+def _refusing_malformed(
+    behavior: Callable[[Any, Any], Any], name: str
+) -> Callable[[Any, Any], Any]:
+    def handle(request: Any, context: Any) -> Any:
+        """The servicer's answer; INVALID_ARGUMENT for a request that did not parse."""
+        if isinstance(request, Malformed):
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"malformed {name} request: {request.error}"
+            )
+        return behavior(request, context)
+
+    return handle

@@ -1,7 +1,11 @@
 """Runs the checks on their intervals: every check at `--interval` (or its own interval from
-the config), the active ones (storage) at their own longer one, with jitter.
+the config), the active ones (storage, NCCL) at their own longer one, with jitter.
 
 Checks that share an interval run together as one round, so a round makes one report update.
+The passive groups share one thread (their rounds fall due together, so a fresh agent's first
+report holds every passive check); each active group runs on a thread of its own, so a storage
+or NCCL test that takes minutes never holds back the passive rounds nor the first report. Each
+round publishes as it ends: the report merges the latest result of every check.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ log = logging.getLogger("gpuprobe.serve")
 
 @dataclass
 class Group:
-    """Checks that run together, every `interval` seconds; the next round is due at `due`."""
+    """Checks that run together, every `interval` seconds; the next round is due at `due`.
+    An `active` group (storage, NCCL) runs on a thread of its own."""
 
     interval: float
     names: list[str]
     due: float
+    active: bool = False
 
 
 def plan(
@@ -46,8 +52,15 @@ def plan(
     groups = []
     for (interval, is_active), members in by_interval.items():
         delay = rng.uniform(0, config.jitter_fraction * interval) if is_active else 0.0
-        groups.append(Group(interval, members, start + delay))
+        groups.append(Group(interval, members, start + delay, is_active))
     return groups
+
+
+def lanes(groups: Sequence[Group]) -> list[list[Group]]:
+    """The groups each scheduling thread runs: every passive group on one, each active group
+    on one of its own."""
+    passive = [g for g in groups if not g.active]
+    return ([passive] if passive else []) + [[g] for g in groups if g.active]
 
 
 class Scheduler:
@@ -70,17 +83,41 @@ class Scheduler:
         self._order = list(order)
         self._clock = clock
         self._rng = rng or random.Random()
+        self._publishing = threading.Lock()
+        self._threads: list[threading.Thread] = []
 
     def run(self, stop: threading.Event) -> None:
-        """Run rounds as they fall due until `stop` is set."""
-        if not self.groups:
-            stop.wait()
-            return
+        """Run rounds as they fall due until `stop` is set: the passive groups on one thread,
+        each active group on its own (see `lanes`). Returns once `stop` is set; the lanes'
+        threads end after the round they are in (see `join`)."""
+        self._threads = [
+            threading.Thread(
+                target=self._run_lane,
+                args=(lane, stop),
+                name="schedule-" + ("-".join(lane[0].names) if lane[0].active else "passive"),
+                daemon=True,
+            )
+            for lane in lanes(self.groups)
+        ]
+        for thread in self._threads:
+            thread.start()
+        stop.wait()
+
+    def join(self, timeout: float) -> list[str]:
+        """Wait up to `timeout` seconds for the lanes to end (after `stop`); returns the names
+        of the threads still in a round (a check past the grace is abandoned to them)."""
+        deadline = self._clock() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - self._clock()))
+        return [t.name for t in self._threads if t.is_alive()]
+
+    def _run_lane(self, groups: list[Group], stop: threading.Event) -> None:
+        """Run `groups`' rounds as they fall due; groups due together run as one round."""
         while not stop.is_set():
             started = self._clock()
-            due = [g for g in self.groups if g.due <= started]
+            due = [g for g in groups if g.due <= started]
             if not due:
-                stop.wait(min(g.due for g in self.groups) - started)
+                stop.wait(min(g.due for g in groups) - started)
                 continue
             names = [n for n in self._order if any(n in g.names for g in due)]
             try:
@@ -93,8 +130,9 @@ class Scheduler:
     def run_now(self, names: Sequence[str], within: float | None = None) -> list[Ran]:
         """Run the named checks now (bounded by `within` seconds) and merge their results."""
         ran = self.executor.run(names, within)
-        before = self.store.current()
-        after = self.store.update(ran)
+        with self._publishing:  # rounds end on several threads: compare with this update's own
+            before = self.store.current()
+            after = self.store.update(ran)
         _log_round(ran, before, after)
         return ran
 
