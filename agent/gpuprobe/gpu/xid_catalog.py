@@ -10,6 +10,7 @@ severity and a repair action:
 | ----------------------------------------- | -------- | -------------------- |
 | RESTART_APP, WORKFLOW_XID_45 (app faults) | WARNING  | RESTART_APP          |
 | IGNORE (informational)                    | WARNING  | NONE                 |
+| CHECK_UVM (reset only if UVM or vGPU is in use) | WARNING | NONE            |
 | RESET_GPU, WORKFLOW_XID_48, WORKFLOW_NVLINK_ERR, WORKFLOW_NVLINK5_ERR | CRITICAL | RESET_GPU |
 | RESTART_BM (restart bare metal), RESTART_VM | CRITICAL | REBOOT_NODE        |
 
@@ -61,24 +62,17 @@ _ENTRIES: list[tuple[int, str, str, Severity, Action]] = [
         Action.RESTART_APP,
     ),
     # The application's channel was reset and the application ended; the GPU stays healthy.
-    (
-        43,
-        "GPU stopped processing (the application's channel was reset)",
-        "RESTART_APP",
-        _W,
-        Action.RESTART_APP,
-    ),
+    (43, "GPU stopped processing (the application's channel was reset)", "IGNORE", _W, Action.NONE),
     (45, "Preemptive cleanup, due to previous errors", "WORKFLOW_XID_45", _W, Action.RESTART_APP),
     (46, "GPU stopped processing (timeout)", "RESET_GPU", _C, Action.RESET_GPU),
     (48, "Double Bit ECC Error", "WORKFLOW_XID_48", _C, Action.RESET_GPU),
-    (61, "Internal micro-controller breakpoint/warning", "RESET_GPU", _C, Action.RESET_GPU),
     (62, "Internal micro-controller halt", "RESET_GPU", _C, Action.RESET_GPU),
     (63, "GPU memory remapping event (row remapped or page retired)", "IGNORE", _W, Action.NONE),
     (64, "GPU memory remapping failure", "RESET_GPU", _C, Action.RESET_GPU),
     # Not in the excerpt of the catalog checked; the device plugin files it with the
     # application XIDs.
     (68, "Video processor exception (NVDEC)", "RESTART_APP", _W, Action.RESTART_APP),
-    (69, "Graphics Engine class error", "RESET_GPU", _C, Action.RESET_GPU),
+    (69, "Graphics Engine class error", "RESTART_APP", _W, Action.RESTART_APP),
     (74, "NVLink error", "WORKFLOW_NVLINK_ERR", _C, Action.RESET_GPU),
     (79, "GPU has fallen off the bus", "RESTART_BM", _C, Action.REBOOT_NODE),
     (92, "High single-bit ECC error rate", "IGNORE", _W, Action.NONE),
@@ -99,9 +93,15 @@ _ENTRIES: list[tuple[int, str, str, Severity, Action]] = [
     (154, "GPU recovery action changed", "XID_154", _C, Action.RESET_GPU),
     (155, "NVLink software-defined error", "RESET_GPU", _C, Action.RESET_GPU),
     (156, "Resource retirement event", "RESET_GPU", _C, Action.RESET_GPU),
-    (157, "Resource retirement failure", "RESET_GPU", _C, Action.RESET_GPU),
+    (157, "Resource retirement failure (workloads may still run)", "IGNORE", _W, Action.NONE),
     (158, "GPU fatal timeout", "RESET_GPU", _C, Action.RESET_GPU),
-    (159, "CHI non-data error (chip-to-chip interconnect)", "RESET_GPU", _C, Action.RESET_GPU),
+    (
+        159,
+        "CHI non-data error (chip-to-chip interconnect): reset the GPU if UVM or vGPU is in use",
+        "CHECK_UVM",
+        _W,
+        Action.NONE,
+    ),
 ]
 
 CATALOG: dict[int, XidInfo] = {e[0]: XidInfo(*e) for e in _ENTRIES}
@@ -113,6 +113,7 @@ BUCKET_VERDICTS: dict[str, tuple[Severity, Action]] = {
     "RESTART_APP": (_W, Action.RESTART_APP),
     "WORKFLOW_XID_45": (_W, Action.RESTART_APP),
     "IGNORE": (_W, Action.NONE),
+    "CHECK_UVM": (_W, Action.NONE),
     "RESET_GPU": (_C, Action.RESET_GPU),
     "WORKFLOW_XID_48": (_C, Action.RESET_GPU),
     "WORKFLOW_NVLINK_ERR": (_C, Action.RESET_GPU),
