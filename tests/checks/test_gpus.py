@@ -6,6 +6,7 @@ import pytest
 
 from gpuprobe.checks import gpus
 from gpuprobe.config import Config
+from gpuprobe.gpu.own_load import own_gpu_test, own_gpu_test_running
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
 from helpers import codes, config, run_check, snapshot
@@ -233,6 +234,26 @@ def test_gpu_idle_clock_restarts_when_the_gpu_gets_work(monkeypatch: pytest.Monk
     assert (busy["idle"], busy["idle_seconds"]) == (False, None)
     assert busy["processes"] == [{"pid": 41007, "name": "python3", "used_memory_bytes": 1 << 30}]
     assert "GPU-5f1c0007-8e2b-4c1d-9a7e-000000000007" not in host.memory.of("gpus")["idle_since"]
+
+
+def test_gpuprobes_own_nccl_test_neither_ends_nor_starts_an_idle_stretch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host = snapshot_host(snapshot("synthetic-gpus-idle"))  # GPU 7 is busy at the second look
+    now = [1_800_000_000.0]
+    monkeypatch.setattr(gpus, "clock", lambda: now[0])
+    assert gpus.run(host, Config()).data["gpus"][7]["idle"] is True
+    now[0] += 3601
+    with own_gpu_test(host):  # the load is gpuprobe's own test, not a tenant's job
+        result = gpus.run(host, Config())
+    assert codes(result) == [
+        ("GPU_IDLE", "WARNING", "NONE", gpu(6)),
+        ("GPU_IDLE", "WARNING", "NONE", gpu(7)),
+    ]
+    facts = result.data["gpus"]
+    assert (facts[7]["idle"], facts[7]["idle_seconds"]) == (False, 3601.0)
+    assert [g["idle_seconds"] for g in facts[:6]] == [None] * 6  # busy before: still not idle
+    assert not own_gpu_test_running(host)
 
 
 # --- counts and lost GPUs ------------------------------------------------------------------

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import stat
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
+from gpuprobe.checks import nccl
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
-from helpers import codes, config, run_check
+from gpuprobe.gpu.own_load import own_gpu_test_running
+from gpuprobe.host import snapshot_host
+from helpers import codes, config, run_check, snapshot
 
 TABLES = ROOT / "tests" / "fixtures" / "nccl"
 
@@ -117,3 +122,20 @@ def test_a_non_zero_exit_after_rows_is_a_failed_test(tmp_path: Path) -> None:
         f"the NCCL test across 8 GPUs failed: {binary} exited 2 after 4 sizes "
         "(up to 8589934592 bytes): NCCL WARN unhandled cuda error"
     )
+
+
+def test_the_gpus_count_as_loaded_by_gpuprobe_only_while_its_test_runs(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    binary = script(
+        tmp_path, f"touch {started}\nsleep 1\ncat {TABLES / 'all_reduce_perf-8xh100.txt'}\n"
+    )
+    host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
+    cfg = config(nccl={"binary": binary, "force": True})
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(nccl.run, host, cfg)
+        deadline = time.monotonic() + 10
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert own_gpu_test_running(host)
+        assert future.result(timeout=30).data["ran"] is True
+    assert not own_gpu_test_running(host)

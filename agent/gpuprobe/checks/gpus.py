@@ -20,6 +20,7 @@ from typing import Any
 from gpuprobe.config import Config
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import FABRIC_MANAGER, health_findings, idle_finding, read_health
+from gpuprobe.gpu.own_load import own_gpu_test_running
 from gpuprobe.gpu.pci import PciDevice, normalize_bus_id, nvidia_devices
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
@@ -165,12 +166,17 @@ def _fabric_used(facts: dict[str, Any]) -> bool:
 
 
 def _track_idle(host: Host, gpus: list[dict[str, Any]]) -> None:
-    """Set each GPU's `idle_seconds` from the time it was first seen idle (kept in memory)."""
+    """Set each GPU's `idle_seconds` from the time it was first seen idle (kept in memory).
+    While gpuprobe's own NCCL test runs, the GPUs count as they were before it: the test's
+    load neither ends an idle stretch nor starts one."""
     since: dict[str, float] = host.memory.of(NAME).setdefault("idle_since", {})
     now = clock()
+    frozen = own_gpu_test_running(host)
     for facts in gpus:
         key = facts.get("uuid") or f"index:{facts['index']}"
         idle = facts.get("idle")
+        if frozen and idle is not None:
+            idle = key in since
         if idle:
             facts["idle_seconds"] = round(now - since.setdefault(key, now), 3)
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpuprobe.config import NCCL_DEADLINE_MARGIN, Config
 from gpuprobe.gpu.devices import busy_gpus, gpu_count
+from gpuprobe.gpu.own_load import own_gpu_test
 from gpuprobe.host import Host
 from gpuprobe.measure.nccl import NcclTestError
 from gpuprobe.measure.nccl import run as run_nccl
@@ -37,7 +38,8 @@ def run(host: Host, config: Config) -> CheckResult:
     deadline = config.deadline(NAME)
     timeout = min(settings.timeout_seconds, max(deadline - NCCL_DEADLINE_MARGIN, deadline / 2))
     try:
-        result = run_nccl(settings.binary, gpus, settings.args, timeout)
+        with own_gpu_test(host):
+            result = run_nccl(settings.binary, gpus, settings.args, timeout)
     except NcclTestError as exc:
         missing = "is not there" in str(exc) or "is not executable" in str(exc)
         finding = Finding(
