@@ -43,8 +43,21 @@ _LAST_ERROR = re.compile(r"last error: [A-Z_]+: (?:ipv4:|ipv6:|unix:)?\S+?: (.*)
 _TLS_WORDS = ("tls handshake", "ssl", "certificate", "hostname verification", "handshake")
 
 
-def no_answer(timeout: float) -> Unreachable:
-    """A call that got no answer within `timeout` seconds."""
+def agents(count: int) -> str:
+    """`1 agent`, `2 agents`."""
+    return f"{count} agent{'' if count == 1 else 's'}"
+
+
+def no_answer(timeout: float, late: tuple[float, int] | None = None) -> Unreachable:
+    """A call that got no answer within `timeout` seconds; `late` (the seconds it had left,
+    the agents asked at once) when it was asked late, after waiting for a free thread."""
+    if late is not None:
+        left, workers = late
+        return Unreachable(
+            Failure.TIMEOUT,
+            f"no answer in the {left:.1f} s left of the {timeout:g} s deadline: it waited while "
+            f"the {agents(workers)} asked at once did not answer (raise --concurrency)",
+        )
     return Unreachable(
         Failure.TIMEOUT, f"no answer within {timeout:g} s (the agent is down, hung or filtered)"
     )

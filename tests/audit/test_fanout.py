@@ -4,6 +4,7 @@ however many hang, the answers in the order of the targets."""
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -72,6 +73,31 @@ def test_more_hung_listeners_than_the_concurrency_take_one_deadline() -> None:
         elapsed, reasons = timed_fetch(targets, 0.5, DEFAULT_CONCURRENCY)
     assert 0.5 <= elapsed < 0.5 + 0.5
     assert reasons == [no_answer(0.5)] * 64 + [not_asked(0.5, 64)] * 16
+
+
+def test_a_target_asked_late_says_it_had_only_part_of_the_deadline() -> None:
+    """One thread: a slow agent answers after 0.8 s, then the hung one behind it gets the
+    1.2 s left of 2 s; its reason blames the wait, not the agent alone."""
+    response = report_of("synthetic-h100-8gpu-healthy", node="slow")
+
+    def slow(context: object) -> object:
+        time.sleep(0.8)
+        return response
+
+    release = threading.Event()
+    with standin(slow) as answering, standin(hangs(release)) as hung:
+        try:
+            fetched = fetch_all([answering.target, hung.target], Credentials(), 2.0, 1)
+        finally:
+            release.set()
+    assert fetched[0].report is not None and fetched[0].report.node == "slow"
+    late = fetched[1].unreachable
+    assert late is not None and late.failure == Failure.TIMEOUT
+    assert re.fullmatch(
+        r"no answer in the 1\.[12] s left of the 2 s deadline: it waited while the 1 agent "
+        r"asked at once did not answer \(raise --concurrency\)",
+        late.reason,
+    ), late.reason
 
 
 def test_answers_come_back_in_the_order_of_the_targets() -> None:

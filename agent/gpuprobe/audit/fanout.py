@@ -16,10 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from gpuprobe.client import Credentials, DataKeys, Fetched, fetch_report
-from gpuprobe.unreachable import Failure, Unreachable, no_answer
+from gpuprobe.unreachable import Failure, Unreachable, agents, no_answer
 
 DEFAULT_DEADLINE_SECONDS = 5.0
 DEFAULT_CONCURRENCY = 64
+# A call that starts this much after the fan-out was asked late: it waited for a thread.
+LATE = 0.5
 
 
 def fetch_all(
@@ -40,10 +42,12 @@ def fetch_all(
         left = end - time.monotonic()
         if left <= 0:
             return Fetched(target, None, unreachable=not_asked(deadline, workers))
+        whole = left >= deadline - LATE
         fetched = fetch_report(target, credentials, left, data)
         if fetched.unreachable and fetched.unreachable.failure == Failure.TIMEOUT:
-            # name the deadline the operator gave, not the part of it this call had left
-            return replace(fetched, unreachable=no_answer(deadline))
+            # name the deadline the operator gave; a target asked late had only part of it
+            late = None if whole else (left, workers)
+            return replace(fetched, unreachable=no_answer(deadline, late))
         return fetched
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="audit") as pool:
@@ -54,6 +58,6 @@ def not_asked(deadline: float, workers: int) -> Unreachable:
     """A target the deadline passed before a thread was free to ask it."""
     return Unreachable(
         Failure.TIMEOUT,
-        f"not asked: the deadline ({deadline:g} s) passed while the {workers} agents asked at "
-        "once did not answer (raise --concurrency)",
+        f"not asked: the deadline ({deadline:g} s) passed while the {agents(workers)} asked "
+        "at once did not answer (raise --concurrency)",
     )
