@@ -181,6 +181,8 @@ class NetworkConfig:
 # Bounds on the RDMA test's parameters (an agent refuses a peer's request beyond them too).
 MAX_RDMA_MESSAGE_BYTES = 1024 * 1024 * 1024
 MAX_RDMA_QUEUE_PAIRS = 256
+# ib_write_bw registers a buffer of the message size per queue pair: bound their product too.
+MAX_RDMA_BUFFER_BYTES = 4 * 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,11 @@ class RdmaTestConfig:
         if not 1 <= self.queue_pairs <= MAX_RDMA_QUEUE_PAIRS:
             raise ConfigError(
                 f"queue_pairs: {self.queue_pairs} is not between 1 and {MAX_RDMA_QUEUE_PAIRS}"
+            )
+        if self.message_bytes * self.queue_pairs > MAX_RDMA_BUFFER_BYTES:
+            raise ConfigError(
+                f"message_bytes × queue_pairs: {self.message_bytes * self.queue_pairs} is more "
+                f"than {MAX_RDMA_BUFFER_BYTES}"
             )
         if self.gid_index is not None and self.gid_index < 0:
             raise ConfigError(f"gid_index: {self.gid_index} is negative")

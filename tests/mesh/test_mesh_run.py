@@ -10,6 +10,7 @@ from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
+import grpc
 import pytest
 
 from conftest import ROOT, gpuprobe, require_tool
@@ -20,6 +21,8 @@ from gpuprobe.errors import ConfigError
 from gpuprobe.mesh.render import render_mesh
 from gpuprobe.mesh.run import InvalidTest, MeshOptions, Peer, identify, run_mesh
 from gpuprobe.mesh.verdict import FAILED, OK, Thresholds
+from gpuprobe.serve.bandwidth import TestRefused as Refused
+from gpuprobe.serve.bandwidth import rdma_options
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import config
 from serving import in_process_agent
@@ -208,9 +211,28 @@ def test_rdma_test_settings_are_bounded() -> None:
         ({"message_bytes": 0}, "message_bytes: 0 is not between 1 and 1073741824"),
         ({"queue_pairs": 257}, "queue_pairs: 257 is not between 1 and 256"),
         ({"gid_index": -1}, "gid_index: -1 is negative"),
+        (
+            {"message_bytes": 2**30, "queue_pairs": 8},
+            "message_bytes × queue_pairs: 8589934592 is more than 4294967296",
+        ),
     ]:
         with pytest.raises(ConfigError, match=message):
             config(rdma={"test": test})
+
+
+def test_a_sink_refuses_rdma_buffers_beyond_the_bound_in_all() -> None:
+    request = pb.OpenBandwidthSinkRequest(message_bytes=2**30, queue_pairs=8)
+    with pytest.raises(Refused) as refused:
+        rdma_options("mlx5_0", 18600, request, RdmaTestConfig())
+    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert str(refused.value) == (
+        "1073741824 bytes per message, 8 queue pairs: at most 1073741824 and 256, "
+        "4294967296 bytes in all"
+    )
+    fits = rdma_options(
+        "mlx5_0", 18600, pb.OpenBandwidthSinkRequest(queue_pairs=64), RdmaTestConfig()
+    )
+    assert (fits.message_bytes, fits.queue_pairs) == (8 * 2**20, 64)
 
 
 def test_quick_mode_retests_each_suspect_against_a_node_known_good(agents: list[str]) -> None:

@@ -21,7 +21,12 @@ from typing import Any
 import grpc
 
 from gpuprobe import cleanup
-from gpuprobe.config import MAX_RDMA_MESSAGE_BYTES, MAX_RDMA_QUEUE_PAIRS, RdmaTestConfig
+from gpuprobe.config import (
+    MAX_RDMA_BUFFER_BYTES,
+    MAX_RDMA_MESSAGE_BYTES,
+    MAX_RDMA_QUEUE_PAIRS,
+    RdmaTestConfig,
+)
 from gpuprobe.gpu.devices import busy_gpus
 from gpuprobe.host import Host
 from gpuprobe.measure import perftest, tcp
@@ -325,11 +330,16 @@ def rdma_options(
     defaults = perftest.PerftestOptions(device)
     message_bytes = request.message_bytes or defaults.message_bytes
     queue_pairs = request.queue_pairs or defaults.queue_pairs
-    if message_bytes > MAX_RDMA_MESSAGE_BYTES or queue_pairs > MAX_RDMA_QUEUE_PAIRS:
+    if (
+        message_bytes > MAX_RDMA_MESSAGE_BYTES
+        or queue_pairs > MAX_RDMA_QUEUE_PAIRS
+        or message_bytes * queue_pairs > MAX_RDMA_BUFFER_BYTES
+    ):
         raise TestRefused(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"{message_bytes} bytes per message, {queue_pairs} queue pairs: at most "
-            f"{MAX_RDMA_MESSAGE_BYTES} and {MAX_RDMA_QUEUE_PAIRS}",
+            f"{MAX_RDMA_MESSAGE_BYTES} and {MAX_RDMA_QUEUE_PAIRS}, "
+            f"{MAX_RDMA_BUFFER_BYTES} bytes in all",
         )
     return perftest.PerftestOptions(
         device=device,
