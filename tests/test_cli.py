@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -112,3 +116,47 @@ def test_help_and_version() -> None:
     assert out.returncode == 0
     assert "check" in out.stdout and "capture" in out.stdout
     assert gpuprobe("--version").stdout.startswith("gpuprobe ")
+
+
+def on_a_terminal(*args: str, no_color: bool) -> str:
+    """What `gpuprobe` prints when its stdout is a terminal (a pseudo-terminal here)."""
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    if no_color:
+        env["NO_COLOR"] = "1"
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpuprobe", *args],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        os.close(follower)
+        follower = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    assert proc.returncode == 2, proc.stderr
+    return b"".join(chunks).decode()
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color() -> None:
+    lost = snapshot("synthetic-gpu-lost")
+    coloured = on_a_terminal("check", "--snapshot", lost, no_color=False)
+    assert coloured.splitlines()[0].endswith("\033[31mCRITICAL\033[0m")
+    assert "\033[32mOK      \033[0m" in coloured  # a check that passed, in green
+    plain = on_a_terminal("check", "--snapshot", lost, no_color=True)
+    assert "\033[" not in plain
+    assert plain.splitlines()[0].endswith("  CRITICAL")
