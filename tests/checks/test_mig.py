@@ -142,6 +142,7 @@ def test_invalid_plugin_config_leaves_the_strategy_unknown_without_a_finding(
     )
     assert result.findings == []
     assert result.data["device_plugin_mig_strategy"] == "unknown"
+    assert result.data["device_plugin_config_file"] == str(path)
     assert result.summary.endswith(
         "; device plugin MIG strategy unknown (its configuration is invalid)"
     )
@@ -152,6 +153,7 @@ def test_missing_plugin_config_is_unknown_too(tmp_path: Path) -> None:
     result = run_check("mig", "synthetic-mig-single", cfg)
     assert result.findings == []
     assert result.data["device_plugin_mig_strategy"] == "unknown"
+    assert result.data["device_plugin_config_file"] == str(tmp_path / "absent.yaml")
 
 
 def test_pending_mode_change() -> None:

@@ -119,7 +119,9 @@ def test_invalid_plugin_configuration_is_only_noted() -> None:
     cfg = config(device_plugin={"config_file": str(PLUGIN / "invalid.yaml")})
     result = run_check("sharing", "synthetic-h100-k8s-containerd-healthy", cfg)
     assert result.findings == []
-    assert result.data["config_note"].endswith("is invalid (see device_plugin)")
+    assert result.data["config_note"] == (
+        f"the device plugin configuration {PLUGIN / 'invalid.yaml'} is invalid (see device_plugin)"
+    )
 
 
 def test_node_without_gpus_is_ok() -> None:

@@ -35,9 +35,11 @@ def tree(tmp_path: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def load(tmp_path: Path, files: dict[str, str], flavor: str = "containerd") -> EngineConfig:
+def load(
+    tmp_path: Path, files: dict[str, str], flavor: str = "containerd", major: int | None = None
+) -> EngineConfig:
     root = tree(tmp_path, files)
-    return load_containerd(HostFS(root), flavor, ROOT_CONFIG)
+    return load_containerd(HostFS(root), flavor, ROOT_CONFIG, major)
 
 
 def binaries(config: EngineConfig) -> dict[str, str | None]:
@@ -114,14 +116,62 @@ def test_v3_merges_the_drop_in_into_the_root_table(tmp_path: Path) -> None:
     assert config.notes == []
 
 
-def test_v2_later_drop_in_replaces_the_cri_table_and_drops_the_runtime(tmp_path: Path) -> None:
-    config = load(tmp_path, V2_LATER_DROP_IN_REDEFINES)
+def test_v2_later_drop_in_replaces_the_cri_table_under_containerd_1(tmp_path: Path) -> None:
+    config = load(tmp_path, V2_LATER_DROP_IN_REDEFINES, major=1)
     assert binaries(config) == {}
+    assert config.effective_default == "runc"
     assert config.notes == [
         "runtime 'nvidia' of /etc/containerd/conf.d/99-nvidia.toml is dropped: "
         "/etc/containerd/conf.d/zz-registry.toml redefines the CRI plugin's table, and "
         "containerd 1.x keeps only the last file's table"
     ]
+
+
+def test_v2_later_drop_in_is_merged_under_containerd_2(tmp_path: Path) -> None:
+    config = load(tmp_path, V2_LATER_DROP_IN_REDEFINES, major=2)
+    assert binaries(config) == {"nvidia": NVIDIA_BINARY}
+    assert config.effective_default == "nvidia"
+    assert config.cdi_enabled is True
+    assert config.notes == []
+
+
+def test_v2_unknown_containerd_keeps_what_either_rule_keeps(tmp_path: Path) -> None:
+    config = load(tmp_path, V2_LATER_DROP_IN_REDEFINES)
+    assert binaries(config) == {"nvidia": NVIDIA_BINARY}
+    assert config.effective_default == "nvidia"
+    assert config.notes == [
+        "runtime 'nvidia' of /etc/containerd/conf.d/99-nvidia.toml is kept by containerd 2.x "
+        "only: /etc/containerd/conf.d/zz-registry.toml redefines the CRI plugin's table, and "
+        "containerd 1.x keeps only the last file's table (config version 2 is read by both)",
+        "the default runtime is nvidia with containerd 2.x, runc with containerd 1.x "
+        "(only /etc/containerd/conf.d/zz-registry.toml's CRI table)",
+    ]
+
+
+def test_v3_later_drop_in_is_merged_key_by_key(tmp_path: Path) -> None:
+    files = {
+        **V3_DROP_IN,
+        "/etc/containerd/conf.d/zz-nvidia-cgroup.toml": (
+            "version = 3\n"
+            '[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]\n'
+            "SystemdCgroup = true\n"
+        ),
+    }
+    config = load(tmp_path, files)
+    assert binaries(config) == {"runc": None, "nvidia": NVIDIA_BINARY}
+    assert config.runtimes["nvidia"].defined_in == "/etc/containerd/conf.d/zz-nvidia-cgroup.toml"
+    assert config.cdi_enabled is True
+    assert config.notes == []
+
+
+def test_v4_names_the_cri_plugin_as_v3(tmp_path: Path) -> None:
+    files = {
+        ROOT_CONFIG: fixture("containerd-v3-config.toml").replace("version = 3", "version = 4"),
+        "/etc/containerd/conf.d/99-nvidia.toml": fixture("containerd-v3-99-nvidia.toml"),
+    }
+    config = load(tmp_path, files)
+    assert config.version == 4 and config.problems == []
+    assert binaries(config) == {"runc": None, "nvidia": NVIDIA_BINARY}
 
 
 def test_a_table_of_another_version_is_ignored_and_said_so(tmp_path: Path) -> None:
@@ -210,7 +260,7 @@ def test_relative_imports_are_relative_to_the_importing_file(tmp_path: Path) -> 
             {ROOT_CONFIG: 'version = "2"\n'},
             (
                 ROOT_CONFIG,
-                "is invalid: version is '2': containerd knows config versions 1, 2 and 3",
+                "is invalid: version is '2': containerd knows config versions 1 to 4",
             ),
         ),
         (
@@ -234,7 +284,8 @@ def test_problems_name_the_file(
 
 
 # Held against containerd itself: `containerd config dump` prints the configuration containerd
-# loads (imports merged). Debian's containerd 1.6 reads config versions 1 and 2.
+# loads (imports merged). Debian's containerd 1.6 reads config versions 1 and 2; the reader is
+# told the binary's major version, as `containerd --version` gives it.
 REAL_CASES = {
     "v2-drop-in": V2_DROP_IN,
     "kubeadm": KUBEADM,
@@ -266,11 +317,23 @@ def containerd_dump(tmp_path: Path, files: dict[str, str]) -> dict[str, object] 
     return tomllib.loads(out.stdout) if out.returncode == 0 else None
 
 
+def containerd_major() -> int:
+    """The installed containerd's major version ("containerd <module> 1.6.20~ds1 ...")."""
+    out = subprocess.run(
+        [require_tool("containerd"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return int(out.stdout.split()[2].lstrip("v").split(".")[0])
+
+
 @pytest.mark.parametrize("case", sorted(REAL_CASES))
 def test_same_runtimes_as_containerd_itself(tmp_path: Path, case: str) -> None:
     files = REAL_CASES[case]
     dump = containerd_dump(tmp_path, files)
-    mine = load(tmp_path, files)
+    mine = load(tmp_path, files, major=containerd_major())
     refused = [p for p in mine.problems if p.problem.endswith("containerd will not start")]
     assert (dump is None) == bool(refused)
     if dump is None:

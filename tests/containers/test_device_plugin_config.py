@@ -7,13 +7,19 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import ROOT
+from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import (
     DevicePluginConfig,
+    PluginConfigFile,
     SharedResource,
+    device_plugin_file,
     load_device_plugin_config,
     parse_device_plugin_config,
 )
+from gpuprobe.host import snapshot_host
 from gpuprobe.report import Finding
+from helpers import config
 
 TIME_SLICING = b"""version: v1
 flags:
@@ -70,6 +76,22 @@ def test_yaml_errors_carry_line_and_column() -> None:
 def test_a_missing_file_is_a_finding(tmp_path: Path) -> None:
     found = load_device_plugin_config(str(tmp_path / "absent.yaml"))
     assert isinstance(found, Finding) and "cannot be read" in found.message
+
+
+def test_the_file_comes_with_what_it_gave(tmp_path: Path) -> None:
+    snapshot = ROOT / "tests/snapshots/synthetic-mps-daemon-running"
+    host = snapshot_host(str(snapshot))
+    found = device_plugin_file(host, Config())  # the snapshot's own copy
+    assert found is not None and found.path == "/etc/nvidia-device-plugin/config.yaml"
+    assert isinstance(found.result, DevicePluginConfig)
+    assert found.result.sharing_strategy == "mps"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("flags: {migStrategy: [single\n")
+    host = snapshot_host(str(ROOT / "tests/snapshots/kvm-epyc-nogpu"))
+    found = device_plugin_file(host, config(device_plugin={"config_file": str(bad)}))
+    assert isinstance(found, PluginConfigFile) and found.path == str(bad)
+    assert isinstance(found.result, Finding) and found.result.resource == f"file:{bad}"
+    assert device_plugin_file(host, Config()) is None
 
 
 @settings(max_examples=300, deadline=None)

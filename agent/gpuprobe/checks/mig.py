@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from gpuprobe.config import Config
-from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_config
+from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_file
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import as_int, current_pending
 from gpuprobe.gpu.pci import nvidia_gpus
@@ -66,15 +66,13 @@ def run(host: Host, config: Config) -> CheckResult:
 
 def _strategy(host: Host, config: Config, data: dict[str, Any]) -> str | None:
     """The plugin's MIG strategy; "unknown" when its config is invalid, None when not given."""
-    loaded = device_plugin_config(host, config)
-    if loaded is None:
+    file = device_plugin_file(host, config)
+    if file is None:
         return None
-    if isinstance(loaded, DevicePluginConfig):
-        strategy, path = loaded.mig_strategy, loaded.path
-    else:
-        strategy, path = "unknown", loaded.resource.removeprefix("file:")
+    plugin = file.result
+    strategy = plugin.mig_strategy if isinstance(plugin, DevicePluginConfig) else "unknown"
     data["device_plugin_mig_strategy"] = strategy
-    data["device_plugin_config_file"] = path
+    data["device_plugin_config_file"] = file.path
     return strategy
 
 

@@ -25,7 +25,7 @@ from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
     DevicePluginConfig,
     SharedResource,
-    device_plugin_config,
+    device_plugin_file,
 )
 from gpuprobe.gpu.devices import gpu_count, open_gpus, text
 from gpuprobe.host import Host
@@ -115,13 +115,13 @@ def run(host: Host, config: Config) -> CheckResult:
 
 def _plugin(host: Host, config: Config) -> tuple[DevicePluginConfig | None, str | None, str | None]:
     """The plugin's configuration, or why there is none; and the file it came from."""
-    loaded = device_plugin_config(host, config)
-    if loaded is None:
+    file = device_plugin_file(host, config)
+    if file is None:
         return None, "no device plugin configuration given (device_plugin.config_file)", None
-    if isinstance(loaded, DevicePluginConfig):
-        return loaded, None, loaded.path
-    path = loaded.resource.removeprefix("file:")
-    return None, f"the device plugin configuration {path} is invalid (see device_plugin)", path
+    if isinstance(file.result, DevicePluginConfig):
+        return file.result, None, file.path
+    why = f"the device plugin configuration {file.path} is invalid (see device_plugin)"
+    return None, why, file.path
 
 
 def _units(

@@ -4,21 +4,37 @@ Facts this reader follows (containerd `cmd/containerd/server/config`, and NVIDIA
 Toolkit `pkg/config/engine/containerd`):
 
 - The CRI plugin's table is named by the config `version`: 1 (or none) `cri`, 2
-  `io.containerd.grpc.v1.cri`, 3 (containerd 2.x) `io.containerd.cri.v1.runtime`. A table under
-  another version's name is ignored. Runtimes live at `plugins.<CRI>.containerd.runtimes.<name>`
-  with `runtime_type` and `options.BinaryName`; the default at
-  `plugins.<CRI>.containerd.default_runtime_name`; CDI at `plugins.<CRI>.enable_cdi`.
+  `io.containerd.grpc.v1.cri`, 3 and 4 (containerd 2.x) `io.containerd.cri.v1.runtime`. A table
+  under another version's name is ignored. Runtimes live at
+  `plugins.<CRI>.containerd.runtimes.<name>` with `runtime_type` and `options.BinaryName`; the
+  default at `plugins.<CRI>.containerd.default_runtime_name`; CDI at `plugins.<CRI>.enable_cdi`.
 - `imports` are loaded after the file that names them, breadth first: relative paths are
   relative to that file's directory, `*` patterns are globbed (sorted), a named file that does
   not exist stops containerd. A drop-in may not have a higher version than the root file. A
   drop-in without `version` is read as the root's version.
-- Merging: containerd 1.x (config versions 1 and 2) replaces a plugin's whole table with the
-  one of the last file that has it (checked against `containerd config dump` of containerd
-  1.6); containerd 2.x (version 3) merges tables key by key.
+- Merging depends on the containerd binary, not on the config version: containerd 1.x
+  replaces a plugin's whole table with the one of the last file that has it (checked against
+  `containerd config dump` of containerd 1.6); containerd 2.x merges plugin tables key by key
+  whatever the files' version (a version 2 config is merged, then migrated). Only containerd
+  2.x reads config version 3 or 4, so those are merged; for versions 1 and 2 the binary is not
+  known from the files, and a runtime either rule keeps counts as configured, with a note
+  saying which containerd drops it.
 - `nvidia-ctk runtime configure` writes `/etc/containerd/conf.d/99-nvidia.toml` and adds
   `imports = ["/etc/containerd/conf.d/*.toml"]` to the root file; k3s and RKE2 generate their
   config.toml (from `config.toml.tmpl` when one exists) with an `nvidia` runtime when they find
   nvidia-container-runtime on the host.
+
+Sources:
+- https://github.com/containerd/containerd/blob/main/cmd/containerd/server/config/config.go
+  (2.x `LoadConfig`, `mergeConfig`; config versions and their migrations)
+- https://github.com/containerd/containerd/blob/release/1.7/services/server/config/config.go
+  (1.x `mergeConfig`: plugin tables replaced whole)
+- https://github.com/containerd/containerd/issues/5837 (1.x replaces a plugin's table)
+- https://github.com/containerd/containerd/pull/9982 (2.0: plugin tables merged, not replaced)
+- https://github.com/containerd/containerd/pull/10165 (1.6/1.7 refuse config versions above 2)
+- https://github.com/containerd/containerd/pull/12891 (drop-in version above the root's)
+- https://github.com/NVIDIA/nvidia-container-toolkit/pull/1311 (the toolkit's drop-in carries
+  the whole CRI table because of the 1.x rule)
 """
 
 from __future__ import annotations
@@ -59,7 +75,13 @@ CONTAINERD_FLAVORS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ),
     ),
 }
-CRI_PLUGIN = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+CRI_PLUGIN = {
+    1: "cri",
+    2: "io.containerd.grpc.v1.cri",
+    3: "io.containerd.cri.v1.runtime",
+    4: "io.containerd.cri.v1.runtime",  # containerd 2.3: server settings moved into plugins
+}
+MERGING_VERSION = 3  # config versions from here on are read by containerd 2.x alone
 # Names in `disabled_plugins` that turn the CRI service off.
 CRI_PLUGIN_IDS = frozenset({"cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"})
 MAX_FILES = 64  # imports are followed up to this many files (a loop or a glob of thousands)
@@ -75,8 +97,12 @@ class _CriTable:
     runtimes: dict[str, Runtime] = field(default_factory=dict)
 
 
-def load_containerd(fs: HostFS, flavor: str, path: str) -> EngineConfig:
-    """The effective containerd configuration rooted at `path`, imports followed."""
+def load_containerd(fs: HostFS, flavor: str, path: str, major: int | None = None) -> EngineConfig:
+    """The effective containerd configuration rooted at `path`, imports followed.
+
+    `major` is the containerd binary's major version when the caller knows it; None: known
+    only from a config version that containerd 1.x cannot read.
+    """
     templates = CONTAINERD_FLAVORS.get(flavor, ("", "", ()))[2]
     config = EngineConfig("containerd", flavor, path)
     config.template = next((t for t in templates if fs.is_file(t)), None)
@@ -106,7 +132,9 @@ def load_containerd(fs: HostFS, flavor: str, path: str) -> EngineConfig:
         if cri is not None:
             tables.append(cri)
     config.cri_enabled = not (CRI_PLUGIN_IDS & set(disabled))
-    _effective(config, tables)
+    if major is None and (config.version or 1) >= MERGING_VERSION:
+        major = 2
+    _effective(config, tables, major)
     _unimported_drop_ins(fs, config, loaded)
     return config
 
@@ -149,7 +177,7 @@ def _version(doc: dict[str, Any], config: EngineConfig, path: str) -> int | None
     """The file's config version (the root's when it names none); None when unusable."""
     value = doc.get("version")
     if value is not None and (type(value) is not int or value not in CRI_PLUGIN):
-        raise Invalid(f"version is {value!r}: containerd knows config versions 1, 2 and 3")
+        raise Invalid(f"version is {value!r}: containerd knows config versions 1 to 4")
     if config.version is None:  # the root file
         config.version = value or 1
         return config.version
@@ -245,25 +273,58 @@ def _has_runtimes(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("containerd"), dict)
 
 
-def _effective(config: EngineConfig, tables: list[_CriTable]) -> None:
-    """Combine the files' CRI tables as this config version's containerd does."""
+def _effective(config: EngineConfig, tables: list[_CriTable], major: int | None) -> None:
+    """Combine the files' CRI tables as the node's containerd does (`major`: 1, 2 or unknown)."""
     if not tables:
         return
-    if (config.version or 1) >= 3:
-        for cri in tables:  # containerd 2.x: merged key by key
-            config.runtimes.update(cri.runtimes)
-            config.default_runtime = cri.default_runtime or config.default_runtime
-            if cri.enable_cdi is not None:
-                config.cdi_enabled = cri.enable_cdi
+    merged, last = _merged(tables), tables[-1]
+    if major == 1:
+        config.runtimes = dict(last.runtimes)
+        config.default_runtime = last.default_runtime
+        config.cdi_enabled = last.enable_cdi
+    else:  # containerd 2.x, or unknown: what either rule keeps
+        config.runtimes = dict(merged.runtimes)
+        config.default_runtime = merged.default_runtime
+        config.cdi_enabled = merged.enable_cdi
+    if major == 2:
         return
-    last = tables[-1]  # containerd 1.x: the last file's whole table wins
-    config.runtimes = dict(last.runtimes)
-    config.default_runtime = last.default_runtime
-    config.cdi_enabled = last.enable_cdi
-    for earlier in tables[:-1]:
-        for name in earlier.runtimes:
-            if name not in last.runtimes:
-                config.notes.append(
-                    f"runtime {name!r} of {earlier.path} is dropped: {last.path} redefines the "
-                    f"CRI plugin's table, and containerd 1.x keeps only the last file's table"
+    for name, runtime in merged.runtimes.items():
+        if name in last.runtimes:
+            continue
+        if major == 1:
+            config.notes.append(
+                f"runtime {name!r} of {runtime.defined_in} is dropped: {last.path} redefines "
+                "the CRI plugin's table, and containerd 1.x keeps only the last file's table"
+            )
+        else:
+            config.notes.append(
+                f"runtime {name!r} of {runtime.defined_in} is kept by containerd 2.x only: "
+                f"{last.path} redefines the CRI plugin's table, and containerd 1.x keeps only "
+                f"the last file's table (config version {config.version} is read by both)"
+            )
+    if major is None and merged.default_runtime != last.default_runtime:
+        config.notes.append(
+            f"the default runtime is {merged.default_runtime} with containerd 2.x, "
+            f"{last.default_runtime or config.builtin_default} with containerd 1.x "
+            f"(only {last.path}'s CRI table)"
+        )
+
+
+def _merged(tables: list[_CriTable]) -> _CriTable:
+    """The CRI tables merged key by key, later files winning (containerd 2.x)."""
+    merged = _CriTable(tables[-1].path)
+    for cri in tables:
+        for name, runtime in cri.runtimes.items():
+            earlier = merged.runtimes.get(name)
+            if earlier is not None:  # an entry that names no binary keeps the earlier one's
+                runtime = Runtime(
+                    name,
+                    runtime.binary or earlier.binary,
+                    runtime.defined_in,
+                    runtime.runtime_type or earlier.runtime_type,
                 )
+            merged.runtimes[name] = runtime
+        merged.default_runtime = cri.default_runtime or merged.default_runtime
+        if cri.enable_cdi is not None:
+            merged.enable_cdi = cri.enable_cdi
+    return merged

@@ -119,18 +119,35 @@ def invalid(path: str, problem: str) -> Finding:
     )
 
 
-def device_plugin_config(host: Host, config: Config) -> DevicePluginConfig | Finding | None:
-    """The plugin configuration the node runs with, or the CONFIG_INVALID finding that says
-    why it cannot be used; None when none is given.
+@dataclass(frozen=True)
+class PluginConfigFile:
+    """The device plugin's configuration file and what it gave: the configuration, or the
+    CONFIG_INVALID finding that says why it cannot be used."""
+
+    path: str
+    result: DevicePluginConfig | Finding
+
+
+def device_plugin_file(host: Host, config: Config) -> PluginConfigFile | None:
+    """The plugin configuration file the node runs with; None when none is given.
 
     A snapshot's own copy (`device-plugin.json`) wins; else the file `device_plugin.config_file`
     names is read from the agent's filesystem (so a configuration can also be tried on a
     snapshot that holds none).
     """
-    if host.device_plugin_config is not None:
-        return _from_file(host.device_plugin_config)
-    path = config.device_plugin.config_file
-    return None if path is None else load_device_plugin_config(path)
+    file = host.device_plugin_config
+    if file is None:
+        if config.device_plugin.config_file is None:
+            return None
+        file = read_agent_file(config.device_plugin.config_file)
+    return PluginConfigFile(file.path, _from_file(file))
+
+
+def device_plugin_config(host: Host, config: Config) -> DevicePluginConfig | Finding | None:
+    """The plugin configuration the node runs with, or the CONFIG_INVALID finding that says
+    why it cannot be used; None when none is given (`device_plugin_file` without the path)."""
+    file = device_plugin_file(host, config)
+    return None if file is None else file.result
 
 
 def load_device_plugin_config(path: str) -> DevicePluginConfig | Finding:
