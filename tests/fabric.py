@@ -6,7 +6,8 @@
         fabric.forward(2, 9760)        # a loopback port here that reaches node 2's :9760
 
 Built with pyroute2; every namespace, link and process it started is removed on every way
-out, the test's failure included. Traffic stays inside these namespaces.
+out, the test's failure included. Traffic stays inside these namespaces, but for what a forward
+carries between one of them and the loopback of the namespace the test runs in.
 """
 
 from __future__ import annotations
