@@ -3,20 +3,27 @@
     with Fabric(4) as fabric:          # nodes 10.77.<k>.1 .. .4, the bridge namespace .254
         fabric.slow(3, "200mbit")      # tbf both ways on node 3's link
         fabric.run(2, "gpuprobe", ...) # a process inside node 2's namespace
+        fabric.forward(2, 9760)        # a loopback port here that reaches node 2's :9760
 
 Built with pyroute2; every namespace, link and process it started is removed on every way
-out, the test's failure included. Traffic stays inside these namespaces.
+out, the test's failure included. Traffic stays inside these namespaces, but for what a forward
+carries between one of them and the loopback of the namespace the test runs in.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 from types import TracebackType
 
 from pyroute2 import IPRoute, NetNS, netns
+
+FORWARD = Path(__file__).with_name("portforward.py")
 
 
 class Fabric:
@@ -114,6 +121,18 @@ class Fabric:
         )
         self.processes.append(proc)
         return proc  # type: ignore[no-any-return]
+
+    def forward(self, node: int, port: int) -> int:
+        """A port on this namespace's loopback whose connections reach node `node`'s
+        address:port, for clients outside the fabric (Prometheus, a test's gRPC client). The
+        forward is a process in the node's namespace, stopped with the fabric."""
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(64)
+            fd = listener.fileno()
+            args = (str(FORWARD), str(fd), self.address(node), str(port))
+            self.popen(node, sys.executable, *args, pass_fds=(fd,))
+            return int(listener.getsockname()[1])  # the forward holds it open from here
 
     def run(
         self, node: int | None, *args: str, timeout: float = 120, env: dict[str, str] | None = None

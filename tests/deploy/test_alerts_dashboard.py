@@ -8,12 +8,18 @@ with its annotations rendered); each dashboard query must return data on the nod
 PANEL_DATA, and panels that show a fault none on the healthy node.
 
 To test an expression on another snapshot, add the case to AGENTS and its name to the
-expression's entry: one line each.
+expression's entry: one line each. Two alerts need what loopback agents cannot show and get a
+Prometheus of their own (ELSEWHERE): no agent at all, and a slow link (agents in network
+namespaces, one link capped with tbf).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -24,8 +30,9 @@ from typing import Any
 
 import pytest
 
-from conftest import snapshot
+from conftest import require_root, require_tool, snapshot
 from deployment import METRICS_DOC, alerts, dashboard_queries, rule_groups
+from fabric import Fabric, namespaces
 from gpuprobe.client import Client
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from promql import Prometheus, metric_names, prometheus
@@ -153,13 +160,11 @@ PANEL_DATA: dict[str, tuple[set[str], bool]] = {
     "Link bandwidth (peer matrix)/A": ({"link-a"}, False),
     "variable:transport": ({"link-a"}, False),
 }
-# Expressions that evaluate here but whose condition these agents cannot show: a link at
-# half the cluster's median needs a throttled network, which loopback is not
-# (tests/mesh/test_mesh_namespaces.py shows the mesh finding such a node across namespaces).
-AWAITING = {
-    "alert:GpuprobeLinkBandwidthLow": "a throttled link between two agents",
-    # every agent gone: a Prometheus of its own, below
-    "alert:GpuprobeAgentsAbsent": "no agent scraped at all",
+# Alerts whose condition these agents cannot show, each raised on a Prometheus of its own by a
+# test below: every agent gone, and a link slower than the rest (loopback is never throttled).
+ELSEWHERE = {
+    "GpuprobeAgentsAbsent": "test_agents_absent_fires_when_no_agent_is_scraped",
+    "GpuprobeLinkBandwidthLow": "test_link_bandwidth_low_fires_on_the_throttled_link",
 }
 VARIABLES = {"$__rate_interval": "1m", "$cluster": ".*", "$gpu": ".*", "$transport": "tcp"}
 GPU_ALERTS = {
@@ -248,9 +253,7 @@ def measure_link(source: ServeProcess, target: ServeProcess) -> None:
 
 def test_every_rule_expression_selects_exactly_its_nodes(cluster: Cluster) -> None:
     rules = alerts()
-    assert set(rules) == set(ALERT_NODES) | {
-        k[len("alert:") :] for k in AWAITING if k.startswith("alert:")
-    }
+    assert set(rules) == set(ALERT_NODES) | set(ELSEWHERE)
     for name, rule in rules.items():
         result = cluster.prometheus.query(rule["expr"])
         nodes = {r["metric"].get("node") for r in result}
@@ -282,15 +285,19 @@ def test_prometheus_loads_the_rules_and_raises_the_alerts(cluster: Cluster) -> N
     assert set(found) == set(ALERT_NODES)
     for name, raised_alerts in found.items():
         for alert in raised_alerts:
-            assert alert["state"] in ("pending", "firing")
-            text = alert["annotations"]["summary"] + " " + alert["annotations"]["description"]
-            assert "<no value>" not in text and "<error" not in text, (name, text)
-            assert alert["labels"]["node"] in text, (name, text)
-            if name in GPU_ALERTS:
-                assert f"GPU {alert['labels']['gpu']}" in text, (name, text)
-                assert alert["labels"]["uuid"] in alert["annotations"]["description"]
-            anchor = alert["annotations"]["runbook_url"]
-            assert anchor == f"docs/deploy.md#{name.lower()}"
+            assert_rendered(name, alert)
+
+
+def assert_rendered(name: str, alert: dict[str, Any]) -> None:
+    """A raised alert's annotations rendered, naming its node (and GPU), with its runbook."""
+    assert alert["state"] in ("pending", "firing")
+    text = alert["annotations"]["summary"] + " " + alert["annotations"]["description"]
+    assert "<no value>" not in text and "<error" not in text, (name, text)
+    assert alert["labels"]["node"] in text, (name, text)
+    if name in GPU_ALERTS:
+        assert f"GPU {alert['labels']['gpu']}" in text, (name, text)
+        assert alert["labels"]["uuid"] in alert["annotations"]["description"]
+    assert alert["annotations"]["runbook_url"] == f"docs/deploy.md#{name.lower()}"
 
 
 def test_alert_descriptions_name_what_the_agent_found(cluster: Cluster) -> None:
@@ -310,7 +317,7 @@ def test_alert_descriptions_name_what_the_agent_found(cluster: Cluster) -> None:
 
 def test_every_dashboard_query_evaluates_and_shows_its_condition(cluster: Cluster) -> None:
     queries = dashboard_queries()
-    assert set(queries) == set(PANEL_DATA) | {k for k in AWAITING if not k.startswith("alert:")}
+    assert set(queries) == set(PANEL_DATA)
     missing = []
     for key, expr in queries.items():
         cluster.prometheus.query(with_variables(expr, ".*"))  # never an error
@@ -325,15 +332,13 @@ def test_every_dashboard_query_evaluates_and_shows_its_condition(cluster: Cluste
 
 def test_queries_use_only_metrics_the_agent_exports(cluster: Cluster) -> None:
     """Every metric a dashboard query or a rule reads is documented in docs/metrics.md (the
-    rules may also read Prometheus' own `up`), and the real agents served it, unless its data
-    is still awaited."""
+    rules may also read Prometheus' own `up`), and the real agents served it."""
     documented = set(re.findall(r"`((?:gpuprobe|process)_[a-z0-9_]+)`", METRICS_DOC.read_text()))
     served = cluster.prometheus.metric_names()
     for key, expr in dashboard_queries().items():
         names = metric_names(expr)
         assert names and names <= documented, (key, names - documented)
-        if key not in AWAITING:
-            assert names <= served, (key, names - served)
+        assert names <= served, (key, names - served)
     for name, rule in alerts().items():
         names = metric_names(rule["expr"])
         assert names and names <= documented | {"up"}, (name, names - documented)
@@ -357,6 +362,113 @@ def test_agents_absent_fires_when_no_agent_is_scraped() -> None:
         }
         assert alert["state"] == "pending"  # for: 10m
         assert alert["annotations"]["runbook_url"] == "docs/deploy.md#gpuprobeagentsabsent"
+
+
+# GpuprobeLinkBandwidthLow: agents in network namespaces joined by a bridge (tests/fabric.py),
+# node 3's link capped by tbf. They measure 1→2 and 2→1 at veth speed and 1→3 through the cap.
+FABRIC_TOKEN = "alerts-fabric-token"
+FABRIC_GRPC_PORT, FABRIC_METRICS_PORT = 50051, 9760
+CAP_BITS_PER_SECOND = 50e6
+FABRIC_LINKS = [(1, 2), (2, 1), (1, 3)]
+
+
+def fabric_agents(net: Fabric, token: Path) -> None:
+    """`gpuprobe serve` as node `fabric-<k>` in each node namespace; returns once all listen."""
+    agents = [
+        net.popen(
+            node,
+            sys.executable,
+            "-m",
+            "gpuprobe",
+            "serve",
+            "--snapshot",
+            snapshot("kvm-epyc-nogpu"),
+            "--node-name",
+            f"fabric-{node}",
+            "--grpc-listen",
+            f"{net.address(node)}:{FABRIC_GRPC_PORT}",
+            "--metrics-listen",
+            f"{net.address(node)}:{FABRIC_METRICS_PORT}",
+            "--token-file",
+            str(token),
+            "--interval",
+            "3600",
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for node in range(1, len(net.node_ns) + 1)
+    ]
+    for agent in agents:
+        assert agent.stderr is not None
+        timer = threading.Timer(60, agent.kill)
+        timer.start()
+        logs: list[dict[str, Any]] = []
+        for line in agent.stderr:
+            logs.append(json.loads(line))
+            if logs[-1]["msg"] == "listening":
+                break
+        timer.cancel()
+        assert logs and logs[-1]["msg"] == "listening", f"serve did not start: {logs}"
+        threading.Thread(target=agent.stderr.read, daemon=True).start()
+
+
+def test_link_bandwidth_low_fires_on_the_throttled_link(tmp_path: Path) -> None:
+    """Of the measured links, the rule selects exactly the one through the cap, and Prometheus
+    raises the alert with both ends and the measured figure in its annotations."""
+    require_root()
+    require_tool("tc")
+    before = namespaces()
+    token = tmp_path / "token"
+    token.write_text(FABRIC_TOKEN)
+    with Fabric(3) as net:
+        net.slow(3, f"{CAP_BITS_PER_SECOND / 1e6:.0f}mbit")
+        fabric_agents(net, token)
+        grpc = {node: net.forward(node, FABRIC_GRPC_PORT) for node in (1, 2)}
+        for source, target in FABRIC_LINKS:
+            request = pb.MeasureBandwidthRequest(
+                peer=f"{net.address(target)}:{FABRIC_GRPC_PORT}", streams=1
+            )
+            request.duration.FromTimedelta(timedelta(seconds=1))
+            request.warmup.FromTimedelta(timedelta(seconds=0.2))
+            with Client(f"127.0.0.1:{grpc[source]}", token=FABRIC_TOKEN) as client:
+                response = client.measure_bandwidth(request, timeout=30)
+            assert (response.peer, response.transport) == (f"fabric-{target}", "tcp")
+        targets = {f"fabric-{n}": net.forward(n, FABRIC_METRICS_PORT) for n in (1, 2, 3)}
+        with prometheus(targets, {"groups": rule_groups()}) as server:
+            links = "gpuprobe_peer_bandwidth_bytes_per_second"
+            wait(lambda: len(server.query(links)) == len(FABRIC_LINKS), "every link scraped")
+            figures = {
+                (r["metric"]["node"], r["metric"]["peer"]): float(r["value"][1])
+                for r in server.query(links)  # node: the target label
+            }
+            (slow,) = server.query(alerts()["GpuprobeLinkBandwidthLow"]["expr"])
+            assert (slow["metric"]["node"], slow["metric"]["peer"]) == ("fabric-1", "fabric-3")
+            assert slow["metric"]["transport"] == "tcp"
+            value = float(slow["value"][1])
+            assert value == figures[("fabric-1", "fabric-3")] < CAP_BITS_PER_SECOND / 8 * 1.1
+            assert value < 0.5 * min(
+                figures[("fabric-1", "fabric-2")], figures[("fabric-2", "fabric-1")]
+            )
+
+            def raised() -> list[dict[str, Any]]:
+                return [
+                    a
+                    for a in server.alerts()
+                    if a["labels"]["alertname"] == "GpuprobeLinkBandwidthLow"
+                ]
+
+            (alert,) = wait(raised, "GpuprobeLinkBandwidthLow pending", timeout=30)
+            assert_rendered("GpuprobeLinkBandwidthLow", alert)
+            summary = alert["annotations"]["summary"]
+            assert summary == "Low tcp bandwidth from fabric-1 to fabric-3"
+            description = alert["annotations"]["description"]
+            shown = re.search(
+                r"from node fabric-1 to fabric-3 measured ([\d.]+)([kM]?)B/s", description
+            )
+            assert shown, description
+            scale = {"": 1, "k": 1e3, "M": 1e6}[shown.group(2)]
+            assert float(shown.group(1)) * scale == pytest.approx(value, rel=1e-3)
+    assert namespaces() == before
 
 
 def test_metric_names_reads_through_promql() -> None:
