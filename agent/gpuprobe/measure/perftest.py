@@ -25,6 +25,7 @@ from typing import Any
 
 MIB = 1024 * 1024
 DEFAULT_PORT = 18515
+IB_PORT = 1  # the device port perftest uses without -i (its -i/--ib-port default)
 _HEADER = re.compile(
     r"#bytes\s+#iterations\s+BW peak\[(Gb/sec|MB/sec|MiB/sec)\]"
     r"\s+BW average\[(Gb/sec|MB/sec|MiB/sec)\]"
