@@ -162,6 +162,11 @@ class PerftestOptions:
         return args
 
 
+def test_seconds(seconds: float) -> int:
+    """A test's duration as perftest's `-D` takes it: whole seconds, at least one."""
+    return max(1, round(seconds))
+
+
 def _binary(options: PerftestOptions) -> str:
     path = shutil.which(options.binary)
     if path is None:

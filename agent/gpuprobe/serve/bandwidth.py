@@ -285,7 +285,7 @@ class Bandwidth:
         problem = self._gid_problem(device)
         if problem:
             raise self._unavailable_here(perftest.PerftestError(problem))
-        test_seconds = max(1, round(duration))
+        test_seconds = perftest.test_seconds(duration)
         sink_request = pb.OpenBandwidthSinkRequest(
             transport="rdma",
             rdma_device=request.peer_rdma_device or device,
