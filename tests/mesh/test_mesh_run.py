@@ -124,7 +124,7 @@ def test_a_sender_without_a_usable_rdma_device_is_unavailable_not_its_peer(
             )
         ]
         peers, _ = identify(fetched(targets))
-        options = MeshOptions(transport="rdma", rdma_device="mlx5_0", seconds=1, force=True)
+        options = MeshOptions(transport="rdma", rdma_devices=("mlx5_0",), seconds=1, force=True)
         result = run_mesh(peers, options, connect)
     assert [(link.source, link.blamed, link.unavailable) for link in result.links] == [
         ("node-a", "node-a", True),
@@ -205,7 +205,7 @@ def test_a_bad_local_gid_index_is_this_nodes_fault_found_before_the_peer_is_aske
             Peer(f"127.0.0.1:{a.grpc_port}", "node-a"),
             Peer(f"127.0.0.1:{b.grpc_port}", "node-b"),
         ]
-        options = MeshOptions(transport="rdma", rdma_device="mlx5_0", seconds=1, force=True)
+        options = MeshOptions(transport="rdma", rdma_devices=("mlx5_0",), seconds=1, force=True)
         result = run_mesh(peers, options, connect)
     # node-a's GID index fails both its tests: its own as the sender, node-b's toward it as
     # the server; node-b is blamed for neither.
@@ -308,3 +308,68 @@ def test_quick_mode_retests_each_suspect_against_a_node_known_good(agents: list[
         OK,
     ]
     assert [(f.code, f.resource) for f in result.findings] == [("PEER_UNREACHABLE", "peer:ghost")]
+
+
+def test_rails_are_meshed_in_turn_each_link_naming_its_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = stand_in_perftest(tmp_path, monkeypatch)
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    with ExitStack() as stack:
+        peers = [
+            Peer(f"127.0.0.1:{agent.grpc_port}", name)
+            for name, agent in (
+                (
+                    name,
+                    stack.enter_context(
+                        in_process_agent(
+                            "synthetic-ndr-fabric-healthy", token_file=str(token), node_name=name
+                        )
+                    ),
+                )
+                for name in ("node-a", "node-b")
+            )
+        ]
+        # mlx5_9 is on neither node: that rail fails on its own, mlx5_1's links stay OK.
+        options = MeshOptions(
+            transport="rdma", rdma_devices=("mlx5_1", "mlx5_9"), seconds=1, force=True
+        )
+        result = run_mesh(peers, options, connect)
+    assert [(link.device, link.source, link.target, link.verdict) for link in result.links] == [
+        ("mlx5_1", "node-a", "node-b", OK),
+        ("mlx5_1", "node-b", "node-a", OK),
+        ("mlx5_9", "node-a", "node-b", FAILED),
+        ("mlx5_9", "node-b", "node-a", FAILED),
+    ]
+    assert result.to_dict()["links"][0]["device"] == "mlx5_1"
+    assert [(f.code, f.resource, f.message) for f in result.findings] == [
+        (
+            "BANDWIDTH_TEST_UNAVAILABLE",
+            "peer:node-a",
+            "node-a's bandwidth could not be tested: no RDMA device mlx5_9 on node-a",
+        ),
+        (
+            "BANDWIDTH_TEST_UNAVAILABLE",
+            "peer:node-b",
+            "node-b's bandwidth could not be tested: no RDMA device mlx5_9 on node-b",
+        ),
+    ]
+    text = render_mesh(result).splitlines()
+    assert [line for line in text if "bandwidth on" in line] == [
+        "rdma bandwidth on mlx5_1, Gbit/s (row sends to column)",
+        "rdma bandwidth on mlx5_9, Gbit/s (row sends to column)",
+    ]
+    assert all(" -d mlx5_9 " not in f" {line} " for line in calls.read_text().splitlines())
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [("mlx5_0,,mlx5_1", "not RDMA device names"), ("mlx5_0,mlx5_0", "a device named twice")],
+)
+def test_the_rdma_device_flag_takes_distinct_names(devices: str, message: str) -> None:
+    done = gpuprobe(
+        "mesh", "--targets", "127.0.0.1:1", "--transport", "rdma", "--rdma-device", devices
+    )
+    assert done.returncode == 64
+    assert done.stderr.count("\n") == 1 and message in done.stderr
