@@ -3,11 +3,12 @@
 
 Computed by the scheduling code itself (`gpuprobe.mesh.schedule.plan`), not measured: full mode
 is the circle method's rounds, quick mode k random perfect matchings plus one re-test round.
-A round lasts, per direction, the warm-up plus the measured seconds, and a set-up overhead.
-Prints a Markdown table (the one in docs/benchmarks.md).
+A round lasts, per direction, the warm-up plus the measured seconds (RDMA tests have no
+warm-up), and a set-up overhead. Prints a Markdown table (the ones in docs/benchmarks.md).
 
 Usage (from the repository root, after install):
-  bench/mesh_schedule.py [--seconds S] [--warmup S] [--overhead S] [--matchings K] [--nodes N ...]
+  bench/mesh_schedule.py [--transport tcp|rdma] [--seconds S] [--warmup S] [--overhead S]
+                         [--matchings K] [--nodes N ...]
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ def duration(seconds: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=("tcp", "rdma"), default="tcp")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per test")
-    parser.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per test")
+    parser.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per TCP test")
     parser.add_argument("--overhead", type=float, default=2.0, help="set-up seconds per round")
     parser.add_argument("--matchings", type=int, default=3, help="quick mode's k")
     parser.add_argument("--nodes", type=int, nargs="+", default=list(NODES))
@@ -50,6 +52,7 @@ def main() -> None:
                 k=args.matchings,
                 overhead_seconds=args.overhead,
                 warmup_seconds=args.warmup,
+                transport=args.transport,
             )
             for mode in ("full", "quick")
         )

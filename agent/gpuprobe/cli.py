@@ -242,6 +242,17 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _rdma_devices(text: str) -> tuple[str, ...]:
+    """--rdma-device: comma-separated device names, each once."""
+    devices = tuple(d.strip() for d in text.split(","))
+    bad = [d for d in devices if not d or "/" in d or d in (".", "..")]
+    if bad or not devices:
+        raise argparse.ArgumentTypeError(f"not RDMA device names: {text!r}")
+    if len(set(devices)) != len(devices):
+        raise argparse.ArgumentTypeError(f"a device named twice: {text!r}")
+    return devices
+
+
 def _add_mesh_flags(parser: argparse.ArgumentParser) -> None:
     _add_cluster_flags(parser, deadline=10.0)
     parser.add_argument(
@@ -286,9 +297,11 @@ def _add_mesh_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rdma-device",
-        default="",
-        metavar="DEV",
-        help="RDMA: the device on every node (e.g. mlx5_0)",
+        type=_rdma_devices,
+        default=(),
+        metavar="DEV[,DEV...]",
+        help="RDMA: the device on every node (e.g. mlx5_0), or several (mlx5_0,mlx5_1): "
+        "one mesh per rail, in turn",
     )
     parser.add_argument(
         "--floor-gbps",
@@ -551,7 +564,7 @@ def _mesh(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         streams=args.streams,
         matchings=args.matchings,
-        rdma_device=args.rdma_device,
+        rdma_devices=args.rdma_device,
         force=args.force,
         thresholds=Thresholds(floor, args.mad_k, args.min_drop),
     )

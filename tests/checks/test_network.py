@@ -49,6 +49,26 @@ def test_mtu_mismatch_names_only_the_odd_rail() -> None:
     assert codes(result) == [("NIC_MTU_MISMATCH", "WARNING", "FIX_CONFIG", "nic:eth3")]
 
 
+def test_the_nics_a_configuration_names_are_one_fabric_for_the_mtu() -> None:
+    # eth1, eth2, eth4 at 9000; eth3 (mlx5_core) and the management eno1 (ixgbe) at 1500.
+    cfg = config(network={"fabric_interfaces": ["eth*", "eno1"]})
+    result = run_check("network", "synthetic-roce-mtu-mismatch", cfg)
+    assert codes(result) == [
+        ("NIC_MTU_MISMATCH", "WARNING", "FIX_CONFIG", "nic:eno1"),
+        ("NIC_MTU_MISMATCH", "WARNING", "FIX_CONFIG", "nic:eth3"),
+    ]
+    assert result.findings[0].message == (
+        "fabric NIC eno1 has MTU 1500 while the other fabric NICs have 9000: traffic between "
+        "them fragments or stalls"
+    )
+    # Unnamed, the same NICs are compared kind by kind: eno1 is a management NIC.
+    default = run_check("network", "synthetic-roce-mtu-mismatch")
+    assert [f.message for f in default.findings] == [
+        "fabric NIC eth3 has MTU 1500 while the other mlx5_core fabric NICs have 9000: traffic "
+        "between them fragments or stalls"
+    ]
+
+
 def test_a_physical_nic_without_carrier() -> None:
     result = run_check("network", "synthetic-nic-no-carrier")
     assert codes(result) == [("NIC_DOWN", "WARNING", "CHECK_NETWORK", "nic:eno2")]

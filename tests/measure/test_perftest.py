@@ -18,6 +18,8 @@ from gpuprobe.measure.perftest import (
     parse_output,
     probe,
     run_client,
+    start_server,
+    stop,
 )
 
 FIXTURES = ROOT / "tests" / "fixtures" / "perftest"
@@ -125,3 +127,28 @@ def test_newer_perftest_names_its_unit_mib() -> None:
     assert result.peak_bytes_per_second == 46567.34 * 2**20
     assert result.average_gbps == pytest.approx(390.55, abs=0.01)
     assert result.message_rate_mpps == 0.005820
+
+
+def test_a_server_side_that_exits_says_why_and_one_that_listens_is_handed_back(
+    tmp_path: Path,
+) -> None:
+    failing = tmp_path / "failing"
+    failing.write_text(
+        "#!/bin/sh\necho ' Couldn'\"'\"'t get context for the device mlx5_9'\nexit 1\n"
+    )
+    failing.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(PerftestError) as raised:
+        start_server(PerftestOptions("mlx5_9", binary=str(failing)), wait=5)
+    assert time.monotonic() - started < 3  # an exit ends the wait at once
+    assert str(raised.value) == "ib_write_bw: Couldn't get context for the device mlx5_9"
+    assert is_local(str(raised.value))
+    waiting = tmp_path / "waiting"
+    waiting.write_text("#!/bin/sh\nexec sleep 30\n")
+    waiting.chmod(0o755)
+    server = start_server(PerftestOptions("mlx5_0", binary=str(waiting)), wait=0.3)
+    try:
+        assert server.poll() is None
+    finally:
+        stop(server)
+    assert server.returncode is not None

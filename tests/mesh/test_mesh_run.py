@@ -124,7 +124,7 @@ def test_a_sender_without_a_usable_rdma_device_is_unavailable_not_its_peer(
             )
         ]
         peers, _ = identify(fetched(targets))
-        options = MeshOptions(transport="rdma", rdma_device="mlx5_0", seconds=1, force=True)
+        options = MeshOptions(transport="rdma", rdma_devices=("mlx5_0",), seconds=1, force=True)
         result = run_mesh(peers, options, connect)
     assert [(link.source, link.blamed, link.unavailable) for link in result.links] == [
         ("node-a", "node-a", True),
@@ -160,11 +160,10 @@ def test_the_streams_flag_is_bounded(streams: str, message: str) -> None:
     assert done.stdout == ""
 
 
-def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A stand-in ib_write_bw on PATH records each command line (no RDMA device here): the
-    # server side waits as perftest's does, the client side prints a recorded table.
+def stand_in_perftest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in ib_write_bw on PATH that records each command line (no RDMA device here):
+    the server side waits as perftest's does, the client side prints a recorded table.
+    Returns the file of recorded command lines."""
     calls = tmp_path / "calls"
     table = ROOT / "tests" / "fixtures" / "perftest" / "ib_write_bw-ndr-gbits.txt"
     stand_in = tmp_path / "bin" / "ib_write_bw"
@@ -178,10 +177,63 @@ def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes
     )
     stand_in.chmod(0o755)
     monkeypatch.setenv("PATH", f"{stand_in.parent}:{os.environ['PATH']}")
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("gid_index", "why"), [(1, "is empty (all zeros)"), (16, "does not exist")]
+)
+def test_a_bad_local_gid_index_is_this_nodes_fault_found_before_the_peer_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gid_index: int, why: str
+) -> None:
+    # The snapshot's port 1 has GID 0 set and GID 1 unused (zeros), no GID 16.
+    calls = stand_in_perftest(tmp_path, monkeypatch)
     token = tmp_path / "token"
     token.write_text(TOKEN)
-    sender = config(rdma={"test": {"message_bytes": 65536, "queue_pairs": 4, "gid_index": 3}})
-    receiver = config(rdma={"test": {"gid_index": 1}})
+    with (
+        in_process_agent(
+            "synthetic-ndr-fabric-healthy",
+            config(rdma={"test": {"gid_index": gid_index}}),
+            token_file=str(token),
+            node_name="node-a",
+        ) as a,
+        in_process_agent(
+            "synthetic-ndr-fabric-healthy", token_file=str(token), node_name="node-b"
+        ) as b,
+    ):
+        peers = [
+            Peer(f"127.0.0.1:{a.grpc_port}", "node-a"),
+            Peer(f"127.0.0.1:{b.grpc_port}", "node-b"),
+        ]
+        options = MeshOptions(transport="rdma", rdma_devices=("mlx5_0",), seconds=1, force=True)
+        result = run_mesh(peers, options, connect)
+    # node-a's GID index fails both its tests: its own as the sender, node-b's toward it as
+    # the server; node-b is blamed for neither.
+    assert [(link.source, link.target, link.blamed, link.unavailable) for link in result.links] == [
+        ("node-a", "node-b", "node-a", True),
+        ("node-b", "node-a", "node-a", True),
+    ]
+    assert result.links[0].error == (
+        f"the RDMA test cannot run on node-a: GID index {gid_index} (rdma.test.gid_index) {why} "
+        "on mlx5_0 port 1 of node-a"
+    )
+    assert [(f.code, f.resource) for f in result.findings] == [
+        ("BANDWIDTH_TEST_UNAVAILABLE", "peer:node-a")
+    ]
+    # node-a never started ib_write_bw; node-b's client never ran toward it.
+    lines = calls.read_text().splitlines() if calls.exists() else []
+    assert [line for line in lines if "127.0.0.1" in line or f"-x {gid_index}" in line] == []
+
+
+def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = stand_in_perftest(tmp_path, monkeypatch)
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    # The snapshot's ports have GID 0 only: node-a names it, node-b leaves it to perftest.
+    sender = config(rdma={"test": {"message_bytes": 65536, "queue_pairs": 4, "gid_index": 0}})
+    receiver = config()
     with (
         in_process_agent(
             "synthetic-ndr-fabric-healthy", sender, token_file=str(token), node_name="node-a"
@@ -199,9 +251,9 @@ def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes
     assert response.bytes_per_second == 391.87e9 / 8
     shared = "-d mlx5_0 -p PORT -s 65536 -D 2 -q 4 -F --report_gbits"
     assert [re.sub(r"-p \d+", "-p PORT", line) for line in calls.read_text().splitlines()] == [
-        f"{shared} -x 3",  # node-a tries its own device first
-        f"{shared} -x 1",  # node-b's server: node-a's size and queue pairs, its own GID index
-        f"{shared} -x 3 127.0.0.1",  # node-a's client
+        f"{shared} -x 0",  # node-a tries its own device first
+        shared,  # node-b's server: node-a's size and queue pairs, its own (no) GID index
+        f"{shared} -x 0 127.0.0.1",  # node-a's client
     ]
 
 
@@ -256,3 +308,68 @@ def test_quick_mode_retests_each_suspect_against_a_node_known_good(agents: list[
         OK,
     ]
     assert [(f.code, f.resource) for f in result.findings] == [("PEER_UNREACHABLE", "peer:ghost")]
+
+
+def test_rails_are_meshed_in_turn_each_link_naming_its_device(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = stand_in_perftest(tmp_path, monkeypatch)
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    with ExitStack() as stack:
+        peers = [
+            Peer(f"127.0.0.1:{agent.grpc_port}", name)
+            for name, agent in (
+                (
+                    name,
+                    stack.enter_context(
+                        in_process_agent(
+                            "synthetic-ndr-fabric-healthy", token_file=str(token), node_name=name
+                        )
+                    ),
+                )
+                for name in ("node-a", "node-b")
+            )
+        ]
+        # mlx5_9 is on neither node: that rail fails on its own, mlx5_1's links stay OK.
+        options = MeshOptions(
+            transport="rdma", rdma_devices=("mlx5_1", "mlx5_9"), seconds=1, force=True
+        )
+        result = run_mesh(peers, options, connect)
+    assert [(link.device, link.source, link.target, link.verdict) for link in result.links] == [
+        ("mlx5_1", "node-a", "node-b", OK),
+        ("mlx5_1", "node-b", "node-a", OK),
+        ("mlx5_9", "node-a", "node-b", FAILED),
+        ("mlx5_9", "node-b", "node-a", FAILED),
+    ]
+    assert result.to_dict()["links"][0]["device"] == "mlx5_1"
+    assert [(f.code, f.resource, f.message) for f in result.findings] == [
+        (
+            "BANDWIDTH_TEST_UNAVAILABLE",
+            "peer:node-a",
+            "node-a's bandwidth could not be tested: no RDMA device mlx5_9 on node-a",
+        ),
+        (
+            "BANDWIDTH_TEST_UNAVAILABLE",
+            "peer:node-b",
+            "node-b's bandwidth could not be tested: no RDMA device mlx5_9 on node-b",
+        ),
+    ]
+    text = render_mesh(result).splitlines()
+    assert [line for line in text if "bandwidth on" in line] == [
+        "rdma bandwidth on mlx5_1, Gbit/s (row sends to column)",
+        "rdma bandwidth on mlx5_9, Gbit/s (row sends to column)",
+    ]
+    assert all(" -d mlx5_9 " not in f" {line} " for line in calls.read_text().splitlines())
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [("mlx5_0,,mlx5_1", "not RDMA device names"), ("mlx5_0,mlx5_0", "a device named twice")],
+)
+def test_the_rdma_device_flag_takes_distinct_names(devices: str, message: str) -> None:
+    done = gpuprobe(
+        "mesh", "--targets", "127.0.0.1:1", "--transport", "rdma", "--rdma-device", devices
+    )
+    assert done.returncode == 64
+    assert done.stderr.count("\n") == 1 and message in done.stderr

@@ -47,20 +47,33 @@ def test_plan_counts_rounds_and_wall_time() -> None:
     assert (full.rounds, full.tests, full.wall_seconds) == (7, 56, 7 * 24)
     bare = plan("full", 8, 10, warmup_seconds=0)
     assert bare.wall_seconds == 7 * 22
+    # RDMA tests have no warm-up, whatever --warmup says, and run whole seconds (at least 1).
+    assert plan("full", 8, 10, warmup_seconds=5, transport="rdma").wall_seconds == 7 * 22
+    assert plan("full", 8, 0.3, transport="rdma").wall_seconds == 7 * (2 * 1 + 2)
+    assert plan("full", 8, 0.3).wall_seconds == pytest.approx(7 * (2 * 1.3 + 2))
+    with pytest.raises(ValueError):
+        plan("full", 8, 10, transport="carrier-pigeon")
     quick = plan("quick", 1024, 10, k=3)
     assert (quick.rounds, quick.tests) == (4, 2 * (3 * 512 + 1))
     with pytest.raises(ValueError):
         plan("slow", 8, 10)
 
 
-def test_the_documented_schedule_table_is_the_bench_output() -> None:
-    table = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "mesh_schedule.py")],
+def bench_table(*args: str) -> str:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "mesh_schedule.py"), *args],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     ).stdout
+
+
+def test_the_documented_schedule_table_is_the_bench_output() -> None:
+    table = bench_table()
     assert table.splitlines()[2] == "| 8 | 7 | 56 | 2.8 min | 4 | 26 | 96 s |"
     for doc in ("benchmarks.md", "mesh.md"):
         assert table in (ROOT / "docs" / doc).read_text(), doc
+    rdma = bench_table("--transport", "rdma")
+    assert rdma.splitlines()[2] == "| 8 | 7 | 56 | 2.6 min | 4 | 26 | 88 s |"
+    assert rdma in (ROOT / "docs" / "benchmarks.md").read_text()

@@ -79,3 +79,43 @@ def test_floor_and_failures() -> None:
         ("PEER_UNREACHABLE", "CRITICAL", "peer:c"),
     ]
     assert findings[1].message == "c could not be tested: connection refused"
+
+
+def test_each_rdma_rail_is_judged_among_itself_and_its_culprit_named_with_the_rail() -> None:
+    # mlx5_0 runs at 400G everywhere, mlx5_1 at 200G everywhere except node d's, at 100G.
+    nodes = ("a", "b", "c", "d")
+    pairs = [(x, y) for x in nodes for y in nodes if x != y]
+    rail0 = [Link(x, y, "rdma", 50 * GB, device="mlx5_0") for x, y in pairs]
+    rail1 = [
+        Link(x, y, "rdma", (12.5 if "d" in (x, y) else 25) * GB, device="mlx5_1") for x, y in pairs
+    ]
+    judged = judge(rail0 + rail1, Thresholds())
+    low = {(link.device, link.source, link.target) for link in judged if link.verdict == LOW}
+    assert low == {("mlx5_1", x, y) for x, y in pairs if "d" in (x, y)}
+    findings = blame(judged)
+    assert [(f.code, f.resource, f.message) for f in findings] == [
+        (
+            "LINK_BANDWIDTH_LOW",
+            "peer:d",
+            "d is low with 3 partners (a, b, c) on mlx5_1: its NIC, cable or switch port is "
+            "the likely cause",
+        )
+    ]
+    assert judged[0].to_dict() == {
+        "source": "a",
+        "target": "b",
+        "transport": "rdma",
+        "bytes_per_second": 50 * GB,
+        "verdict": "OK",
+        "device": "mlx5_0",
+    }
+
+
+def test_an_unreachable_node_is_named_once_across_rails() -> None:
+    failed = [
+        Link("a", "b", "rdma", None, FAILED, "connection refused", "b", False, device)
+        for device in ("mlx5_0", "mlx5_1")
+    ]
+    assert [(f.code, f.resource) for f in blame(judge(failed, Thresholds()))] == [
+        ("PEER_UNREACHABLE", "peer:b")
+    ]

@@ -38,7 +38,9 @@ def run(host: Host, config: Config) -> CheckResult:
     findings += [
         f for i in fabric if not i["rdma_device"] and (f := _down(i, configured=bool(patterns)))
     ]
-    findings += _mtu_mismatch([i for i in fabric if i["operstate"] in RUNNING])
+    findings += _mtu_mismatch(
+        [i for i in fabric if i["operstate"] in RUNNING], by_kind=not patterns
+    )
     if config.network.min_speed_mbps:
         findings += _slow(fabric, config.network.min_speed_mbps)
     data = {"interfaces": interfaces, "fabric": [i["name"] for i in fabric]}
@@ -127,14 +129,18 @@ def _down(nic: dict[str, Any], configured: bool) -> Finding | None:
     )
 
 
-def _mtu_mismatch(fabric: list[dict[str, Any]]) -> list[Finding]:
-    """NICs whose MTU differs from the others of their kind (same link type and driver).
+def _mtu_mismatch(fabric: list[dict[str, Any]], by_kind: bool) -> list[Finding]:
+    """NICs whose MTU differs from the other fabric NICs (`by_kind`: of their kind, the same
+    link type and driver).
 
-    A management Ethernet NIC and the InfiniBand rails rightly differ; rails do not.
+    The default fabric (every physical NIC up) holds a management Ethernet NIC beside the
+    InfiniBand or RoCE rails, which rightly differ, so it is compared kind by kind; the NICs
+    a configuration names as the fabric are one fabric and are compared all together.
     """
     groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     for nic in fabric:
-        groups.setdefault((nic["link_type"], nic["driver"]), []).append(nic)
+        kind = (nic["link_type"], nic["driver"]) if by_kind else ("", None)
+        groups.setdefault(kind, []).append(nic)
     findings = []
     for group in groups.values():
         counts = Counter(i["mtu"] for i in group)
@@ -146,8 +152,8 @@ def _mtu_mismatch(fabric: list[dict[str, Any]]) -> list[Finding]:
                 "NIC_MTU_MISMATCH",
                 Severity.WARNING,
                 f"fabric NIC {i['name']} has MTU {i['mtu']} while the other "
-                f"{i['driver'] or i['link_type']} fabric NICs have {majority}: traffic between "
-                "them fragments or stalls",
+                + (f"{i['driver'] or i['link_type']} fabric NICs" if by_kind else "fabric NICs")
+                + f" have {majority}: traffic between them fragments or stalls",
                 Action.FIX_CONFIG,
                 f"nic:{i['name']}",
             )

@@ -25,6 +25,8 @@ from typing import Any
 
 MIB = 1024 * 1024
 DEFAULT_PORT = 18515
+LISTEN_WAIT = 0.5  # seconds a server side gets to open its device and listen
+IB_PORT = 1  # the device port perftest uses without -i (its -i/--ib-port default)
 _HEADER = re.compile(
     r"#bytes\s+#iterations\s+BW peak\[(Gb/sec|MB/sec|MiB/sec)\]"
     r"\s+BW average\[(Gb/sec|MB/sec|MiB/sec)\]"
@@ -100,12 +102,15 @@ def parse_json(text: str, gbits: bool) -> PerftestResult:
 
 # What ib_write_bw prints when it cannot use this node's own device: the fault is here, not
 # at the other side of the test.
-LOCAL_FAULTS = (
+DEVICE_FAULTS = (
     "Unable to find the Infiniband/RoCE device",
     "Did not detect devices",
     "Couldn't get context for the device",
-    "is not installed",
 )
+NOT_INSTALLED = "is not installed"
+LOCAL_FAULTS = (*DEVICE_FAULTS, NOT_INSTALLED)
+# The lines worth quoting when ib_write_bw printed no result, the most telling first.
+FAILURE_MARKERS = (*DEVICE_FAULTS, "Couldn't connect", "Unable to open", "Failed to")
 
 
 def is_local(reason: str) -> bool:
@@ -115,14 +120,7 @@ def is_local(reason: str) -> bool:
 
 def failure_reason(text: str) -> str:
     """Why ib_write_bw printed no result, from its output."""
-    for marker in (
-        "Unable to find the Infiniband/RoCE device",
-        "Did not detect devices",
-        "Couldn't get context for the device",
-        "Couldn't connect",
-        "Unable to open",
-        "Failed to",
-    ):
+    for marker in FAILURE_MARKERS:
         for line in text.splitlines():
             if marker in line:
                 return f"ib_write_bw: {line.strip()}"
@@ -164,27 +162,24 @@ class PerftestOptions:
         return args
 
 
+def test_seconds(seconds: float) -> int:
+    """A test's duration as perftest's `-D` takes it: whole seconds, at least one."""
+    return max(1, round(seconds))
+
+
 def _binary(options: PerftestOptions) -> str:
     path = shutil.which(options.binary)
     if path is None:
-        raise PerftestError(f"{options.binary} is not installed (Debian/Ubuntu package perftest)")
+        raise PerftestError(f"{options.binary} {NOT_INSTALLED} (Debian/Ubuntu package perftest)")
     return path
 
 
-def start_server(options: PerftestOptions) -> subprocess.Popen[str]:
-    """Start the ib_write_bw server side; the caller bounds and stops it."""
-    _binary(options)
-    return subprocess.Popen(
-        options.arguments(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+def start_server(options: PerftestOptions, wait: float = LISTEN_WAIT) -> subprocess.Popen[str]:
+    """Start the ib_write_bw server side; the caller bounds and stops it.
 
-
-def probe(options: PerftestOptions, wait: float = 0.5) -> None:
-    """Raise PerftestError unless ib_write_bw can open `options.device` on this node.
-
-    perftest opens the device before it listens for its peer, so a server side started on
-    `options.port` that is still running after `wait` seconds found its device; it is then
-    stopped. One that exited says why.
+    perftest opens the device before it listens for its peer, so a server still running after
+    `wait` seconds found its device and is listening; one that exited raises PerftestError
+    saying why.
     """
     _binary(options)
     process = subprocess.Popen(
@@ -197,10 +192,14 @@ def probe(options: PerftestOptions, wait: float = 0.5) -> None:
     try:
         process.wait(wait)
     except subprocess.TimeoutExpired:
-        stop(process)
-        return
-    output = stop(process)
-    raise PerftestError(failure_reason(output))
+        return process
+    raise PerftestError(failure_reason(stop(process)))
+
+
+def probe(options: PerftestOptions, wait: float = LISTEN_WAIT) -> None:
+    """Raise PerftestError unless ib_write_bw can open `options.device` on this node: a
+    server side started on `options.port` (see `start_server`), then stopped."""
+    stop(start_server(options, wait))
 
 
 def run_client(options: PerftestOptions, server: str, timeout: float) -> PerftestResult:

@@ -9,10 +9,13 @@ MARKS = {LOW: " LOW", FAILED: "FAILED"}
 
 
 def render_mesh(result: MeshResult) -> str:
-    """The matrix in Gbit/s per transport, then each finding with its action."""
+    """The matrix in Gbit/s per transport (per device for RDMA), then each finding with its
+    action."""
     lines = []
-    for transport in sorted({link.transport for link in result.links}):
-        links = [link for link in result.links if link.transport == transport]
+    for transport, device in sorted(
+        {link.rail for link in result.links}, key=lambda r: (r[0], r[1] or "")
+    ):
+        links = [link for link in result.links if link.rail == (transport, device)]
         nodes = sorted({n for link in links for n in (link.source, link.target)})
         cells: dict[tuple[str, str], str] = {}
         for link in links:
@@ -22,7 +25,8 @@ def render_mesh(result: MeshResult) -> str:
                 text = f"{link.bytes_per_second * 8 / 1e9:.2f}" + MARKS.get(link.verdict, "")
             cells[(link.source, link.target)] = text  # a re-test replaces the earlier figure
         width = max([6, *(len(n) for n in nodes), *(len(c) for c in cells.values())])
-        lines.append(f"{transport} bandwidth, Gbit/s (row sends to column)")
+        on = f" on {device}" if device else ""
+        lines.append(f"{transport} bandwidth{on}, Gbit/s (row sends to column)")
         lines.append(" " * width + "  " + "  ".join(f"{n:>{width}}" for n in nodes))
         for source in nodes:
             row = [cells.get((source, target), "-" if source != target else "") for target in nodes]

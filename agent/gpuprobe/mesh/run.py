@@ -1,6 +1,7 @@
 """Running a bandwidth mesh over agents: who they are, the rounds, the verdicts.
 
-`gpuprobe mesh` asks every agent for its node name, then runs the schedule's rounds: the pairs
+`gpuprobe mesh` asks every agent for its node name, then runs the schedule's rounds (for RDMA,
+one mesh per device, rail after rail): the pairs
 of a round test in parallel, each pair one direction after the other (A→B, then B→A), each test
 asked of the sending agent with MeasureBandwidth. Quick mode re-tests each suspect node against
 a node already known good. The links are judged together (`mesh.verdict`) and blamed on nodes.
@@ -43,7 +44,7 @@ class MeshOptions:
     warmup: float = 1.0
     streams: int = 4
     matchings: int = 3  # quick mode: random perfect matchings before the re-test
-    rdma_device: str = ""
+    rdma_devices: tuple[str, ...] = ()  # RDMA: the rails, each meshed in turn
     force: bool = False
     thresholds: Thresholds = field(default_factory=Thresholds)
     seed: int | None = None
@@ -91,9 +92,21 @@ def identify(fetched: Sequence[Fetched]) -> tuple[list[Peer], list[Finding]]:
 
 
 def run_mesh(peers: Sequence[Peer], options: MeshOptions, connect: ClientFactory) -> MeshResult:
-    """Run the rounds, judge the links, and name the culprits."""
+    """Run the rounds (for RDMA, each rail's in turn), judge the links, name the culprits."""
     by_node = {p.node: p for p in peers}
-    names = [p.node for p in peers]
+    rails = options.rdma_devices if options.transport == "rdma" else ("",)
+    links: list[Link] = []
+    for device in rails:
+        links += _rail(by_node, options, connect, device)
+    judged = verdict.judge(links, options.thresholds)
+    return MeshResult(judged, verdict.blame(judged))
+
+
+def _rail(
+    by_node: dict[str, Peer], options: MeshOptions, connect: ClientFactory, device: str
+) -> list[Link]:
+    """The links of one mesh over the nodes: TCP, or one RDMA device (`device`)."""
+    names = list(by_node)
     if options.mode == "full":
         rounds = schedule.circle_rounds(names)
     elif options.mode == "quick":
@@ -102,7 +115,7 @@ def run_mesh(peers: Sequence[Peer], options: MeshOptions, connect: ClientFactory
         raise ValueError(f"unknown mesh mode {options.mode!r}")
     links: list[Link] = []
     for pairs in rounds:
-        links += _round(pairs, by_node, options, connect)
+        links += _round(pairs, by_node, options, connect, device)
     if options.mode == "quick":
         judged = verdict.judge(links, options.thresholds)
         suspects = sorted(
@@ -114,9 +127,8 @@ def run_mesh(peers: Sequence[Peer], options: MeshOptions, connect: ClientFactory
             }
         )
         good = [n for n in names if n not in suspects]
-        links += _round(schedule.retest_round(suspects, good), by_node, options, connect)
-    judged = verdict.judge(links, options.thresholds)
-    return MeshResult(judged, verdict.blame(judged))
+        links += _round(schedule.retest_round(suspects, good), by_node, options, connect, device)
+    return links
 
 
 def _round(
@@ -124,6 +136,7 @@ def _round(
     by_node: dict[str, Peer],
     options: MeshOptions,
     connect: ClientFactory,
+    device: str = "",
 ) -> list[Link]:
     """One round: its pairs side by side, each pair both ways, one after the other."""
     found: list[list[Link]] = [[] for _ in pairs]
@@ -132,8 +145,8 @@ def _round(
     def pair(i: int, a: str, b: str) -> None:
         try:
             found[i] = [
-                _measure(by_node[a], by_node[b], options, connect),
-                _measure(by_node[b], by_node[a], options, connect),
+                _measure(by_node[a], by_node[b], options, connect, device),
+                _measure(by_node[b], by_node[a], options, connect, device),
             ]
         except InvalidTest as exc:
             invalid.append(exc)
@@ -150,12 +163,14 @@ def _round(
     return [link for links in found for link in links]
 
 
-def _measure(source: Peer, target: Peer, options: MeshOptions, connect: ClientFactory) -> Link:
+def _measure(
+    source: Peer, target: Peer, options: MeshOptions, connect: ClientFactory, device: str
+) -> Link:
     request = pb.MeasureBandwidthRequest(
         peer=target.target,
         transport=options.transport,
         streams=options.streams,
-        rdma_device=options.rdma_device,
+        rdma_device=device,
         force=options.force,
     )
     request.duration.FromTimedelta(timedelta(seconds=options.seconds))
@@ -167,11 +182,19 @@ def _measure(source: Peer, target: Peer, options: MeshOptions, connect: ClientFa
     except grpc.RpcError as exc:
         if hasattr(exc, "code") and exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidTest(f"{source.node} refused the test: {_details(exc)}") from None
-        return _failed(source, target, options.transport, exc)
-    return Link(source.node, target.node, options.transport, response.bytes_per_second)
+        return _failed(source, target, options.transport, exc, device or None)
+    return Link(
+        source.node,
+        target.node,
+        options.transport,
+        response.bytes_per_second,
+        device=device or None,
+    )
 
 
-def _failed(source: Peer, target: Peer, transport: str, exc: grpc.RpcError) -> Link:
+def _failed(
+    source: Peer, target: Peer, transport: str, exc: grpc.RpcError, device: str | None
+) -> Link:
     """A failed test, blamed on the node at fault.
 
     An error the sending agent reports about its peer (`peer: ...`) is the peer's: it refused
@@ -187,7 +210,7 @@ def _failed(source: Peer, target: Peer, transport: str, exc: grpc.RpcError) -> L
         blamed, why = target.node, why.removeprefix(PEER_FAULT)
     else:
         blamed = source.node
-    return Link(source.node, target.node, transport, None, FAILED, why, blamed, unavailable)
+    return Link(source.node, target.node, transport, None, FAILED, why, blamed, unavailable, device)
 
 
 def _details(exc: grpc.RpcError) -> str:

@@ -13,6 +13,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpuprobe.measure import perftest
+
 Pair = tuple[str, str]
 
 
@@ -71,12 +73,14 @@ def plan(
     both_directions: bool = True,
     overhead_seconds: float = 2.0,
     warmup_seconds: float = 1.0,
+    transport: str = "tcp",
 ) -> Plan:
     """The rounds and wall time of a mesh over `nodes` nodes, from the schedule itself.
 
-    Each round's pairs run in parallel; a round lasts one test per direction, each its
-    warm-up (`gpuprobe mesh --warmup`, default 1 s) plus its measured seconds, plus the
-    set-up overhead. Quick mode counts one re-test round.
+    Each round's pairs run in parallel; a round lasts one test per direction plus the set-up
+    overhead. A TCP test is its warm-up (`gpuprobe mesh --warmup`, default 1 s) plus its
+    measured seconds; an RDMA test (perftest's `-D`) has no warm-up and whole seconds, at
+    least one. Quick mode counts one re-test round.
     """
     names = [f"n{i}" for i in range(nodes)]
     if mode == "full":
@@ -85,7 +89,13 @@ def plan(
         rounds = [*random_matchings(names, k, seed=0), retest_round(names[:1], names[1:2])]
     else:
         raise ValueError(f"unknown mesh mode {mode!r}")
+    if transport == "tcp":
+        per_test = warmup_seconds + test_seconds
+    elif transport == "rdma":
+        per_test = float(perftest.test_seconds(test_seconds))
+    else:
+        raise ValueError(f"unknown transport {transport!r}")
     directions = 2 if both_directions else 1
-    per_round = directions * (warmup_seconds + test_seconds) + overhead_seconds
+    per_round = directions * per_test + overhead_seconds
     tests = sum(len(r) for r in rounds) * directions
     return Plan(mode, nodes, len(rounds), tests, len(rounds) * per_round)

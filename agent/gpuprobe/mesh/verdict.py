@@ -35,6 +35,12 @@ class Link:
     # (GPU processes active, no RDMA device) rather than the peer being unreachable.
     blamed: str | None = None
     unavailable: bool = False
+    device: str | None = None  # RDMA: the device (rail) both ends tested on
+
+    @property
+    def rail(self) -> tuple[str, str | None]:
+        """The links judged together: one transport, and for RDMA one device."""
+        return (self.transport, self.device)
 
     def to_dict(self) -> dict[str, object]:
         """The link as `mesh --json` writes it."""
@@ -45,6 +51,8 @@ class Link:
             "bytes_per_second": self.bytes_per_second,
             "verdict": self.verdict,
         }
+        if self.device:
+            d["device"] = self.device
         if self.error:
             d["error"] = self.error
         return d
@@ -60,22 +68,25 @@ class Thresholds:
 
 
 def judge(links: list[Link], thresholds: Thresholds) -> list[Link]:
-    """Each link with its verdict, judged against the others of its transport."""
+    """Each link with its verdict, judged against the others of its transport (and for
+    RDMA, of its device: each rail among itself)."""
     judged = []
-    per_node: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    per_node: dict[tuple[str, str | None], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for link in links:
         if link.bytes_per_second is not None:
-            per_node[link.transport][link.source].append(link.bytes_per_second)
-            per_node[link.transport][link.target].append(link.bytes_per_second)
-    by_transport = {
-        transport: [statistics.median(rates) for rates in nodes.values()]
-        for transport, nodes in per_node.items()
+            per_node[link.rail][link.source].append(link.bytes_per_second)
+            per_node[link.rail][link.target].append(link.bytes_per_second)
+    by_rail = {
+        rail: [statistics.median(rates) for rates in nodes.values()]
+        for rail, nodes in per_node.items()
     }
     for link in links:
         if link.bytes_per_second is None:
             judged.append(replace(link, verdict=FAILED))
             continue
-        low = _low(link.bytes_per_second, by_transport.get(link.transport, []), thresholds)
+        low = _low(link.bytes_per_second, by_rail.get(link.rail, []), thresholds)
         judged.append(replace(link, verdict=LOW if low else OK))
     return judged
 
@@ -91,7 +102,17 @@ def _low(value: float, population: list[float], t: Thresholds) -> bool:
 
 
 def blame(links: list[Link]) -> list[Finding]:
-    """Findings from judged links: culprit nodes, suspect paths, unreachable peers."""
+    """Findings from judged links: culprit nodes, suspect paths, unreachable peers; each
+    rail's links blamed among themselves (a finding repeated on several rails once)."""
+    findings: list[Finding] = []
+    for rail in sorted({link.rail for link in links}, key=lambda r: (r[0], r[1] or "")):
+        findings += [
+            f for f in _blame([link for link in links if link.rail == rail]) if f not in findings
+        ]
+    return findings
+
+
+def _blame(links: list[Link]) -> list[Finding]:
     partners: dict[str, set[str]] = defaultdict(set)
     unreachable: dict[str, str] = {}
     unavailable: dict[str, str] = {}
@@ -109,8 +130,8 @@ def blame(links: list[Link]) -> list[Finding]:
             "LINK_BANDWIDTH_LOW",
             Severity.WARNING,
             f"{node} is low with {len(partners[node])} partners "
-            f"({', '.join(sorted(partners[node]))}): its NIC, cable or switch port is the "
-            "likely cause",
+            f"({', '.join(sorted(partners[node]))}){_on(links)}: its NIC, cable or switch port "
+            "is the likely cause",
             Action.CHECK_NETWORK,
             f"peer:{node}",
         )
@@ -131,8 +152,8 @@ def blame(links: list[Link]) -> list[Finding]:
             Finding(
                 "LINK_BANDWIDTH_LOW",
                 Severity.WARNING,
-                f"the link {link.source} → {link.target} ({link.transport}) is low while both "
-                "nodes are fine with others: check the path between them",
+                f"the link {link.source} → {link.target} ({link.transport}{_on(links)}) is "
+                "low while both nodes are fine with others: check the path between them",
                 Action.CHECK_NETWORK,
                 f"peer:{link.source}",
             )
@@ -161,3 +182,9 @@ def unreachable_finding(node: str, why: str) -> Finding:
         Action.CHECK_NETWORK,
         f"peer:{node}",
     )
+
+
+def _on(links: list[Link]) -> str:
+    """The rail's device for one RDMA rail's links (" on mlx5_0"), else nothing."""
+    device = links[0].device if links else None
+    return f" on {device}" if device else ""

@@ -14,7 +14,6 @@ import re
 import socket
 import subprocess
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,6 +39,7 @@ DEFAULT_WARMUP = 1.0
 BYTES_PER_SECOND_BOUND = 10 * 10**9  # a sink's byte bound per second of test (100 GbE ≈ 12.5e9)
 SINK_GRACE_SECONDS = 15.0  # connecting, warming up and reporting back
 TRANSPORTS = ("tcp", "rdma")
+SYS_IB = "/sys/class/infiniband"
 
 
 # Errors about the peer (it refused a sink, its sink cut the test) start with this, so that
@@ -159,11 +159,14 @@ class Bandwidth:
     def _rdma_server(self, request: pb.OpenBandwidthSinkRequest, lifetime: float) -> int:
         if not request.rdma_device:
             raise TestRefused(grpc.StatusCode.INVALID_ARGUMENT, "rdma needs an rdma_device")
-        if not self.host.fs.exists(f"/sys/class/infiniband/{request.rdma_device}"):
+        if not self.host.fs.exists(f"{SYS_IB}/{request.rdma_device}"):
             raise TestRefused(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"no RDMA device {request.rdma_device} on {self.host.node_name}",
             )
+        problem = self._gid_problem(request.rdma_device)
+        if problem:
+            raise TestRefused(grpc.StatusCode.FAILED_PRECONDITION, problem)
         options = rdma_options(request.rdma_device, _free_port(), request, self.rdma_test)
         try:
             server = perftest.start_server(options)
@@ -182,10 +185,6 @@ class Bandwidth:
             forget()
 
         threading.Thread(target=reap, name="perftest-server", daemon=True).start()
-        time.sleep(0.5)  # let ib_write_bw listen before the caller connects
-        if server.poll() is not None:
-            output = perftest.stop(server)
-            raise TestRefused(grpc.StatusCode.FAILED_PRECONDITION, perftest.failure_reason(output))
         return options.port
 
     # --- the sending side ----------------------------------------------------------------
@@ -276,12 +275,17 @@ class Bandwidth:
         device = request.rdma_device
         if not device:
             raise TestRefused(grpc.StatusCode.INVALID_ARGUMENT, "rdma needs an rdma_device")
-        if not self.host.fs.exists(f"/sys/class/infiniband/{device}"):
+        if not self.host.fs.exists(f"{SYS_IB}/{device}"):
             raise TestRefused(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"no RDMA device {device} on {self.host.node_name}",
             )
-        test_seconds = max(1, round(duration))
+        # perftest looks its GID up only once the peer has connected: a bad index here would
+        # fail the test after the peer opened its side, as if the peer were at fault.
+        problem = self._gid_problem(device)
+        if problem:
+            raise self._unavailable_here(perftest.PerftestError(problem))
+        test_seconds = perftest.test_seconds(duration)
         sink_request = pb.OpenBandwidthSinkRequest(
             transport="rdma",
             rdma_device=request.peer_rdma_device or device,
@@ -313,6 +317,28 @@ class Bandwidth:
         )
         response.elapsed.FromTimedelta(timedelta(seconds=test_seconds))
         return response
+
+    def _gid_problem(self, device: str) -> str | None:
+        """Why this node's `rdma.test.gid_index` cannot serve `device`, or None.
+
+        The kernel lists every entry of a port's GID table under `gids/` and reads an unused
+        one as all zeros; an index past the table has no file.
+        """
+        index = self.rdma_test.gid_index
+        if index is None:
+            return None
+        port = perftest.IB_PORT
+        gid = self.host.fs.try_read_text(f"{SYS_IB}/{device}/ports/{port}/gids/{index}")
+        if gid is None:
+            why = "does not exist"
+        elif not gid.strip().replace(":", "").strip("0"):
+            why = "is empty (all zeros)"
+        else:
+            return None
+        return (
+            f"GID index {index} (rdma.test.gid_index) {why} on {device} port {port} "
+            f"of {self.host.node_name}"
+        )
 
     def _unavailable_here(self, exc: Exception) -> TestRefused:
         """This node cannot run its side of an RDMA test (no perftest, no usable device)."""
