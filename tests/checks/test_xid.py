@@ -485,3 +485,18 @@ def test_clear_xid_usage_errors(tmp_path: Path) -> None:
         64,
         f"gpuprobe: --root {tmp_path / 'absent'}: not a directory\n",
     )
+
+
+def test_a_run_works_out_its_state_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str | None] = []
+    real = xid.state_dir
+
+    def counted(host: Any, cfg: Config) -> str | None:
+        asked.append(real(host, cfg))
+        return asked[-1]
+
+    monkeypatch.setattr(xid, "state_dir", counted)
+    xid.run(snapshot_host(str(snapshot("synthetic-xid-event"))), state_config(tmp_path))
+    assert asked == [str(tmp_path)]

@@ -154,8 +154,8 @@ def run(host: Host, config: Config) -> CheckResult:
     """Gather this boot's XIDs, classify them, and report the active ones."""
     directory = state_dir(host, config)
     with xid_state.LOCK:
-        seen = observe(host, config)
-        persist_error = _persist(host, config, seen)
+        seen = observe(host, config, directory)
+        persist_error = _persist(host, seen, directory)
     active = [x for x in seen.xids if x.active]
     findings = [_finding(x) for x in active]
     data: dict[str, Any] = {
@@ -179,7 +179,7 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
     """
     directory = state_dir(host, config)
     with xid_state.LOCK:
-        seen = observe(host, config)
+        seen = observe(host, config, directory)
         if seen.state_error:
             raise xid_state.StateError(seen.state_error)
         targets = [
@@ -211,8 +211,9 @@ def state_dir(host: Host, config: Config) -> str | None:
     return None if host.is_snapshot else DEFAULT_STATE_DIR
 
 
-def observe(host: Host, config: Config) -> Observation:
-    """Read both sources and the state, and judge each XID active, cleared or past."""
+def observe(host: Host, config: Config, directory: str | None) -> Observation:
+    """Read both sources and the state (in `directory`, this host's `state_dir`), and judge
+    each XID active, cleared or past."""
     now = datetime.fromtimestamp(clock(), UTC)
     boot_id = (host.fs.try_read_text(BOOT_ID) or "").strip() or None
     memory = host.memory.of(NAME)
@@ -228,7 +229,6 @@ def observe(host: Host, config: Config) -> Observation:
     for x in logged:
         _merge(seen, x)
     observation = Observation(boot_id, [], sources)
-    directory = state_dir(host, config)
     try:
         observation.state = xid_state.load(directory) if directory is not None else None
     except xid_state.StateError as exc:
@@ -450,9 +450,8 @@ def _time_text(value: Any) -> str | None:
     return format_time(stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC))
 
 
-def _persist(host: Host, config: Config, seen: Observation) -> str | None:
+def _persist(host: Host, seen: Observation, directory: str | None) -> str | None:
     """Keep the live daemon's sticky XIDs in the state file (never from a snapshot)."""
-    directory = state_dir(host, config)
     if (
         host.is_snapshot
         or directory is None
