@@ -568,3 +568,19 @@ def test_a_run_works_out_its_state_directory_once(
     monkeypatch.setattr(xid, "state_dir", counted)
     xid.run(snapshot_host(str(snapshot("synthetic-xid-event"))), state_config(tmp_path))
     assert asked == [str(tmp_path)]
+
+
+def test_a_sticky_event_in_the_state_file_is_reported_and_an_unknown_type_is_not(
+    tmp_path: Path,
+) -> None:
+    entry = {"gpu": 6, "uuid": UUID.format(6), "pci_bus_id": "0000:ba:00.0", "xid": 0}
+    entry |= {"count": 1, "last_seen": "2026-11-29T18:30:00Z", "source": "nvml-event"}
+    sticky = {
+        f"{UUID.format(6)}|GpuUnavailableError": entry | {"event": "GpuUnavailableError"},
+        f"{UUID.format(6)}|PState": entry | {"event": "PState"},
+    }
+    state = {"format": 1, "boot_id": BOOT_ID, "cleared": {}, "sticky": sticky}
+    state_path(str(tmp_path)).write_text(json.dumps(state))
+    result = run_check("xid", "synthetic-h100-8gpu-healthy", state_config(tmp_path))
+    assert codes(result) == [("GPU_LOST", "CRITICAL", "REBOOT_NODE", gpu(6))]
+    assert [e["type"] for e in result.data["events"]] == ["GpuUnavailableError"]
