@@ -35,6 +35,7 @@ def test_every_raised_code_has_a_row_in_the_code_table() -> None:
         ("sharing", "synthetic-h100-k8s-containerd-healthy"),
         ("network", "synthetic-ndr-fabric-healthy"),
         ("rdma", "synthetic-ndr-fabric-healthy"),
+        ("xid", "synthetic-nvml-critical-events"),
     ],
 )
 def test_data_keys_are_documented_in_the_checks_section(check: str, snapshot_name: str) -> None:

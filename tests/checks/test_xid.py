@@ -145,6 +145,74 @@ def test_nvml_events_are_xids_and_one_occurrence_in_both_sources_counts_once() -
     assert (xids[(0, 13)]["count"], xids[(0, 13)]["last_seen"]) == (2, "2026-11-29T19:02:12Z")
 
 
+def test_critical_nvml_events_other_than_xids_raise_the_codes_of_their_faults() -> None:
+    result = run_check("xid", "synthetic-nvml-critical-events")
+    assert codes(result) == [
+        ("ECC_UNCORRECTABLE", "CRITICAL", "RESET_GPU", gpu(2)),  # double-bit ECC
+        ("ECC_UNCORRECTABLE", "CRITICAL", "RESET_GPU", gpu(4)),  # fatal poison
+        ("GPU_LOST", "CRITICAL", "REBOOT_NODE", gpu(6)),
+        ("GPU_RECOVERY_REQUIRED", "CRITICAL", "REBOOT_NODE", gpu(7)),  # its field: NODE_REBOOT
+        ("GPU_RECOVERY_REQUIRED", "CRITICAL", "RESET_GPU", gpu(1)),  # its field unsupported
+        ("ROW_REMAP_FAILURE", "CRITICAL", "HARDWARE_INSPECTION", gpu(5)),
+    ]
+    assert result.data["xids"] == []  # single-bit ECC, non-fatal poison and clock: nothing
+    events = {(e["gpu"], e["type"]): e for e in result.data["events"]}
+    assert sorted(events) == [
+        (1, "GpuRecoveryAction"),
+        (2, "DoubleBitEccError"),
+        (4, "FatalPoisonError"),
+        (5, "DramRetirementFailure"),
+        (6, "GpuUnavailableError"),
+        (7, "GpuRecoveryAction"),
+    ]
+    assert events[(2, "DoubleBitEccError")] == {
+        "gpu": 2,
+        "uuid": UUID.format(2),
+        "pci_bus_id": "0000:3a:00.0",
+        "type": "DoubleBitEccError",
+        "code": "ECC_UNCORRECTABLE",
+        "count": 2,
+        "last_seen": "2026-11-29T18:50:00Z",
+        "severity": "CRITICAL",
+        "action": "RESET_GPU",
+        "description": "a double-bit (uncorrectable) ECC error",
+        "recovery_action": None,
+        "active": True,
+        "cleared": False,
+    }
+    assert events[(7, "GpuRecoveryAction")]["recovery_action"] == "NODE_REBOOT"
+    assert events[(1, "GpuRecoveryAction")]["recovery_action"] is None
+    assert result.summary == (
+        "6 active NVML events: GpuRecoveryAction on GPU 1, DoubleBitEccError on GPU 2 (x2), "
+        "FatalPoisonError on GPU 4, DramRetirementFailure on GPU 5 and 2 more"
+    )
+    (recovery,) = [f for f in result.findings if f.resource == gpu(7)]
+    assert recovery.message == (
+        "GPU 7 (0000:db:00.0): NVML event GpuRecoveryAction (NODE_REBOOT), a recovery action "
+        "event: the driver asks for a node reboot, seen 1 time this boot, last at "
+        "2026-11-29T18:40:00Z: drain and reboot the node; inspect the GPU if it happens again "
+        "(reported until the node reboots or `gpuprobe clear-xid` clears it)"
+    )
+
+
+def test_critical_events_are_sticky_and_cleared_like_critical_xids(tmp_path: Path) -> None:
+    path = copy_snapshot("synthetic-nvml-critical-events", tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    host = snapshot_host(str(path))
+    assert xid.clear(host, state_config(state), gpu=2) == 1
+    result = xid.run(host, state_config(state))
+    assert [f.resource for f in result.findings if f.code == "ECC_UNCORRECTABLE"] == [gpu(4)]
+    saved = json.loads(state_path(str(state)).read_text())
+    assert saved["cleared"] == {
+        f"{UUID.format(2)}|DoubleBitEccError": {"count": 2, "last_seen": "2026-11-29T18:50:00Z"}
+    }
+    # a new process (a restarted agent) reads the clearing back: still only GPU 2 is silent
+    again = xid.run(snapshot_host(str(path)), state_config(state))
+    assert len(again.findings) == 5
+    assert {e["gpu"]: e["cleared"] for e in again.data["events"]}[2] is True
+
+
 def test_gpu_fallen_off_the_bus_is_named_by_its_place_on_the_pci_bus() -> None:
     result = run_check("xid", "synthetic-gpu-fallen-off-bus")
     assert codes(result) == [("XID", "CRITICAL", "REBOOT_NODE", "gpu:3:GPU-5f1c0003")]
@@ -485,3 +553,34 @@ def test_clear_xid_usage_errors(tmp_path: Path) -> None:
         64,
         f"gpuprobe: --root {tmp_path / 'absent'}: not a directory\n",
     )
+
+
+def test_a_run_works_out_its_state_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str | None] = []
+    real = xid.state_dir
+
+    def counted(host: Any, cfg: Config) -> str | None:
+        asked.append(real(host, cfg))
+        return asked[-1]
+
+    monkeypatch.setattr(xid, "state_dir", counted)
+    xid.run(snapshot_host(str(snapshot("synthetic-xid-event"))), state_config(tmp_path))
+    assert asked == [str(tmp_path)]
+
+
+def test_a_sticky_event_in_the_state_file_is_reported_and_an_unknown_type_is_not(
+    tmp_path: Path,
+) -> None:
+    entry = {"gpu": 6, "uuid": UUID.format(6), "pci_bus_id": "0000:ba:00.0", "xid": 0}
+    entry |= {"count": 1, "last_seen": "2026-11-29T18:30:00Z", "source": "nvml-event"}
+    sticky = {
+        f"{UUID.format(6)}|GpuUnavailableError": entry | {"event": "GpuUnavailableError"},
+        f"{UUID.format(6)}|PState": entry | {"event": "PState"},
+    }
+    state = {"format": 1, "boot_id": BOOT_ID, "cleared": {}, "sticky": sticky}
+    state_path(str(tmp_path)).write_text(json.dumps(state))
+    result = run_check("xid", "synthetic-h100-8gpu-healthy", state_config(tmp_path))
+    assert codes(result) == [("GPU_LOST", "CRITICAL", "REBOOT_NODE", gpu(6))]
+    assert [e["type"] for e in result.data["events"]] == ["GpuUnavailableError"]

@@ -8,7 +8,16 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpuprobe.host.nvml import LiveNvml, NvmlError, error_name, parse_ref, to_plain
+from gpuprobe.host.nvml import (
+    EVENT_TYPES,
+    WATCHED_EVENTS,
+    LiveNvml,
+    NvmlError,
+    error_name,
+    parse_ref,
+    register_event_types,
+    to_plain,
+)
 
 NO_NVML = not any(Path(p).exists() for p in ("/dev/nvidia0", "/proc/driver/nvidia/version"))
 
@@ -144,3 +153,63 @@ def test_live_fabric_info_is_filled_into_a_struct_the_facade_allocates(live: Liv
     info = live.call("nvmlDeviceGetGpuFabricInfoV", 0)
     assert (info["state"], info["cliqueId"], info["status"]) == (3, 32766, 0)
     assert len(info["clusterUuid"]) == 16
+
+
+WANTED = sum(EVENT_TYPES[n] for n in WATCHED_EVENTS)
+
+
+def test_the_watched_event_types_carry_nvml_h_bits() -> None:
+    assert {n: EVENT_TYPES[n] for n in WATCHED_EVENTS} == {
+        "XidCriticalError": pynvml.nvmlEventTypeXidCriticalError,
+        "DoubleBitEccError": pynvml.nvmlEventTypeDoubleBitEccError,
+        "SingleBitEccError": pynvml.nvmlEventTypeSingleBitEccError,
+        "DramRetirementFailure": pynvml.nvmlEventTypeDramRetirementFailure,
+        "FatalPoisonError": pynvml.nvmlEventTypeFatalPoisonError,
+        "GpuUnavailableError": pynvml.nvmlEventTypeGpuUnavailableError,
+        "GpuRecoveryAction": pynvml.nvmlEventTypeGpuRecoveryAction,
+    }
+
+
+class Registrar:
+    """nvmlDeviceRegisterEvents as a GPU answers it: NotSupported (or another error) for any
+    mask holding a type it refuses."""
+
+    def __init__(self, refused: int, error: str = "NotSupported") -> None:
+        self.refused, self.error = refused, error
+        self.masks: list[int] = []
+
+    def __call__(self, mask: int) -> None:
+        self.masks.append(mask)
+        if mask & self.refused:
+            raise NvmlError(self.error)
+
+
+def test_a_supported_mask_is_registered_at_once_cut_to_what_the_gpu_supports() -> None:
+    gpu = Registrar(refused=0)
+    supported = 0x8 | 0x2 | 0x1 | 0x4  # an older GPU: no newer types (PState is not wanted)
+    assert register_event_types(gpu, WANTED, supported) == 0xB
+    assert gpu.masks == [0xB]
+
+
+def test_a_refused_mask_is_registered_type_by_type_keeping_the_others() -> None:
+    gpu = Registrar(refused=EVENT_TYPES["GpuRecoveryAction"])
+    assert register_event_types(gpu, WANTED, WANTED) == WANTED & ~0x8000
+    assert gpu.masks == [WANTED, 0x1, 0x2, 0x8, 0x800, 0x2000, 0x4000, 0x8000]
+
+
+def test_an_old_driver_that_knows_no_newer_type_keeps_the_device_plugins_three() -> None:
+    gpu = Registrar(refused=0xF800, error="InvalidArgument")
+    assert register_event_types(gpu, WANTED, None) == 0xB  # supported types unknown
+
+
+def test_a_lost_gpu_is_an_error_not_a_fallback() -> None:
+    gpu = Registrar(refused=WANTED, error="GpuIsLost")
+    with pytest.raises(NvmlError, match="GpuIsLost"):
+        register_event_types(gpu, WANTED, WANTED)
+    assert gpu.masks == [WANTED]
+
+
+def test_nothing_wanted_that_the_gpu_supports_registers_nothing() -> None:
+    gpu = Registrar(refused=0)
+    assert register_event_types(gpu, WANTED, 0x4 | 0x10) == 0
+    assert gpu.masks == []

@@ -955,6 +955,28 @@ def xid_variants() -> list[Node]:
         ),
     )
     nodes.append(node)
+
+    # NVML's critical events other than XIDs: two double-bit ECC events on GPU 2, a fatal poison
+    # on GPU 4, a DRAM retirement failure on GPU 5, GPU 6 unavailable, recovery actions on GPU 7
+    # (its recovery action field asks for a node reboot) and GPU 1 (the field not supported);
+    # single-bit ECC, non-fatal poison and clock events raise nothing.
+    node = hgx_h100("synthetic-nvml-critical-events")
+    node.replace_call("nvmlDeviceGetFieldValues", [7, [230]], ret=[field_value(230, 2)])
+    unsupported = field_value(230, 0) | {"nvmlReturn": 3}
+    node.replace_call("nvmlDeviceGetFieldValues", [1, [230]], ret=[unsupported])
+    node.events = [
+        {"device": 2, "type": "DoubleBitEccError", "data": 0, "time": "2026-11-29T18:00:00Z"},
+        {"device": 0, "type": "SingleBitEccError", "data": 0, "time": "2026-11-29T18:00:01Z"},
+        {"device": 4, "type": "FatalPoisonError", "data": 0, "time": "2026-11-29T18:10:00Z"},
+        {"device": 3, "type": "NonFatalPoisonError", "data": 0, "time": "2026-11-29T18:10:01Z"},
+        {"device": 5, "type": "DramRetirementFailure", "data": 0, "time": "2026-11-29T18:20:00Z"},
+        {"device": 6, "type": "GpuUnavailableError", "data": 0, "time": "2026-11-29T18:30:00Z"},
+        {"device": 7, "type": "GpuRecoveryAction", "data": 0, "time": "2026-11-29T18:40:00Z"},
+        {"device": 1, "type": "GpuRecoveryAction", "data": 0, "time": "2026-11-29T18:41:00Z"},
+        {"device": 0, "type": "Clock", "data": 0, "time": "2026-11-29T18:42:00Z"},
+        {"device": 2, "type": "DoubleBitEccError", "data": 0, "time": "2026-11-29T18:50:00Z"},
+    ]
+    nodes.append(node)
     return nodes
 
 

@@ -1,20 +1,23 @@
 """Check `xid`: which XID errors did the GPUs raise this boot, and what should be done?
 
-Two sources, read in every run: the NVML event set (XidCriticalError events, drained without
-waiting; in the daemon the set is registered from the first run on, and a snapshot's
-`events` are handed to it once) and the host's kernel log files (`NVRM: Xid (PCI:...): N, ...`
-lines of the current boot, see `gpuprobe.gpu.kernel_log`). An XID is tied to its GPU by PCI
-address or NVML index; one entry per (GPU, XID), counted once even when both sources saw it.
-What the daemon saw is kept in `host.memory`, so events are not lost between runs.
+Two sources, read in every run: the NVML event set (XidCriticalError events and the other
+critical types of `gpuprobe.gpu.nvml_events`, drained without waiting; in the daemon the set
+is registered from the first run on, and a snapshot's `events` are handed to it once) and the
+host's kernel log files (`NVRM: Xid (PCI:...): N, ...` lines of the current boot, see
+`gpuprobe.gpu.kernel_log`). An XID is tied to its GPU by PCI address or NVML index; one entry
+per (GPU, XID), counted once even when both sources saw it; one per (GPU, event type) for the
+other events, which raise the code the `gpus` check raises for the same fault
+(ECC_UNCORRECTABLE, ROW_REMAP_FAILURE, GPU_LOST, GPU_RECOVERY_REQUIRED). What the daemon saw
+is kept in `host.memory`, so events are not lost between runs.
 
-Each XID is classified by NVIDIA's catalog (`gpuprobe.gpu.xid_catalog`). Critical XIDs are
-sticky: they stay reported until the boot id changes (a reboot) or an operator clears them
-(`clear()`, `gpuprobe clear-xid`); the clearing, and in the live daemon the sticky XIDs
-themselves, are kept in the state file (`gpuprobe.gpu.xid_state`). A replayed snapshot uses
-a state file only when `xid.state_dir` is configured, so a replay gives the same findings on
-every machine; without one, a clearing lives in the process's memory. A warning XID (an
-application's) stays reported in the daemon for `xid.warning_window_seconds` after it last
-grew; a one-shot check reports every XID of the boot.
+Each XID is classified by NVIDIA's catalog (`gpuprobe.gpu.xid_catalog`). Critical XIDs (and
+critical events) are sticky: they stay reported until the boot id changes (a reboot) or an
+operator clears them (`clear()`, `gpuprobe clear-xid`); the clearing, and in the live daemon
+the sticky XIDs themselves, are kept in the state file (`gpuprobe.gpu.xid_state`). A replayed
+snapshot uses a state file only when `xid.state_dir` is configured, so a replay gives the same
+findings on every machine; without one, a clearing lives in the process's memory. A warning
+XID (an application's) stays reported in the daemon for `xid.warning_window_seconds` after it
+last grew; a one-shot check reports every XID of the boot.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuprobe.config import Config
-from gpuprobe.gpu import kernel_log, xid_state
+from gpuprobe.gpu import kernel_log, nvml_events, xid_state
 from gpuprobe.gpu.devices import Device, gpu_count, text
+from gpuprobe.gpu.nvml_events import EventInfo
 from gpuprobe.gpu.pci import normalize_bus_id, nvidia_gpus
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo, classify
 from gpuprobe.host import Host
@@ -41,6 +45,8 @@ NAME = "xid"
 DEFAULT_STATE_DIR = "/var/lib/gpuprobe"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 PROC_STAT = "/proc/stat"
+# The event type of an XID, whichever source saw it.
+XID_EVENT = "XidCriticalError"
 # Bounds the drain of the event set: a GPU in an XID storm must not hold the check forever.
 MAX_EVENT_DRAINS = 10_000
 # The clock (seconds since the epoch); tests replace it to step through time.
@@ -63,7 +69,9 @@ class Gpu:
 
 @dataclass
 class Seen:
-    """One XID on one GPU this boot: how often, when last, from which source, and its verdict."""
+    """One XID (or other critical NVML event: `event`, with `xid` 0) on one GPU this boot: how
+    often, when last, from which source, and its verdict. A GpuRecoveryAction event's
+    `message` is the recovery action the GPU's field named when the event was drained."""
 
     gpu: Gpu
     xid: int
@@ -73,16 +81,28 @@ class Seen:
     message: str = ""
     active: bool = True
     cleared: bool = False
+    event: str = XID_EVENT
+
+    @property
+    def is_xid(self) -> bool:
+        """Whether this is an XID (not another NVML event)."""
+        return self.event == XID_EVENT
 
     @property
     def key(self) -> str:
-        """The XID's key in memory and in the state file: `<gpu ident>|<xid>`."""
-        return f"{self.gpu.ident}|{self.xid}"
+        """The key in memory and in the state file: `<gpu ident>|<xid>` for an XID,
+        `<gpu ident>|<event type>` for another event."""
+        return f"{self.gpu.ident}|{self.xid if self.is_xid else self.event}"
 
     @property
-    def info(self) -> XidInfo:
-        """The catalog's verdict on this XID."""
-        return classify(self.xid, self.message)
+    def info(self) -> XidInfo | EventInfo:
+        """The catalog's verdict on this XID, or the verdict on the event type."""
+        if self.is_xid:
+            return classify(self.xid, self.message)
+        verdict = nvml_events.info(self.event, self.message)
+        if verdict is None:  # an entry that no run of this version wrote
+            raise ValueError(f"no verdict on NVML event type {self.event}")
+        return verdict
 
     def to_entry(self) -> dict[str, Any]:
         """The XID as kept in memory and in the state file."""
@@ -95,6 +115,7 @@ class Seen:
             "last_seen": self.last_seen,
             "source": self.source,
             "message": self.message,
+            "event": self.event,
         }
 
     @classmethod
@@ -108,6 +129,9 @@ class Seen:
                 str(entry.get("uuid") or ""),
                 None if pci is None else str(pci),
             )
+            event = str(entry.get("event") or XID_EVENT)
+            if event != XID_EVENT and event not in nvml_events.EVENTS:
+                return None
             return cls(
                 gpu,
                 int(entry["xid"]),
@@ -115,6 +139,7 @@ class Seen:
                 _time_text(entry.get("last_seen")),
                 str(entry.get("source") or "kernel-log"),
                 str(entry.get("message") or ""),
+                event=event,
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -138,6 +163,33 @@ class Seen:
             "cleared": self.cleared,
         }
 
+    def to_event_data(self) -> dict[str, Any]:
+        """A non-XID event as an entry of the check's `data.events`."""
+        info = self.info
+        return {
+            "gpu": self.gpu.index,
+            "uuid": self.gpu.uuid,
+            "pci_bus_id": self.gpu.pci_bus_id,
+            "type": self.event,
+            "code": self.code,
+            "count": self.count,
+            "last_seen": self.last_seen,
+            "severity": info.severity.value,
+            "action": info.action.value,
+            "description": info.description,
+            "recovery_action": (self.message or None)
+            if self.event == nvml_events.RECOVERY
+            else None,
+            "active": self.active,
+            "cleared": self.cleared,
+        }
+
+    @property
+    def code(self) -> str:
+        """The finding code: XID, or the event type's."""
+        info = self.info
+        return info.code if isinstance(info, EventInfo) else "XID"
+
 
 @dataclass
 class Observation:
@@ -154,12 +206,13 @@ def run(host: Host, config: Config) -> CheckResult:
     """Gather this boot's XIDs, classify them, and report the active ones."""
     directory = state_dir(host, config)
     with xid_state.LOCK:
-        seen = observe(host, config)
-        persist_error = _persist(host, config, seen)
+        seen = observe(host, config, directory)
+        persist_error = _persist(host, seen, directory)
     active = [x for x in seen.xids if x.active]
     findings = [_finding(x) for x in active]
     data: dict[str, Any] = {
-        "xids": [x.to_data() for x in seen.xids],
+        "xids": [x.to_data() for x in seen.xids if x.is_xid],
+        "events": [x.to_event_data() for x in seen.xids if not x.is_xid],
         "boot_id": seen.boot_id,
         "sources": seen.sources,
         "state_file": str(xid_state.state_path(directory)) if directory else None,
@@ -179,7 +232,7 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
     """
     directory = state_dir(host, config)
     with xid_state.LOCK:
-        seen = observe(host, config)
+        seen = observe(host, config, directory)
         if seen.state_error:
             raise xid_state.StateError(seen.state_error)
         targets = [
@@ -211,8 +264,9 @@ def state_dir(host: Host, config: Config) -> str | None:
     return None if host.is_snapshot else DEFAULT_STATE_DIR
 
 
-def observe(host: Host, config: Config) -> Observation:
-    """Read both sources and the state, and judge each XID active, cleared or past."""
+def observe(host: Host, config: Config, directory: str | None) -> Observation:
+    """Read both sources and the state (in `directory`, this host's `state_dir`), and judge
+    each XID active, cleared or past."""
     now = datetime.fromtimestamp(clock(), UTC)
     boot_id = (host.fs.try_read_text(BOOT_ID) or "").strip() or None
     memory = host.memory.of(NAME)
@@ -228,7 +282,6 @@ def observe(host: Host, config: Config) -> Observation:
     for x in logged:
         _merge(seen, x)
     observation = Observation(boot_id, [], sources)
-    directory = state_dir(host, config)
     try:
         observation.state = xid_state.load(directory) if directory is not None else None
     except xid_state.StateError as exc:
@@ -247,7 +300,7 @@ def observe(host: Host, config: Config) -> Observation:
         if key not in cleared or _count(mark) >= _count(cleared[key]):
             cleared[key] = mark
     _judge(list(seen.values()), cleared, memory, config, now)
-    observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid))
+    observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid, x.event))
     return observation
 
 
@@ -274,7 +327,8 @@ def _gpus(host: Host) -> tuple[dict[str, Gpu], list[str]]:
 def _drain_events(
     host: Host, gpus: dict[str, Gpu], memory: dict[str, Any], sources: dict[str, Any], now: datetime
 ) -> list[Seen]:
-    """Drain the NVML event set into memory; returns every XID events showed this boot."""
+    """Drain the NVML event set into memory; returns every XID and critical event it showed
+    this boot (other event types, single-bit ECC among them, are passed over)."""
     events: dict[str, dict[str, Any]] = memory.setdefault("events", {})
     if host.nvml.init_error is not None:
         sources["nvml_events"] = f"unavailable (NVML {host.nvml.init_error})"
@@ -286,14 +340,21 @@ def _drain_events(
                 if not batch:
                     break
                 for event in batch:
-                    if event.type != "XidCriticalError":
+                    xid = event.type == XID_EVENT
+                    if not xid and event.type not in nvml_events.EVENTS:
                         continue
                     gpu = gpus.get(str(event.device)) or Gpu(event.device, "", None)
-                    x = Seen(gpu, event.data, 1, _event_time(event.time, now), "nvml-event")
+                    stamp = _event_time(event.time, now)
+                    if xid:
+                        x = Seen(gpu, event.data, 1, stamp, "nvml-event")
+                    else:
+                        said = nvml_events.detail(host.nvml, event.type, event.device)
+                        x = Seen(gpu, 0, 1, stamp, "nvml-event", said, event=event.type)
                     old = events.get(x.key)
                     if old is not None:
                         x.count += int(old.get("count", 0))
                         x.last_seen = _later(old.get("last_seen"), x.last_seen)
+                        x.message = x.message or str(old.get("message") or "")
                     events[x.key] = x.to_entry()
         except NvmlError as exc:
             sources["nvml_events"] = f"error ({exc.name})"
@@ -450,9 +511,8 @@ def _time_text(value: Any) -> str | None:
     return format_time(stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC))
 
 
-def _persist(host: Host, config: Config, seen: Observation) -> str | None:
+def _persist(host: Host, seen: Observation, directory: str | None) -> str | None:
     """Keep the live daemon's sticky XIDs in the state file (never from a snapshot)."""
-    directory = state_dir(host, config)
     if (
         host.is_snapshot
         or directory is None
@@ -481,13 +541,25 @@ def _finding(x: Seen) -> Finding:
         where += f" ({x.gpu.pci_bus_id})"
     times = f"{x.count} time{'s' if x.count != 1 else ''}"
     last = f", last at {x.last_seen}" if x.last_seen else ""
-    said = f' ("{_short(x.message)}")' if x.message else ""
     sticky = (
         " (reported until the node reboots or `gpuprobe clear-xid` clears it)"
         if info.critical
         else ""
     )
     resource = gpu_resource(x.gpu.index, x.gpu.uuid) if x.gpu.index is not None else "node"
+    if isinstance(info, EventInfo):
+        gpu = f" -i {x.gpu.index}" if x.gpu.index is not None else ""
+        advice = nvml_events.ADVICE.get(info.action, "").format(gpu=gpu)
+        action = f" ({x.message})" if x.message else ""
+        return Finding(
+            info.code,
+            info.severity,
+            f"{where}: NVML event {x.event}{action}, {info.description}, seen {times} this "
+            f"boot{last}: {advice}{sticky}",
+            info.action,
+            resource,
+        )
+    said = f' ("{_short(x.message)}")' if x.message else ""
     return Finding(
         "XID",
         info.severity,
@@ -529,11 +601,18 @@ def _summary(xids: list[Seen], active: list[Seen]) -> str:
     if not active:
         return f"no active XID ({len(xids)} seen this boot: cleared, or warnings past their window)"
     shown = [
-        f"Xid {x.xid} on GPU {x.gpu.index if x.gpu.index is not None else '?'}"
+        (f"Xid {x.xid}" if x.is_xid else x.event)
+        + f" on GPU {x.gpu.index if x.gpu.index is not None else '?'}"
         + (f" (x{x.count})" if x.count > 1 else "")
-        for x in sorted(active, key=lambda x: (not x.info.critical, x.gpu.index or 0, x.xid))
+        for x in sorted(
+            active, key=lambda x: (not x.info.critical, x.gpu.index or 0, x.xid, x.event)
+        )
     ]
     more = f" and {len(shown) - 4} more" if len(shown) > 4 else ""
-    return (
-        f"{len(active)} active XID{'s' if len(active) != 1 else ''}: {', '.join(shown[:4])}{more}"
-    )
+    active_xids = sum(1 for x in active if x.is_xid)
+    counted = [
+        f"{n} active {what}{'s' if n != 1 else ''}"
+        for n, what in ((active_xids, "XID"), (len(active) - active_xids, "NVML event"))
+        if n
+    ]
+    return f"{' and '.join(counted)}: {', '.join(shown[:4])}{more}"

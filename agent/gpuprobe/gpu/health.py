@@ -90,7 +90,7 @@ def read_health(device: Device, processes: ProcessTable) -> dict[str, Any]:
         ),
         processes,
     )
-    facts["recovery_action"] = _recovery_action(
+    facts["recovery_action"] = recovery_action(
         get("nvmlDeviceGetFieldValues", args=([FIELD_GPU_RECOVERY_ACTION],))
     )
     mig = current_pending(get("nvmlDeviceGetMigMode"))
@@ -270,7 +270,7 @@ def _processes(value: Any, table: ProcessTable) -> list[dict[str, Any]] | None:
     return found
 
 
-def _recovery_action(value: Any) -> str | None:
+def recovery_action(value: Any) -> str | None:
     """The GPU recovery action field, from nvmlDeviceGetFieldValues' answer."""
     entries = value if isinstance(value, list) else [value]
     for entry in entries:
@@ -509,7 +509,9 @@ def _clock_findings(facts: dict[str, Any], resource: str, where: str) -> list[Fi
     return findings
 
 
-_RECOVERY_VERDICTS = {
+# What each recovery action asks for (the `gpus` check, and the `xid` check on a
+# GpuRecoveryAction event).
+RECOVERY_VERDICTS = {
     "GPU_RESET": (Severity.CRITICAL, Action.RESET_GPU, "a GPU reset"),
     "BUS_RESET": (Severity.CRITICAL, Action.RESET_GPU, "a bus reset"),
     "DRAIN_AND_RESET": (Severity.CRITICAL, Action.RESET_GPU, "draining and a GPU reset"),
@@ -522,7 +524,7 @@ _RECOVERY_VERDICTS = {
 
 
 def _recovery_findings(facts: dict[str, Any], resource: str, where: str) -> list[Finding]:
-    verdict = _RECOVERY_VERDICTS.get(facts.get("recovery_action", "NONE"))
+    verdict = RECOVERY_VERDICTS.get(facts.get("recovery_action", "NONE"))
     if verdict is None:
         return []
     severity, action, what = verdict

@@ -9,7 +9,9 @@ outlives the command that made it and a restarted agent still knows the XIDs it 
      "cleared": {"GPU-5f1c...|79": {"count": 1, "last_seen": "2026-11-29T20:58:01Z"}},
      "sticky": {"GPU-5f1c...|79": {"gpu": 3, "uuid": "GPU-5f1c...", "xid": 79, ...}}}
 
-A state written in another boot is void. The file is replaced atomically.
+A critical NVML event other than an XID is kept the same way under `<uuid>|<event type>`
+(`GPU-5f1c...|DoubleBitEccError`, its entry with `"event"` and `"xid": 0`). A state written in
+another boot is void. The file is replaced atomically.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class StateError(UsageError):
 
 @dataclass
 class XidState:
-    """Cleared markers and sticky XIDs of one boot, by XID key (`<uuid>|<xid>`)."""
+    """Cleared markers and sticky XIDs of one boot, by XID key (`<uuid>|<xid>`, or
+    `<uuid>|<event type>` for another critical NVML event)."""
 
     boot_id: str | None = None
     cleared: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -18,7 +18,7 @@ import ctypes
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,7 +60,8 @@ ERROR_CODES = {
 }
 _NAMES_BY_CODE = {code: name for name, code in ERROR_CODES.items()}
 
-# Event type bits (nvml.h, nvmlEventType*) and the names nvml.json uses for them.
+# Event type bits (nvml.h, nvmlEventType*; MigConfigChange is nvmlEventMigConfigChange) and
+# the names nvml.json uses for them. eventData is the XID for XidCriticalError, 0 for the others.
 EVENT_TYPES = {
     "SingleBitEccError": 0x1,
     "DoubleBitEccError": 0x2,
@@ -69,9 +70,28 @@ EVENT_TYPES = {
     "Clock": 0x10,
     "PowerSourceChange": 0x80,
     "MigConfigChange": 0x100,
+    "SingleBitEccErrorStorm": 0x200,
+    "DramRetirementEvent": 0x400,
+    "DramRetirementFailure": 0x800,
+    "NonFatalPoisonError": 0x1000,
+    "FatalPoisonError": 0x2000,
+    "GpuUnavailableError": 0x4000,
+    "GpuRecoveryAction": 0x8000,
 }
-# What the event watcher registers for: the critical ones, as the device plugin does.
-WATCHED_EVENTS = ("XidCriticalError", "DoubleBitEccError", "SingleBitEccError")
+# What the event watcher registers for: the device plugin's three (XIDs, double- and single-bit
+# ECC) and the newer critical types, each where the GPU and driver support it.
+WATCHED_EVENTS = (
+    "XidCriticalError",
+    "DoubleBitEccError",
+    "SingleBitEccError",
+    "DramRetirementFailure",
+    "FatalPoisonError",
+    "GpuUnavailableError",
+    "GpuRecoveryAction",
+)
+# How nvmlDeviceRegisterEvents refuses a mask that holds a type the GPU lacks or the driver
+# does not know: for the whole mask, so the watcher then registers the types one by one.
+_REFUSED_MASK = frozenset({"NotSupported", "InvalidArgument"})
 
 # Functions whose first argument is not a device handle.
 _NO_HANDLE = frozenset(
@@ -110,7 +130,8 @@ class NvmlError(Exception):
 
 @dataclass(frozen=True)
 class NvmlEvent:
-    """An NVML event: an XID (type XidCriticalError, data the XID number) or an ECC event."""
+    """An NVML event: its GPU, its type (a name of EVENT_TYPES) and data (the XID number for
+    XidCriticalError, 0 for the other types)."""
 
     device: int
     type: str
@@ -183,6 +204,8 @@ class LiveNvml:
         self._init_error: str | None = None
         self._handles: dict[Any, Any] = {}
         self._event_set: Any = None
+        # The event types registered per GPU index (a bit mask of EVENT_TYPES).
+        self.registered_events: dict[int, int] = {}
         self._pynvml: Any = None
 
     @property
@@ -284,11 +307,54 @@ class LiveNvml:
         for index in range(pynvml.nvmlDeviceGetCount()):
             try:
                 handle = self._handle(index)
-                supported = pynvml.nvmlDeviceGetSupportedEventTypes(handle)
-                pynvml.nvmlDeviceRegisterEvents(handle, wanted & supported, event_set)
-            except pynvml.NVMLError:
-                continue  # a lost or unsupported GPU must not stop the others' events
+                try:
+                    supported: int | None = pynvml.nvmlDeviceGetSupportedEventTypes(handle)
+                except pynvml.NVMLError:
+                    supported = None  # unknown: each wanted type is tried
+
+                def register(mask: int, handle: Any = handle) -> None:
+                    try:
+                        pynvml.nvmlDeviceRegisterEvents(handle, mask, event_set)
+                    except pynvml.NVMLError as exc:
+                        raise NvmlError(error_name(exc)) from None
+
+                self.registered_events[index] = register_event_types(register, wanted, supported)
+            except (pynvml.NVMLError, NvmlError):
+                continue  # a lost GPU must not stop the others' events
         return event_set
+
+
+def register_event_types(
+    register: Callable[[int], None], wanted: int, supported: int | None
+) -> int:
+    """Register the `wanted` event types (those of them `supported`, when known) through
+    `register`, which raises NvmlError; returns the mask registered.
+
+    When NVML refuses the whole mask (NotSupported, or InvalidArgument from a driver that does
+    not know a newer type), each type is registered alone, so one it lacks costs only itself.
+    Any other error (GpuIsLost) is raised.
+    """
+    mask = wanted & supported if supported is not None else wanted
+    if not mask:
+        return 0
+    try:
+        register(mask)
+        return mask
+    except NvmlError as exc:
+        if exc.name not in _REFUSED_MASK:
+            raise
+    registered = 0
+    for bit in (1 << n for n in range(mask.bit_length())):
+        if not mask & bit:
+            continue
+        try:
+            register(bit)
+        except NvmlError as exc:
+            if exc.name not in _REFUSED_MASK:
+                raise
+            continue
+        registered |= bit
+    return registered
 
 
 def _handle_answer(fn: str, args: tuple[Any, ...]) -> Any:

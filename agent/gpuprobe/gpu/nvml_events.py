@@ -1,0 +1,106 @@
+"""NVML's critical events other than XIDs, and the finding each one raises (check `xid`).
+
+An event names only its GPU and its type (nvml.h: `eventData` is 0 for every type but
+XidCriticalError), so a GpuRecoveryAction event is judged by the GPU's recovery action field
+(`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`), read when the event is drained. Each maps onto the
+code the `gpus` check raises for the same fault from NVML's counters and states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuprobe.gpu.devices import Device
+from gpuprobe.gpu.health import FIELD_GPU_RECOVERY_ACTION, RECOVERY_VERDICTS, recovery_action
+from gpuprobe.host.nvml import Nvml
+from gpuprobe.report import Action, Severity
+
+RECOVERY = "GpuRecoveryAction"
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """What an event type means: the finding code, a description, severity and action."""
+
+    type: str
+    code: str
+    description: str
+    severity: Severity
+    action: Action
+
+    @property
+    def critical(self) -> bool:
+        """Critical events are sticky, as critical XIDs are."""
+        return self.severity is Severity.CRITICAL
+
+
+_C = Severity.CRITICAL
+EVENTS = {
+    "DoubleBitEccError": EventInfo(
+        "DoubleBitEccError",
+        "ECC_UNCORRECTABLE",
+        "a double-bit (uncorrectable) ECC error",
+        _C,
+        Action.RESET_GPU,
+    ),
+    "FatalPoisonError": EventInfo(
+        "FatalPoisonError",
+        "ECC_UNCORRECTABLE",
+        "a fatal poison error (corrupted memory was consumed and not contained)",
+        _C,
+        Action.RESET_GPU,
+    ),
+    "DramRetirementFailure": EventInfo(
+        "DramRetirementFailure",
+        "ROW_REMAP_FAILURE",
+        "a DRAM retirement failure (a failing row could not be remapped)",
+        _C,
+        Action.HARDWARE_INSPECTION,
+    ),
+    "GpuUnavailableError": EventInfo(
+        "GpuUnavailableError",
+        "GPU_LOST",
+        "the GPU became unavailable",
+        _C,
+        Action.REBOOT_NODE,
+    ),
+    RECOVERY: EventInfo(
+        RECOVERY,
+        "GPU_RECOVERY_REQUIRED",
+        "a recovery action event (its recovery action field names none: a GPU reset is assumed)",
+        _C,
+        Action.RESET_GPU,
+    ),
+}
+
+ADVICE = {
+    Action.RESET_GPU: "drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the "
+    "GPU if it recurs",
+    Action.REBOOT_NODE: "drain and reboot the node; inspect the GPU if it happens again",
+    Action.DRAIN_NODE: "drain the GPU's peer-to-peer (NVLink) work, as the driver asks",
+    Action.HARDWARE_INSPECTION: "take the GPU out of service; have it inspected or replaced",
+    Action.FIX_CONFIG: "recover the GPU's IMEX domain, as the driver asks",
+}
+
+
+def info(event_type: str, detail: str = "") -> EventInfo | None:
+    """The verdict on an event type (None for a type that raises nothing); `detail` is the
+    recovery action a GpuRecoveryAction event found."""
+    known = EVENTS.get(event_type)
+    if known is None or event_type != RECOVERY or detail not in RECOVERY_VERDICTS:
+        return known
+    severity, action, what = RECOVERY_VERDICTS[detail]
+    description = f"a recovery action event: the driver asks for {what}"
+    return EventInfo(RECOVERY, known.code, description, severity, action)
+
+
+def detail(nvml: Nvml, event_type: str, device: int) -> str:
+    """What to keep of an event when it is drained: a GpuRecoveryAction event's recovery
+    action (`GPU_RESET`, ...; empty when the field cannot be read)."""
+    if event_type != RECOVERY:
+        return ""
+    value: Any = Device(nvml, device).get(
+        "nvmlDeviceGetFieldValues", args=([FIELD_GPU_RECOVERY_ACTION],)
+    )
+    return recovery_action(value) or ""
