@@ -73,10 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     clear_xid = commands.add_parser(
         "clear-xid",
-        help="clear the sticky critical XIDs reported now (they return if they recur)",
+        help="clear the sticky critical XIDs and NVML events reported now (they return if they recur)",
     )
     clear_xid.add_argument(
-        "--gpu", type=_positive_int, metavar="N", help="only the XIDs of GPU index N"
+        "--gpu", type=_positive_int, metavar="N", help="only those of GPU index N"
     )
     clear_xid.add_argument("--root", metavar="DIR", default="/", help="read host files under DIR")
     clear_xid.add_argument("--config", metavar="FILE", help="gpuprobe configuration (YAML)")
@@ -466,7 +466,7 @@ def _clear_xid(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     cleared = clear(_host(args), config, args.gpu)
     where = f" on GPU {args.gpu}" if args.gpu is not None else ""
-    print(f"gpuprobe: cleared {cleared} sticky XID{'s' if cleared != 1 else ''}{where}")
+    print(f"gpuprobe: cleared {cleared} sticky finding{'s' if cleared != 1 else ''}{where}")
     return 0
 
 

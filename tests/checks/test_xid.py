@@ -522,11 +522,11 @@ def test_clear_xid_command(tmp_path: Path) -> None:
     out = gpuprobe("clear-xid", "--gpu", "6", "--root", str(root), "--config", str(cfg))
     assert (out.returncode, out.stdout, out.stderr) == (
         0,
-        "gpuprobe: cleared 2 sticky XIDs on GPU 6\n",
+        "gpuprobe: cleared 2 sticky findings on GPU 6\n",
         "",
     )
     out = gpuprobe("clear-xid", "--root", str(root), "--config", str(cfg))
-    assert out.stdout == "gpuprobe: cleared 1 sticky XID\n"
+    assert out.stdout == "gpuprobe: cleared 1 sticky finding\n"
     check = gpuprobe("check", "--json", "--only", "xid", "--root", str(root), "--config", str(cfg))
     assert check.returncode == 1  # the informational Xid 63 is all that is left
     (finding,) = check.json()["checks"][0]["findings"]
