@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     clear_xid = commands.add_parser(
         "clear-xid",
-        help="clear the sticky critical XIDs and NVML events reported now (they return if they recur)",
+        help="clear the sticky critical XIDs and NVML events reported now (they return if "
+        "they recur)",
     )
     clear_xid.add_argument(
         "--gpu", type=_positive_int, metavar="N", help="only those of GPU index N"
