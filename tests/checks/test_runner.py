@@ -10,7 +10,8 @@ import pytest
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.checks import registry
-from gpuprobe.checks.runner import run_checks
+from gpuprobe.checks.registry import CheckFn
+from gpuprobe.checks.runner import STAGGER_SECONDS, run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import CheckResult, Status
@@ -92,3 +93,38 @@ def test_registry_resolves_names_in_report_order() -> None:
     assert registry.resolve(["gpus", "driver"]) == ["driver", "gpus"]
     with pytest.raises(KeyError):
         registry.resolve(["nope"])
+
+
+def recording(times: dict[str, tuple[float, float]], name: str, seconds: float) -> CheckFn:
+    """A stand-in check that sleeps `seconds` and records when it started and ended."""
+
+    def check(host: object, cfg: Config) -> CheckResult:
+        started = time.monotonic()
+        time.sleep(seconds)
+        times[name] = (started, time.monotonic())
+        return CheckResult(name, "ok")
+
+    return check
+
+
+def test_quick_checks_run_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    times: dict[str, tuple[float, float]] = {}
+    for name in ("driver", "gpus", "mig"):
+        monkeypatch.setitem(registry.CHECKS, name, recording(times, name, 0.05))
+    host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
+    run_checks(host, Config(), ["driver", "gpus", "mig"])
+    assert times["driver"][1] <= times["gpus"][0]
+    assert times["gpus"][1] <= times["mig"][0]
+
+
+def test_a_slow_check_holds_the_next_back_only_for_the_stagger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    times: dict[str, tuple[float, float]] = {}
+    monkeypatch.setitem(registry.CHECKS, "driver", recording(times, "driver", 2.0))
+    monkeypatch.setitem(registry.CHECKS, "gpus", recording(times, "gpus", 0.0))
+    host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
+    report = run_checks(host, Config(), ["driver", "gpus"])
+    waited = times["gpus"][0] - times["driver"][0]
+    assert STAGGER_SECONDS - 0.05 <= waited < STAGGER_SECONDS + 0.5
+    assert [c.status for c in report.checks] == [Status.OK, Status.OK]

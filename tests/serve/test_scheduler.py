@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from conftest import snapshot
+from gpuprobe.checks.runner import STAGGER_SECONDS
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -306,3 +307,37 @@ def test_serve_config_intervals() -> None:
     assert cfg.interval("xid", active=False) == 5
     assert cfg.interval("gpus", active=False) == 20
     assert cfg.interval("storage", active=True) == 3600
+
+
+def test_the_executor_runs_checks_in_turn_and_a_stuck_one_holds_nothing_back() -> None:
+    times: dict[str, tuple[float, float]] = {}
+    release = threading.Event()
+
+    def make(name: str, seconds: float) -> object:
+        def run(h: Host, c: Config) -> CheckResult:
+            started = time.monotonic()
+            if name == "stuck":
+                release.wait(30)
+            time.sleep(seconds)
+            times[name] = (started, time.monotonic())
+            return CheckResult(name, "ran")
+
+        return run
+
+    checks = {"a": make("a", 0.05), "b": make("b", 0.05), "stuck": make("stuck", 0)}
+    cfg = config(checks={"deadlines": {"stuck": 1}})
+    executor = CheckExecutor(host(), cfg, checks)  # type: ignore[arg-type]
+    try:
+        executor.run(["a", "b"])
+        assert times["a"][1] <= times["b"][0]  # in turn
+        called = time.monotonic()
+        first = executor.run(["stuck", "a"])  # a waits for the stagger, not the deadline
+        assert STAGGER_SECONDS - 0.05 <= times["a"][0] - called < STAGGER_SECONDS + 0.5
+        assert [r.timed_out for r in first] == [True, False]
+        started = time.monotonic()
+        again = executor.run(["stuck", "a"])  # joined in flight: no stagger at all
+        assert time.monotonic() - started < 1.5
+        assert times["a"][0] - started < STAGGER_SECONDS
+        assert [r.timed_out for r in again] == [True, False]
+    finally:
+        release.set()

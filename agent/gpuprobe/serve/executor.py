@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpuprobe.checks.registry import CheckFn
-from gpuprobe.checks.runner import failed, timed_out
+from gpuprobe.checks.runner import STAGGER_SECONDS, failed, timed_out
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult, now
@@ -55,14 +55,23 @@ class CheckExecutor:
         self._flights: dict[str, _Flight] = {}
 
     def run(self, names: Sequence[str], within: float | None = None) -> list[Ran]:
-        """Run the named checks concurrently and wait for them, in `names` order.
+        """Run the named checks (in turn, staggered as the one-shot runner does) and wait for
+        them, in `names` order.
 
         Each is bounded by its configured deadline and, when given, by `within` seconds from
         now (the caller's deadline), whichever ends first; a check past it is reported
         UNKNOWN (CHECK_TIMEOUT) and left to finish in the background.
         """
         called = time.monotonic()
-        flights = [self._start(name) for name in names]
+        flights = []
+        for name in names:
+            flight, fresh = self._start(name)
+            flights.append(flight)
+            if fresh:  # a check already in flight (stuck) holds nothing back
+                stagger = min(STAGGER_SECONDS, self.config.deadline(name))
+                if within is not None:
+                    stagger = min(stagger, max(0.0, called + within - time.monotonic()))
+                flight.done.wait(stagger)
         ran = []
         for flight in flights:
             deadline = self.config.deadline(flight.name)
@@ -81,17 +90,18 @@ class CheckExecutor:
         with self._lock:
             return sorted(self._flights)
 
-    def _start(self, name: str) -> _Flight:
+    def _start(self, name: str) -> tuple[_Flight, bool]:
+        """The named check's run, and whether it starts now (False: joined one in flight)."""
         with self._lock:
             flight = self._flights.get(name)
             if flight is not None:
-                return flight  # still running: join it rather than start a second copy
+                return flight, False  # still running: join it rather than start a second copy
             flight = _Flight(name, self._checks[name])
             self._flights[name] = flight
         threading.Thread(
             target=self._fly, args=(flight,), name=f"check-{name}", daemon=True
         ).start()
-        return flight
+        return flight, True
 
     def _fly(self, flight: _Flight) -> None:
         try:
