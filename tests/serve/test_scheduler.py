@@ -341,3 +341,14 @@ def test_the_executor_runs_checks_in_turn_and_a_stuck_one_holds_nothing_back() -
         assert [r.timed_out for r in again] == [True, False]
     finally:
         release.set()
+
+
+def test_the_first_report_waits_for_every_passive_check() -> None:
+    store = ReportStore("n", ["driver", "gpus", "storage"], first=["driver", "gpus"])
+    assert store.update([Ran(CheckResult("storage", "measured"), T)]).report is None
+    assert store.update([Ran(CheckResult("driver", "ok"), T)]).report is None
+    report = store.update([Ran(CheckResult("gpus", "ok"), T)]).report
+    assert report is not None
+    assert [c.name for c in report.checks] == ["driver", "gpus", "storage"]
+    later = store.update([Ran(CheckResult("storage", "again"), T)]).report
+    assert later is not None and later.check("storage").summary == "again"  # type: ignore[union-attr]

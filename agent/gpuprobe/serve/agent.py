@@ -80,7 +80,8 @@ class Agent:
         self.config = config
         self.names = list(names)
         self.stopping = threading.Event()
-        self.store = ReportStore(host.node_name, self.names)
+        passive = [n for n in self.names if n not in ACTIVE]
+        self.store = ReportStore(host.node_name, self.names, first=passive)
         self.executor = CheckExecutor(host, config, CHECKS)
         rng = rng or random.Random()
         groups = plan(self.names, config.serve, ACTIVE, time.monotonic(), rng)

@@ -60,11 +60,17 @@ def signature(report: NodeReport) -> Signature:
 
 
 class ReportStore:
-    """The latest result of each check, as one report in check order."""
+    """The latest result of each check, as one report in check order.
 
-    def __init__(self, node: str, order: Sequence[str]) -> None:
+    No report is published until every check in `first` has a result (the passive ones: a
+    storage or NCCL round that ends first must not make a report of just itself); results
+    that come before are kept and join the first report.
+    """
+
+    def __init__(self, node: str, order: Sequence[str], first: Sequence[str] = ()) -> None:
         self.node = node
         self._order = list(order)
+        self._first = frozenset(first)
         self._latest: dict[str, Ran] = {}
         self._runs: dict[str, int] = {}
         self._timeouts: dict[str, int] = {}
@@ -93,6 +99,8 @@ class ReportStore:
                 self._runs[name] = self._runs.get(name, 0) + 1
                 if item.timed_out:
                     self._timeouts[name] = self._timeouts.get(name, 0) + 1
+            if self._snapshot.report is None and not self._first <= set(self._latest):
+                return self._snapshot  # the first report waits for every passive check
             order = self._order + sorted(set(self._latest) - set(self._order))
             report = NodeReport(
                 node=self.node,
