@@ -152,3 +152,45 @@ def test_a_server_side_that_exits_says_why_and_one_that_listens_is_handed_back(
     finally:
         stop(server)
     assert server.returncode is not None
+
+
+def client_stand_in(tmp_path: Path, offers_json: bool, writes: str | None) -> tuple[str, Path]:
+    """A stand-in ib_write_bw client: its help offers --out_json or not; it records its
+    arguments, writes `writes` to the --out_json_file it is given (if any) and prints the
+    NDR table (391.87 Gb/s)."""
+    calls = tmp_path / "calls"
+    report = tmp_path / "report.json"
+    if writes is not None:
+        report.write_text(writes)
+    help_line = "      --out_json  Save the report in a json file" if offers_json else "usage"
+    binary = tmp_path / "ib_write_bw"
+    binary.write_text(
+        "#!/bin/sh\n"
+        f'[ "$1" = --help ] && exec echo "{help_line}"\n'
+        f'echo "$*" > {calls}\n'
+        'for a in "$@"; do case "$a" in --out_json_file=*) json=${a#*=};; esac; done\n'
+        f'[ -n "$json" ] && [ -f {report} ] && cp {report} "$json"\n'
+        f"exec cat {FIXTURES / 'ib_write_bw-ndr-gbits.txt'}\n"
+    )
+    binary.chmod(0o755)
+    return str(binary), calls
+
+
+def test_the_client_reads_perftests_json_report_where_it_writes_one(tmp_path: Path) -> None:
+    json_report = (FIXTURES / "ib_write_bw-out.json").read_text().replace("391.87", "100.00")
+    binary, calls = client_stand_in(tmp_path, offers_json=True, writes=json_report)
+    result = run_client(PerftestOptions("mlx5_0", binary=binary), "10.0.0.8", timeout=10)
+    assert result.average_bytes_per_second == 100e9 / 8  # the JSON's figure, not the table's
+    assert "--out_json --out_json_file=" in calls.read_text()
+
+
+@pytest.mark.parametrize(
+    ("offers_json", "writes"), [(False, None), (True, None), (True, '{"results": {}}')]
+)
+def test_the_table_serves_when_there_is_no_usable_json(
+    tmp_path: Path, offers_json: bool, writes: str | None
+) -> None:
+    binary, calls = client_stand_in(tmp_path, offers_json, writes)
+    result = run_client(PerftestOptions("mlx5_0", binary=binary), "10.0.0.8", timeout=10)
+    assert result.average_bytes_per_second == 391.87e9 / 8
+    assert ("--out_json" in calls.read_text()) is offers_json

@@ -162,17 +162,20 @@ def test_the_streams_flag_is_bounded(streams: str, message: str) -> None:
 
 def stand_in_perftest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A stand-in ib_write_bw on PATH that records each command line (no RDMA device here):
-    the server side waits as perftest's does, the client side prints a recorded table.
+    it offers `--out_json` in its help as Debian's does, the server side waits as perftest's
+    does, the client side prints a recorded table and writes the recorded JSON report.
     Returns the file of recorded command lines."""
     calls = tmp_path / "calls"
-    table = ROOT / "tests" / "fixtures" / "perftest" / "ib_write_bw-ndr-gbits.txt"
+    fixtures = ROOT / "tests" / "fixtures" / "perftest"
     stand_in = tmp_path / "bin" / "ib_write_bw"
     stand_in.parent.mkdir()
     stand_in.write_text(
         "#!/bin/sh\n"
+        '[ "$1" = --help ] && exec echo "      --out_json  Save the report in a json file"\n'
         f'echo "$*" >> {calls}\n'
-        'for last in "$@"; do :; done\n'
-        f'[ "$last" = 127.0.0.1 ] && exec cat {table}\n'
+        'for last in "$@"; do case "$last" in --out_json_file=*) json=${last#*=};; esac; done\n'
+        f'[ "$last" = 127.0.0.1 ] && cp {fixtures / "ib_write_bw-out.json"} "$json" &&\n'
+        f"  exec cat {fixtures / 'ib_write_bw-ndr-gbits.txt'}\n"
         "exec sleep 5\n"
     )
     stand_in.chmod(0o755)
@@ -250,10 +253,14 @@ def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes
             response = client.measure_bandwidth(request, timeout=30)
     assert response.bytes_per_second == 391.87e9 / 8
     shared = "-d mlx5_0 -p PORT -s 65536 -D 2 -q 4 -F --report_gbits"
-    assert [re.sub(r"-p \d+", "-p PORT", line) for line in calls.read_text().splitlines()] == [
+    called = [
+        re.sub(r"-p \d+", "-p PORT", re.sub(r"--out_json_file=\S+", "--out_json_file=F", line))
+        for line in calls.read_text().splitlines()
+    ]
+    assert called == [
         f"{shared} -x 0",  # node-a tries its own device first
         shared,  # node-b's server: node-a's size and queue pairs, its own (no) GID index
-        f"{shared} -x 0 127.0.0.1",  # node-a's client
+        f"{shared} -x 0 --out_json --out_json_file=F 127.0.0.1",  # node-a's client
     ]
 
 

@@ -11,16 +11,21 @@ is, `[MiB/sec]` (2^20 bytes per second either way). Warning lines can sit inside
 table. In duration mode (`-D`) perftest measures no peak and prints 0.00 for it, so the peak
 is kept only when it was measured. `--out_json --out_json_file F` writes
 `{"test_info": {...}, "results": {"MsgSize", "n_iterations", "BW_peak", "BW_average",
-"MsgRate"}}` in the same unit as the table.
+"MsgRate"}}` in the same unit as the table; the client asks for it where the installed
+perftest offers it (its `--help` names `--out_json`; Debian's 4.5+0.17 does) and reads it
+before the table, which stays the fallback.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 MIB = 1024 * 1024
@@ -202,19 +207,40 @@ def probe(options: PerftestOptions, wait: float = LISTEN_WAIT) -> None:
     stop(start_server(options, wait))
 
 
-def run_client(options: PerftestOptions, server: str, timeout: float) -> PerftestResult:
-    """Run the client side toward `server`, bounded by `timeout` seconds."""
-    _binary(options)
+@functools.lru_cache(maxsize=8)
+def writes_json(binary: str) -> bool:
+    """Whether this perftest binary offers `--out_json` (its help names it)."""
     try:
         done = subprocess.run(
-            [*options.arguments(), server],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+            [binary, "--help"], capture_output=True, text=True, timeout=5, check=False
         )
-    except subprocess.TimeoutExpired:
-        raise PerftestError(f"ib_write_bw did not finish within {timeout:g} s") from None
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--out_json" in done.stdout + done.stderr
+
+
+def run_client(options: PerftestOptions, server: str, timeout: float) -> PerftestResult:
+    """Run the client side toward `server`, bounded by `timeout` seconds; the result from
+    perftest's JSON report where it writes one, else from its table."""
+    binary = _binary(options)
+    with tempfile.TemporaryDirectory(prefix="gpuprobe-perftest-") as scratch:
+        report = Path(scratch) / "result.json"
+        extra = ["--out_json", f"--out_json_file={report}"] if writes_json(binary) else []
+        try:
+            done = subprocess.run(
+                [*options.arguments(), *extra, server],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise PerftestError(f"ib_write_bw did not finish within {timeout:g} s") from None
+        if extra and report.is_file():
+            try:
+                return parse_json(report.read_text(errors="replace"), gbits=True)
+            except PerftestError:
+                pass  # a partial or odd report: the table says the same
     return parse_output(done.stdout + done.stderr)
 
 
