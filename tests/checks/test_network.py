@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import uuid
@@ -11,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_root, require_tool
+from conftest import require_root, require_tool, snapshot
+from gpuprobe.checks import network, rdma
+from gpuprobe.config import Config
+from gpuprobe.host import snapshot_host
 from helpers import codes, config, run_check
 
 
@@ -158,3 +162,23 @@ def test_live_interfaces_in_a_namespace(netns: str, tmp_path: Path) -> None:
         "fabric NIC gpb is administratively down",
     ]
     assert out.returncode == 2
+
+
+def test_an_ipoib_interface_set_down_on_an_active_rail_is_named_when_configured(
+    tmp_path: Path,
+) -> None:
+    """ibp3s0 set administratively down while its InfiniBand port stays ACTIVE: the rdma check
+    sees a healthy port, so the network check names the interface, if the fabric names it."""
+    node = tmp_path / "ipoib-down"
+    shutil.copytree(snapshot("synthetic-ndr-fabric-healthy"), node, symlinks=True)
+    netlink = json.loads((node / "netlink.json").read_text())
+    for link in netlink["links"]:
+        if link["name"] == "ibp3s0":
+            link.update(admin_up=False, operstate="DOWN")
+    (node / "netlink.json").write_text(json.dumps(netlink))
+    host = snapshot_host(str(node))
+    configured = network.run(host, config(network={"fabric_interfaces": ["ibp*"]}))
+    assert codes(configured) == [("NIC_DOWN", "CRITICAL", "CHECK_NETWORK", "nic:ibp3s0")]
+    assert configured.findings[0].message == "fabric NIC ibp3s0 is administratively down"
+    assert rdma.run(host, Config()).findings == []  # its port is ACTIVE
+    assert network.run(host, Config()).findings == []  # not brought up: not the default fabric

@@ -34,9 +34,13 @@ def run(host: Host, config: Config) -> CheckResult:
     fabric = [i for i in interfaces if i["fabric"]]
     findings = _missing(patterns, links)
     # A NIC that backs an RDMA device is judged by the rdma check, port by port: one finding
-    # per fault, not one per layer.
+    # per fault, not one per layer. Except an IPoIB interface set down: its InfiniBand port
+    # stays ACTIVE, so only this check can see that IP over that rail is off.
     findings += [
-        f for i in fabric if not i["rdma_device"] and (f := _down(i, configured=bool(patterns)))
+        f
+        for i in fabric
+        if (not i["rdma_device"] or _ipoib_set_down(i))
+        and (f := _down(i, configured=bool(patterns)))
     ]
     findings += _mtu_mismatch(
         [i for i in fabric if i["operstate"] in RUNNING], by_kind=not patterns
@@ -110,6 +114,10 @@ def _missing(patterns: tuple[str, ...], links: list[Link]) -> list[Finding]:
         for p in patterns
         if not any(fnmatch.fnmatchcase(n, p) for n in names)
     ]
+
+
+def _ipoib_set_down(nic: dict[str, Any]) -> bool:
+    return nic["link_type"] == "infiniband" and not nic["admin_up"]
 
 
 def _down(nic: dict[str, Any], configured: bool) -> Finding | None:
