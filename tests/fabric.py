@@ -37,6 +37,11 @@ class Fabric:
         self.prefix = f"10.{subnet}.{int(tag[:2], 16)}"
         self.processes: list[subprocess.Popen[str]] = []
 
+    def namespaces_left(self) -> list[str]:
+        """This fabric's namespaces that still exist (none once it is closed). Other tests
+        running beside it make their own, so only its tag counts."""
+        return [name for name in namespaces() if name.endswith(f"-{self.tag}")]
+
     def address(self, node: int) -> str:
         """Node `node`'s (1-based) address on the fabric."""
         return f"{self.prefix}.{node}"

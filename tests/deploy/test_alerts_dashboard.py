@@ -32,7 +32,7 @@ import pytest
 
 from conftest import require_root, require_tool, snapshot
 from deployment import METRICS_DOC, alerts, dashboard_queries, rule_groups
-from fabric import Fabric, namespaces
+from fabric import Fabric
 from gpuprobe.client import Client
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from promql import Prometheus, metric_names, prometheus
@@ -417,7 +417,6 @@ def test_link_bandwidth_low_fires_on_the_throttled_link(tmp_path: Path) -> None:
     raises the alert with both ends and the measured figure in its annotations."""
     require_root()
     require_tool("tc")
-    before = namespaces()
     token = tmp_path / "token"
     token.write_text(FABRIC_TOKEN)
     with Fabric(3) as net:
@@ -468,7 +467,7 @@ def test_link_bandwidth_low_fires_on_the_throttled_link(tmp_path: Path) -> None:
             assert shown, description
             scale = {"": 1, "k": 1e3, "M": 1e6}[shown.group(2)]
             assert float(shown.group(1)) * scale == pytest.approx(value, rel=1e-3)
-    assert namespaces() == before
+    assert net.namespaces_left() == []
 
 
 def test_metric_names_reads_through_promql() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require_root, require_tool, snapshot
-from fabric import Fabric, namespaces
+from fabric import Fabric
 
 TOKEN = "mesh-namespaces-token"
 NODES = 4
@@ -34,7 +34,6 @@ def fabric(tmp_path: Path) -> Iterator[tuple[Fabric, str, list[subprocess.Popen[
     """Four agents on a bridged fabric; yields it, the token file and the agents."""
     require_root()
     require_tool("tc")
-    before = namespaces()
     token = tmp_path / "token"
     token.write_text(TOKEN)
     with Fabric(NODES) as net:
@@ -69,7 +68,7 @@ def fabric(tmp_path: Path) -> Iterator[tuple[Fabric, str, list[subprocess.Popen[
                     break
             threading.Thread(target=agent.stderr.read, daemon=True).start()
         yield net, str(token), agents
-    assert namespaces() == before
+    assert net.namespaces_left() == []
 
 
 def mesh(net: Fabric, token: str, *flags: str, timeout: float = 240) -> tuple[int, dict]:  # type: ignore[type-arg]
