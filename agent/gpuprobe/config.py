@@ -181,8 +181,14 @@ class NetworkConfig:
 # Bounds on the RDMA test's parameters (an agent refuses a peer's request beyond them too).
 MAX_RDMA_MESSAGE_BYTES = 1024 * 1024 * 1024
 MAX_RDMA_QUEUE_PAIRS = 256
-# ib_write_bw registers a buffer of the message size per queue pair: bound their product too.
+# ib_write_bw registers a send and a receive buffer of the message size per queue pair
+# (perftest's alloc_ctx: size × 2 × queue pairs): bound what it pins too.
 MAX_RDMA_BUFFER_BYTES = 4 * 1024 * 1024 * 1024
+
+
+def rdma_buffer_bytes(message_bytes: int, queue_pairs: int) -> int:
+    """The memory ib_write_bw registers for a test: a send and a receive buffer per QP."""
+    return 2 * message_bytes * queue_pairs
 
 
 @dataclass(frozen=True)
@@ -206,10 +212,11 @@ class RdmaTestConfig:
             raise ConfigError(
                 f"queue_pairs: {self.queue_pairs} is not between 1 and {MAX_RDMA_QUEUE_PAIRS}"
             )
-        if self.message_bytes * self.queue_pairs > MAX_RDMA_BUFFER_BYTES:
+        pinned = rdma_buffer_bytes(self.message_bytes, self.queue_pairs)
+        if pinned > MAX_RDMA_BUFFER_BYTES:
             raise ConfigError(
-                f"message_bytes × queue_pairs: {self.message_bytes * self.queue_pairs} is more "
-                f"than {MAX_RDMA_BUFFER_BYTES}"
+                f"2 × message_bytes × queue_pairs (the buffers ib_write_bw registers): {pinned} "
+                f"is more than {MAX_RDMA_BUFFER_BYTES}"
             )
         if self.gid_index is not None and self.gid_index < 0:
             raise ConfigError(f"gid_index: {self.gid_index} is negative")

@@ -271,8 +271,9 @@ def test_rdma_test_settings_are_bounded() -> None:
         ({"queue_pairs": 257}, "queue_pairs: 257 is not between 1 and 256"),
         ({"gid_index": -1}, "gid_index: -1 is negative"),
         (
-            {"message_bytes": 2**30, "queue_pairs": 8},
-            "message_bytes × queue_pairs: 8589934592 is more than 4294967296",
+            {"message_bytes": 2**30, "queue_pairs": 3},  # 3 GiB, pinned twice
+            "2 × message_bytes × queue_pairs \\(the buffers ib_write_bw registers\\): "
+            "6442450944 is more than 4294967296",
         ),
     ]:
         with pytest.raises(ConfigError, match=message):
@@ -280,13 +281,13 @@ def test_rdma_test_settings_are_bounded() -> None:
 
 
 def test_a_sink_refuses_rdma_buffers_beyond_the_bound_in_all() -> None:
-    request = pb.OpenBandwidthSinkRequest(message_bytes=2**30, queue_pairs=8)
+    request = pb.OpenBandwidthSinkRequest(message_bytes=2**30, queue_pairs=3)
     with pytest.raises(Refused) as refused:
         rdma_options("mlx5_0", 18600, request, RdmaTestConfig())
     assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert str(refused.value) == (
-        "1073741824 bytes per message, 8 queue pairs: at most 1073741824 and 256, "
-        "4294967296 bytes in all"
+        "1073741824 bytes per message, 3 queue pairs: at most 1073741824 and 256, "
+        "4294967296 bytes registered in all (twice their product)"
     )
     fits = rdma_options(
         "mlx5_0", 18600, pb.OpenBandwidthSinkRequest(queue_pairs=64), RdmaTestConfig()

@@ -25,6 +25,7 @@ from gpuprobe.config import (
     MAX_RDMA_MESSAGE_BYTES,
     MAX_RDMA_QUEUE_PAIRS,
     RdmaTestConfig,
+    rdma_buffer_bytes,
 )
 from gpuprobe.gpu.devices import busy_gpus
 from gpuprobe.host import Host
@@ -359,13 +360,13 @@ def rdma_options(
     if (
         message_bytes > MAX_RDMA_MESSAGE_BYTES
         or queue_pairs > MAX_RDMA_QUEUE_PAIRS
-        or message_bytes * queue_pairs > MAX_RDMA_BUFFER_BYTES
+        or rdma_buffer_bytes(message_bytes, queue_pairs) > MAX_RDMA_BUFFER_BYTES
     ):
         raise TestRefused(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"{message_bytes} bytes per message, {queue_pairs} queue pairs: at most "
             f"{MAX_RDMA_MESSAGE_BYTES} and {MAX_RDMA_QUEUE_PAIRS}, "
-            f"{MAX_RDMA_BUFFER_BYTES} bytes in all",
+            f"{MAX_RDMA_BUFFER_BYTES} bytes registered in all (twice their product)",
         )
     return perftest.PerftestOptions(
         device=device,
