@@ -339,6 +339,10 @@ def test_the_executor_runs_checks_in_turn_and_a_stuck_one_holds_nothing_back() -
         assert time.monotonic() - started < 1.5
         assert times["a"][0] - started < STAGGER_SECONDS
         assert [r.timed_out for r in again] == [True, False]
+        release.set()
+        started = time.monotonic()
+        executor.run(["b", "a"], within=5)  # a caller's deadline: all at once
+        assert times["a"][0] - started < times["b"][1] - started
     finally:
         release.set()
 

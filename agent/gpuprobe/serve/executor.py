@@ -55,8 +55,8 @@ class CheckExecutor:
         self._flights: dict[str, _Flight] = {}
 
     def run(self, names: Sequence[str], within: float | None = None) -> list[Ran]:
-        """Run the named checks (in turn, staggered as the one-shot runner does) and wait for
-        them, in `names` order.
+        """Run the named checks (in turn, staggered as the one-shot runner does; all at once
+        under a caller's deadline) and wait for them, in `names` order.
 
         Each is bounded by its configured deadline and, when given, by `within` seconds from
         now (the caller's deadline), whichever ends first; a check past it is reported
@@ -67,11 +67,10 @@ class CheckExecutor:
         for name in names:
             flight, fresh = self._start(name)
             flights.append(flight)
-            if fresh:  # a check already in flight (stuck) holds nothing back
-                stagger = min(STAGGER_SECONDS, self.config.deadline(name))
-                if within is not None:
-                    stagger = min(stagger, max(0.0, called + within - time.monotonic()))
-                flight.done.wait(stagger)
+            # A check already in flight (stuck) holds nothing back; nor does any when a
+            # caller's deadline bounds them all (RunChecks): it is no time to save CPU.
+            if fresh and within is None:
+                flight.done.wait(min(STAGGER_SECONDS, self.config.deadline(name)))
         ran = []
         for flight in flights:
             deadline = self.config.deadline(flight.name)
