@@ -6,6 +6,7 @@ import pytest
 
 from gpuprobe.checks import gpus
 from gpuprobe.config import Config
+from gpuprobe.gpu import own_load
 from gpuprobe.gpu.own_load import own_gpu_test, own_gpu_test_running
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
@@ -253,6 +254,20 @@ def test_gpuprobes_own_nccl_test_neither_ends_nor_starts_an_idle_stretch(
     facts = result.data["gpus"]
     assert (facts[7]["idle"], facts[7]["idle_seconds"]) == (False, 3601.0)
     assert [g["idle_seconds"] for g in facts[:6]] == [None] * 6  # busy before: still not idle
+
+
+def test_the_load_counts_as_gpuprobes_own_a_little_after_its_test_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host = snapshot_host(snapshot("synthetic-gpus-idle"))
+    ticks = [1000.0]
+    monkeypatch.setattr(own_load.time, "monotonic", lambda: ticks[0])
+    assert not own_gpu_test_running(host)
+    with own_gpu_test(host):
+        assert own_gpu_test_running(host)
+    ticks[0] += own_load.TRAILING_SECONDS - 0.1  # NVML's utilization sample still shows it
+    assert own_gpu_test_running(host)
+    ticks[0] += 0.2
     assert not own_gpu_test_running(host)
 
 

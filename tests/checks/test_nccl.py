@@ -138,4 +138,5 @@ def test_the_gpus_count_as_loaded_by_gpuprobe_only_while_its_test_runs(tmp_path:
             time.sleep(0.01)
         assert own_gpu_test_running(host)
         assert future.result(timeout=30).data["ran"] is True
-    assert not own_gpu_test_running(host)
+    memory = host.memory.of("gpu_load")
+    assert memory["own_gpu_tests"] == 0 and "own_gpu_test_ended" in memory  # it ended

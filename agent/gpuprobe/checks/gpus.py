@@ -55,6 +55,7 @@ def run(host: Host, config: Config) -> CheckResult:
             data,
             floor=Status.UNKNOWN,
         )
+    loaded = own_gpu_test_running(host)  # before the readings: a test may end while they run
     devices = open_gpus(host.nvml, count)
     table = host.processes()
     gpus = []
@@ -65,7 +66,7 @@ def run(host: Host, config: Config) -> CheckResult:
         gpus.append(_finish(device, facts))
     _place_on_bus(gpus, bus, count)
     data["gpus"] = gpus
-    _track_idle(host, gpus)
+    _track_idle(host, gpus, frozen=loaded or own_gpu_test_running(host))
     if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
         data["fabric_manager_running"] = bool(table.named(*FABRIC_MANAGER))
     findings = _count_findings(bus, count, expected, gpus)
@@ -165,13 +166,12 @@ def _fabric_used(facts: dict[str, Any]) -> bool:
     return facts.get("fabric_state") not in (None, "NOT_SUPPORTED")
 
 
-def _track_idle(host: Host, gpus: list[dict[str, Any]]) -> None:
+def _track_idle(host: Host, gpus: list[dict[str, Any]], frozen: bool) -> None:
     """Set each GPU's `idle_seconds` from the time it was first seen idle (kept in memory).
     While gpuprobe's own NCCL test runs, the GPUs count as they were before it: the test's
     load neither ends an idle stretch nor starts one."""
     since: dict[str, float] = host.memory.of(NAME).setdefault("idle_since", {})
     now = clock()
-    frozen = own_gpu_test_running(host)
     for facts in gpus:
         key = facts.get("uuid") or f"index:{facts['index']}"
         idle = facts.get("idle")
