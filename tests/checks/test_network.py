@@ -62,8 +62,8 @@ def test_the_nics_a_configuration_names_are_one_fabric_for_the_mtu() -> None:
         ("NIC_MTU_MISMATCH", "WARNING", "FIX_CONFIG", "nic:eth3"),
     ]
     assert result.findings[0].message == (
-        "fabric NIC eno1 has MTU 1500 while the other fabric NICs have 9000: traffic between "
-        "them fragments or stalls"
+        "fabric NIC eno1 has MTU 1500 while the other Ethernet fabric NICs have 9000: "
+        "traffic between them fragments or stalls"
     )
     # Unnamed, the same NICs are compared kind by kind: eno1 is a management NIC.
     default = run_check("network", "synthetic-roce-mtu-mismatch")
@@ -182,3 +182,9 @@ def test_an_ipoib_interface_set_down_on_an_active_rail_is_named_when_configured(
     assert configured.findings[0].message == "fabric NIC ibp3s0 is administratively down"
     assert rdma.run(host, Config()).findings == []  # its port is ACTIVE
     assert network.run(host, Config()).findings == []  # not brought up: not the default fabric
+
+
+def test_named_fabric_nics_of_another_link_type_keep_their_own_mtu() -> None:
+    # eno1 (Ethernet, 1500) named beside the IPoIB rails (4092): each link type on its own.
+    cfg = config(network={"fabric_interfaces": ["ibp*", "eno1"]})
+    assert run_check("network", "synthetic-ndr-fabric-healthy", cfg).findings == []

@@ -23,6 +23,7 @@ SYS_NET = "/sys/class/net"
 SYS_IB = "/sys/class/infiniband"
 # Operational states in which a link carries traffic (UNKNOWN: drivers that never report it).
 RUNNING = frozenset({"UP", "UNKNOWN"})
+LINK_TYPE_NAMES = {"ether": "Ethernet", "infiniband": "IPoIB"}
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -138,16 +139,17 @@ def _down(nic: dict[str, Any], configured: bool) -> Finding | None:
 
 
 def _mtu_mismatch(fabric: list[dict[str, Any]], by_kind: bool) -> list[Finding]:
-    """NICs whose MTU differs from the other fabric NICs (`by_kind`: of their kind, the same
-    link type and driver).
+    """NICs whose MTU differs from the other fabric NICs of their link type (`by_kind`: and
+    of their driver).
 
     The default fabric (every physical NIC up) holds a management Ethernet NIC beside the
     InfiniBand or RoCE rails, which rightly differ, so it is compared kind by kind; the NICs
-    a configuration names as the fabric are one fabric and are compared all together.
+    a configuration names as the fabric are one fabric, compared per link type only (IPoIB
+    runs at 2044, 4092 or 65520, never an Ethernet MTU).
     """
     groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
     for nic in fabric:
-        kind = (nic["link_type"], nic["driver"]) if by_kind else ("", None)
+        kind = (nic["link_type"], nic["driver"] if by_kind else None)
         groups.setdefault(kind, []).append(nic)
     findings = []
     for group in groups.values():
@@ -160,7 +162,11 @@ def _mtu_mismatch(fabric: list[dict[str, Any]], by_kind: bool) -> list[Finding]:
                 "NIC_MTU_MISMATCH",
                 Severity.WARNING,
                 f"fabric NIC {i['name']} has MTU {i['mtu']} while the other "
-                + (f"{i['driver'] or i['link_type']} fabric NICs" if by_kind else "fabric NICs")
+                + (
+                    f"{i['driver'] or i['link_type']} fabric NICs"
+                    if by_kind
+                    else f"{LINK_TYPE_NAMES.get(i['link_type'], i['link_type'])} fabric NICs"
+                )
                 + f" have {majority}: traffic between them fragments or stalls",
                 Action.FIX_CONFIG,
                 f"nic:{i['name']}",
