@@ -113,8 +113,8 @@ def test_each_rdma_rail_is_judged_among_itself_and_its_culprit_named_with_the_ra
 
 def test_an_unreachable_node_is_named_once_across_rails() -> None:
     failed = [
-        Link("a", "b", "rdma", None, FAILED, "connection refused", "b", False, device)
-        for device in ("mlx5_0", "mlx5_1")
+        Link("a", "b", "rdma", None, FAILED, why, "b", False, device)
+        for device, why in (("mlx5_0", "connection refused"), ("mlx5_1", "no route to host"))
     ]
     assert [(f.code, f.resource) for f in blame(judge(failed, Thresholds()))] == [
         ("PEER_UNREACHABLE", "peer:b")

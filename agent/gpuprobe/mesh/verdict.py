@@ -103,12 +103,18 @@ def _low(value: float, population: list[float], t: Thresholds) -> bool:
 
 def blame(links: list[Link]) -> list[Finding]:
     """Findings from judged links: culprit nodes, suspect paths, unreachable peers; each
-    rail's links blamed among themselves (a finding repeated on several rails once)."""
+    rail's links blamed among themselves. A node unreachable on several rails is named once
+    (by the first rail's reason, which may differ in its words); a finding repeated word for
+    word on several rails is given once."""
     findings: list[Finding] = []
     for rail in sorted({link.rail for link in links}, key=lambda r: (r[0], r[1] or "")):
-        findings += [
-            f for f in _blame([link for link in links if link.rail == rail]) if f not in findings
-        ]
+        for finding in _blame([link for link in links if link.rail == rail]):
+            if finding in findings or (
+                finding.code == "PEER_UNREACHABLE"
+                and any(f.code == finding.code and f.resource == finding.resource for f in findings)
+            ):
+                continue
+            findings.append(finding)
     return findings
 
 
