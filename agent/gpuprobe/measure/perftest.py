@@ -18,7 +18,6 @@ before the table, which stays the fallback.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import shutil
@@ -207,16 +206,22 @@ def probe(options: PerftestOptions, wait: float = LISTEN_WAIT) -> None:
     stop(start_server(options, wait))
 
 
-@functools.lru_cache(maxsize=8)
+_WRITES_JSON: dict[str, bool] = {}
+
+
 def writes_json(binary: str) -> bool:
-    """Whether this perftest binary offers `--out_json` (its help names it)."""
+    """Whether this perftest binary offers `--out_json` (its help names it). A help that
+    could not be read says no for now, and is asked again next time."""
+    if binary in _WRITES_JSON:
+        return _WRITES_JSON[binary]
     try:
         done = subprocess.run(
             [binary, "--help"], capture_output=True, text=True, timeout=5, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return "--out_json" in done.stdout + done.stderr
+    _WRITES_JSON[binary] = offered = "--out_json" in done.stdout + done.stderr
+    return offered
 
 
 def run_client(options: PerftestOptions, server: str, timeout: float) -> PerftestResult:
