@@ -959,7 +959,8 @@ def xid_variants() -> list[Node]:
     # NVML's critical events other than XIDs: two double-bit ECC events on GPU 2, a fatal poison
     # on GPU 4, a DRAM retirement failure on GPU 5, GPU 6 unavailable, recovery actions on GPU 7
     # (its recovery action field asks for a node reboot) and GPU 1 (the field not supported);
-    # single-bit ECC, non-fatal poison and clock events raise nothing.
+    # single-bit ECC, non-fatal poison and clock events raise nothing, nor does a recovery
+    # action event on GPU 0, whose field says none is needed any more.
     node = hgx_h100("synthetic-nvml-critical-events")
     node.replace_call("nvmlDeviceGetFieldValues", [7, [230]], ret=[field_value(230, 2)])
     unsupported = field_value(230, 0) | {"nvmlReturn": 3}
@@ -974,6 +975,7 @@ def xid_variants() -> list[Node]:
         {"device": 7, "type": "GpuRecoveryAction", "data": 0, "time": "2026-11-29T18:40:00Z"},
         {"device": 1, "type": "GpuRecoveryAction", "data": 0, "time": "2026-11-29T18:41:00Z"},
         {"device": 0, "type": "Clock", "data": 0, "time": "2026-11-29T18:42:00Z"},
+        {"device": 0, "type": "GpuRecoveryAction", "data": 0, "time": "2026-11-29T18:43:00Z"},
         {"device": 2, "type": "DoubleBitEccError", "data": 0, "time": "2026-11-29T18:50:00Z"},
     ]
     nodes.append(node)

@@ -349,6 +349,8 @@ def _drain_events(
                         x = Seen(gpu, event.data, 1, stamp, "nvml-event")
                     else:
                         said = nvml_events.detail(host.nvml, event.type, event.device)
+                        if said == "NONE":  # the recovery is done: the field asks for none
+                            continue
                         x = Seen(gpu, 0, 1, stamp, "nvml-event", said, event=event.type)
                     old = events.get(x.key)
                     if old is not None:
