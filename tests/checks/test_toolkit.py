@@ -8,6 +8,7 @@ from pathlib import Path
 from conftest import snapshot
 from gpuprobe.checks import toolkit
 from gpuprobe.config import Config
+from gpuprobe.containers.runtime import EngineConfig, Runtime
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
 from helpers import codes, run_check
@@ -201,3 +202,51 @@ def test_node_without_gpus_is_ok() -> None:
     result = run_check("toolkit", "kvm-epyc-nogpu")
     assert result.status is Status.OK and result.findings == []
     assert result.summary == "no NVIDIA GPU on this node: no container toolkit needed"
+
+
+def test_a_runtime_only_containerd_2_keeps_is_a_warning(tmp_path: Path) -> None:
+    """A later v2 drop-in redefines the CRI table: containerd 2.x merges it with the nvidia
+    drop-in, 1.x keeps only its table. The files cannot say which containerd runs."""
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-h100-k8s-containerd-healthy"), copy)
+    (copy / "rootfs/etc/containerd/conf.d/zz-registry.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n'
+        'config_path = "/etc/containerd/certs.d"\n'
+    )
+    result = toolkit.run(snapshot_host(str(copy)), Config())
+    last = "/etc/containerd/conf.d/zz-registry.toml"
+    assert codes(result) == [("RUNTIME_NOT_CONFIGURED", "WARNING", "FIX_CONFIG", f"file:{last}")]
+    assert result.findings[0].message == (
+        "the nvidia runtime of /etc/containerd/conf.d/99-nvidia.toml holds only on containerd "
+        f"2.x: {last} redefines the CRI plugin's table, and containerd 1.x drops it and GPU "
+        "containers get no GPUs (config version 2 is read by both, so the files do not say "
+        f"which runs). Define the nvidia runtime in {last}, or confirm `containerd --version` "
+        "is 2.x"
+    )
+    assert result.summary.endswith("containerd: nvidia runtime (default)")
+
+
+def test_nvidia_as_the_default_only_on_containerd_2_is_a_warning() -> None:
+    nvidia = Runtime("nvidia", "/usr/bin/nvidia-container-runtime", "/etc/containerd/config.toml")
+    config = EngineConfig(
+        "containerd",
+        "containerd",
+        "/etc/containerd/config.toml",
+        version=2,
+        runtimes={"nvidia": nvidia},
+        default_runtime="nvidia",
+        last_cri_file="/etc/containerd/conf.d/zz.toml",
+        default_by_1x="runc",
+    )
+    finding = toolkit._kept_by_containerd2_only(config)
+    assert finding is not None
+    assert (finding.code, finding.severity.value, finding.resource) == (
+        "RUNTIME_NOT_CONFIGURED",
+        "WARNING",
+        "file:/etc/containerd/conf.d/zz.toml",
+    )
+    assert finding.message.startswith(
+        "nvidia as the default runtime holds only on containerd 2.x: "
+        "/etc/containerd/conf.d/zz.toml redefines the CRI plugin's table, and containerd 1.x "
+        "runs runc by default and pods get no GPUs"
+    )

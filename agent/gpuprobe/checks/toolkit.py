@@ -142,6 +142,9 @@ def _judge(
         return f"{label}: no nvidia runtime", [_no_runtime(config, label, installed)]
     problem = _binary_problem(host, config, nvidia, installed)
     findings = [problem] if problem else []
+    fragile = _kept_by_containerd2_only(config)
+    if fragile:
+        findings.append(fragile)
     if config.effective_default == NVIDIA:
         return f"{label}: nvidia runtime (default)", findings
     if default_runs_nvidia:
@@ -152,6 +155,33 @@ def _judge(
             findings,
         )
     return f"{label}: nvidia runtime, not the default: run with --runtime=nvidia", findings
+
+
+def _kept_by_containerd2_only(config: EngineConfig) -> Finding | None:
+    """A WARNING when the nvidia runtime, or its place as the default, holds only if the node
+    runs containerd 2.x (its imports merge key by key; 1.x keeps the last file's CRI table)
+    and the files cannot tell which containerd that is."""
+    last = config.last_cri_file
+    if last is None:
+        return None
+    if NVIDIA in config.dropped_by_1x:
+        what = f"the nvidia runtime of {config.runtimes[NVIDIA].defined_in} holds"
+        then = "containerd 1.x drops it and GPU containers get no GPUs"
+    elif config.effective_default == NVIDIA and config.default_by_1x not in (None, NVIDIA):
+        what = "nvidia as the default runtime holds"
+        then = f"containerd 1.x runs {config.default_by_1x} by default and pods get no GPUs"
+    else:
+        return None
+    return Finding(
+        "RUNTIME_NOT_CONFIGURED",
+        Severity.WARNING,
+        f"{what} only on containerd 2.x: {last} redefines the CRI plugin's table, and "
+        f"{then} (config version {config.version} is read by both, so the files do not say "
+        f"which runs). Define the nvidia runtime in {last}, or confirm `containerd --version` "
+        "is 2.x",
+        Action.FIX_CONFIG,
+        f"file:{last}",
+    )
 
 
 def _fix_target(config: EngineConfig) -> str:

@@ -297,12 +297,16 @@ def _effective(config: EngineConfig, tables: list[_CriTable], major: int | None)
                 "the CRI plugin's table, and containerd 1.x keeps only the last file's table"
             )
         else:
+            config.dropped_by_1x.append(name)
+            config.last_cri_file = last.path
             config.notes.append(
                 f"runtime {name!r} of {runtime.defined_in} is kept by containerd 2.x only: "
                 f"{last.path} redefines the CRI plugin's table, and containerd 1.x keeps only "
                 f"the last file's table (config version {config.version} is read by both)"
             )
     if major is None and merged.default_runtime != last.default_runtime:
+        config.default_by_1x = last.default_runtime or config.builtin_default
+        config.last_cri_file = last.path
         config.notes.append(
             f"the default runtime is {merged.default_runtime} with containerd 2.x, "
             f"{last.default_runtime or config.builtin_default} with containerd 1.x "

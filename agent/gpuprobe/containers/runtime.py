@@ -41,6 +41,12 @@ class EngineConfig:
     cdi_enabled: bool | None = None  # None: the engine's built-in default
     problems: list[FileProblem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the engine ignores or drops, and why
+    # containerd, when the files do not tell 1.x from 2.x: the runtimes only 2.x keeps (1.x
+    # keeps the last file's CRI table alone), the file 1.x would keep, and 1.x's default
+    # runtime where it differs from 2.x's.
+    dropped_by_1x: list[str] = field(default_factory=list)
+    last_cri_file: str | None = None
+    default_by_1x: str | None = None
     template: str | None = None  # k3s/RKE2: the template the main file is generated from
     oci_hook: str | None = None  # CRI-O: an NVIDIA OCI hook file (the runtime-less setup)
 
