@@ -13,13 +13,16 @@ carries between one of them and the loopback of the namespace the test runs in.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from pyroute2 import IPRoute, NetNS, netns
 
@@ -126,6 +129,45 @@ class Fabric:
         )
         self.processes.append(proc)
         return proc  # type: ignore[no-any-return]
+
+    def serve(
+        self, node: int, name: str, snapshot: str, token: str, grpc_port: int, metrics: str
+    ) -> subprocess.Popen[str]:
+        """`gpuprobe serve` of `snapshot` as node `name` in node `node`'s namespace, gRPC on
+        its fabric address, /metrics on `metrics`; returns once it listens."""
+        agent = self.popen(
+            node,
+            sys.executable,
+            "-m",
+            "gpuprobe",
+            "serve",
+            "--snapshot",
+            snapshot,
+            "--node-name",
+            name,
+            "--grpc-listen",
+            f"{self.address(node)}:{grpc_port}",
+            "--metrics-listen",
+            metrics,
+            "--token-file",
+            token,
+            "--interval",
+            "3600",
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        assert agent.stderr is not None
+        timer = threading.Timer(60, agent.kill)
+        timer.start()
+        logs: list[dict[str, Any]] = []
+        for line in agent.stderr:
+            logs.append(json.loads(line))
+            if logs[-1]["msg"] == "listening":
+                break
+        timer.cancel()
+        assert logs and logs[-1]["msg"] == "listening", f"serve did not start: {logs}"
+        threading.Thread(target=agent.stderr.read, daemon=True).start()
+        return agent
 
     def forward(self, node: int, port: int) -> int:
         """A port on this namespace's loopback whose connections reach node `node`'s

@@ -15,11 +15,7 @@ namespaces, one link capped with tbf).
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -374,42 +370,15 @@ FABRIC_LINKS = [(1, 2), (2, 1), (1, 3)]
 
 def fabric_agents(net: Fabric, token: Path) -> None:
     """`gpuprobe serve` as node `fabric-<k>` in each node namespace; returns once all listen."""
-    agents = [
-        net.popen(
+    for node in range(1, len(net.node_ns) + 1):
+        net.serve(
             node,
-            sys.executable,
-            "-m",
-            "gpuprobe",
-            "serve",
-            "--snapshot",
-            snapshot("kvm-epyc-nogpu"),
-            "--node-name",
             f"fabric-{node}",
-            "--grpc-listen",
-            f"{net.address(node)}:{FABRIC_GRPC_PORT}",
-            "--metrics-listen",
-            f"{net.address(node)}:{FABRIC_METRICS_PORT}",
-            "--token-file",
+            snapshot("kvm-epyc-nogpu"),
             str(token),
-            "--interval",
-            "3600",
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            FABRIC_GRPC_PORT,
+            f"{net.address(node)}:{FABRIC_METRICS_PORT}",
         )
-        for node in range(1, len(net.node_ns) + 1)
-    ]
-    for agent in agents:
-        assert agent.stderr is not None
-        timer = threading.Timer(60, agent.kill)
-        timer.start()
-        logs: list[dict[str, Any]] = []
-        for line in agent.stderr:
-            logs.append(json.loads(line))
-            if logs[-1]["msg"] == "listening":
-                break
-        timer.cancel()
-        assert logs and logs[-1]["msg"] == "listening", f"serve did not start: {logs}"
-        threading.Thread(target=agent.stderr.read, daemon=True).start()
 
 
 def test_link_bandwidth_low_fires_on_the_throttled_link(tmp_path: Path) -> None:

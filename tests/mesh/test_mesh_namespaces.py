@@ -38,35 +38,9 @@ def fabric(tmp_path: Path) -> Iterator[tuple[Fabric, str, list[subprocess.Popen[
     token.write_text(TOKEN)
     with Fabric(NODES) as net:
         agents = [
-            net.popen(
-                i,
-                sys.executable,
-                "-m",
-                "gpuprobe",
-                "serve",
-                "--snapshot",
-                snapshot("kvm-epyc-nogpu"),
-                "--node-name",
-                f"node{i}",
-                "--grpc-listen",
-                f"{net.address(i)}:50051",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--token-file",
-                str(token),
-                "--interval",
-                "3600",
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )
+            net.serve(i, f"node{i}", snapshot("kvm-epyc-nogpu"), str(token), 50051, "127.0.0.1:0")
             for i in range(1, NODES + 1)
         ]
-        for agent in agents:
-            assert agent.stderr is not None
-            for line in agent.stderr:
-                if json.loads(line)["msg"] == "listening":
-                    break
-            threading.Thread(target=agent.stderr.read, daemon=True).start()
         yield net, str(token), agents
     assert net.namespaces_left() == []
 
