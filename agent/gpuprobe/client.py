@@ -31,7 +31,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gpuprobe.errors import UsageError
 from gpuprobe.report import Finding, NodeReport
 from gpuprobe.serve import convert
-from gpuprobe.serve.security import read_token
+from gpuprobe.serve.security import read_pem, read_token
 from gpuprobe.unreachable import Failure, Unreachable, explain
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
@@ -257,13 +257,4 @@ def fetch_report(
 
 def _read_pem(path: str | None, flag: str) -> bytes | None:
     """A PEM file's bytes (None for no path); raises UsageError."""
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise UsageError(f"{flag} {path}: {exc.strerror or exc}") from None
-    if b"-----BEGIN" not in data:
-        raise UsageError(f"{flag} {path}: not a PEM file")
-    return data
+    return None if path is None else read_pem(path, flag)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpuprobe.report import NodeReport, Status
 
 _COLOURS = {
@@ -14,11 +16,18 @@ _RESET = "\033[0m"
 NAME_WIDTH = 13  # the longest check name, device_plugin: columns line up whatever runs
 
 
-def render_report(report: NodeReport, colour: bool = False) -> str:
-    """The report as text: a header line, then each check, worst findings first."""
+def painter(colour: bool) -> Callable[[Status, str], str]:
+    """Text in its status's colour (green, yellow, red, magenta), or as it is."""
 
     def paint(status: Status, text: str) -> str:
         return f"{_COLOURS[status]}{text}{_RESET}" if colour else text
+
+    return paint
+
+
+def render_report(report: NodeReport, colour: bool = False) -> str:
+    """The report as text: a header line, then each check, worst findings first."""
+    paint = painter(colour)
 
     width = max([NAME_WIDTH, *(len(c.name) for c in report.checks)])
     lines = [

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
-from gpuprobe.report import Status
+from gpuprobe.render import painter
 
-_COLOURS = {
-    Status.OK: "\033[32m",
-    Status.WARNING: "\033[33m",
-    Status.CRITICAL: "\033[31m",
-    Status.UNKNOWN: "\033[35m",
-}
-_RESET = "\033[0m"
 STATUS_WIDTH = 8  # CRITICAL
 
 
 def render_cluster(report: ClusterReport, colour: bool = False) -> str:
     """The report as text: a header, the nodes (worst first), the skew, the totals."""
-
-    def paint(status: Status, text: str) -> str:
-        return f"{_COLOURS[status]}{text}{_RESET}" if colour else text
-
+    paint = painter(colour)
     t = report.totals
     lines = [
         f"cluster {paint(report.status, report.status.value)}  {t.nodes} targets: "

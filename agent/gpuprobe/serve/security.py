@@ -136,15 +136,16 @@ def caller(context: grpc.ServicerContext) -> str:
 def server_credentials(cert: str, key: str, client_ca: str | None) -> grpc.ServerCredentials:
     """TLS credentials from PEM files; with `client_ca`, clients must present a certificate
     signed by it (mTLS). Raises UsageError for an unreadable file."""
-    pair = (_read(key, "--tls-key"), _read(cert, "--tls-cert"))
+    pair = (read_pem(key, "--tls-key"), read_pem(cert, "--tls-cert"))
     if client_ca is None:
         return grpc.ssl_server_credentials([pair])
     return grpc.ssl_server_credentials(
-        [pair], root_certificates=_read(client_ca, "--tls-client-ca"), require_client_auth=True
+        [pair], root_certificates=read_pem(client_ca, "--tls-client-ca"), require_client_auth=True
     )
 
 
-def _read(path: str, flag: str) -> bytes:
+def read_pem(path: str, flag: str) -> bytes:
+    """A PEM file's bytes, for the TLS flag `flag`; raises UsageError naming it."""
     try:
         with open(path, "rb") as f:
             data = f.read()
