@@ -13,13 +13,12 @@ import grpc
 import pytest
 
 from certs import Pki, make_pki
-from conftest import snapshot
 from gpuprobe.checks import registry
 from gpuprobe.client import Credentials, fetch_report
 from gpuprobe.config import Config
-from gpuprobe.host import Host, snapshot_host
+from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
-from gpuprobe.serve.agent import Agent, ServeOptions
+from gpuprobe.serve.agent import Agent
 from gpuprobe.unreachable import Failure, Unreachable, explain
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from grpc_standins import fails, hangs, report_of, standin, wants_token
@@ -138,18 +137,11 @@ def starting_agent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
         return CheckResult("slow", "done")
 
     monkeypatch.setitem(registry.CHECKS, "slow", slow)
-    agent = Agent(
-        snapshot_host(snapshot("synthetic-h100-8gpu-healthy")),
-        Config(),
-        ["slow"],
-        ServeOptions(grpc_listen="127.0.0.1:0", metrics_listen="127.0.0.1:0"),
-    )
-    agent.start()
-    try:
-        yield agent
-    finally:
-        release.set()
-        agent.stop(grace=0.5)
+    with in_process_agent(names=["slow"], wait=False) as agent:
+        try:
+            yield agent
+        finally:
+            release.set()  # before the agent stops
 
 
 def test_an_agent_without_a_report_yet_is_not_ready(starting_agent: Agent) -> None:

@@ -252,18 +252,11 @@ def test_before_the_first_report_get_report_is_unavailable_and_health_not_servin
         return CheckResult("slow", "done")
 
     monkeypatch.setitem(registry.CHECKS, "slow", slow)
-    from gpuprobe.host import snapshot_host
-    from gpuprobe.serve.agent import Agent, ServeOptions
-
-    agent = Agent(
-        snapshot_host(snapshot("synthetic-h100-8gpu-healthy")),
-        Config(),
-        ["slow"],
-        ServeOptions(grpc_listen="127.0.0.1:0", metrics_listen="127.0.0.1:0"),
-    )
-    agent.start()
-    try:
-        with Client(f"127.0.0.1:{agent.grpc_port}") as client:
+    with (
+        in_process_agent(names=["slow"], wait=False) as agent,
+        Client(f"127.0.0.1:{agent.grpc_port}") as client,
+    ):
+        try:
             with pytest.raises(grpc.RpcError) as err:
                 client.get_report()
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE
@@ -272,9 +265,8 @@ def test_before_the_first_report_get_report_is_unavailable_and_health_not_servin
             release.set()
             wait_for(lambda: client.health("gpuprobe.v1.NodeDiagnostics") == "SERVING")
             assert client.get_report().checks[0].summary == "done"
-    finally:
-        release.set()
-        agent.stop(grace=0.5)
+        finally:
+            release.set()  # before the agent stops
 
 
 def test_get_report_answers_while_the_first_storage_test_still_runs(
