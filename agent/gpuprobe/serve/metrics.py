@@ -216,7 +216,7 @@ def gpu_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
         count = GaugeMetricFamily("gpuprobe_gpus", "GPUs NVML sees (0 when NVML cannot start)")
         count.add_metric([], _number(seen) or 0)
         yield count
-    gpus = [g for g in data.get("gpus") or [] if isinstance(g, Mapping) and "index" in g]
+    gpus = [g for g in _mappings(data.get("gpus")) if "index" in g]
     info = GaugeMetricFamily(
         "gpuprobe_gpu_info",
         "A GPU's identity: index, UUID, product name, PCI bus id",
@@ -269,9 +269,7 @@ def xid_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
         "XID errors seen per GPU and XID since the agent started or they were cleared",
         labels=[*GPU_LABELS, "xid"],
     )
-    for record in records:
-        if not isinstance(record, Mapping):
-            continue
+    for record in _mappings(records):
         xid, count = _number(record.get("xid")), _number(record.get("count"))
         if xid is None or count is None or _number(record.get("gpu")) is None:
             continue
@@ -290,8 +288,8 @@ def mig_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
         "A MIG device: its GPU, GPU instance, compute instance, profile and UUID",
         labels=[*GPU_LABELS, "gpu_instance", "compute_instance", "profile", "mig_uuid"],
     )
-    for gpu in gpus:
-        if not isinstance(gpu, Mapping) or _number(gpu.get("index")) is None:
+    for gpu in _mappings(gpus):
+        if _number(gpu.get("index")) is None:
             continue
         for gi in _mappings(gpu.get("gpu_instances")):
             gi_id = _number(gi.get("id"))
@@ -323,8 +321,8 @@ def storage_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]
         "Measured sequential throughput of a storage path",
         labels=["path", "op"],
     )
-    for entry in paths:
-        if not isinstance(entry, Mapping) or _text(entry.get("path")) is None:
+    for entry in _mappings(paths):
+        if _text(entry.get("path")) is None:
             continue
         for op in ("write", "read"):
             value = _number(entry.get(f"{op}_bytes_per_second"))
