@@ -162,15 +162,8 @@ def _read(fs: HostFS, config: EngineConfig, path: str, is_root: bool) -> dict[st
         return None
     if is_root:
         config.exists = True
-    if isinstance(raw, FileProblem):
-        config.problems.append(raw)
-        return None
-    doc = parse_toml(path, raw)
-    if isinstance(doc, FileProblem):
-        config.problems.append(doc)
-        return None
-    config.files.append(path)
-    return doc
+    doc = config.take(path, raw, parse_toml)
+    return None if isinstance(doc, FileProblem) else doc
 
 
 def _version(doc: dict[str, Any], config: EngineConfig, path: str) -> int | None:

@@ -42,14 +42,9 @@ def load_crio(fs: HostFS) -> EngineConfig:
         raw = read_host_file(fs, path)
         if raw is None:
             continue
-        if isinstance(raw, FileProblem):
-            config.problems.append(raw)
-            continue
-        doc = parse_toml(path, raw)
+        doc = config.take(path, raw, parse_toml)
         if isinstance(doc, FileProblem):
-            config.problems.append(doc)
             continue
-        config.files.append(path)
         try:
             _apply(config, doc, path)
         except Invalid as exc:

@@ -33,14 +33,9 @@ def load_docker(fs: HostFS, path: str = DAEMON_JSON) -> EngineConfig:
     if raw is None:
         return config
     config.exists = True
-    if isinstance(raw, FileProblem):
-        config.problems.append(raw)
-        return config
-    doc = parse_json(path, raw)
+    doc = config.take(path, raw, parse_json)
     if isinstance(doc, FileProblem):
-        config.problems.append(doc)
         return config
-    config.files.append(path)
     try:
         _apply(config, doc, path)
     except Invalid as exc:

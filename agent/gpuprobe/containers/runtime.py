@@ -8,6 +8,7 @@ runs, is it the default, is CDI on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,16 @@ class EngineConfig:
     default_by_1x: str | None = None
     template: str | None = None  # k3s/RKE2: the template the main file is generated from
     oci_hook: str | None = None  # CRI-O: an NVIDIA OCI hook file (the runtime-less setup)
+
+    def take(self, path: str, raw: bytes | FileProblem, parse: Callable[[str, bytes], Any]) -> Any:
+        """`path`'s document, parsed with `parse` (`parse_toml`, `parse_json`) and counted among
+        the files read; the FileProblem, also kept, when it cannot be read or parsed."""
+        doc = raw if isinstance(raw, FileProblem) else parse(path, raw)
+        if isinstance(doc, FileProblem):
+            self.problems.append(doc)
+        else:
+            self.files.append(path)
+        return doc
 
     @property
     def effective_default(self) -> str:
