@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.containers.configfile import FileProblem, kind_of, parse_json, parse_yaml
+from gpuprobe.containers.configfile import FileProblem, Invalid, kind_of, parse_json, parse_yaml
 
 SPEC_VERSIONS = (
     "0.1.0",
@@ -108,10 +108,6 @@ class CdiSpec:
         return [self.edits, *(d.edits for d in self.devices)]
 
 
-class _Invalid(Exception):
-    pass
-
-
 def parse_cdi_spec(path: str, raw: bytes) -> CdiSpec | FileProblem:
     """Parse and validate a spec file (`.json` as JSON, else YAML); any bytes give an answer."""
     doc = parse_json(path, raw) if path.endswith(".json") else parse_yaml(path, raw)
@@ -119,7 +115,7 @@ def parse_cdi_spec(path: str, raw: bytes) -> CdiSpec | FileProblem:
         return doc
     try:
         return _spec(path, doc)
-    except _Invalid as exc:
+    except Invalid as exc:
         return FileProblem(path, f"is invalid: {exc}")
 
 
@@ -127,22 +123,22 @@ def _spec(path: str, doc: Any) -> CdiSpec:
     doc = _object(doc, "the spec", SPEC_FIELDS)
     version = doc.get("cdiVersion")
     if not isinstance(version, str):
-        raise _Invalid(f'cdiVersion must be a string like "0.5.0", not {kind_of(version)}')
+        raise Invalid(f'cdiVersion must be a string like "0.5.0", not {kind_of(version)}')
     if version.removeprefix("v") not in SPEC_VERSIONS:
-        raise _Invalid(f"cdiVersion {version!r} is not a CDI version")
+        raise Invalid(f"cdiVersion {version!r} is not a CDI version")
     kind = doc.get("kind")
     if not isinstance(kind, str):
-        raise _Invalid(f'kind must be a string like "nvidia.com/gpu", not {kind_of(kind)}')
+        raise Invalid(f'kind must be a string like "nvidia.com/gpu", not {kind_of(kind)}')
     _validate_kind(kind)
     _annotations(doc.get("annotations"), "annotations")
     devices_raw = doc.get("devices")
     if not isinstance(devices_raw, list) or not devices_raw:
-        raise _Invalid("devices must be a non-empty list (a spec defines at least one device)")
+        raise Invalid("devices must be a non-empty list (a spec defines at least one device)")
     devices, seen = [], set()
     for i, entry in enumerate(devices_raw):
         device = _device(entry, f"devices[{i}]")
         if device.name in seen:
-            raise _Invalid(f"device {device.name!r} is defined twice")
+            raise Invalid(f"device {device.name!r} is defined twice")
         seen.add(device.name)
         devices.append(device)
     spec = CdiSpec(
@@ -150,16 +146,16 @@ def _spec(path: str, doc: Any) -> CdiSpec:
     )
     needed = _minimum_version(doc, devices_raw)
     if _version_key(needed) > _version_key(version):
-        raise _Invalid(f"cdiVersion {version} is too old for what the spec uses: it needs {needed}")
+        raise Invalid(f"cdiVersion {version} is too old for what the spec uses: it needs {needed}")
     return spec
 
 
 def _object(value: Any, where: str, fields: frozenset[str]) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise _Invalid(f"{where} must be a mapping, not {kind_of(value)}")
+        raise Invalid(f"{where} must be a mapping, not {kind_of(value)}")
     for key in value:
         if key not in fields:
-            raise _Invalid(f"{where} has an unknown field {key!r}")
+            raise Invalid(f"{where} has an unknown field {key!r}")
     return value
 
 
@@ -170,12 +166,12 @@ def _name_chars_ok(text: str, extra: str) -> bool:
 def _validate_kind(kind: str) -> None:
     vendor, sep, cls = kind.partition("/")
     if not sep or not vendor or not cls:
-        raise _Invalid(f"kind {kind!r} is not vendor/class (like nvidia.com/gpu)")
+        raise Invalid(f"kind {kind!r} is not vendor/class (like nvidia.com/gpu)")
     for part, label in ((vendor, "vendor"), (cls, "class")):
         if not (part[0].isascii() and part[0].isalpha()):
-            raise _Invalid(f"kind {kind!r}: the {label} must start with a letter")
+            raise Invalid(f"kind {kind!r}: the {label} must start with a letter")
         if not (part[-1].isascii() and part[-1].isalnum()) or not _name_chars_ok(part, "_-."):
-            raise _Invalid(
+            raise Invalid(
                 f"kind {kind!r}: the {label} may hold only letters, digits, '_', '-' and '.' "
                 "and must end with a letter or digit"
             )
@@ -187,17 +183,17 @@ def _annotations(value: Any, where: str) -> None:
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
-        raise _Invalid(f"{where} must map strings to strings")
+        raise Invalid(f"{where} must map strings to strings")
 
 
 def _device(entry: Any, where: str) -> CdiDevice:
     entry = _object(entry, where, DEVICE_FIELDS)
     name = entry.get("name")
     if not isinstance(name, str) or not name:
-        raise _Invalid(f"{where}.name must be a non-empty string, not {kind_of(name)}")
+        raise Invalid(f"{where}.name must be a non-empty string, not {kind_of(name)}")
     valid = name[0].isascii() and name[0].isalnum() and name[-1].isascii() and name[-1].isalnum()
     if not valid or not _name_chars_ok(name, "_-.:"):
-        raise _Invalid(
+        raise Invalid(
             f"device name {name!r} may hold only letters, digits, '_', '-', '.' and ':' and "
             "must start and end with a letter or digit"
         )
@@ -205,7 +201,7 @@ def _device(entry: Any, where: str) -> CdiDevice:
     edits = _edits(entry.get("containerEdits"), f"device {name!r} containerEdits")
     raw_edits = entry.get("containerEdits") or {}
     if not any(raw_edits.get(k) for k in EDITS_FIELDS - {"netDevices"}):
-        raise _Invalid(f"device {name!r} has empty container edits")
+        raise Invalid(f"device {name!r} has empty container edits")
     return CdiDevice(name, edits)
 
 
@@ -216,7 +212,7 @@ def _edits(value: Any, where: str) -> ContainerEdits:
     env = _strings(value.get("env"), f"{where}.env")
     for item in env:
         if item.find("=") <= 0:
-            raise _Invalid(f"{where}.env entry {item!r} is not NAME=value")
+            raise Invalid(f"{where}.env entry {item!r} is not NAME=value")
     nodes = tuple(
         _device_node(n, f"{where}.deviceNodes[{i}]")
         for i, n in enumerate(_list(value.get("deviceNodes"), f"{where}.deviceNodes"))
@@ -233,12 +229,12 @@ def _edits(value: Any, where: str) -> ContainerEdits:
         net = _object(net, f"{where}.netDevices[{i}]", NET_DEVICE_FIELDS)
         for key in NET_DEVICE_FIELDS:
             if not isinstance(net.get(key), str) or not net[key]:
-                raise _Invalid(f"{where}.netDevices[{i}].{key} must be a non-empty string")
+                raise Invalid(f"{where}.netDevices[{i}].{key} must be a non-empty string")
     gids = value.get("additionalGids")
     if gids is not None and not (
         isinstance(gids, list) and all(_is_int(g) and g >= 0 for g in gids)
     ):
-        raise _Invalid(f"{where}.additionalGids must be a list of group ids")
+        raise Invalid(f"{where}.additionalGids must be a list of group ids")
     if value.get("intelRdt") is not None:
         _object(value["intelRdt"], f"{where}.intelRdt", INTEL_RDT_FIELDS)
     return ContainerEdits(env=tuple(env), device_nodes=nodes, mounts=mounts, hooks=hooks)
@@ -248,20 +244,20 @@ def _device_node(value: Any, where: str) -> str:
     value = _object(value, where, DEVICE_NODE_FIELDS)
     path = value.get("path")
     if not isinstance(path, str) or not path:
-        raise _Invalid(f"{where}.path must be a non-empty string")
+        raise Invalid(f"{where}.path must be a non-empty string")
     host_path = value.get("hostPath")
     if host_path is not None and not isinstance(host_path, str):
-        raise _Invalid(f"{where}.hostPath must be a string")
+        raise Invalid(f"{where}.hostPath must be a string")
     node_type = value.get("type", "")
     if node_type not in DEVICE_NODE_TYPES:
-        raise _Invalid(f"device node {path!r} has an invalid type {node_type!r}")
+        raise Invalid(f"device node {path!r} has an invalid type {node_type!r}")
     for key in ("major", "minor", "fileMode", "uid", "gid"):
         number = value.get(key)
         if number is not None and not (_is_int(number) and number >= 0):
-            raise _Invalid(f"device node {path!r}: {key} must be a whole number")
+            raise Invalid(f"device node {path!r}: {key} must be a whole number")
     permissions = value.get("permissions", "")
     if not isinstance(permissions, str) or any(c not in "rwm" for c in permissions):
-        raise _Invalid(f"device node {path!r} has invalid permissions {permissions!r}")
+        raise Invalid(f"device node {path!r} has invalid permissions {permissions!r}")
     return host_path or path
 
 
@@ -269,10 +265,10 @@ def _mount(value: Any, where: str) -> str:
     value = _object(value, where, MOUNT_FIELDS)
     for key in ("hostPath", "containerPath"):
         if not isinstance(value.get(key), str) or not value[key]:
-            raise _Invalid(f"{where}.{key} must be a non-empty string")
+            raise Invalid(f"{where}.{key} must be a non-empty string")
     _strings(value.get("options"), f"{where}.options")
     if value.get("type") is not None and not isinstance(value["type"], str):
-        raise _Invalid(f"{where}.type must be a string")
+        raise Invalid(f"{where}.type must be a string")
     return str(value["hostPath"])
 
 
@@ -280,17 +276,17 @@ def _hook(value: Any, where: str) -> tuple[str, tuple[str, ...]]:
     value = _object(value, where, HOOK_FIELDS)
     name = value.get("hookName")
     if name not in HOOK_NAMES:
-        raise _Invalid(f"{where}.hookName {name!r} is not an OCI hook name")
+        raise Invalid(f"{where}.hookName {name!r} is not an OCI hook name")
     path = value.get("path")
     if not isinstance(path, str) or not path:
-        raise _Invalid(f"{where}.path must be a non-empty string")
+        raise Invalid(f"{where}.path must be a non-empty string")
     args = _strings(value.get("args"), f"{where}.args")
     for item in _strings(value.get("env"), f"{where}.env"):
         if item.find("=") <= 0:
-            raise _Invalid(f"{where}.env entry {item!r} is not NAME=value")
+            raise Invalid(f"{where}.env entry {item!r} is not NAME=value")
     timeout = value.get("timeout")
     if timeout is not None and not (_is_int(timeout) and timeout > 0):
-        raise _Invalid(f"{where}.timeout must be a whole number of seconds above 0")
+        raise Invalid(f"{where}.timeout must be a whole number of seconds above 0")
     return path, tuple(args)
 
 
@@ -298,14 +294,14 @@ def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _Invalid(f"{where} must be a list, not {kind_of(value)}")
+        raise Invalid(f"{where} must be a list, not {kind_of(value)}")
     return value
 
 
 def _strings(value: Any, where: str) -> list[str]:
     items = _list(value, where)
     if not all(isinstance(v, str) for v in items):
-        raise _Invalid(f"{where} must be a list of strings")
+        raise Invalid(f"{where} must be a list of strings")
     return items
 
 

@@ -28,6 +28,10 @@ class FileProblem:
     problem: str
 
 
+class Invalid(Exception):
+    """A configuration value of the wrong type or shape (the message names the key)."""
+
+
 def read_host_file(fs: HostFS, path: str) -> bytes | FileProblem | None:
     """A host file's bytes; None when absent, a FileProblem when it cannot be read."""
     if not fs.exists(path):

@@ -43,10 +43,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.containers.configfile import FileProblem, parse_toml, read_host_file
+from gpuprobe.containers.configfile import FileProblem, Invalid, parse_toml, read_host_file
 from gpuprobe.containers.runtime import (
     EngineConfig,
-    Invalid,
     Runtime,
     optional_bool,
     optional_str,

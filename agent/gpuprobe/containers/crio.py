@@ -22,8 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuprobe.containers.configfile import FileProblem, parse_json, parse_toml, read_host_file
-from gpuprobe.containers.runtime import EngineConfig, Invalid, Runtime, optional_str, table
+from gpuprobe.containers.configfile import (
+    FileProblem,
+    Invalid,
+    parse_json,
+    parse_toml,
+    read_host_file,
+)
+from gpuprobe.containers.runtime import EngineConfig, Runtime, optional_str, table
 from gpuprobe.host.fs import HostFS
 
 CRIO_CONF = "/etc/crio/crio.conf"

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprobe.config import Config
-from gpuprobe.containers.configfile import FileProblem, parse_yaml
+from gpuprobe.containers.configfile import FileProblem, Invalid, parse_yaml
 from gpuprobe.host import Host
 from gpuprobe.host.agentfiles import AgentFile, read_agent_file
 from gpuprobe.report import Action, Finding, Severity
@@ -104,10 +104,6 @@ class DevicePluginConfig:
         }
 
 
-class _Invalid(Exception):
-    pass
-
-
 def invalid(path: str, problem: str) -> Finding:
     """The CONFIG_INVALID finding for the plugin's configuration file."""
     return Finding(
@@ -168,7 +164,7 @@ def parse_device_plugin_config(path: str, raw: bytes) -> DevicePluginConfig | Fi
         return invalid(path, doc.problem.removeprefix("is "))
     try:
         return _build(path, {} if doc is None else doc)
-    except _Invalid as exc:
+    except Invalid as exc:
         return invalid(path, str(exc))
 
 
@@ -176,16 +172,16 @@ def _build(path: str, doc: Any) -> DevicePluginConfig:
     doc = _mapping(doc, "the document")
     version = doc.get("version", "v1")
     if version != "v1":
-        raise _Invalid(f"unsupported version {version!r} (expected v1)")
+        raise Invalid(f"unsupported version {version!r} (expected v1)")
     flags = _mapping(doc.get("flags"), "flags")
     mig = flags.get("migStrategy", "none")
     if mig not in MIG_STRATEGIES:
-        raise _Invalid(f"flags.migStrategy is {mig!r}, not one of {', '.join(MIG_STRATEGIES)}")
+        raise Invalid(f"flags.migStrategy is {mig!r}, not one of {', '.join(MIG_STRATEGIES)}")
     plugin = _mapping(flags.get("plugin"), "flags.plugin")
     strategy = plugin.get("deviceListStrategy", "envvar")
     strategies = [strategy] if isinstance(strategy, str) else strategy
     if not isinstance(strategies, list) or not all(isinstance(s, str) for s in strategies):
-        raise _Invalid("flags.plugin.deviceListStrategy must be a string or a list of strings")
+        raise Invalid("flags.plugin.deviceListStrategy must be a string or a list of strings")
     sharing = _mapping(doc.get("sharing"), "sharing")
     return DevicePluginConfig(
         path=path,
@@ -200,7 +196,7 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _Invalid(f"{where} must be a mapping")
+        raise Invalid(f"{where} must be a mapping")
     return value
 
 
@@ -208,19 +204,19 @@ def _resources(value: Any, where: str) -> tuple[SharedResource, ...]:
     sharing = _mapping(value, where)
     resources = sharing.get("resources") or []
     if not isinstance(resources, list):
-        raise _Invalid(f"{where}.resources must be a list")
+        raise Invalid(f"{where}.resources must be a list")
     rename_by_default = sharing.get("renameByDefault", False)
     if not isinstance(rename_by_default, bool):
-        raise _Invalid(f"{where}.renameByDefault must be true or false")
+        raise Invalid(f"{where}.renameByDefault must be true or false")
     found = []
     for i, entry in enumerate(resources):
         at = f"{where}.resources[{i}]"
         entry = _mapping(entry, at)
         name, replicas = _resource_name(entry.get("name"), f"{at}.name"), entry.get("replicas")
         if name is None:
-            raise _Invalid(f"{at}.name must be a resource name")
+            raise Invalid(f"{at}.name must be a resource name")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
-            raise _Invalid(f"{at}.replicas must be a whole number above 0")
+            raise Invalid(f"{at}.replicas must be a whole number above 0")
         rename = _resource_name(entry.get("rename"), f"{at}.rename")
         if rename is None and rename_by_default:
             rename = name + SHARED_SUFFIX
@@ -233,7 +229,7 @@ def _resource_name(value: Any, where: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip("/"):
-        raise _Invalid(f"{where} must be a resource name")
+        raise Invalid(f"{where} must be a resource name")
     return value if value.startswith(RESOURCE_PREFIX) else RESOURCE_PREFIX + value
 
 
@@ -245,7 +241,7 @@ def _devices(entry: dict[str, Any], where: str) -> str | int | tuple[str, ...]:
         return devices
     if isinstance(devices, list) and devices and all(_device_ref(d) for d in devices):
         return tuple(str(d) for d in devices)
-    raise _Invalid(
+    raise Invalid(
         f"{where}.devices must be all, a count above 0, or a list of GPU indexes, "
         "MIG indexes or UUIDs"
     )

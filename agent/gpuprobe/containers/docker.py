@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuprobe.containers.configfile import FileProblem, kind_of, parse_json, read_host_file
-from gpuprobe.containers.runtime import EngineConfig, Invalid, Runtime, optional_bool, table
+from gpuprobe.containers.configfile import FileProblem, Invalid, kind_of, parse_json, read_host_file
+from gpuprobe.containers.runtime import EngineConfig, Runtime, optional_bool, table
 from gpuprobe.host.fs import HostFS
 
 DAEMON_JSON = "/etc/docker/daemon.json"

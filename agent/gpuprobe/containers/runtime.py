@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.containers.configfile import FileProblem
+from gpuprobe.containers.configfile import FileProblem, Invalid
 
 
 @dataclass(frozen=True)
@@ -87,10 +87,6 @@ class EngineConfig:
             "notes": list(self.notes),
             "problems": [{"file": p.path, "problem": p.problem} for p in self.problems],
         }
-
-
-class Invalid(Exception):
-    """A configuration value of the wrong type or shape (the message names the key)."""
 
 
 def table(doc: dict[str, Any], key: str, where: str) -> dict[str, Any]:

@@ -21,7 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprobe.containers.configfile import FileProblem, kind_of, parse_toml, read_host_file
+from gpuprobe.containers.configfile import (
+    FileProblem,
+    Invalid,
+    kind_of,
+    parse_toml,
+    read_host_file,
+)
 from gpuprobe.host.fs import HostFS
 
 PACKAGE_CONFIG = "/etc/nvidia-container-runtime/config.toml"
@@ -71,10 +77,6 @@ class ToolkitConfig:
         }
 
 
-class _Invalid(Exception):
-    pass
-
-
 def parse_toolkit_config(path: str, raw: bytes) -> ToolkitConfig | FileProblem:
     """Parse a toolkit config.toml; any bytes give a config or a FileProblem."""
     doc = parse_toml(path, raw)
@@ -82,7 +84,7 @@ def parse_toolkit_config(path: str, raw: bytes) -> ToolkitConfig | FileProblem:
         return doc
     try:
         return _build(path, doc)
-    except _Invalid as exc:
+    except Invalid as exc:
         return FileProblem(path, f"is invalid: {exc}")
 
 
@@ -90,9 +92,9 @@ def _build(path: str, doc: dict[str, Any]) -> ToolkitConfig:
     runtime = _table(doc, "nvidia-container-runtime")
     mode = runtime.get("mode", "auto")
     if not isinstance(mode, str):
-        raise _Invalid(f"nvidia-container-runtime.mode must be a string, not {kind_of(mode)}")
+        raise Invalid(f"nvidia-container-runtime.mode must be a string, not {kind_of(mode)}")
     if mode not in RUNTIME_MODES:
-        raise _Invalid(
+        raise Invalid(
             f"nvidia-container-runtime.mode is {mode!r}, not one of {', '.join(RUNTIME_MODES)}"
         )
     modes = _table(runtime, "modes", "nvidia-container-runtime.")
@@ -102,17 +104,17 @@ def _build(path: str, doc: dict[str, Any]) -> ToolkitConfig:
     if not isinstance(spec_dirs, list) or not all(
         isinstance(d, str) and d.startswith("/") for d in spec_dirs
     ):
-        raise _Invalid(f"{where}spec-dirs must be a list of absolute paths")
+        raise Invalid(f"{where}spec-dirs must be a list of absolute paths")
     kind = cdi.get("default-kind", DEFAULT_KIND)
     if not isinstance(kind, str):
-        raise _Invalid(f"{where}default-kind must be a string, not {kind_of(kind)}")
+        raise Invalid(f"{where}default-kind must be a string, not {kind_of(kind)}")
     cli = _table(doc, "nvidia-container-cli")
     root = cli.get("root", "/")
     if not isinstance(root, str) or not root.startswith("/"):
-        raise _Invalid("nvidia-container-cli.root must be an absolute path")
+        raise Invalid("nvidia-container-cli.root must be an absolute path")
     volume_mounts = doc.get("accept-nvidia-visible-devices-as-volume-mounts", False)
     if not isinstance(volume_mounts, bool):
-        raise _Invalid("accept-nvidia-visible-devices-as-volume-mounts must be true or false")
+        raise Invalid("accept-nvidia-visible-devices-as-volume-mounts must be true or false")
     return ToolkitConfig(
         path=path,
         mode=mode,
@@ -126,7 +128,7 @@ def _build(path: str, doc: dict[str, Any]) -> ToolkitConfig:
 def _table(doc: dict[str, Any], key: str, prefix: str = "") -> dict[str, Any]:
     value = doc.get(key, {})
     if not isinstance(value, dict):
-        raise _Invalid(f"{prefix}{key} must be a table, not {kind_of(value)}")
+        raise Invalid(f"{prefix}{key} must be a table, not {kind_of(value)}")
     return value
 
 
