@@ -388,11 +388,11 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     """The configuration with flag overrides, and the checks to run."""
     import dataclasses
 
-    from gpuprobe.checks.registry import CHECKS, resolve
+    from gpuprobe.checks.registry import CHECKS, resolve, sections
     from gpuprobe.config import load_config
     from gpuprobe.errors import UsageError
 
-    config = load_config(args.config)
+    config = load_config(args.config, sections())
     if args.expect_gpus is not None:
         config = dataclasses.replace(
             config, gpus=dataclasses.replace(config.gpus, expect=args.expect_gpus)
@@ -446,12 +446,12 @@ def _check(args: argparse.Namespace) -> int:
 
 def _capture(args: argparse.Namespace) -> int:
     from gpuprobe.capture import capture
-    from gpuprobe.checks.registry import ACTIVE
+    from gpuprobe.checks.registry import active
 
     config, names = _prepare(args)
     if args.only is None:
         # Active checks load the node and are never replayed: a snapshot has no use for them.
-        names = [name for name in names if name not in ACTIVE]
+        names = [name for name in names if name not in active(names)]
     report = capture(args.directory, config, names, args.root, args.node_name)
     print(
         f"gpuprobe: wrote the snapshot of {report.node} to {args.directory} "
@@ -461,10 +461,11 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _clear_xid(args: argparse.Namespace) -> int:
+    from gpuprobe.checks.registry import sections
     from gpuprobe.checks.xid import clear
     from gpuprobe.config import load_config
 
-    config = load_config(args.config)
+    config = load_config(args.config, sections())
     cleared = clear(_host(args), config, args.gpu)
     where = f" on GPU {args.gpu}" if args.gpu is not None else ""
     print(f"gpuprobe: cleared {cleared} sticky finding{'s' if cleared != 1 else ''}{where}")

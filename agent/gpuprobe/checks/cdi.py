@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.cdi import CdiSpec, parse_cdi_spec
 from gpuprobe.containers.configfile import FileProblem, read_host_file
@@ -401,3 +402,6 @@ def _summary(
     if not gpus:
         return text + "; no NVIDIA GPU on this node"
     return text + ("; CDI in use for GPUs" if in_use else "; CDI not in use for GPUs")
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run)

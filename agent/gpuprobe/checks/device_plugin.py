@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, DevicePluginPaths
 from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
     DevicePluginConfig,
@@ -139,3 +140,6 @@ def _not_advertised(
         "configuration than the one given: restart the device plugin pod on this node",
         Action.RESTART_APP,
     )
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run, section=DevicePluginPaths)

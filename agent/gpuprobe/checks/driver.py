@@ -9,10 +9,13 @@ table in `gpuprobe.gpu.cuda`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, DriverConfig
+from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
@@ -294,3 +297,20 @@ def _cuda_verdict(
         f"no CUDA version, so whether driver {driver} runs it is unknown"
     )
     return Finding("DRIVER_TOO_OLD", Severity.UNKNOWN, message, Action.NONE), verdict
+
+
+def families(data: dict[str, Any]) -> Iterator[Family]:
+    """`gpuprobe_driver_info` from the check's data."""
+    version = text(data.get("driver_version"))
+    if version is None:
+        return
+    info = Family(
+        "gpuprobe_driver_info",
+        "The NVIDIA driver version and the CUDA version it supports",
+        ("driver_version", "cuda_driver_version"),
+    )
+    info.add([version, text(data.get("cuda_driver_version")) or ""], 1)
+    yield info
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run, section=DriverConfig, metrics=families)

@@ -14,10 +14,13 @@ has no history and only reports idleness in `data`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, GpusConfig
+from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
+from gpuprobe.families import text as label
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import FABRIC_MANAGER, health_findings, idle_finding, read_health
 from gpuprobe.gpu.own_load import own_gpu_test_running
@@ -305,3 +308,124 @@ def _by_gpu(findings: list[Finding]) -> dict[int, list[str]]:
         i: list(dict.fromkeys(f.code for f in sorted(fs, key=lambda f: -f.severity.status.rank)))
         for i, fs in found.items()
     }
+
+
+# Per-GPU gauges: (key in the check's data.gpus[i], metric name, help, divisor).
+GPU_GAUGES: list[tuple[str, str, str, float]] = [
+    ("temperature_celsius", "gpuprobe_gpu_temperature_celsius", "GPU core temperature", 1),
+    (
+        "temperature_slowdown_celsius",
+        "gpuprobe_gpu_temperature_slowdown_celsius",
+        "Temperature at which the GPU slows its clocks",
+        1,
+    ),
+    ("power_watts", "gpuprobe_gpu_power_watts", "Power draw", 1),
+    ("power_limit_watts", "gpuprobe_gpu_power_limit_watts", "Enforced power limit", 1),
+    (
+        "utilization_gpu_percent",
+        "gpuprobe_gpu_utilization_ratio",
+        "Fraction of the last sample period a kernel ran on the GPU (0-1)",
+        100,
+    ),
+    (
+        "utilization_memory_percent",
+        "gpuprobe_gpu_memory_utilization_ratio",
+        "Fraction of the last sample period device memory was read or written (0-1)",
+        100,
+    ),
+    ("memory_used_bytes", "gpuprobe_gpu_memory_used_bytes", "Device memory in use", 1),
+    ("memory_total_bytes", "gpuprobe_gpu_memory_total_bytes", "Device memory in all", 1),
+    (
+        "remapped_rows_pending",
+        "gpuprobe_gpu_remapped_rows_pending",
+        "1 when a row remap waits for a GPU reset",
+        1,
+    ),
+    (
+        "remapped_rows_failure",
+        "gpuprobe_gpu_remapped_rows_failure",
+        "1 when a row remap failed",
+        1,
+    ),
+    ("pcie_link_width", "gpuprobe_gpu_pcie_link_width", "Current PCIe link width (lanes)", 1),
+    (
+        "pcie_link_width_max",
+        "gpuprobe_gpu_pcie_link_width_max",
+        "Maximum PCIe link width of the GPU (lanes)",
+        1,
+    ),
+    (
+        "pcie_link_generation",
+        "gpuprobe_gpu_pcie_link_generation",
+        "Current PCIe link generation",
+        1,
+    ),
+    ("mig_mode_current", "gpuprobe_gpu_mig_mode", "1 when MIG mode is enabled now", 1),
+    ("idle", "gpuprobe_gpu_idle", "1 when the GPU has sat idle past the configured window", 1),
+]
+# ECC counters: key → (error_type, counter) labels of gpuprobe_gpu_ecc_errors_total.
+ECC_COUNTERS = {
+    "ecc_uncorrected_volatile": ("uncorrected", "volatile"),
+    "ecc_uncorrected_aggregate": ("uncorrected", "aggregate"),
+    "ecc_corrected_volatile": ("corrected", "volatile"),
+    "ecc_corrected_aggregate": ("corrected", "aggregate"),
+}
+REMAPPED_ROWS = {
+    "remapped_rows_correctable": "correctable",
+    "remapped_rows_uncorrectable": "uncorrectable",
+}
+_MISSING = object()
+
+
+def metric_families(data: dict[str, Any]) -> Iterator[Family]:
+    """GPU count, identity, and the per-GPU gauges from the check's data."""
+    if not data:
+        return
+    seen = data.get("gpus_seen_by_nvml", _MISSING)
+    if seen is None or number(seen) is not None:
+        count = Family("gpuprobe_gpus", "GPUs NVML sees (0 when NVML cannot start)")
+        count.add([], number(seen) or 0)
+        yield count
+    gpus = [g for g in mappings(data.get("gpus")) if "index" in g]
+    info = Family(
+        "gpuprobe_gpu_info",
+        "A GPU's identity: index, UUID, product name, PCI bus id",
+        ("gpu", "uuid", "name", "pci_bus_id"),
+    )
+    for gpu in gpus:
+        name, bus_id = label(gpu.get("name")), label(gpu.get("pci_bus_id"))
+        info.add([*gpu_labels(gpu), name or "", bus_id or ""], 1)
+    yield info
+    for key, metric, help_text, divisor in GPU_GAUGES:
+        gauge = Family(metric, help_text, GPU_LABELS)
+        for gpu in gpus:
+            value = number(gpu.get(key))
+            if value is not None:
+                gauge.add(gpu_labels(gpu), value / divisor)
+        if gauge.samples:
+            yield gauge
+    ecc = Family(
+        "gpuprobe_gpu_ecc_errors",
+        "ECC errors: corrected or uncorrected, since the driver loaded (volatile) or over the "
+        "GPU's life (aggregate)",
+        (*GPU_LABELS, "error_type", "counter"),
+        counter=True,
+    )
+    rows = Family(
+        "gpuprobe_gpu_remapped_rows",
+        "Device memory rows remapped, by cause",
+        (*GPU_LABELS, "cause"),
+    )
+    for gpu in gpus:
+        for key, (error_type, counter) in ECC_COUNTERS.items():
+            value = number(gpu.get(key))
+            if value is not None:
+                ecc.add([*gpu_labels(gpu), error_type, counter], value)
+        for key, cause in REMAPPED_ROWS.items():
+            value = number(gpu.get(key))
+            if value is not None:
+                rows.add([*gpu_labels(gpu), cause], value)
+    yield from (f for f in (ecc, rows) if f.samples)
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run, section=GpusConfig, metrics=metric_families)

@@ -20,10 +20,14 @@ check reports it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_file
+from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
+from gpuprobe.families import text as label
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import as_int, current_pending
 from gpuprobe.gpu.pci import nvidia_gpus
@@ -330,3 +334,40 @@ def _summary(gpus: list[dict[str, Any]], strategy: str | None) -> str:
     elif strategy is not None:
         summary += f"; device plugin MIG strategy {strategy}"
     return summary
+
+
+def metric_families(data: dict[str, Any]) -> Iterator[Family]:
+    """`gpuprobe_mig_device_info`: one sample per MIG device (compute instance) from the
+    check's data, so that a dashboard can draw each GPU's MIG layout."""
+    gpus = data.get("gpus")
+    if not isinstance(gpus, list):
+        return
+    family = Family(
+        "gpuprobe_mig_device_info",
+        "A MIG device: its GPU, GPU instance, compute instance, profile and UUID",
+        (*GPU_LABELS, "gpu_instance", "compute_instance", "profile", "mig_uuid"),
+    )
+    for gpu in mappings(gpus):
+        if number(gpu.get("index")) is None:
+            continue
+        for gi in mappings(gpu.get("gpu_instances")):
+            gi_id = number(gi.get("id"))
+            for ci in mappings(gi.get("compute_instances")):
+                ci_id = number(ci.get("id"))
+                if gi_id is None or ci_id is None:
+                    continue
+                profile = label(ci.get("profile")) or label(gi.get("profile")) or ""
+                family.add(
+                    [
+                        *gpu_labels(gpu),
+                        str(int(gi_id)),
+                        str(int(ci_id)),
+                        profile,
+                        label(ci.get("uuid")) or "",
+                    ],
+                    1,
+                )
+    yield family
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run, metrics=metric_families)

@@ -8,7 +8,8 @@ run by the agent (see docs/checks.md).
 
 from __future__ import annotations
 
-from gpuprobe.config import NCCL_DEADLINE_MARGIN, Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, NcclConfig
 from gpuprobe.gpu.devices import busy_gpus, gpu_count
 from gpuprobe.gpu.own_load import own_gpu_test
 from gpuprobe.host import Host
@@ -17,6 +18,9 @@ from gpuprobe.measure.nccl import run as run_nccl
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status
 
 NAME = "nccl"
+# The check's deadline is its test's timeout plus this (starting, killing, reading the
+# table), so the test's own timeout, not the check's deadline, ends a slow run.
+NCCL_DEADLINE_MARGIN = 15.0
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -35,7 +39,7 @@ def run(host: Host, config: Config) -> CheckResult:
         )
     # A deadline set lower than the test's timeout (checks.deadlines.nccl) bounds the test too,
     # so the binary never outlives the check.
-    deadline = config.deadline(NAME)
+    deadline = CHECK.deadline(config)
     timeout = min(settings.timeout_seconds, max(deadline - NCCL_DEADLINE_MARGIN, deadline / 2))
     try:
         with own_gpu_test(host):
@@ -89,3 +93,12 @@ def run(host: Host, config: Config) -> CheckResult:
         )
     summary = f"busbw {busbw_gbps:.1f} GB/s at {largest.size_bytes} bytes across {gpus} GPUs"
     return CheckResult(NAME, summary, findings, data, floor=Status.OK)
+
+
+CHECK: Check[dict[str, object]] = Check(
+    NAME,
+    run,
+    section=NcclConfig,
+    active=True,
+    least_deadline=lambda config: config.nccl.timeout_seconds + NCCL_DEADLINE_MARGIN,
+)

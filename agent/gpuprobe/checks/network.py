@@ -13,7 +13,8 @@ import os
 from collections import Counter
 from typing import Any
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, NetworkConfig
 from gpuprobe.host import Host
 from gpuprobe.host.netlink import Link
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -190,3 +191,6 @@ def _slow(fabric: list[dict[str, Any]], floor: int) -> list[Finding]:
         for i in fabric
         if i["speed_mbps"] is not None and i["speed_mbps"] < floor
     ]
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run, section=NetworkConfig)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, RdmaConfig
 from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -183,3 +184,6 @@ def _rising(device: str, port: dict[str, Any], memory: dict[str, Any]) -> list[F
             f"rdma:{device}:{port['port']}",
         )
     ]
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run, section=RdmaConfig)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprobe.checks.gpus import COMPUTE_MODES
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
@@ -250,3 +251,6 @@ def _summary(strategy: str | None, data: dict[str, Any], daemons: list[int]) -> 
             else "; MPS control daemon not running"
         )
     return text
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run)

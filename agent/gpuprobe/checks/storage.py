@@ -17,10 +17,13 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, StorageConfig
+from gpuprobe.families import Family, mappings, number, text
 from gpuprobe.gpu.devices import gpu_count, open_gpus
 from gpuprobe.host import Host, default_node_name
 from gpuprobe.measure import mounts, testfile
@@ -30,6 +33,8 @@ from gpuprobe.report import Action, CheckResult, Finding, Severity
 NAME = "storage"
 CODE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
 CODE_LOW = "STORAGE_THROUGHPUT_LOW"
+# The check measures for a while: its deadline is at least this unless set per check.
+LEAST_DEADLINE = 120.0
 # The share of the check's deadline the I/O may use: the rest is for set-up and removal.
 DEADLINE_SHARE = 0.75
 
@@ -50,7 +55,7 @@ def run(host: Host, config: Config) -> CheckResult:
     if busy and not cfg.force:
         gpus = ("GPUs " if len(busy) > 1 else "GPU ") + ", ".join(str(i) for i in sorted(busy))
         blocked = f"GPU processes are active on {gpus} (storage.force measures anyway)"
-    seconds = min(cfg.time_limit_seconds, DEADLINE_SHARE * config.checks.deadline(NAME))
+    seconds = min(cfg.time_limit_seconds, DEADLINE_SHARE * CHECK.deadline(config))
     data["time_limit_seconds"] = round(seconds, 3)
     end = time.monotonic() + seconds
     owner = host.node_name if not host.is_snapshot else default_node_name()
@@ -390,3 +395,33 @@ def _bytes(value: int) -> str:
 def _rate_text(value: float) -> str:
     """Throughput in decimal units, as drives and fio's MB/s state it: 1.94 GB/s."""
     return _scaled(value, 1000, ("B", "kB", "MB", "GB", "TB", "PB")) + "/s"
+
+
+def families(data: dict[str, Any]) -> Iterator[Family]:
+    """`gpuprobe_storage_throughput_bytes_per_second` from the check's data."""
+    paths = data.get("paths")
+    if not isinstance(paths, list):
+        return
+    family = Family(
+        "gpuprobe_storage_throughput_bytes_per_second",
+        "Measured sequential throughput of a storage path",
+        ("path", "op"),
+    )
+    for entry in mappings(paths):
+        if text(entry.get("path")) is None:
+            continue
+        for op in ("write", "read"):
+            value = number(entry.get(f"{op}_bytes_per_second"))
+            if value is not None:
+                family.add([str(entry["path"]), op], value)
+    yield family
+
+
+CHECK: Check[dict[str, Any]] = Check(
+    NAME,
+    run,
+    section=StorageConfig,
+    active=True,
+    least_deadline=lambda config: LEAST_DEADLINE,
+    metrics=families,
+)

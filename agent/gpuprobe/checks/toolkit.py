@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.engines import Engine, discover_engines
@@ -257,3 +258,6 @@ def _misconfigured(message: str, resource: str) -> Finding:
     return Finding(
         "RUNTIME_NOT_CONFIGURED", Severity.CRITICAL, message, Action.FIX_CONFIG, resource
     )
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run)

@@ -25,12 +25,14 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, XidConfig
+from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.gpu import kernel_log, nvml_events, xid_state
 from gpuprobe.gpu.devices import Device, gpu_count, text
 from gpuprobe.gpu.nvml_events import EventInfo
@@ -618,3 +620,25 @@ def _summary(xids: list[Seen], active: list[Seen]) -> str:
         if n
     ]
     return f"{' and '.join(counted)}: {', '.join(shown[:4])}{more}"
+
+
+def metric_families(data: dict[str, Any]) -> Iterator[Family]:
+    """`gpuprobe_gpu_xid_errors_total` from the check's data."""
+    records = data.get("xids")
+    if not isinstance(records, list):
+        return
+    xids = Family(
+        "gpuprobe_gpu_xid_errors",
+        "XID errors seen per GPU and XID since the agent started or they were cleared",
+        (*GPU_LABELS, "xid"),
+        counter=True,
+    )
+    for record in mappings(records):
+        xid, count = number(record.get("xid")), number(record.get("count"))
+        if xid is None or count is None or number(record.get("gpu")) is None:
+            continue
+        xids.add([*gpu_labels(record, "gpu"), str(int(xid))], count)
+    yield xids
+
+
+CHECK: Check[dict[str, Any]] = Check(NAME, run, section=XidConfig, metrics=metric_families)

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.config import ServeConfig
-from gpuprobe.serve.executor import CheckExecutor, Ran
 from gpuprobe.serve.state import ReportStore, Snapshot
 
 log = logging.getLogger("gpuprobe.serve")
@@ -68,7 +68,7 @@ class Scheduler:
 
     def __init__(
         self,
-        executor: CheckExecutor,
+        executor: CheckRunner,
         store: ReportStore,
         groups: list[Group],
         jitter_fraction: float,

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from gpuprobe.checks.runner import Ran
 from gpuprobe.report import NodeReport, now
-from gpuprobe.serve.executor import Ran
 
 # What makes a report "changed" for WatchReports: the checks present, their statuses, and
 # each finding's identity. Messages and data (temperatures, figures) are left out, so a
