@@ -17,6 +17,7 @@ from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, DriverConfig
 from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
+from gpuprobe.gpu.devices import driver_version
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
@@ -192,7 +193,7 @@ def _with_nvml(
 ) -> CheckResult:
     nvml = host.nvml
     try:
-        driver = str(nvml.call("nvmlSystemGetDriverVersion")).strip()
+        driver = driver_version(nvml)
     except NvmlError as exc:
         return CheckResult(
             NAME,

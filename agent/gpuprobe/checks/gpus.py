@@ -24,7 +24,7 @@ from gpuprobe.families import text as label
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import FABRIC_MANAGER, health_findings, idle_finding, read_health
 from gpuprobe.gpu.own_load import own_gpu_test_running
-from gpuprobe.gpu.pci import PciDevice, normalize_bus_id, nvidia_devices
+from gpuprobe.gpu.pci import PciDevice, nvidia_devices
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
 
@@ -135,12 +135,10 @@ def inventory(device: Device, finish: bool = True) -> dict[str, Any]:
     if device.lost:  # its handle is lost: NVML can tell nothing more
         return {"index": device.index, "lost": True}
     facts: dict[str, Any] = {"index": device.index}
-    facts["uuid"] = text(device.get("nvmlDeviceGetUUID"))
-    facts["name"] = text(device.get("nvmlDeviceGetName"))
+    facts["uuid"] = device.uuid()
+    facts["name"] = device.name()
     facts["serial"] = text(device.get("nvmlDeviceGetSerial"))
-    pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
-    bus_id = text(pci.get("busId")) if isinstance(pci, dict) else None
-    facts["pci_bus_id"] = normalize_bus_id(bus_id) if bus_id else None
+    facts["pci_bus_id"] = device.pci_bus_id()
     memory = device.get("nvmlDeviceGetMemoryInfo")
     if isinstance(memory, dict) and isinstance(memory.get("total"), int):
         facts["memory_total_bytes"] = memory["total"]

@@ -28,7 +28,7 @@ from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_file
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
-from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
+from gpuprobe.gpu.devices import Device, gpu_count, open_gpus
 from gpuprobe.gpu.health import as_int, current_pending
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
@@ -84,8 +84,8 @@ def _gpu(host: Host, device: Device) -> dict[str, Any]:
     facts: dict[str, Any] = {"index": device.index}
     if device.lost:
         return {**facts, "lost": True}
-    facts["uuid"] = text(device.get("nvmlDeviceGetUUID"))
-    facts["name"] = text(device.get("nvmlDeviceGetName"))
+    facts["uuid"] = device.uuid()
+    facts["name"] = device.name()
     mode = current_pending(device.get("nvmlDeviceGetMigMode"))
     facts["mig_capable"] = mode is not None
     if mode is not None:
@@ -115,7 +115,7 @@ def _mig_devices(host: Host, gpu: Device) -> list[dict[str, Any]]:
         if not _mig_slot_used(host, gpu.index, slot, ref):
             continue
         mig = Device(host.nvml, ref)
-        name = text(mig.get("nvmlDeviceGetName"))
+        name = mig.name()
         memory = mig.get("nvmlDeviceGetMemoryInfo")
         attributes = mig.get("nvmlDeviceGetAttributes_v2", "nvmlDeviceGetAttributes")
         attributes = attributes if isinstance(attributes, dict) else {}
@@ -127,7 +127,7 @@ def _mig_devices(host: Host, gpu: Device) -> list[dict[str, Any]]:
             "mig_device_index": slot,
             "gi": as_int(mig.get("nvmlDeviceGetGpuInstanceId")),
             "ci": as_int(mig.get("nvmlDeviceGetComputeInstanceId")),
-            "uuid": text(mig.get("nvmlDeviceGetUUID")),
+            "uuid": mig.uuid(),
             "name": name,
             "profile": _profile(name, attributes),
             "memory_bytes": total,

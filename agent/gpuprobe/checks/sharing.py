@@ -28,7 +28,7 @@ from gpuprobe.containers.device_plugin import (
     SharedResource,
     device_plugin_file,
 )
-from gpuprobe.gpu.devices import gpu_count, open_gpus, text
+from gpuprobe.gpu.devices import gpu_count, open_gpus
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity, gpu_resource
@@ -73,7 +73,7 @@ def _gpus(host: Host) -> list[_Gpu]:
         found.append(
             _Gpu(
                 device.index,
-                text(device.get("nvmlDeviceGetUUID")),
+                device.uuid(),
                 mode if isinstance(mode, int) and not isinstance(mode, bool) else None,
                 (mig[0] == 1) if isinstance(mig, list) and mig else None,
             )

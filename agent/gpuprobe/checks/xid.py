@@ -34,9 +34,9 @@ from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, XidConfig
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.gpu import kernel_log, nvml_events, xid_state
-from gpuprobe.gpu.devices import Device, gpu_count, text
+from gpuprobe.gpu.devices import Device, gpu_count
 from gpuprobe.gpu.nvml_events import EventInfo
-from gpuprobe.gpu.pci import normalize_bus_id, nvidia_gpus
+from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo, classify
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
@@ -316,10 +316,7 @@ def _gpus(host: Host) -> tuple[dict[str, Gpu], list[str]]:
     count = gpu_count(host.nvml) or 0
     for index in range(count):
         device = Device(host.nvml, index)
-        uuid = text(device.get("nvmlDeviceGetUUID")) or ""
-        pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
-        bus_id = text(pci.get("busId")) if isinstance(pci, dict) else None
-        gpu = Gpu(index, uuid, normalize_bus_id(bus_id) if bus_id else None)
+        gpu = Gpu(index, device.uuid() or "", device.pci_bus_id())
         known[str(index)] = gpu
         if gpu.pci_bus_id:
             known[kernel_log.pci_prefix(gpu.pci_bus_id)] = gpu
