@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, GpusConfig
@@ -34,13 +34,71 @@ COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "Exclus
 clock: Callable[[], float] = time.time
 
 
+class GpuFacts(TypedDict, total=False):
+    """One GPU's entry in `data.gpus` (docs/checks.md, check `gpus`): its identity from this
+    check, its health from `gpu.health.read_health`; what NVML cannot tell is left out."""
+
+    index: int
+    uuid: str
+    name: str
+    serial: str
+    pci_bus_id: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+    persistence_mode: bool
+    compute_mode: str
+    lost: bool
+    nvml_errors: dict[str, str]
+    temperature_celsius: int
+    temperature_slowdown_celsius: int
+    temperature_shutdown_celsius: int
+    power_watts: float
+    power_limit_watts: float
+    utilization_gpu_percent: int
+    utilization_memory_percent: int
+    ecc_mode_enabled: bool
+    ecc_uncorrected_volatile: int
+    ecc_uncorrected_aggregate: int
+    ecc_corrected_volatile: int
+    ecc_corrected_aggregate: int
+    remapped_rows_correctable: int
+    remapped_rows_uncorrectable: int
+    remapped_rows_pending: bool
+    remapped_rows_failure: bool
+    retired_pages_pending: bool
+    pcie_link_generation: int
+    pcie_link_generation_max: int
+    pcie_link_width: int
+    pcie_link_width_max: int
+    nvlinks: list[dict[str, Any]]
+    fabric_state: str
+    fabric_status: Any
+    clock_event_reasons: list[str]
+    processes: list[dict[str, Any]]
+    recovery_action: str
+    mig_mode_current: int
+    idle: bool
+    idle_seconds: float | None
+
+
+class GpusData(TypedDict):
+    """The check's data (docs/checks.md, check `gpus`)."""
+
+    gpus_on_pci_bus: int
+    gpus_seen_by_nvml: int | None
+    expected_gpus: int | None
+    nvswitches_on_pci_bus: int
+    gpus: list[GpuFacts]
+    fabric_manager_running: NotRequired[bool]
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Count, list and identify the GPUs."""
     pci = nvidia_devices(host.fs)
     bus = [d for d in pci if d.is_gpu]
     expected = config.gpus.expect
     count = gpu_count(host.nvml)
-    data: dict[str, Any] = {
+    data: GpusData = {
         "gpus_on_pci_bus": len(bus),
         "gpus_seen_by_nvml": count,
         "expected_gpus": expected,
@@ -68,7 +126,8 @@ def run(host: Host, config: Config) -> CheckResult:
             facts.update(read_health(device, table))
         gpus.append(_finish(device, facts))
     _place_on_bus(gpus, bus, count)
-    data["gpus"] = gpus
+    # The entries are gpu.health's facts (a plain dict) with this check's identity.
+    data["gpus"] = cast(list[GpuFacts], gpus)
     _track_idle(host, gpus, frozen=loaded or own_gpu_test_running(host))
     if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
         data["fabric_manager_running"] = bool(table.named(*FABRIC_MANAGER))
@@ -80,7 +139,7 @@ def run(host: Host, config: Config) -> CheckResult:
 
 
 def _fabric_manager_findings(
-    data: dict[str, Any], gpus: list[dict[str, Any]], findings: list[Finding]
+    data: GpusData, gpus: list[dict[str, Any]], findings: list[Finding]
 ) -> list[Finding]:
     """FABRIC_NOT_READY for the node: NVSwitches on the bus and no nvidia-fabricmanager, when
     no GPU's own fabric state has said so already.
@@ -187,7 +246,7 @@ def _track_idle(host: Host, gpus: list[dict[str, Any]], frozen: bool) -> None:
 
 
 def _device_findings(
-    device: Device, facts: dict[str, Any], config: Config, data: dict[str, Any]
+    device: Device, facts: dict[str, Any], config: Config, data: GpusData
 ) -> list[Finding]:
     # Without a UUID (a handle NVML lost) the resource's UUID is empty; the message names
     # the GPU's PCI address.
@@ -308,8 +367,32 @@ def _by_gpu(findings: list[Finding]) -> dict[int, list[str]]:
     }
 
 
+GaugeKey = Literal[
+    "temperature_celsius",
+    "temperature_slowdown_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "utilization_gpu_percent",
+    "utilization_memory_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "remapped_rows_pending",
+    "remapped_rows_failure",
+    "pcie_link_width",
+    "pcie_link_width_max",
+    "pcie_link_generation",
+    "mig_mode_current",
+    "idle",
+]
+EccKey = Literal[
+    "ecc_uncorrected_volatile",
+    "ecc_uncorrected_aggregate",
+    "ecc_corrected_volatile",
+    "ecc_corrected_aggregate",
+]
+RowsKey = Literal["remapped_rows_correctable", "remapped_rows_uncorrectable"]
 # Per-GPU gauges: (key in the check's data.gpus[i], metric name, help, divisor).
-GPU_GAUGES: list[tuple[str, str, str, float]] = [
+GPU_GAUGES: list[tuple[GaugeKey, str, str, float]] = [
     ("temperature_celsius", "gpuprobe_gpu_temperature_celsius", "GPU core temperature", 1),
     (
         "temperature_slowdown_celsius",
@@ -362,42 +445,47 @@ GPU_GAUGES: list[tuple[str, str, str, float]] = [
     ("idle", "gpuprobe_gpu_idle", "1 when the GPU has sat idle past the configured window", 1),
 ]
 # ECC counters: key → (error_type, counter) labels of gpuprobe_gpu_ecc_errors_total.
-ECC_COUNTERS = {
+ECC_COUNTERS: dict[EccKey, tuple[str, str]] = {
     "ecc_uncorrected_volatile": ("uncorrected", "volatile"),
     "ecc_uncorrected_aggregate": ("uncorrected", "aggregate"),
     "ecc_corrected_volatile": ("corrected", "volatile"),
     "ecc_corrected_aggregate": ("corrected", "aggregate"),
 }
-REMAPPED_ROWS = {
+REMAPPED_ROWS: dict[RowsKey, str] = {
     "remapped_rows_correctable": "correctable",
     "remapped_rows_uncorrectable": "uncorrectable",
 }
 _MISSING = object()
 
 
-def metric_families(data: dict[str, Any]) -> Iterator[Family]:
+def metric_families(data: GpusData) -> Iterator[Family]:
     """GPU count, identity, and the per-GPU gauges from the check's data."""
-    if not data:
+    if len(data) == 0:  # a result without data (not this check's own): no family
         return
-    seen = data.get("gpus_seen_by_nvml", _MISSING)
+    # Each key is read as `data[key] if key in data`, not `.get`: mypy holds an index, never
+    # a .get, to the TypedDict's keys.
+    seen = data["gpus_seen_by_nvml"] if "gpus_seen_by_nvml" in data else _MISSING
     if seen is None or number(seen) is not None:
         count = Family("gpuprobe_gpus", "GPUs NVML sees (0 when NVML cannot start)")
         count.add([], number(seen) or 0)
         yield count
-    gpus = [g for g in mappings(data.get("gpus")) if "index" in g]
+    # The values are still held to numbers and text: a report may come from elsewhere.
+    entries = mappings(data["gpus"] if "gpus" in data else None)
+    gpus = [cast(GpuFacts, g) for g in entries if "index" in g]
     info = Family(
         "gpuprobe_gpu_info",
         "A GPU's identity: index, UUID, product name, PCI bus id",
         ("gpu", "uuid", "name", "pci_bus_id"),
     )
     for gpu in gpus:
-        name, bus_id = label(gpu.get("name")), label(gpu.get("pci_bus_id"))
+        name = label(gpu["name"] if "name" in gpu else None)
+        bus_id = label(gpu["pci_bus_id"] if "pci_bus_id" in gpu else None)
         info.add([*gpu_labels(gpu), name or "", bus_id or ""], 1)
     yield info
     for key, metric, help_text, divisor in GPU_GAUGES:
         gauge = Family(metric, help_text, GPU_LABELS)
         for gpu in gpus:
-            value = number(gpu.get(key))
+            value = number(gpu[key] if key in gpu else None)
             if value is not None:
                 gauge.add(gpu_labels(gpu), value / divisor)
         if gauge.samples:
@@ -415,15 +503,15 @@ def metric_families(data: dict[str, Any]) -> Iterator[Family]:
         (*GPU_LABELS, "cause"),
     )
     for gpu in gpus:
-        for key, (error_type, counter) in ECC_COUNTERS.items():
-            value = number(gpu.get(key))
+        for ecc_key, (error_type, counter) in ECC_COUNTERS.items():
+            value = number(gpu[ecc_key] if ecc_key in gpu else None)
             if value is not None:
                 ecc.add([*gpu_labels(gpu), error_type, counter], value)
-        for key, cause in REMAPPED_ROWS.items():
-            value = number(gpu.get(key))
+        for rows_key, cause in REMAPPED_ROWS.items():
+            value = number(gpu[rows_key] if rows_key in gpu else None)
             if value is not None:
                 rows.add([*gpu_labels(gpu), cause], value)
     yield from (f for f in (ecc, rows) if f.samples)
 
 
-CHECK: Check[dict[str, Any]] = Check(NAME, run, section=GpusConfig, metrics=metric_families)
+CHECK: Check[GpusData] = Check(NAME, run, section=GpusConfig, metrics=metric_families)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
@@ -46,9 +46,64 @@ _SUFFIX = re.compile(r"^\d+c\.")
 MIB = 1024 * 1024
 
 
+class Placement(TypedDict):
+    """Where an instance sits among the GPU's slices."""
+
+    start: int
+    size: int
+
+
+class ComputeInstance(TypedDict, total=False):
+    """A MIG device: one compute instance of a GPU instance (what NVML cannot tell is left
+    out)."""
+
+    id: int
+    mig_device_index: int
+    uuid: str
+    name: str
+    profile: str
+    memory_bytes: int
+    multiprocessor_count: int
+    placement: Placement
+    resource: str
+
+
+class GpuInstance(TypedDict, total=False):
+    """A GPU instance and its compute instances."""
+
+    id: int
+    profile: str
+    placement: Placement
+    memory_bytes: int
+    compute_instances: list[ComputeInstance]
+
+
+class MigGpu(TypedDict, total=False):
+    """One GPU's entry in `data.gpus` (docs/checks.md, check `mig`)."""
+
+    index: int
+    uuid: str
+    name: str
+    mig_capable: bool
+    mig_mode_current: int
+    mig_mode_pending: int
+    mig_device_count: int
+    gpu_instances: list[GpuInstance]
+    lost: bool
+    nvml_errors: dict[str, str]
+
+
+class MigData(TypedDict):
+    """The check's data (docs/checks.md, check `mig`)."""
+
+    gpus: list[MigGpu]
+    device_plugin_mig_strategy: str | None
+    device_plugin_config_file: NotRequired[str]
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Read each GPU's MIG mode and layout and hold it against the device plugin's strategy."""
-    data: dict[str, Any] = {"gpus": [], "device_plugin_mig_strategy": None}
+    data: MigData = {"gpus": [], "device_plugin_mig_strategy": None}
     strategy = _strategy(host, config, data)
     count = gpu_count(host.nvml)
     if count is None:
@@ -61,14 +116,14 @@ def run(host: Host, config: Config) -> CheckResult:
             floor=Status.UNKNOWN,
         )
     gpus = [_gpu(host, d) for d in open_gpus(host.nvml, count)]
-    data["gpus"] = gpus
+    data["gpus"] = cast(list[MigGpu], gpus)  # built as plain dicts, the absent left out
     findings = [f for g in gpus for f in _gpu_findings(g)]
     if strategy is not None:
         findings += _strategy_findings(strategy, gpus)
     return CheckResult(NAME, _summary(gpus, strategy), findings, data)
 
 
-def _strategy(host: Host, config: Config, data: dict[str, Any]) -> str | None:
+def _strategy(host: Host, config: Config, data: MigData) -> str | None:
     """The plugin's MIG strategy; "unknown" when its config is invalid, None when not given."""
     file = device_plugin_file(host, config)
     if file is None:
@@ -336,10 +391,12 @@ def _summary(gpus: list[dict[str, Any]], strategy: str | None) -> str:
     return summary
 
 
-def metric_families(data: dict[str, Any]) -> Iterator[Family]:
+def metric_families(data: MigData) -> Iterator[Family]:
     """`gpuprobe_mig_device_info`: one sample per MIG device (compute instance) from the
     check's data, so that a dashboard can draw each GPU's MIG layout."""
-    gpus = data.get("gpus")
+    # `d[key] if key in d`, not `.get`: mypy holds an index to the TypedDict's keys. The
+    # values are still held to numbers and text: a report may come from elsewhere.
+    gpus: object = data["gpus"] if "gpus" in data else None
     if not isinstance(gpus, list):
         return
     family = Family(
@@ -347,27 +404,33 @@ def metric_families(data: dict[str, Any]) -> Iterator[Family]:
         "A MIG device: its GPU, GPU instance, compute instance, profile and UUID",
         (*GPU_LABELS, "gpu_instance", "compute_instance", "profile", "mig_uuid"),
     )
-    for gpu in mappings(gpus):
-        if number(gpu.get("index")) is None:
+    for gpu in (cast(MigGpu, g) for g in mappings(gpus)):
+        if number(gpu["index"] if "index" in gpu else None) is None:
             continue
-        for gi in mappings(gpu.get("gpu_instances")):
-            gi_id = number(gi.get("id"))
-            for ci in mappings(gi.get("compute_instances")):
-                ci_id = number(ci.get("id"))
+        instances = gpu["gpu_instances"] if "gpu_instances" in gpu else None
+        for gi in (cast(GpuInstance, i) for i in mappings(instances)):
+            gi_id = number(gi["id"] if "id" in gi else None)
+            members = gi["compute_instances"] if "compute_instances" in gi else None
+            for ci in (cast(ComputeInstance, c) for c in mappings(members)):
+                ci_id = number(ci["id"] if "id" in ci else None)
                 if gi_id is None or ci_id is None:
                     continue
-                profile = label(ci.get("profile")) or label(gi.get("profile")) or ""
+                profile = (
+                    label(ci["profile"] if "profile" in ci else None)
+                    or label(gi["profile"] if "profile" in gi else None)
+                    or ""
+                )
                 family.add(
                     [
                         *gpu_labels(gpu),
                         str(int(gi_id)),
                         str(int(ci_id)),
                         profile,
-                        label(ci.get("uuid")) or "",
+                        label(ci["uuid"] if "uuid" in ci else None) or "",
                     ],
                     1,
                 )
     yield family
 
 
-CHECK: Check[dict[str, Any]] = Check(NAME, run, metrics=metric_families)
+CHECK: Check[MigData] = Check(NAME, run, metrics=metric_families)

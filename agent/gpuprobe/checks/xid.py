@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, XidConfig
@@ -146,7 +146,7 @@ class Seen:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def to_data(self) -> dict[str, Any]:
+    def to_data(self) -> XidEntry:
         """The XID as an entry of the check's `data.xids`."""
         info = self.info
         return {
@@ -165,7 +165,7 @@ class Seen:
             "cleared": self.cleared,
         }
 
-    def to_event_data(self) -> dict[str, Any]:
+    def to_event_data(self) -> EventEntry:
         """A non-XID event as an entry of the check's `data.events`."""
         info = self.info
         return {
@@ -212,7 +212,7 @@ def run(host: Host, config: Config) -> CheckResult:
         persist_error = _persist(host, seen, directory)
     active = [x for x in seen.xids if x.active]
     findings = [_finding(x) for x in active]
-    data: dict[str, Any] = {
+    data: XidData = {
         "xids": [x.to_data() for x in seen.xids if x.is_xid],
         "events": [x.to_event_data() for x in seen.xids if not x.is_xid],
         "boot_id": seen.boot_id,
@@ -619,9 +619,57 @@ def _summary(xids: list[Seen], active: list[Seen]) -> str:
     return f"{' and '.join(counted)}: {', '.join(shown[:4])}{more}"
 
 
-def metric_families(data: dict[str, Any]) -> Iterator[Family]:
+class XidEntry(TypedDict):
+    """One XID in `data.xids` (docs/checks.md, check `xid`)."""
+
+    gpu: int | None
+    uuid: str
+    xid: int
+    count: int
+    last_seen: str | None
+    severity: str
+    action: str
+    description: str
+    source: str
+    pci_bus_id: str | None
+    message: str
+    active: bool
+    cleared: bool
+
+
+class EventEntry(TypedDict):
+    """One critical NVML event other than an XID in `data.events`."""
+
+    gpu: int | None
+    uuid: str
+    pci_bus_id: str | None
+    type: str
+    code: str
+    count: int
+    last_seen: str | None
+    severity: str
+    action: str
+    description: str
+    recovery_action: str | None
+    active: bool
+    cleared: bool
+
+
+class XidData(TypedDict):
+    """The check's data (docs/checks.md, check `xid`)."""
+
+    xids: list[XidEntry]
+    events: list[EventEntry]
+    boot_id: str | None
+    sources: dict[str, Any]
+    state_file: str | None
+    state_error: NotRequired[str | None]
+
+
+def metric_families(data: XidData) -> Iterator[Family]:
     """`gpuprobe_gpu_xid_errors_total` from the check's data."""
-    records = data.get("xids")
+    # `data[key] if key in data`, not `.get`: mypy holds an index to the TypedDict's keys.
+    records: object = data["xids"] if "xids" in data else None
     if not isinstance(records, list):
         return
     xids = Family(
@@ -630,12 +678,15 @@ def metric_families(data: dict[str, Any]) -> Iterator[Family]:
         (*GPU_LABELS, "xid"),
         counter=True,
     )
-    for record in mappings(records):
-        xid, count = number(record.get("xid")), number(record.get("count"))
-        if xid is None or count is None or number(record.get("gpu")) is None:
+    for entry in mappings(records):
+        record = cast(XidEntry, entry)  # its values still held to numbers: a report from elsewhere
+        xid = number(record["xid"] if "xid" in record else None)
+        count = number(record["count"] if "count" in record else None)
+        gpu = number(record["gpu"] if "gpu" in record else None)
+        if xid is None or count is None or gpu is None:
             continue
         xids.add([*gpu_labels(record, "gpu"), str(int(xid))], count)
     yield xids
 
 
-CHECK: Check[dict[str, Any]] = Check(NAME, run, section=XidConfig, metrics=metric_families)
+CHECK: Check[XidData] = Check(NAME, run, section=XidConfig, metrics=metric_families)
