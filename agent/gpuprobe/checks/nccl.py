@@ -8,6 +8,8 @@ run by the agent (see docs/checks.md).
 
 from __future__ import annotations
 
+from typing import NotRequired, TypedDict
+
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, NcclConfig
 from gpuprobe.gpu.devices import busy_gpus, gpu_count
@@ -23,20 +25,41 @@ NAME = "nccl"
 NCCL_DEADLINE_MARGIN = 15.0
 
 
+class NcclSize(TypedDict):
+    """One message size's out-of-place bus bandwidth (`data.rows[]`)."""
+
+    size_bytes: int
+    busbw_bytes_per_second: float
+
+
+class NcclData(TypedDict):
+    """The check's data (docs/checks.md, check `nccl`); only `ran` when the test did not run."""
+
+    ran: bool
+    gpus: NotRequired[int]
+    largest_size_bytes: NotRequired[int]
+    busbw_bytes_per_second: NotRequired[float]
+    in_place_busbw_bytes_per_second: NotRequired[float]
+    average_busbw_bytes_per_second: NotRequired[float | None]
+    wrong_values: NotRequired[int]
+    rows: NotRequired[list[NcclSize]]
+
+
+NOT_RUN = NcclData(ran=False)
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Run the NCCL test when it is configured and the GPUs are free."""
     settings = config.nccl
     if not settings.binary:
-        return CheckResult(NAME, "not configured (nccl.binary)", data={"ran": False})
+        return CheckResult(NAME, "not configured (nccl.binary)", data=NOT_RUN)
     gpus = gpu_count(host.nvml) or 0
     if gpus == 0:
-        return CheckResult(NAME, "no GPUs: not run", data={"ran": False})
+        return CheckResult(NAME, "no GPUs: not run", data=NOT_RUN)
     busy = busy_gpus(host.nvml)
     if busy and not settings.force:
         listed = ", ".join(str(i) for i in busy)
-        return CheckResult(
-            NAME, f"not run: GPU processes are active on GPU {listed}", data={"ran": False}
-        )
+        return CheckResult(NAME, f"not run: GPU processes are active on GPU {listed}", data=NOT_RUN)
     # A deadline set lower than the test's timeout (checks.deadlines.nccl) bounds the test too,
     # so the binary never outlives the check.
     deadline = CHECK.deadline(config)
@@ -52,10 +75,10 @@ def run(host: Host, config: Config) -> CheckResult:
             f"the NCCL test across {gpus} GPUs failed: {exc}",
             Action.FIX_CONFIG if missing else Action.DRAIN_NODE,
         )
-        return CheckResult(NAME, "NCCL test failed", [finding], {"ran": False})
+        return CheckResult(NAME, "NCCL test failed", [finding], NOT_RUN)
     largest = result.largest
     busbw_gbps = largest.out_of_place_busbw / 1e9
-    data = {
+    data: NcclData = {
         "ran": True,
         "gpus": gpus,
         "largest_size_bytes": largest.size_bytes,
@@ -95,7 +118,7 @@ def run(host: Host, config: Config) -> CheckResult:
     return CheckResult(NAME, summary, findings, data, floor=Status.OK)
 
 
-CHECK: Check[dict[str, object]] = Check(
+CHECK: Check[NcclData] = Check(
     NAME,
     run,
     section=NcclConfig,

@@ -17,7 +17,7 @@ then holds the node against it:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from gpuprobe.checks.gpus import COMPUTE_MODES
 from gpuprobe.checks.record import Check
@@ -81,6 +81,17 @@ def _gpus(host: Host) -> list[_Gpu]:
     return found
 
 
+class SharingData(TypedDict):
+    """The check's data (docs/checks.md, check `sharing`)."""
+
+    config_file: str | None
+    config_note: str | None
+    strategy: str | None
+    resources: list[dict[str, Any]]  # each shared resource with its schedulable units
+    mps_control_daemon_pids: list[int]
+    gpus: list[dict[str, Any]]
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Judge time-slicing and MPS against the GPUs' compute and MIG modes."""
     gpus_present = nvidia_gpu_count(host)
@@ -88,7 +99,7 @@ def run(host: Host, config: Config) -> CheckResult:
     gpus = _gpus(host) if gpus_present else []
     daemons = [p.pid for p in host.processes().named(MPS_CONTROL)]
     strategy = plugin.sharing_strategy if plugin else None
-    data: dict[str, Any] = {
+    data: SharingData = {
         "config_file": path,
         "config_note": note,
         "strategy": strategy,
@@ -231,7 +242,7 @@ def _prohibited(gpu: _Gpu) -> Finding:
     )
 
 
-def _summary(strategy: str | None, data: dict[str, Any], daemons: list[int]) -> str:
+def _summary(strategy: str | None, data: SharingData, daemons: list[int]) -> str:
     if strategy == "none":
         return "no GPU sharing (whole GPUs)"
     parts = []
@@ -253,4 +264,4 @@ def _summary(strategy: str | None, data: dict[str, Any], daemons: list[int]) -> 
     return text
 
 
-CHECK: Check[dict[str, Any]] = Check(NAME, run)
+CHECK: Check[SharingData] = Check(NAME, run)

@@ -9,7 +9,7 @@ against the host: is it there, does its binary exist, is it the default (if not,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
@@ -40,6 +40,19 @@ CONFIGURE = {
 }
 
 
+class ToolkitData(TypedDict):
+    """The check's data (docs/checks.md, check `toolkit`)."""
+
+    gpus: int
+    kubernetes_node: bool
+    toolkit_installed: bool
+    toolkit_binaries: dict[str, str]
+    gpu_operator_toolkit: bool
+    toolkit_config: dict[str, Any] | None  # the effective config, as its reader gives it
+    engines: list[dict[str, Any]]  # each engine, as its reader gives it
+    runtime_class_required: bool
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Judge the toolkit and every engine that runs GPU containers."""
     gpus = nvidia_gpu_count(host)
@@ -48,7 +61,7 @@ def run(host: Host, config: Config) -> CheckResult:
     toolkit_configs = load_toolkit_configs(host.fs)
     engines = discover_engines(host, kubernetes)
     effective = effective_toolkit_config(toolkit_configs)
-    data: dict[str, Any] = {
+    data: ToolkitData = {
         "gpus": gpus,
         "kubernetes_node": kubernetes,
         "toolkit_installed": RUNTIME_BINARY in binaries,
@@ -260,4 +273,4 @@ def _misconfigured(message: str, resource: str) -> Finding:
     )
 
 
-CHECK: Check[dict[str, Any]] = Check(NAME, run)
+CHECK: Check[ToolkitData] = Check(NAME, run)
