@@ -57,6 +57,19 @@ def test_the_active_checks_are_the_ones_that_load_the_node() -> None:
     assert registry.active(registry.CHECKS) == {"nccl", "storage"}
 
 
+def test_each_check_types_its_data_and_its_renderer_takes_that_type() -> None:
+    for check in registry.ORDER:
+        module = importlib.import_module(f"gpuprobe.checks.{check.name}")
+        data_types = [
+            value
+            for name, value in vars(module).items()
+            if name.endswith("Data") and typing.is_typeddict(value)
+        ]
+        assert len(data_types) == 1, check.name  # one TypedDict names the check's data
+        if check.metrics is not None:
+            assert typing.get_type_hints(check.metrics)["data"] is data_types[0], check.name
+
+
 def test_every_config_section_belongs_to_a_check() -> None:
     owned = {c.name for c in registry.ORDER if c.section is not None}
     sections = {f.name for f in dataclasses.fields(Config)} - SHARED_SECTIONS
