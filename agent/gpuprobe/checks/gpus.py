@@ -13,8 +13,6 @@ has no history and only reports idleness in `data`.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from gpuprobe.config import Config
@@ -27,8 +25,6 @@ from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_
 
 NAME = "gpus"
 COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "ExclusiveProcess"}
-# The idle clock (seconds); tests replace it to step through time.
-clock: Callable[[], float] = time.time
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -171,7 +167,7 @@ def _track_idle(host: Host, gpus: list[dict[str, Any]], frozen: bool) -> None:
     While gpuprobe's own NCCL test runs, the GPUs count as they were before it: the test's
     load neither ends an idle stretch nor starts one."""
     since: dict[str, float] = host.memory.of(NAME).setdefault("idle_since", {})
-    now = clock()
+    now = host.clock.wall()
     for facts in gpus:
         key = facts.get("uuid") or f"index:{facts['index']}"
         idle = facts.get("idle")
