@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from gpuprobe.checks.xid.model import Seen
-from gpuprobe.gpu import nvml_events
 from gpuprobe.gpu.nvml_events import EventInfo
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
+
+# What to do about a critical NVML event, by its action (`{gpu}`: ` -i <index>` when known).
+EVENT_ADVICE = {
+    Action.RESET_GPU: "drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the "
+    "GPU if it recurs",
+    Action.REBOOT_NODE: "drain and reboot the node; inspect the GPU if it happens again",
+    Action.DRAIN_NODE: "drain the GPU's peer-to-peer (NVLink) work, as the driver asks",
+    Action.HARDWARE_INSPECTION: "take the GPU out of service; have it inspected or replaced",
+    Action.FIX_CONFIG: "recover the GPU's IMEX domain, as the driver asks",
+}
 
 
 def finding(x: Seen) -> Finding:
@@ -25,7 +34,7 @@ def finding(x: Seen) -> Finding:
     resource = gpu_resource(x.gpu.index, x.gpu.uuid) if x.gpu.index is not None else "node"
     if isinstance(info, EventInfo):
         gpu = f" -i {x.gpu.index}" if x.gpu.index is not None else ""
-        advice = nvml_events.ADVICE.get(info.action, "").format(gpu=gpu)
+        advice = EVENT_ADVICE.get(info.action, "").format(gpu=gpu)
         action = f" ({x.message})" if x.message else ""
         return Finding(
             info.code,
