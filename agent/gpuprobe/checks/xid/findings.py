@@ -7,6 +7,8 @@ from gpuprobe.gpu.nvml_events import EventInfo
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
 
+# Xid 63: a memory row recorded for remapping (or a page for retirement), pending a reset.
+REMAP_RECORDED = 63
 # What to do about a critical NVML event, by its action (`{gpu}`: ` -i <index>` when known).
 EVENT_ADVICE = {
     Action.RESET_GPU: "drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the "
@@ -49,16 +51,18 @@ def finding(x: Seen) -> Finding:
         "XID",
         info.severity,
         f"{where}: Xid {x.xid}, {info.description}, seen {times} this boot{last}{said}: "
-        f"{_advice(info, x.gpu.index)}{sticky}",
+        f"{_advice(info, x.gpu.index, x.message)}{sticky}",
         info.action,
         resource,
     )
 
 
-def _advice(info: XidInfo, index: int | None) -> str:
+def _advice(info: XidInfo, index: int | None, message: str) -> str:
     gpu = f" -i {index}" if index is not None else ""
     if info.bucket == "UNKNOWN":
         return f"look it up in NVIDIA's Xid catalog ({CATALOG_URL})"
+    if info.xid == REMAP_RECORDED:
+        return _pending_until_reset(gpu, message)
     return {
         Action.RESTART_APP: (
             "restart the application that hit it and reset the GPU when convenient"
@@ -73,6 +77,19 @@ def _advice(info: XidInfo, index: int | None) -> str:
         Action.DRAIN_NODE: "drain the node's peer-to-peer (NVLink) work, as the driver asks",
         Action.NONE: "informational: nothing to do unless it repeats",
     }.get(info.action, "see NVIDIA's Xid catalog")
+
+
+def _pending_until_reset(gpu: str, message: str) -> str:
+    """Xid 63: a row was recorded for remapping (Ampere and newer) or a page for retirement
+    (older GPUs, "Dynamic Page Retirement" in the driver's text); either takes effect only
+    when the GPU is reset (NVIDIA, "Row Remapping": "requires a GPU reset to take effect")."""
+    how = f"(nvidia-smi -r{gpu} once it is drained, or a reboot)"
+    if "page retirement" in message.lower():
+        return (
+            "page retirement is pending: the retired page takes effect when the driver reloads "
+            f"or the GPU resets {how}"
+        )
+    return f"row remapping is pending: the remap takes effect at the GPU's next reset {how}"
 
 
 def _short(message: str, limit: int = 120) -> str:
