@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from gpuprobe.checks.xid.model import Seen
 from gpuprobe.gpu.nvml_events import EventInfo
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
 
+# How an XID finding's message names its XID (see `finding`): "GPU 6 (...): Xid 119, ...".
+_XID_NAMED = re.compile(r": Xid (\d+), ")
 # Xid 63: a memory row recorded for remapping (or a page for retirement), pending a reset.
 REMAP_RECORDED = 63
 # What to do about a critical NVML event, by its action (`{gpu}`: ` -i <index>` when known).
@@ -55,6 +59,14 @@ def finding(x: Seen) -> Finding:
         info.action,
         resource,
     )
+
+
+def xid_named(found: Finding) -> int | None:
+    """The XID an XID finding is about (None for any other finding)."""
+    if found.code != "XID":
+        return None
+    match = _XID_NAMED.search(found.message)
+    return int(match.group(1)) if match else None
 
 
 def _advice(info: XidInfo, index: int | None, message: str) -> str:
