@@ -59,8 +59,6 @@ KNOWN_UPWARD: set[tuple[str, str]] = {
     # issue 13 item 4 (client-split): the mesh learns the failing side from a response field,
     # not serve/bandwidth's PEER_FAULT prefix.
     ("gpuprobe.mesh.run", "gpuprobe.serve.bandwidth"),
-    # issue 13 item 3 (readers-facts): the kernel-module reader moves from checks/driver to gpu/.
-    ("gpuprobe.node", "gpuprobe.checks.driver"),
 }
 
 

@@ -1,0 +1,96 @@
+"""Check `xid`: which XID errors did the GPUs raise this boot, and what should be done?
+
+Two sources, read in every run: the NVML event set (`events`: XidCriticalError events and
+the other critical types of `gpuprobe.gpu.nvml_events`) and the host's kernel log files
+(`kernel`: `NVRM: Xid (PCI:...): N, ...` lines of the current boot). An XID is tied to its GPU
+by PCI address or NVML index; one entry per (GPU, XID), counted once even when both sources
+saw it; one per (GPU, event type) for the other events, which raise the code the `gpus` check
+raises for the same fault (ECC_UNCORRECTABLE, ROW_REMAP_FAILURE, GPU_LOST,
+GPU_RECOVERY_REQUIRED). What the daemon saw is kept in `host.memory`, so events are not lost
+between runs (`observation`, the records in `model`).
+
+Each XID is classified by NVIDIA's catalog (`gpuprobe.gpu.xid_catalog`). Critical XIDs (and
+critical events) are sticky (`sticky`): they stay reported until the boot id changes (a
+reboot) or an operator clears them (`clearing.clear`, `gpuprobe clear-xid`); the clearing, and
+in the live daemon the sticky XIDs themselves, are kept in the state file (`state`, `persist`).
+A replayed snapshot uses a state file only when `xid.state_dir` is configured, so a replay
+gives the same findings on every machine; without one, a clearing lives in the process's
+memory. A warning XID (an application's) stays reported in the daemon for
+`xid.warning_window_seconds` after it last grew; a one-shot check reports every XID of the
+boot. What the findings say is in `findings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NotRequired, TypedDict, cast
+
+from gpuprobe.checks.record import Check
+from gpuprobe.checks.xid import state as xid_state
+from gpuprobe.checks.xid.clearing import clear
+from gpuprobe.checks.xid.findings import finding, summary
+from gpuprobe.checks.xid.model import NAME, EventEntry, XidEntry
+from gpuprobe.checks.xid.observation import observe
+from gpuprobe.checks.xid.persist import save_sticky, state_dir
+from gpuprobe.config import Config, XidConfig
+from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
+from gpuprobe.host import Host
+from gpuprobe.report import CheckResult
+
+__all__ = ["CHECK", "NAME", "XidData", "clear", "run", "state_dir"]
+
+
+class XidData(TypedDict):
+    """The check's data (docs/checks.md, check `xid`)."""
+
+    xids: list[XidEntry]
+    events: list[EventEntry]
+    boot_id: str | None
+    sources: dict[str, Any]
+    state_file: str | None
+    state_error: NotRequired[str | None]
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Gather this boot's XIDs, classify them, and report the active ones."""
+    directory = state_dir(host, config)
+    with xid_state.LOCK:
+        seen = observe(host, config, directory)
+        persist_error = save_sticky(host, seen, directory)
+    active = [x for x in seen.xids if x.active]
+    data: XidData = {
+        "xids": [x.to_data() for x in seen.xids if x.is_xid],
+        "events": [x.to_event_data() for x in seen.xids if not x.is_xid],
+        "boot_id": seen.boot_id,
+        "sources": seen.sources,
+        "state_file": str(xid_state.state_path(directory)) if directory else None,
+    }
+    if seen.state_error or persist_error:
+        data["state_error"] = seen.state_error or persist_error
+    return CheckResult(NAME, summary(seen.xids, active), [finding(x) for x in active], data)
+
+
+def metric_families(data: XidData) -> Iterator[Family]:
+    """`gpuprobe_gpu_xid_errors_total` from the check's data."""
+    # `data[key] if key in data`, not `.get`: mypy holds an index to the TypedDict's keys.
+    records: object = data["xids"] if "xids" in data else None
+    if not isinstance(records, list):
+        return
+    xids = Family(
+        "gpuprobe_gpu_xid_errors",
+        "XID errors seen per GPU and XID since the agent started or they were cleared",
+        (*GPU_LABELS, "xid"),
+        counter=True,
+    )
+    for entry in mappings(records):
+        record = cast(XidEntry, entry)  # its values still held to numbers: a report from elsewhere
+        xid = number(record["xid"] if "xid" in record else None)
+        count = number(record["count"] if "count" in record else None)
+        gpu = number(record["gpu"] if "gpu" in record else None)
+        if xid is None or count is None or gpu is None:
+            continue
+        xids.add([*gpu_labels(record, "gpu"), str(int(xid))], count)
+    yield xids
+
+
+CHECK: Check[XidData] = Check(NAME, run, section=XidConfig, metrics=metric_families)
