@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpuprobe.gpu import nvlink5
 from gpuprobe.report import Action, Severity
 
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
@@ -389,10 +390,17 @@ _RECOVERY_ACTIONS = {
 
 
 def classify(xid: int, message: str = "") -> XidInfo:
-    """The catalog entry of `xid` (an Xid 154 by the recovery its message names)."""
+    """The catalog entry of `xid`: an Xid 144-150 by the NVLink5 decode of its message, an
+    Xid 154 by the recovery its message names."""
     info = CATALOG.get(xid)
     if info is None:
         return XidInfo(xid, "not in gpuprobe's XID catalog", "UNKNOWN", _W, Action.NONE)
+    decoded = nvlink5.decode(xid, message)
+    if decoded is not None:
+        description = f"{info.description} ({decoded.summary()})"
+        return XidInfo(
+            xid, description, info.bucket, decoded.severity, decoded.action, info.mnemonic
+        )
     if xid == 154:
         match = _RECOVERY_154.search(message)
         verdict = _RECOVERY_ACTIONS.get(match.group(1).strip().lower()) if match else None
