@@ -13,11 +13,12 @@ import pytest
 
 from conftest import gpuprobe, require_root
 from gpuprobe.checks import xid
+from gpuprobe.checks.xid import persist
+from gpuprobe.checks.xid.state import StateError, state_path
 from gpuprobe.config import Config
-from gpuprobe.gpu.xid_state import StateError, state_path
 from gpuprobe.host import live_host, snapshot_host
 from gpuprobe.report import Status
-from helpers import codes, config, run_check, snapshot
+from helpers import FakeClock, codes, config, run_check, snapshot
 
 UUID = "GPU-5f1c{0:04x}-8e2b-4c1d-9a7e-{0:012x}"
 BOOT_ID = "3f0c5a8e-6a1d-4f0b-9a57-2b8c1e7d4f10"
@@ -252,20 +253,14 @@ def test_a_new_boot_clears_what_the_last_boot_left(tmp_path: Path) -> None:
     assert result.data["boot_id"] == "a-new-boot"
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    now = [1_800_000_000.0]
-    monkeypatch.setattr(xid, "clock", lambda: now[0])
-    yield now
-
-
-def test_warnings_expire_after_their_window_in_the_daemon(clock: list[float]) -> None:
+def test_warnings_expire_after_their_window_in_the_daemon() -> None:
     host = snapshot_host(snapshot("synthetic-xid-app"))
+    host.clock = clock = FakeClock()
     cfg = config(xid={"warning_window_seconds": 600})
     assert len(xid.run(host, cfg).findings) == 4
-    clock[0] += 600
+    clock.advance(600)
     assert len(xid.run(host, cfg).findings) == 4
-    clock[0] += 1
+    clock.advance(1)
     result = xid.run(host, cfg)
     assert result.findings == []
     assert [x["active"] for x in result.data["xids"]] == [False] * 4
@@ -274,10 +269,11 @@ def test_warnings_expire_after_their_window_in_the_daemon(clock: list[float]) ->
     )
 
 
-def test_critical_xids_are_sticky_past_the_window(clock: list[float]) -> None:
+def test_critical_xids_are_sticky_past_the_window() -> None:
     host = snapshot_host(snapshot("synthetic-xid-critical"))
+    host.clock = clock = FakeClock()
     xid.run(host, Config())
-    clock[0] += 86400
+    clock.advance(86400)
     result = xid.run(host, Config())
     assert codes(result) == [
         ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
@@ -423,7 +419,7 @@ def machine_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     sticky XID of synthetic-xid-critical made in the snapshot's own boot."""
     directory = tmp_path / "machine-state"
     directory.mkdir()
-    monkeypatch.setattr(xid, "DEFAULT_STATE_DIR", str(directory))
+    monkeypatch.setattr(persist, "DEFAULT_STATE_DIR", str(directory))
     assert (
         xid.clear(snapshot_host(snapshot("synthetic-xid-critical")), state_config(directory)) == 3
     )

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from gpuprobe.gpu.xid_state import StateError
+from gpuprobe.checks.xid.state import StateError
 from gpuprobe.report import NodeReport, now
 from gpuprobe.serve import convert
 from gpuprobe.serve.bandwidth import Bandwidth, TestRefused, peer_address
