@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuprobe.checks.xid.model import Seen
+from gpuprobe.checks.xid.model import XIDLESS, Seen
 from gpuprobe.gpu.nvml_events import EventInfo
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
@@ -45,11 +45,13 @@ def finding(x: Seen) -> Finding:
             resource,
         )
     said = f' ("{_short(x.message)}")' if x.message else ""
+    how = " (logged without an Xid number)" if x.source == XIDLESS else ""
+    rule = f" [{x.override.label}]" if x.override is not None else ""
     return Finding(
         "XID",
         info.severity,
-        f"{where}: Xid {x.xid}, {info.description}, seen {times} this boot{last}{said}: "
-        f"{_advice(info, x.gpu.index)}{sticky}",
+        f"{where}: Xid {x.xid}{how}, {info.description}, seen {times} this boot{last}{said}: "
+        f"{_advice(info, x.gpu.index)}{sticky}{rule}",
         info.action,
         resource,
     )
@@ -71,6 +73,9 @@ def _advice(info: XidInfo, index: int | None) -> str:
         ),
         Action.REBOOT_NODE: "drain and reboot the node; inspect the GPU if it happens again",
         Action.DRAIN_NODE: "drain the node's peer-to-peer (NVLink) work, as the driver asks",
+        Action.HARDWARE_INSPECTION: "have the GPU and its seating, power and cooling inspected; "
+        "contact support if it repeats",
+        Action.FIX_CONFIG: "fix the driver, firmware or GPU configuration the catalog names",
         Action.NONE: "informational: nothing to do unless it repeats",
     }.get(info.action, "see NVIDIA's Xid catalog")
 

@@ -11,7 +11,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from gpuprobe.checks.xid.model import Gpu, Seen, later
+from gpuprobe.checks.xid.model import MAX_TIMES, XIDLESS, Gpu, Seen, later
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.host import Host
@@ -56,16 +56,33 @@ def read(
     for line, times in lines.values():
         gpu = _gpu_at(line.pci, gpus, pci_order, uuids)
         stamp = format_time(line.time) if line.time else None
-        x = Seen(gpu, line.xid, times, stamp, "kernel-log", line.message)
+        source = "kernel-log" if line.logged_xid else XIDLESS
+        x = Seen(gpu, line.xid, times, stamp, source, line.message)
+        x.times = [stamp] * times if stamp else []
         old = seen.get(x.key)
         if old is not None:
             old.count += times
-            if later(old.last_seen, x.last_seen) == x.last_seen:  # log order breaks ties
+            old.times = sorted(old.times + x.times)[-MAX_TIMES:]
+            if _outranks(x, old):
                 old.message = x.message or old.message
             old.last_seen = later(old.last_seen, x.last_seen)
         else:
             seen[x.key] = x
     return list(seen.values())
+
+
+def _outranks(new: Seen, old: Seen) -> bool:
+    """Whether a sighting's message should speak for its XID: a more severe one (an NVLink5
+    XID's Fatal line over a Nonfatal one of the same number), else the later (log order breaks
+    ties)."""
+    new_rank, old_rank = _rank(new), _rank(old)
+    if new_rank != old_rank:
+        return new_rank > old_rank
+    return later(old.last_seen, new.last_seen) == new.last_seen
+
+
+def _rank(x: Seen) -> int:
+    return 1 if x.info.critical else 0
 
 
 def _tail(host: Host, path: str, max_bytes: int) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuprobe.checks.xid import events, kernel, sticky
+from gpuprobe.checks.xid import events, kernel, policy, sticky
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
 from gpuprobe.config import Config
@@ -47,6 +47,10 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
         kept = Seen.from_entry(entry)
         if kept is not None:
             _merge(seen, kept)
+    driver = policy.driver_version(host)
+    for x in seen.values():
+        if x.is_xid:
+            x.override = policy.find(config, "xid", x.xid, driver)
     saved = dict(state.cleared) if same_boot and state is not None else {}
     cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
     sticky.judge(list(seen.values()), cleared, memory, config, now)
@@ -78,6 +82,8 @@ def _merge(seen: dict[str, Seen], x: Seen) -> None:
         seen[x.key] = x
         return
     old.count = max(old.count, x.count)
+    if len(x.times) > len(old.times):
+        old.times = x.times
     old.last_seen = later(old.last_seen, x.last_seen)
     old.message = old.message or x.message
     if x.source == "nvml-event":
