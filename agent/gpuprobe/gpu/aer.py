@@ -29,7 +29,11 @@ from gpuprobe.host.fs import HostFS
 
 PCI_DEVICES = "/sys/bus/pci/devices"
 KINDS = ("correctable", "nonfatal", "fatal")
-_FILES = {"correctable": "aer_dev_correctable", "nonfatal": "aer_dev_nonfatal", "fatal": "aer_dev_fatal"}
+_FILES = {
+    "correctable": "aer_dev_correctable",
+    "nonfatal": "aer_dev_nonfatal",
+    "fatal": "aer_dev_fatal",
+}
 _TOTALS = {
     "correctable": "TOTAL_ERR_COR",
     "nonfatal": "TOTAL_ERR_NONFATAL",
@@ -127,5 +131,7 @@ def read(fs: HostFS, addresses: list[str]) -> list[AerDevice]:
             if not counts:
                 continue
             below = path[depth - 1][0] if depth else None
-            devices.append(AerDevice(bdf, counts, below, root_port=depth == len(path) - 1 and depth > 0))
+            devices.append(
+                AerDevice(bdf, counts, below, root_port=depth == len(path) - 1 and depth > 0)
+            )
     return devices

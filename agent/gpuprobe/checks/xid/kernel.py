@@ -27,8 +27,10 @@ def read(
     pci_order: list[str],
     sources: dict[str, Any],
     now: datetime,
+    sxids: list[tuple[kernel_log.SxidLine, int]] | None = None,
 ) -> list[Seen]:
-    """The current boot's XIDs in the kernel log files, one line counted once across logs."""
+    """The current boot's XIDs in the kernel log files, one line counted once across logs;
+    the SXid lines (with how often each was logged) are added to `sxids`."""
     boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
     streams: dict[str, list[str]] = {}
     for path in config.xid.kernel_logs:
@@ -37,6 +39,7 @@ def read(
     # kern.log and syslog hold the same kernel lines: a line counts as often as the one log
     # that holds it most often (identical lines within one log are separate XIDs).
     lines: dict[str, tuple[kernel_log.XidLine, int]] = {}
+    switch_lines: dict[str, tuple[kernel_log.SxidLine, int]] = {}
     uuids: dict[str, str] = {}
     for paths in streams.values():
         texts = []
@@ -50,8 +53,14 @@ def read(
         for line in found.xids:
             if counted[line.line] > lines.get(line.line, (line, 0))[1]:
                 lines[line.line] = (line, counted[line.line])
+        counted_sxids = Counter(s.line for s in found.sxids)
+        for sxid in found.sxids:
+            if counted_sxids[sxid.line] > switch_lines.get(sxid.line, (sxid, 0))[1]:
+                switch_lines[sxid.line] = (sxid, counted_sxids[sxid.line])
         uuids.update(found.uuids)
     sources["kernel_logs"] = read
+    if sxids is not None:
+        sxids.extend(switch_lines.values())
     seen: dict[str, Seen] = {}
     for line, times in lines.values():
         gpu = _gpu_at(line.pci, gpus, pci_order, uuids)

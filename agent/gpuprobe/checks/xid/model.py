@@ -10,6 +10,7 @@ from typing import Any
 from gpuprobe.checks.xid.policy import Override, apply_xid
 from gpuprobe.checks.xid.state import XidState
 from gpuprobe.gpu import nvlink5, nvml_events
+from gpuprobe.gpu.kernel_log import SxidLine
 from gpuprobe.gpu.nvml_events import EventInfo
 from gpuprobe.gpu.xid_catalog import XidInfo, classify
 from gpuprobe.report import format_time
@@ -204,6 +205,14 @@ class Observation:
     sources: dict[str, Any] = field(default_factory=dict)
     state: XidState | None = None
     state_error: str | None = None
+    # The SXid lines of the kernel log this boot (judged by `sxid`), one line once across logs.
+    sxids: list[tuple[SxidLine, int]] = field(default_factory=list)
+    # The loaded driver's version, as the policy's driver ranges read it.
+    driver: str | None = None
+    # The GPUs by NVML index and PCI address, the clearings in force, and when it looked.
+    gpus: dict[str, Gpu] = field(default_factory=dict)
+    cleared: dict[str, dict[str, Any]] = field(default_factory=dict)
+    now: datetime | None = None
 
 
 def later(a: str | None, b: str | None) -> str | None:

@@ -31,9 +31,9 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
     seen: dict[str, Seen] = {}
     for x in events.drain(host, gpus, memory, sources, now):
         seen[x.key] = x
-    for x in kernel.read(host, config, gpus, pci_order, sources, now):
+    observation = Observation(boot_id, [], sources, gpus=gpus, now=now)
+    for x in kernel.read(host, config, gpus, pci_order, sources, now, observation.sxids):
         _merge(seen, x)
-    observation = Observation(boot_id, [], sources)
     try:
         observation.state = xid_state.load(directory) if directory is not None else None
     except xid_state.StateError as exc:
@@ -47,12 +47,12 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
         kept = Seen.from_entry(entry)
         if kept is not None:
             _merge(seen, kept)
-    driver = policy.driver_version(host)
+    driver = observation.driver = policy.driver_version(host)
     for x in seen.values():
         if x.is_xid:
             x.override = policy.find(config, "xid", x.xid, driver)
     saved = dict(state.cleared) if same_boot and state is not None else {}
-    cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
+    cleared = observation.cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
     sticky.judge(list(seen.values()), cleared, memory, config, now)
     observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid, x.event))
     return observation

@@ -165,7 +165,7 @@ def render(explained: dict[str, Any]) -> str:
         )
         mark = f"  ({entry['rule']})" if entry["rule"] else ""
         lines.append(
-            f"{entry['xid']:>3}  {entry['mnemonic'][:48]:<48} {builtin:<19} {effective}{mark}"
+            f"{entry['xid']:>3}  {entry['mnemonic'][:48]:<48} {builtin:<28} {effective}{mark}"
         )
     return "\n".join(lines) + "\n"
 
