@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks.xid.model import MAX_TIMES, XIDLESS, Gpu, Seen, later
+from gpuprobe.checks.xid.recovery import reset_logged
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.host import Host
@@ -28,6 +29,7 @@ def read(
     sources: dict[str, Any],
     now: datetime,
     sxids: list[tuple[kernel_log.SxidLine, int]] | None = None,
+    resets: dict[str, str] | None = None,
 ) -> list[Seen]:
     """The current boot's XIDs in the kernel log files, one line counted once across logs;
     the SXid lines (with how often each was logged) are added to `sxids`."""
@@ -61,6 +63,8 @@ def read(
     sources["kernel_logs"] = read
     if sxids is not None:
         sxids.extend(switch_lines.values())
+    if resets is not None:
+        resets.update(reset_logged([line for line, _ in lines.values()]))
     seen: dict[str, Seen] = {}
     for line, times in lines.values():
         gpu = _gpu_at(line.pci, gpus, pci_order, uuids)
@@ -91,7 +95,9 @@ def _outranks(new: Seen, old: Seen) -> bool:
 
 
 def _rank(x: Seen) -> int:
-    return 1 if x.info.critical else 0
+    # Only an NVLink5 XID's lines differ in kind under one number (Fatal and Nonfatal units);
+    # others (an Xid 154 moving back to None) speak by their latest line.
+    return 1 if 144 <= x.xid <= 150 and x.info.critical else 0
 
 
 def _tail(host: Host, path: str, max_bytes: int) -> str | None:

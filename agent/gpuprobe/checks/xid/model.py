@@ -213,6 +213,8 @@ class Observation:
     gpus: dict[str, Gpu] = field(default_factory=dict)
     cleared: dict[str, dict[str, Any]] = field(default_factory=dict)
     now: datetime | None = None
+    # When the driver last logged each GPU's recovery action back to None (by PCI address).
+    resets_logged: dict[str, str] = field(default_factory=dict)
 
 
 def later(a: str | None, b: str | None) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuprobe.checks.xid import events, kernel, policy, sticky
+from gpuprobe.checks.xid import events, kernel, policy, recovery, sticky
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
 from gpuprobe.config import Config
@@ -32,7 +32,9 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
     for x in events.drain(host, gpus, memory, sources, now):
         seen[x.key] = x
     observation = Observation(boot_id, [], sources, gpus=gpus, now=now)
-    for x in kernel.read(host, config, gpus, pci_order, sources, now, observation.sxids):
+    for x in kernel.read(
+        host, config, gpus, pci_order, sources, now, observation.sxids, observation.resets_logged
+    ):
         _merge(seen, x)
     try:
         observation.state = xid_state.load(directory) if directory is not None else None
@@ -53,6 +55,8 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
             x.override = policy.find(config, "xid", x.xid, driver)
     saved = dict(state.cleared) if same_boot and state is not None else {}
     cleared = observation.cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
+    nvml_seen = recovery.observe_gpus(host, gpus, memory)
+    recovery.apply(list(seen.values()), observation.resets_logged, nvml_seen, cleared, memory, now)
     sticky.judge(list(seen.values()), cleared, memory, config, now)
     observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid, x.event))
     return observation

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuprobe.checks.xid.model import Seen, time_text
 from gpuprobe.checks.xid.policy import threshold_met
+from gpuprobe.checks.xid.recovery import recovered_by
 from gpuprobe.config import Config
 
 
@@ -38,6 +39,7 @@ def judge(
             continue
         mark = cleared.get(x.key)
         x.cleared = mark is not None and _covers(mark, x)
+        x.recovered = recovered_by(mark) if x.cleared else None
         last = grew.get(x.key)
         if last is None or x.count > last[0]:
             grew[x.key] = [x.count, stamp]
