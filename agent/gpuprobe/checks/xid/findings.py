@@ -27,7 +27,7 @@ def finding(x: Seen) -> Finding:
     times = f"{x.count} time{'s' if x.count != 1 else ''}"
     last = f", last at {x.last_seen}" if x.last_seen else ""
     sticky = (
-        " (reported until the node reboots, the GPU is seen reset, or `gpuprobe clear-xid` clears it)"
+        " (reported until a reboot or a reset is seen, or `gpuprobe clear-xid` clears it)"
         if info.critical
         else ""
     )
