@@ -378,3 +378,12 @@ def test_a_recovered_fault_that_grows_again_is_active_again(tmp_path: Path) -> N
     )
     clock.advance(60)
     assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(xid.run(host, Config()))
+
+
+def test_clear_xid_clears_a_fatal_sxid_until_it_grows_again() -> None:
+    host, _ = daemon_host("synthetic-nvswitch-sxid")
+    assert xid.clear(host, Config()) == 1
+    result = xid.run(host, Config())
+    assert [f.code for f in result.findings] == ["SXID"]  # the non-fatal one stays a warning
+    fatal = result.data["sxids"][0]
+    assert (fatal["sxid"], fatal["active"], fatal["cleared"]) == (20034, False, True)

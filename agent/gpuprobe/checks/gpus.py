@@ -73,10 +73,10 @@ def run(host: Host, config: Config) -> CheckResult:
     for device, facts in zip(devices, gpus, strict=True):
         findings += _device_findings(device, facts, config, data)
     findings += _fabric_manager_findings(data, gpus, findings)
-    facts = imex.read(host)
-    if facts.in_domain:  # a single-node NVLink system has nothing to say about IMEX
-        data["imex"] = facts.to_data()
-    findings += imex_check.findings(facts)
+    domain = imex.read(host)
+    if domain.in_domain:  # a single-node NVLink system has nothing to say about IMEX
+        data["imex"] = domain.to_data()
+    findings += imex_check.findings(domain)
     return CheckResult(NAME, _summary(gpus, devices, len(bus), findings), findings, data)
 
 

@@ -94,15 +94,19 @@ def read(host: Host) -> ImexFacts:
         return facts
     daemons = host.processes().named(DAEMON)
     facts.daemon_pids = sorted(p.pid for p in daemons)
-    facts.config_file = next(
-        (_option(p.cmdline, "-c") for p in daemons if _option(p.cmdline, "-c")), DEFAULT_CONFIG
+    config_file = next(
+        (c for c in (_option(p.cmdline, "-c") for p in daemons) if c), DEFAULT_CONFIG
     )
-    config = host.fs.try_read_text(facts.config_file) or ""
-    facts.nodes_file = _setting(config, "IMEX_NODE_CONFIG_FILE") or DEFAULT_NODES
-    nodes = host.fs.try_read_text(facts.nodes_file)
+    facts.config_file = config_file
+    config = host.fs.try_read_text(config_file) or ""
+    nodes_file = _setting(config, "IMEX_NODE_CONFIG_FILE") or DEFAULT_NODES
+    facts.nodes_file = nodes_file
+    nodes = host.fs.try_read_text(nodes_file) if nodes_file.startswith("/") else None
     if nodes is not None:
         facts.nodes = [
-            line.strip() for line in nodes.splitlines() if line.strip() and not line.startswith("#")
+            line.strip()
+            for line in nodes.splitlines()
+            if line.strip() and not line.strip().startswith("#")
         ]
     facts.channels = [
         f"{CHANNELS}/{name}" for name in host.fs.listdir(CHANNELS) if name.startswith("channel")
