@@ -117,6 +117,36 @@ def test_hardware_xids_are_critical_and_counted_once_across_kern_log_and_syslog(
     )
 
 
+def test_xid_63_says_the_row_remap_is_pending_until_the_next_reset() -> None:
+    # The driver says "reset gpu to activate"; NVIDIA's catalog files 63 under IGNORE: a row
+    # was recorded for remapping and takes effect at the GPU's next reset. One instruction.
+    result = run_check("xid", "synthetic-xid-critical")
+    xid63 = next(f for f in result.findings if "Xid 63" in f.message)
+    assert (xid63.severity.value, xid63.action.value) == ("WARNING", "NONE")
+    assert "reset gpu to activate" in xid63.message  # the driver's own words, quoted
+    assert xid63.message.endswith(
+        ": row remapping is pending: the remap takes effect at the GPU's next reset "
+        "(nvidia-smi -r -i 2 once it is drained, or a reboot)"
+    )
+    assert "nothing to do" not in xid63.message
+
+
+def test_xid_63_on_a_gpu_that_retires_pages_says_so(tmp_path: Path) -> None:
+    # Before Ampere, Xid 63 is a retired page (NVIDIA, "Dynamic Page Retirement": "XID 63
+    # Dynamic Page Retirement: New retired page, reload the driver to activate.").
+    path = copy_snapshot("synthetic-h100-8gpu-healthy", tmp_path)
+    line = (
+        "NVRM: Xid (PCI:0000:ab:00): 63, Dynamic Page Retirement: New retired page, reload "
+        "the driver to activate. (0x00000000000123a0)\n"
+    )
+    (path / "rootfs/var/log/kern.log").write_text(line)
+    (finding,) = xid.run(snapshot_host(str(path)), Config()).findings
+    assert finding.message.endswith(
+        ": page retirement is pending: the retired page takes effect when the driver reloads "
+        "or the GPU resets (nvidia-smi -r -i 5 once it is drained, or a reboot)"
+    )
+
+
 def test_identical_lines_in_one_log_are_separate_xids_but_not_across_logs(
     tmp_path: Path,
 ) -> None:

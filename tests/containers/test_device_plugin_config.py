@@ -17,7 +17,6 @@ from gpuprobe.containers.device_plugin import (
     PluginConfigFile,
     SharedResource,
     device_plugin_file,
-    load_device_plugin_config,
     parse_device_plugin_config,
 )
 from gpuprobe.host import snapshot_host
@@ -83,7 +82,11 @@ def test_yaml_errors_carry_line_and_column() -> None:
 
 
 def test_a_missing_file_is_a_finding(tmp_path: Path) -> None:
-    found = finding(load_device_plugin_config(str(tmp_path / "absent.yaml")))
+    host = snapshot_host(str(ROOT / "tests/snapshots/kvm-epyc-nogpu"))
+    absent = config(device_plugin={"config_file": str(tmp_path / "absent.yaml")})
+    file = device_plugin_file(host, absent)
+    assert file is not None
+    found = finding(file.result)
     assert "cannot be read" in found.message
 
 

@@ -135,11 +135,6 @@ def device_plugin_config(host: Host, config: Config) -> DevicePluginConfig | Fil
     return None if file is None else file.result
 
 
-def load_device_plugin_config(path: str) -> DevicePluginConfig | FileProblem:
-    """The plugin configuration in `path`, or the problem that says why not."""
-    return _from_file(read_agent_file(path))
-
-
 def _from_file(file: AgentFile) -> DevicePluginConfig | FileProblem:
     if file.content is None:
         return FileProblem(file.path, f"cannot be read ({file.error})")

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 from gpuprobe.checks.xid.model import XIDLESS, Seen
 from gpuprobe.gpu.nvml_events import EventInfo
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
 
+# How an XID finding's message names its XID (see `finding`): "GPU 6 (...): Xid 119, ...".
+_XID_NAMED = re.compile(r": Xid (\d+), ")
+# Xid 63: a memory row recorded for remapping (or a page for retirement), pending a reset.
+REMAP_RECORDED = 63
 # What to do about a critical NVML event, by its action (`{gpu}`: ` -i <index>` when known).
 EVENT_ADVICE = {
     Action.RESET_GPU: "drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the "
@@ -51,16 +57,26 @@ def finding(x: Seen) -> Finding:
         "XID",
         info.severity,
         f"{where}: Xid {x.xid}{how}, {info.description}, seen {times} this boot{last}{said}: "
-        f"{_advice(info, x.gpu.index)}{sticky}{rule}",
+        f"{_advice(info, x.gpu.index, x.message)}{sticky}{rule}",
         info.action,
         resource,
     )
 
 
-def _advice(info: XidInfo, index: int | None) -> str:
+def xid_named(found: Finding) -> int | None:
+    """The XID an XID finding is about (None for any other finding)."""
+    if found.code != "XID":
+        return None
+    match = _XID_NAMED.search(found.message)
+    return int(match.group(1)) if match else None
+
+
+def _advice(info: XidInfo, index: int | None, message: str) -> str:
     gpu = f" -i {index}" if index is not None else ""
     if info.bucket == "UNKNOWN":
         return f"look it up in NVIDIA's Xid catalog ({CATALOG_URL})"
+    if info.xid == REMAP_RECORDED:
+        return _pending_until_reset(gpu, message)
     return {
         Action.RESTART_APP: (
             "restart the application that hit it and reset the GPU when convenient"
@@ -78,6 +94,19 @@ def _advice(info: XidInfo, index: int | None) -> str:
         Action.FIX_CONFIG: "fix the driver, firmware or GPU configuration the catalog names",
         Action.NONE: "informational: nothing to do unless it repeats",
     }.get(info.action, "see NVIDIA's Xid catalog")
+
+
+def _pending_until_reset(gpu: str, message: str) -> str:
+    """Xid 63: a row was recorded for remapping (Ampere and newer) or a page for retirement
+    (older GPUs, "Dynamic Page Retirement" in the driver's text); either takes effect only
+    when the GPU is reset (NVIDIA, "Row Remapping": "requires a GPU reset to take effect")."""
+    how = f"(nvidia-smi -r{gpu} once it is drained, or a reboot)"
+    if "page retirement" in message.lower():
+        return (
+            "page retirement is pending: the retired page takes effect when the driver reloads "
+            f"or the GPU resets {how}"
+        )
+    return f"row remapping is pending: the remap takes effect at the GPU's next reset {how}"
 
 
 def _short(message: str, limit: int = 120) -> str:

@@ -37,7 +37,7 @@ def read(
     streams: dict[str, list[str]] = {}
     for path in config.xid.kernel_logs:
         streams.setdefault(re.sub(r"\.\d+$", "", path), []).append(path)
-    read: list[str] = []
+    opened: list[str] = []
     # kern.log and syslog hold the same kernel lines: a line counts as often as the one log
     # that holds it most often (identical lines within one log are separate XIDs).
     lines: dict[str, tuple[kernel_log.XidLine, int]] = {}
@@ -49,7 +49,7 @@ def read(
             content = _tail(host, path, config.xid.kernel_log_max_bytes)
             if content is not None:
                 texts.append(content)
-                read.append(path)
+                opened.append(path)
         found = kernel_log.read_stream(texts, boot=boot, now=now)
         counted = Counter(line.line for line in found.xids)
         for line in found.xids:
@@ -60,7 +60,7 @@ def read(
             if counted_sxids[sxid.line] > switch_lines.get(sxid.line, (sxid, 0))[1]:
                 switch_lines[sxid.line] = (sxid, counted_sxids[sxid.line])
         uuids.update(found.uuids)
-    sources["kernel_logs"] = read
+    sources["kernel_logs"] = opened
     if sxids is not None:
         sxids.extend(switch_lines.values())
     if resets is not None:
