@@ -41,6 +41,7 @@ FLOORS: list[tuple[str, list[str]]] = [
         [
             "gpuprobe",  # the package's own __init__ (its version), not its modules
             "gpuprobe.report",
+            "gpuprobe.report_view",
             "gpuprobe.config",
             "gpuprobe.errors",
             "gpuprobe.families",

@@ -18,8 +18,8 @@ from gpuprobe.families import Family
 from helpers import node_report
 
 # The modules of the checks package that are not checks: the machinery, and the gpus
-# check's judgement of gpu.health's facts.
-MACHINERY = {"record", "registry", "runner", "gpu_health"}
+# check's judgement of gpu.health's and gpu.imex's facts.
+MACHINERY = {"record", "registry", "runner", "gpu_health", "imex"}
 # Config sections that belong to no one check.
 SHARED_SECTIONS = {"checks", "serve", "sections"}
 CHECKS_DOC = (ROOT / "docs/checks.md").read_text()

@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
+from gpuprobe.checks import imex as imex_check
 from gpuprobe.checks.gpu_health import health_findings, idle_finding
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, GpusConfig
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
+from gpuprobe.gpu import imex
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import FABRIC_MANAGER, read_health
 from gpuprobe.gpu.own_load import own_gpu_test_running
@@ -89,6 +91,7 @@ class GpusData(TypedDict):
     nvswitches_on_pci_bus: int
     gpus: list[GpuFacts]
     fabric_manager_running: NotRequired[bool]
+    imex: NotRequired[dict[str, Any]]  # the node's IMEX domain, when it is in one
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -134,6 +137,10 @@ def run(host: Host, config: Config) -> CheckResult:
     for device, facts in zip(devices, gpus, strict=True):
         findings += _device_findings(device, facts, config, data)
     findings += _fabric_manager_findings(data, gpus, findings)
+    domain = imex.read(host)
+    if domain.in_domain:  # a single-node NVLink system has nothing to say about IMEX
+        data["imex"] = domain.to_data()
+    findings += imex_check.findings(domain)
     return CheckResult(NAME, _summary(gpus, devices, len(bus), findings), findings, data)
 
 
