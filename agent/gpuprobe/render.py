@@ -31,6 +31,11 @@ def painter(colour: bool) -> Callable[[Status, str], str]:
     return paint
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """`1 target`, `2 targets` (`plural` for a noun that does not just take an s)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def _time(t: datetime) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%SZ")
 

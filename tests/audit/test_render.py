@@ -56,5 +56,14 @@ def test_colour_marks_the_statuses() -> None:
         [Fetched("10.0.0.1:50051", node_report("synthetic-h100-8gpu-healthy", "gpu-1"))]
     )
     text = render_cluster(cluster, colour=True)
-    assert text.startswith("cluster \033[32mOK\033[0m  1 targets")
+    assert text.startswith("cluster \033[32mOK\033[0m  1 target: 1 reachable")
     assert "\033[32mOK      \033[0m  gpu-1" in text
+
+
+def test_one_of_each_is_counted_in_the_singular() -> None:
+    cluster = build(
+        [Fetched("10.0.0.3:50051", node_report("synthetic-mig-single", "gpu-3"))],
+    )
+    lines = render_cluster(cluster).splitlines()
+    assert lines[0] == "cluster OK  1 target: 1 reachable, 0 unreachable, 1 healthy"
+    assert lines[-1].startswith("totals  1 node (1 reachable, 1 healthy), ")

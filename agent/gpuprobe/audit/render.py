@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
-from gpuprobe.render import painter
+from gpuprobe.render import counted, painter
 
 STATUS_WIDTH = 8  # CRITICAL
 
@@ -13,7 +13,7 @@ def render_cluster(report: ClusterReport, colour: bool = False) -> str:
     paint = painter(colour)
     t = report.totals
     lines = [
-        f"cluster {paint(report.status, report.status.value)}  {t.nodes} targets: "
+        f"cluster {paint(report.status, report.status.value)}  {counted(t.nodes, 'target')}: "
         f"{t.reachable_nodes} reachable, {t.nodes - t.reachable_nodes} unreachable, "
         f"{t.healthy_nodes} healthy",
         "",
@@ -50,9 +50,10 @@ def render_cluster(report: ClusterReport, colour: bool = False) -> str:
     c = t.counts
     lines += [
         "",
-        f"totals  {t.nodes} nodes ({t.reachable_nodes} reachable, {t.healthy_nodes} healthy), "
-        f"{c.gpus} GPUs ({c.healthy_gpus} healthy, {c.idle_gpus} idle), "
-        f"{c.mig_slices} MIG slices, {c.time_slicing_units} time-slicing units",
+        f"totals  {counted(t.nodes, 'node')} ({t.reachable_nodes} reachable, "
+        f"{t.healthy_nodes} healthy), {counted(c.gpus, 'GPU')} ({c.healthy_gpus} healthy, "
+        f"{c.idle_gpus} idle), {counted(c.mig_slices, 'MIG slice')}, "
+        f"{counted(c.time_slicing_units, 'time-slicing unit')}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -61,8 +62,7 @@ def _summary(node: AuditedNode) -> str:
     """How many findings the node has, or why it is unreachable."""
     if node.unreachable is not None:
         return f"unreachable ({node.unreachable.failure.value}): {node.unreachable.reason}"
-    count = len(node.findings)
-    return f"{count} finding{'s' if count != 1 else ''}" if count else "-"
+    return counted(len(node.findings), "finding") if node.findings else "-"
 
 
 def _count(outliers: dict[str, list[str]]) -> int:
