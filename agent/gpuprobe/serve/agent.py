@@ -34,7 +34,7 @@ from gpuprobe.serve.metrics_http import MetricsPage, MetricsServer
 from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, TokenFile, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
-from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, ReportStore
 
 log = logging.getLogger("gpuprobe.serve")
 
@@ -163,8 +163,8 @@ class Agent:
         cleanup.remove_all()
         done.wait(grace)
 
-    def _serving(self, snapshot: Snapshot) -> None:
-        if snapshot.report is not None and not self.stopping.is_set():
+    def _serving(self, state: AgentState) -> None:
+        if state.report is not None and not self.stopping.is_set():
             from grpc_health.v1 import health_pb2
 
             self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
@@ -174,8 +174,7 @@ class Agent:
         knows, for a human with curl."""
         if self.stopping.is_set():
             return 503, "stopping\n"
-        snapshot = self.store.current()
-        report = snapshot.report
+        report = self.store.current().report
         lines = ["ok", f"node: {self.host.node_name}"]
         if report is None:
             lines.append("report: none yet (the first round of checks is running)")

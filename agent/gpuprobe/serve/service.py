@@ -15,14 +15,14 @@ from typing import Any, NoReturn
 
 import grpc
 
+from gpuprobe import wire
 from gpuprobe.gpu.xid_state import StateError
 from gpuprobe.report import NodeReport, now
-from gpuprobe.serve import convert
 from gpuprobe.serve.bandwidth import Bandwidth, TestRefused, peer_address
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.scheduler import Scheduler
 from gpuprobe.serve.security import Guard, caller
-from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 
@@ -68,13 +68,13 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self._response: pb.GetReportResponse | None = None
         store.add_view(self._render)
 
-    def _render(self, snapshot: Snapshot) -> None:
+    def _render(self, state: AgentState) -> None:
         """Build the messages once per update; calls only hand them out."""
-        if snapshot.report is None:
+        if state.report is None:
             return
-        report = convert.report_to_proto(snapshot.report, snapshot.check_times)
+        report = wire.report_to_proto(state.report, state.check_times)
         self._report = report
-        self._watched = (snapshot.change, report)
+        self._watched = (state.change, report)
         self._response = pb.GetReportResponse(report=report)
 
     # --- read-only -----------------------------------------------------------------------
@@ -120,7 +120,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         ran = self.scheduler.run_now(names, _within(context))
         report = NodeReport(self.store.node, now(), [r.result for r in ran])
         times = {r.result.name: r.time for r in ran}
-        return pb.RunChecksResponse(report=convert.report_to_proto(report, times))
+        return pb.RunChecksResponse(report=wire.report_to_proto(report, times))
 
     def ClearFindings(
         self, request: pb.ClearFindingsRequest, context: Any
