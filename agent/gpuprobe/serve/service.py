@@ -1,5 +1,5 @@
 """The `gpuprobe.v1.NodeDiagnostics` gRPC service: the report, on demand checks, watches,
-clearing sticky findings, and the two bandwidth RPCs of the mesh (`serve.bandwidth`).
+clearing sticky findings, and the two bandwidth RPCs of the mesh (`measure.bandwidth`).
 
 GetReport and WatchReports read what the store last rendered; only RunChecks and
 ClearFindings run checks, and they are guarded (token or client certificate) and
@@ -17,8 +17,9 @@ import grpc
 
 from gpuprobe import wire
 from gpuprobe.gpu.xid_state import StateError
+from gpuprobe.measure.bandwidth import BandwidthTests, Refused
 from gpuprobe.report import NodeReport, now
-from gpuprobe.serve.bandwidth import Bandwidth, TestRefused, peer_address
+from gpuprobe.serve import bandwidth as wiring
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.scheduler import Scheduler
 from gpuprobe.serve.security import Guard, caller
@@ -50,7 +51,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         max_watchers: int,
         stopping: threading.Event,
         clear_xid: ClearXid | None = None,
-        bandwidth: Bandwidth | None = None,
+        bandwidth: BandwidthTests | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -60,8 +61,6 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self.stopping = stopping
         self.clear_xid = clear_xid
         self.bandwidth = bandwidth
-        # One outgoing bandwidth test at a time: two at once would share (and halve) the link.
-        self._one_test = threading.Lock()
         self._watchers = threading.BoundedSemaphore(max_watchers)
         self._report: pb.NodeReport | None = None
         self._watched: tuple[int, pb.NodeReport | None] = (0, None)  # (change, report)
@@ -151,10 +150,10 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         if self.bandwidth is None:
             abort(context, grpc.StatusCode.UNIMPLEMENTED, "this agent runs no bandwidth tests")
         try:
-            with self._one_test:
-                response = self.bandwidth.measure(request)
-        except TestRefused as exc:
-            abort(context, exc.code, str(exc))
+            response = wiring.result_message(self.bandwidth.measure(wiring.test_request(request)))
+        except Refused as exc:
+            context.set_trailing_metadata(wiring.failure_metadata(exc))
+            abort(context, wiring.status(exc), str(exc))
         log.info(
             "bandwidth measured",
             extra={
@@ -173,9 +172,12 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         if self.bandwidth is None:
             abort(context, grpc.StatusCode.UNIMPLEMENTED, "this agent runs no bandwidth tests")
         try:
-            return self.bandwidth.open_sink(request, peer_address(context))
-        except TestRefused as exc:
-            abort(context, exc.code, str(exc))
+            sink = self.bandwidth.open_sink(
+                wiring.sink_request(request), wiring.peer_address(context)
+            )
+        except Refused as exc:
+            abort(context, wiring.status(exc), str(exc))
+        return wiring.sink_message(sink)
 
     def _admit(self, context: Any, limited: bool) -> None:
         """Abort the call unless its caller is authorised (and, if `limited`, within rate)."""
