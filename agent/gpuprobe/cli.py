@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from gpuprobe.host import Host
 
 USAGE_ERROR = 64
-MAX_TEST_SECONDS = 120  # what an agent's MeasureBandwidth accepts
 
 
 class _Parser(argparse.ArgumentParser):
@@ -245,6 +244,15 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         help="require client certificates signed by this CA (mTLS); they authorise too",
     )
     parser.add_argument(
+        "--tls-client-cert",
+        metavar="FILE",
+        help="mTLS: the client certificate this agent presents to its peers in bandwidth "
+        "tests (default: --tls-cert, which then needs the clientAuth key usage)",
+    )
+    parser.add_argument(
+        "--tls-client-key", metavar="FILE", help="mTLS: the key of --tls-client-cert"
+    )
+    parser.add_argument(
         "--allow-unauthenticated",
         action="store_true",
         help="without a token or mTLS, let anyone call the guarded RPCs (else refused)",
@@ -404,7 +412,7 @@ def _fail_on(text: str) -> str:
 
 
 def _streams(text: str) -> int:
-    from gpuprobe.serve.bandwidth import MAX_STREAMS
+    from gpuprobe.measure.bandwidth import MAX_STREAMS
 
     value = _at_least_one(text)
     if value > MAX_STREAMS:
@@ -563,6 +571,8 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         allow_unauthenticated=args.allow_unauthenticated,
+        tls_client_cert=args.tls_client_cert,
+        tls_client_key=args.tls_client_key,
     )
     return serve(host, config, names, options)
 
@@ -609,23 +619,11 @@ def _mesh(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     import json
 
-    from gpuprobe.audit.fanout import fetch_all
-    from gpuprobe.client import Client
-    from gpuprobe.errors import UsageError
     from gpuprobe.mesh.render import render_mesh
-    from gpuprobe.mesh.run import MeshOptions, identify, run_mesh
-    from gpuprobe.mesh.verdict import Thresholds, unreachable_finding
+    from gpuprobe.mesh.run import MeshOptions, mesh
+    from gpuprobe.mesh.verdict import Thresholds
     from gpuprobe.report import exit_status
-    from gpuprobe.targets import discover, parse_targets
 
-    if args.transport == "rdma" and not args.rdma_device:
-        raise UsageError("--transport rdma needs --rdma-device")
-    if args.seconds + args.warmup > MAX_TEST_SECONDS:
-        raise UsageError(f"--seconds and --warmup: at most {MAX_TEST_SECONDS} s together")
-    credentials = _credentials(args)
-    found = discover(parse_targets(args.targets), args.deadline)
-    peers, unreachable = identify(fetch_all(found.addresses, credentials, args.deadline))
-    unreachable = [unreachable_finding(str(f.spec), f.reason) for f in found.failures] + unreachable
     floor = args.floor_gbps * 1e9 / 8 if args.floor_gbps else None
     options = MeshOptions(
         transport=args.transport,
@@ -638,8 +636,7 @@ def _mesh(args: argparse.Namespace) -> int:
         force=args.force,
         thresholds=Thresholds(floor, args.mad_k, args.min_drop),
     )
-    result = run_mesh(peers, options, lambda target: Client(target, credentials=credentials))
-    result.findings = unreachable + result.findings
+    result = mesh(args.targets, _credentials(args), options, args.deadline)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:

@@ -28,10 +28,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gpuprobe import wire
+from gpuprobe.credentials import read_pem, read_token
 from gpuprobe.errors import UsageError
 from gpuprobe.report import Finding, NodeReport
-from gpuprobe.serve import convert
-from gpuprobe.serve.security import read_pem, read_token
 from gpuprobe.unreachable import Failure, Unreachable, explain
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
@@ -39,7 +39,7 @@ from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 # Reports are a few kB per check; leave room for large nodes.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 # Which parts of each check's data to convert: check name → keys (None: all of it).
-DataKeys = Mapping[str, convert.Keys | None]
+DataKeys = Mapping[str, wire.Keys | None]
 
 
 def read_token_file(path: str) -> str:
@@ -151,7 +151,7 @@ class Client:
     def get_report(self, timeout: float = 10.0, data: DataKeys | None = None) -> NodeReport:
         """The agent's cached report; `data` converts only the named checks' data keys
         (the rest is left empty), for tools that read a few facts of many agents."""
-        return convert.report_from_proto(self.get_report_message(timeout), data)
+        return wire.report_from_proto(self.get_report_message(timeout), data)
 
     def findings(self, timeout: float = 10.0) -> Iterator[tuple[str, Finding]]:
         """Each finding of the agent's cached report, with the name of its check."""
@@ -162,7 +162,7 @@ class Client:
         response = self._stub.RunChecks(
             pb.RunChecksRequest(checks=list(checks)), timeout=timeout, metadata=self._metadata
         )
-        return convert.report_from_proto(response.report)
+        return wire.report_from_proto(response.report)
 
     def watch_reports(self, timeout: float | None = None) -> Iterator[NodeReport]:
         """The report now, then each changed report, until `timeout` seconds have passed (the
@@ -175,7 +175,7 @@ class Client:
         try:
             for response in stream:
                 answered = True
-                yield convert.report_from_proto(response.report)
+                yield wire.report_from_proto(response.report)
         except grpc.RpcError as exc:
             # The stream's deadline is the watch's length: reaching it is the end asked for.
             if not (answered and _code(exc) == grpc.StatusCode.DEADLINE_EXCEEDED):
@@ -189,7 +189,7 @@ class Client:
         """Forget sticky XID findings of one GPU (all when None); how many, and the report."""
         request = pb.ClearFindingsRequest() if gpu is None else pb.ClearFindingsRequest(gpu=gpu)
         response = self._stub.ClearFindings(request, timeout=timeout, metadata=self._metadata)
-        return int(response.cleared), convert.report_from_proto(response.report)
+        return int(response.cleared), wire.report_from_proto(response.report)
 
     def measure_bandwidth(
         self, request: pb.MeasureBandwidthRequest, timeout: float = 60.0
@@ -259,7 +259,7 @@ def fetch_report(
     try:
         with Client(target, credentials=credentials) as client:
             message = client.get_report_message(timeout)
-        report = convert.report_from_proto(message, data)
+        report = wire.report_from_proto(message, data)
     except grpc.RpcError as exc:
         return failed(explain(exc, timeout, credentials.tls))
     except Exception as exc:  # an answer this client cannot read: one target, not the audit

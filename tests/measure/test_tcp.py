@@ -123,7 +123,7 @@ def test_an_unreachable_sink_fails_within_the_bound() -> None:
         probe.bind((LOOPBACK, 0))
         port = probe.getsockname()[1]  # bound but not listening: connection refused
         started = time.monotonic()
-        with pytest.raises(BandwidthError, match="cannot reach the sink"):
+        with pytest.raises(BandwidthError, match="nothing proved to be the sink"):
             send(LOOPBACK, port, b"t" * 32, streams=2, duration=1, connect_timeout=1)
     assert time.monotonic() - started < 5
 

@@ -8,14 +8,17 @@ and reports it back on that stream when the sender is done, so the figure is wha
 received, as iperf3 reports it.
 
 Wire format, per stream: the sender writes a 40-byte header (32-byte token, u32 warm-up in
-milliseconds, u32 stream index), then data until it shuts its side down; the sink answers
-with 24 bytes (u64 bytes received, u64 bytes received after the warm-up, f64 seconds of the
-window after the warm-up) and closes.
+milliseconds, u32 stream index); a sink that takes the stream proves it holds the token with
+32 bytes (`proof()`: HMAC-SHA256 of the header under the token), and only then does the
+sender send data, until it shuts its side down; the sink answers with 24 bytes (u64 bytes
+received, u64 bytes received after the warm-up, f64 seconds of the window after the warm-up)
+and closes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import io
 import os
@@ -40,6 +43,16 @@ HEADER_TIMEOUT = 5.0
 
 class BandwidthError(Exception):
     """A bandwidth test that could not run or finish: refused, unreachable, or cut."""
+
+
+class NotASink(BandwidthError):
+    """Nothing at the address proved to be the sink (closed, silent, another service, or a
+    sink that refused the token): no data was sent there."""
+
+
+def proof(token: bytes, header: bytes) -> bytes:
+    """What a sink answers a stream's header with: proof that it holds the token."""
+    return hmac.new(token, b"gpuprobe-sink\0" + header, hashlib.sha256).digest()
 
 
 @dataclass(frozen=True)
@@ -231,6 +244,8 @@ class TcpSink:
         else:
             self.stats.accepted += 1
             stream.accepted = True
+            with contextlib.suppress(OSError):  # 32 bytes into an empty send buffer
+                stream.conn.send(proof(self.token, stream.header))
             stream.window_start = stream.window_end = time.monotonic() + warmup_ms / 1000.0
 
     def _expire_headers(self) -> None:
@@ -306,18 +321,27 @@ def send(
 ) -> BandwidthResult:
     """Send to a sink over `streams` parallel connections; the rate the sink received.
 
-    One thread drives every stream through a selector, as iperf3 does. Raises BandwidthError
-    when the sink cannot be reached, refuses us, or cuts the test.
+    One thread drives every stream through a selector, as iperf3 does. No data goes out on a
+    stream before the sink proved it holds `token`. Raises NotASink when nothing at
+    `host`:`port` proves to be the sink (within `connect_timeout` to connect and as long to
+    prove), BandwidthError when the sink refuses us or cuts the test.
     """
     conns: list[socket.socket] = []
     try:
         for index in range(streams):
+            header = HEADER.pack(token, int(warmup * 1000), index)
             try:
                 conn = socket.create_connection((host, port), timeout=connect_timeout)
-            except OSError as exc:
-                raise BandwidthError(f"cannot reach the sink at {host}:{port}: {exc}") from None
+            except OSError:
+                raise NotASink(f"nothing proved to be the sink at {host}:{port}") from None
             conns.append(conn)
-            conn.sendall(HEADER.pack(token, int(warmup * 1000), index))
+            try:
+                conn.sendall(header)
+                answer = _recv_exact(conn, 32)
+            except (OSError, BandwidthError):
+                answer = b""
+            if not hmac.compare_digest(answer, proof(token, header)):
+                raise NotASink(f"nothing proved to be the sink at {host}:{port}")
         with _zeros() as zeros:
             _pump(conns, zeros.fileno(), time.monotonic() + warmup + duration)
         results = []
@@ -328,7 +352,7 @@ def send(
             total, window, seconds = REPLY.unpack(_recv_exact(conn, REPLY.size))
             results.append(StreamResult(total, window, seconds))
     except (OSError, BandwidthError) as exc:
-        if isinstance(exc, BandwidthError) and str(exc).startswith("cannot reach"):
+        if isinstance(exc, NotASink):
             raise
         raise BandwidthError(
             f"the sink cut the test (refused, or past its bounds): {exc}"

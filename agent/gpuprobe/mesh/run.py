@@ -1,14 +1,17 @@
 """Running a bandwidth mesh over agents: who they are, the rounds, the verdicts.
 
-`gpuprobe mesh` asks every agent for its node name, then runs the schedule's rounds (for RDMA,
-one mesh per device, rail after rail): the pairs
-of a round test in parallel, each pair one direction after the other (A→B, then B→A), each test
-asked of the sending agent with MeasureBandwidth. Quick mode re-tests each suspect node against
-a node already known good. The links are judged together (`mesh.verdict`) and blamed on nodes.
+`gpuprobe mesh` (`mesh()`) finds the agents and asks each for its node name, then runs the
+schedule's rounds (for RDMA, one mesh per device, rail after rail): the pairs of a round test
+in parallel, each pair one direction after the other (A→B, then B→A). Each test opens a sink
+on the receiving agent for the sender's address (OpenBandwidthSink) and hands it to the
+sending agent (MeasureBandwidth), which sends only there. Quick mode re-tests each suspect
+node against a node already known good. The links are judged together (`mesh.verdict`) and
+blamed on nodes: a failed test names the side at fault in the failure's details.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,12 +20,16 @@ from typing import Any
 
 import grpc
 
-from gpuprobe.client import Client, Fetched
+from gpuprobe import wire
+from gpuprobe.audit.fanout import fetch_all
+from gpuprobe.client import Client, Credentials, Fetched
 from gpuprobe.errors import UsageError
+from gpuprobe.measure.bandwidth import MAX_SECONDS, SINK_GRACE_SECONDS, Refused, split_peer
+from gpuprobe.measure.perftest import test_seconds
 from gpuprobe.mesh import schedule, verdict
 from gpuprobe.mesh.verdict import FAILED, LOW, Link, Thresholds
 from gpuprobe.report import Finding, Status, worst
-from gpuprobe.serve.bandwidth import PEER_FAULT
+from gpuprobe.targets import discover, parse_targets
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 
@@ -77,6 +84,24 @@ ClientFactory = Callable[[str], Client]
 class InvalidTest(UsageError):
     """An agent refused a test's parameters (INVALID_ARGUMENT): the mesh's request is wrong
     for every link, so the run stops with one line instead of blaming the nodes."""
+
+
+def mesh(
+    targets: str, credentials: Credentials, options: MeshOptions, deadline: float
+) -> MeshResult:
+    """The whole mesh over the agents `targets` names (as `--targets` takes them): find
+    them, learn their node names, run it; the agents that cannot be found or reached are
+    findings before the links'. Raises UsageError for a request no agent can serve."""
+    if options.transport == "rdma" and not options.rdma_devices:
+        raise UsageError("--transport rdma needs --rdma-device")
+    if options.seconds + options.warmup > MAX_SECONDS:
+        raise UsageError(f"--seconds and --warmup: at most {MAX_SECONDS:g} s together")
+    found = discover(parse_targets(targets), deadline)
+    peers, unreachable = identify(fetch_all(found.addresses, credentials, deadline))
+    missing = [verdict.unreachable_finding(str(f.spec), f.reason) for f in found.failures]
+    result = run_mesh(peers, options, lambda target: Client(target, credentials=credentials))
+    result.findings = missing + unreachable + result.findings
+    return result
 
 
 def identify(fetched: Sequence[Fetched]) -> tuple[list[Peer], list[Finding]]:
@@ -166,23 +191,53 @@ def _round(
 def _measure(
     source: Peer, target: Peer, options: MeshOptions, connect: ClientFactory, device: str
 ) -> Link:
+    """One test, source → target: a sink on the target for the source's address, then the
+    source sends to it."""
+    seconds = options.seconds + options.warmup
+    sink_request = pb.OpenBandwidthSinkRequest(
+        transport=options.transport, streams=options.streams, force=options.force
+    )
+    if options.transport == "rdma":
+        sink_request.rdma_device = device
+        sink_request.test_seconds = test_seconds(options.seconds)
+        seconds = sink_request.test_seconds
+    sink_request.duration.FromTimedelta(timedelta(seconds=seconds + SINK_GRACE_SECONDS))
+    try:
+        sink_request.sender = _address(source.target)
+        with connect(target.target) as receiver:
+            sink = receiver.open_bandwidth_sink(sink_request, timeout=10)
+    except (OSError, Refused):  # the source's address does not resolve
+        return _failed(source, target, options.transport, "", False, source.node, device)
+    except grpc.RpcError as exc:
+        if _code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
+            raise InvalidTest(f"{target.node} refused the test: {_details(exc)}") from None
+        unavailable = _code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+        # A precondition names the node and what it lacks; other refusals need the name.
+        why = _details(exc) if unavailable else f"{target.node} refused a sink: {_details(exc)}"
+        return _failed(source, target, options.transport, why, unavailable, target.node, device)
     request = pb.MeasureBandwidthRequest(
         peer=target.target,
         transport=options.transport,
         streams=options.streams,
         rdma_device=device,
         force=options.force,
+        sink=sink,
     )
     request.duration.FromTimedelta(timedelta(seconds=options.seconds))
     request.warmup.FromTimedelta(timedelta(seconds=options.warmup))
     budget = options.seconds + options.warmup + 30
     try:
-        with connect(source.target) as client:
-            response = client.measure_bandwidth(request, timeout=budget)
+        with connect(source.target) as sender:
+            response = sender.measure_bandwidth(request, timeout=budget)
     except grpc.RpcError as exc:
-        if hasattr(exc, "code") and exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        if _code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidTest(f"{source.node} refused the test: {_details(exc)}") from None
-        return _failed(source, target, options.transport, exc, device or None)
+        # The sending agent names the side at fault; without that, the fault is its own.
+        blamed = target.node if wire.failed_side(exc) == pb.TEST_SIDE_PEER else source.node
+        unavailable = _code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+        return _failed(
+            source, target, options.transport, _details(exc), unavailable, blamed, device
+        )
     return Link(
         source.node,
         target.node,
@@ -192,25 +247,35 @@ def _measure(
     )
 
 
+def _address(target: str) -> str:
+    """The IP address an agent's target names (resolved once, here): the sink's sender."""
+    host, port = split_peer(target)
+    return str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
+
+
 def _failed(
-    source: Peer, target: Peer, transport: str, exc: grpc.RpcError, device: str | None
+    source: Peer,
+    target: Peer,
+    transport: str,
+    why: str,
+    unavailable: bool,
+    blamed: str,
+    device: str,
 ) -> Link:
     """A failed test, blamed on the node at fault.
 
-    An error the sending agent reports about its peer (`peer: ...`) is the peer's: it refused
-    a sink, or its sink cut the test. FAILED_PRECONDITION means the test could not run there
-    (GPU processes active, no RDMA device or perftest); anything else means the node could not
-    be reached or tested. Without that mark the error is the sending agent's own: it refused
-    (FAILED_PRECONDITION), or the mesh could not reach it.
+    FAILED_PRECONDITION means the test could not run there (GPU processes active, no RDMA
+    device or perftest): `unavailable`; anything else means the node could not be reached or
+    tested.
     """
-    why = _details(exc)
-    code = exc.code() if hasattr(exc, "code") else None
-    unavailable = code == grpc.StatusCode.FAILED_PRECONDITION
-    if why.startswith(PEER_FAULT):
-        blamed, why = target.node, why.removeprefix(PEER_FAULT)
-    else:
-        blamed = source.node
-    return Link(source.node, target.node, transport, None, FAILED, why, blamed, unavailable, device)
+    why = why or f"{source.node}'s address {source.target} does not resolve"
+    return Link(
+        source.node, target.node, transport, None, FAILED, why, blamed, unavailable, device or None
+    )
+
+
+def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
+    return exc.code() if hasattr(exc, "code") else None
 
 
 def _details(exc: grpc.RpcError) -> str:

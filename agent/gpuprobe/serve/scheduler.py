@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from gpuprobe.config import ServeConfig
 from gpuprobe.serve.executor import CheckExecutor, Ran
-from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, ReportStore
 
 log = logging.getLogger("gpuprobe.serve")
 
@@ -141,7 +141,7 @@ class Scheduler:
         return interval + self._rng.uniform(-spread, spread)
 
 
-def _log_round(ran: list[Ran], before: Snapshot, after: Snapshot) -> None:
+def _log_round(ran: list[Ran], before: AgentState, after: AgentState) -> None:
     for item in ran:
         if item.timed_out:
             log.warning("check timed out", extra={"check": item.result.name})
