@@ -119,3 +119,33 @@ def test_an_unreachable_node_is_named_once_across_rails() -> None:
     assert [(f.code, f.resource) for f in blame(judge(failed, Thresholds()))] == [
         ("PEER_UNREACHABLE", "peer:b")
     ]
+
+
+def test_two_nodes_both_ways_low_cannot_be_blamed() -> None:
+    """Two agents, each direction below the floor: no third node says which end (or the
+    path) is slow, so the finding says the pair is low and that blame cannot be assigned."""
+    measured = links({("a", "b"): 0.5 * GB, ("b", "a"): 0.6 * GB})
+    findings = blame(judge(measured, Thresholds(floor_bytes_per_second=1 * GB)))
+    assert [(f.code, f.severity.value, f.resource) for f in findings] == [
+        ("LINK_BANDWIDTH_LOW", "WARNING", "peer:a")
+    ]
+    assert findings[0].message == (
+        "the pair a ↔ b (tcp) is low, with too few other peers to compare: blame cannot be "
+        "assigned between the two nodes and the path; add a third agent to the mesh"
+    )
+    assert "fine with others" not in findings[0].message
+
+
+def test_a_low_pair_whose_other_links_failed_cannot_be_blamed() -> None:
+    """Three nodes, but c could not be tested: a and b have no good link elsewhere."""
+    measured = [
+        *judge(links({("a", "b"): 0.5 * GB}), Thresholds(floor_bytes_per_second=1 * GB)),
+        Link("a", "c", "tcp", None, FAILED, "connection refused", "c"),
+        Link("b", "c", "tcp", None, FAILED, "connection refused", "c"),
+    ]
+    findings = blame(measured)
+    assert [(f.code, f.resource) for f in findings] == [
+        ("LINK_BANDWIDTH_LOW", "peer:a"),
+        ("PEER_UNREACHABLE", "peer:c"),
+    ]
+    assert findings[0].message.startswith("the pair a ↔ b (tcp) is low, with too few other")
