@@ -139,3 +139,23 @@ def test_one_agent_and_a_dead_address(token_file: str) -> None:
         ("PEER_UNREACHABLE", f"peer:{dead}"),
         ("BANDWIDTH_TEST_UNAVAILABLE", "peer:n1"),
     ]
+
+
+def test_a_busy_node_names_the_flag_that_runs_anyway(token_file: str) -> None:
+    """A node with GPU processes refuses tests; the finding says how to run anyway."""
+    with (
+        in_process_agent("synthetic-h100-8gpu-healthy", token_file=token_file) as busy,
+        in_process_agent("kvm-epyc-nogpu", token_file=token_file, node_name="n2") as idle,
+    ):
+        targets = f"127.0.0.1:{busy.grpc_port},127.0.0.1:{idle.grpc_port}"
+        out = gpuprobe(
+            "mesh", "--targets", targets, "--token-file", token_file, "--json", "--seconds", "0.3"
+        )
+    findings = json.loads(out.stdout)["findings"]
+    assert [(f["code"], f["resource"]) for f in findings] == [
+        ("BANDWIDTH_TEST_UNAVAILABLE", "peer:synthetic-h100-8gpu-healthy")
+    ]
+    assert findings[0]["message"].endswith(
+        "bandwidth tests wait for idle GPUs (pass --force to run anyway)"
+    )
+    assert out.returncode == 3
