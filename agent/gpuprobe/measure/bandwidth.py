@@ -138,6 +138,11 @@ class TestResult:
     bytes: int = 0
     elapsed_seconds: float = 0.0
     stream_bytes_per_second: tuple[float, ...] = ()
+    # TCP: what each end's CPU spent, and which end's CPU (not the link) capped the test.
+    sender_cpu: tcp.CpuUse | None = None
+    sink_cpu: tcp.CpuUse | None = None
+    cpu_limited_side: str | None = None  # "sender" | "sink"
+    cpu_seconds_per_gbit: float | None = None
 
 
 class PeerSinks(Protocol):
@@ -208,6 +213,7 @@ class BandwidthTests:
         peers: PeerSinks | None = None,
         rdma_test: RdmaTestConfig | None = None,
         policy: BandwidthConfig | None = None,
+        tcp_threads: int | None = None,
     ) -> None:
         self.node = node
         self.fs = fs
@@ -216,6 +222,9 @@ class BandwidthTests:
         self.peers = peers
         self.rdma_test = rdma_test or RdmaTestConfig()
         self.policy = policy or BandwidthConfig()
+        # The most threads each end of a TCP test uses here (None: one per stream, up to
+        # the cores): the test's CPU budget on this node.
+        self.tcp_threads = tcp_threads
         # One outgoing test at a time: two at once would share (and halve) the link. A second
         # caller is refused at once rather than queued (it would hold a server worker).
         self._one_test = threading.Lock()
@@ -287,7 +296,9 @@ class BandwidthTests:
                 Reason.INVALID,
                 f"max_bytes {request.max_bytes}: at most {bound} for a {lifetime:g} s sink",
             )
-        sink = tcp.TcpSink(address, sender, streams, request.max_bytes or bound, lifetime)
+        sink = tcp.TcpSink(
+            address, sender, streams, request.max_bytes or bound, lifetime, self.tcp_threads
+        )
         self._release_when_done(sink.wait, lifetime)
         return sink.port, sink.token_hex
 
@@ -412,6 +423,7 @@ class BandwidthTests:
                 duration,
                 warmup,
                 connect_timeout=PROOF_SECONDS / 2,
+                threads=self.tcp_threads,
             )
         except tcp.NotASink:
             # Told alike, after the same time, whatever answered (or did not) at that port.
@@ -431,6 +443,10 @@ class BandwidthTests:
             bytes=sum(s.bytes_received for s in result.streams),
             elapsed_seconds=max((s.window_seconds for s in result.streams), default=0.0),
             stream_bytes_per_second=tuple(s.bytes_per_second for s in result.streams),
+            sender_cpu=result.sender_cpu,
+            sink_cpu=result.sink_cpu,
+            cpu_limited_side=result.limited_by,
+            cpu_seconds_per_gbit=result.cpu_seconds_per_gbit,
         )
 
     def _measure_rdma(

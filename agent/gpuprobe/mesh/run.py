@@ -308,12 +308,14 @@ def _measure(
         return _failed(
             source, target, options.transport, _details(exc), unavailable, blamed, device
         )
+    ends = {"sender": source.node, "sink": target.node}
     return Link(
         source.node,
         target.node,
         options.transport,
         response.bytes_per_second,
         device=device or None,
+        cpu_limited_by=ends.get(response.cpu_limited_side),
     )
 
 

@@ -122,7 +122,12 @@ class Agent:
             key_file=key_file,
         )
         self.bandwidth = bandwidth_tests(
-            host, self.store, peers, config.rdma.test, config.bandwidth
+            host,
+            self.store,
+            peers,
+            config.rdma.test,
+            config.bandwidth,
+            config.serve.bandwidth_threads,
         )
         mtls = options.tls_client_ca is not None
         self.guard = Guard(token, mtls=mtls, open_mode=options.allow_unauthenticated)

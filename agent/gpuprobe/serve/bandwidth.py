@@ -28,6 +28,7 @@ from gpuprobe.measure.bandwidth import (
     TestRequest,
     TestResult,
 )
+from gpuprobe.measure.tcp import CpuUse
 from gpuprobe.serve.state import LinkResult, ReportStore
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
@@ -63,6 +64,7 @@ def bandwidth_tests(
     peers: PeerChannel | None,
     rdma_test: RdmaTestConfig | None = None,
     policy: BandwidthConfig | None = None,
+    tcp_threads: int | None = None,
 ) -> BandwidthTests:
     """The agent's bandwidth tests over its host, publishing results to `store`."""
     return BandwidthTests(
@@ -73,6 +75,7 @@ def bandwidth_tests(
         peers,
         rdma_test,
         policy,
+        tcp_threads,
     )
 
 
@@ -181,6 +184,17 @@ def test_request(message: pb.MeasureBandwidthRequest) -> TestRequest:
     )
 
 
+def test_cpu(cpu: CpuUse) -> pb.TestCpu:
+    """One end's CPU figures as the response carries them."""
+    return pb.TestCpu(
+        cpu_seconds=cpu.cpu_seconds,
+        wall_seconds=cpu.wall_seconds,
+        threads=cpu.threads,
+        busiest_thread_cpu_share=cpu.busiest_share,
+        cpu_limited=cpu.limited,
+    )
+
+
 def result_message(result: TestResult) -> pb.MeasureBandwidthResponse:
     """A finished test as the MeasureBandwidthResponse."""
     message = pb.MeasureBandwidthResponse(
@@ -190,7 +204,12 @@ def result_message(result: TestResult) -> pb.MeasureBandwidthResponse:
         bytes=result.bytes,
         stream_bytes_per_second=list(result.stream_bytes_per_second),
         source=result.source,
+        cpu_limited_side=result.cpu_limited_side or "",
+        cpu_seconds_per_gbit=result.cpu_seconds_per_gbit or 0.0,
     )
+    for side, cpu in (("sender_cpu", result.sender_cpu), ("sink_cpu", result.sink_cpu)):
+        if cpu is not None:
+            getattr(message, side).CopyFrom(test_cpu(cpu))
     message.elapsed.FromTimedelta(timedelta(seconds=result.elapsed_seconds))
     return message
 

@@ -185,7 +185,7 @@ class MeasureBandwidthRequest(_message.Message):
     def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., streams: _Optional[int] = ..., warmup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., rdma_device: _Optional[str] = ..., peer_rdma_device: _Optional[str] = ..., force: _Optional[bool] = ..., sink: _Optional[_Union[OpenBandwidthSinkResponse, _Mapping]] = ...) -> None: ...
 
 class MeasureBandwidthResponse(_message.Message):
-    __slots__ = ("peer", "transport", "bytes_per_second", "bytes", "elapsed", "stream_bytes_per_second", "source", "failed_side")
+    __slots__ = ("peer", "transport", "bytes_per_second", "bytes", "elapsed", "stream_bytes_per_second", "source", "failed_side", "sender_cpu", "sink_cpu", "cpu_limited_side", "cpu_seconds_per_gbit")
     PEER_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +194,10 @@ class MeasureBandwidthResponse(_message.Message):
     STREAM_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     FAILED_SIDE_FIELD_NUMBER: _ClassVar[int]
+    SENDER_CPU_FIELD_NUMBER: _ClassVar[int]
+    SINK_CPU_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMITED_SIDE_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_PER_GBIT_FIELD_NUMBER: _ClassVar[int]
     peer: str
     transport: str
     bytes_per_second: float
@@ -202,7 +206,25 @@ class MeasureBandwidthResponse(_message.Message):
     stream_bytes_per_second: _containers.RepeatedScalarFieldContainer[float]
     source: str
     failed_side: TestSide
-    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., bytes_per_second: _Optional[float] = ..., bytes: _Optional[int] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stream_bytes_per_second: _Optional[_Iterable[float]] = ..., source: _Optional[str] = ..., failed_side: _Optional[_Union[TestSide, str]] = ...) -> None: ...
+    sender_cpu: TestCpu
+    sink_cpu: TestCpu
+    cpu_limited_side: str
+    cpu_seconds_per_gbit: float
+    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., bytes_per_second: _Optional[float] = ..., bytes: _Optional[int] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stream_bytes_per_second: _Optional[_Iterable[float]] = ..., source: _Optional[str] = ..., failed_side: _Optional[_Union[TestSide, str]] = ..., sender_cpu: _Optional[_Union[TestCpu, _Mapping]] = ..., sink_cpu: _Optional[_Union[TestCpu, _Mapping]] = ..., cpu_limited_side: _Optional[str] = ..., cpu_seconds_per_gbit: _Optional[float] = ...) -> None: ...
+
+class TestCpu(_message.Message):
+    __slots__ = ("cpu_seconds", "wall_seconds", "threads", "busiest_thread_cpu_share", "cpu_limited")
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
+    BUSIEST_THREAD_CPU_SHARE_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    cpu_seconds: float
+    wall_seconds: float
+    threads: int
+    busiest_thread_cpu_share: float
+    cpu_limited: bool
+    def __init__(self, cpu_seconds: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., threads: _Optional[int] = ..., busiest_thread_cpu_share: _Optional[float] = ..., cpu_limited: _Optional[bool] = ...) -> None: ...
 
 class OpenBandwidthSinkRequest(_message.Message):
     __slots__ = ("transport", "duration", "max_bytes", "streams", "rdma_device", "message_bytes", "queue_pairs", "test_seconds", "force", "sender")
