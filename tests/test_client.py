@@ -153,7 +153,9 @@ def test_watch_reports_raises_when_the_agent_never_answers() -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        with Client(f"127.0.0.1:{silent.getsockname()[1]}") as client:
-            with pytest.raises(grpc.RpcError) as err:
-                next(client.watch_reports(timeout=0.5))
+        with (
+            Client(f"127.0.0.1:{silent.getsockname()[1]}") as client,
+            pytest.raises(grpc.RpcError) as err,
+        ):
+            next(client.watch_reports(timeout=0.5))
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
