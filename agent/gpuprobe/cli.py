@@ -508,17 +508,22 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:
-        terminal = sys.stdout.isatty()
         text = render_report(
             report,
-            colour=terminal and "NO_COLOR" not in os.environ,
-            width=shutil.get_terminal_size().columns if terminal else None,
+            colour=sys.stdout.isatty() and "NO_COLOR" not in os.environ,
+            width=_terminal_width(),
             replayed=host.is_snapshot,
             captured_at=host.captured_at,
         )
         sys.stdout.write(text)
     sys.stdout.flush()
     return exit_status(report.status)
+
+
+def _terminal_width() -> int | None:
+    """The columns to wrap the report to: the terminal's, or None (no wrapping) when the
+    output is not a terminal (a pipe or a file gets whole lines, for grep)."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def _capture(args: argparse.Namespace) -> int:
@@ -597,7 +602,7 @@ def _audit(args: argparse.Namespace) -> int:
         sys.stdout.write(report.to_json() + "\n")
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_cluster(report, colour=colour))
+        sys.stdout.write(render_cluster(report, colour=colour, width=_terminal_width()))
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)
 
@@ -640,6 +645,6 @@ def _mesh(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        sys.stdout.write(render_mesh(result))
+        sys.stdout.write(render_mesh(result, width=_terminal_width()))
     sys.stdout.flush()
     return exit_status(result.status)

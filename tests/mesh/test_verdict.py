@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpuprobe.mesh.render import render_mesh
+from gpuprobe.mesh.run import MeshResult
 from gpuprobe.mesh.verdict import FAILED, LOW, OK, Link, Thresholds, blame, judge
 
 GB = 1e9
@@ -196,3 +198,17 @@ def test_a_link_below_the_floor_with_a_cpu_bound_test_is_not_blamed_on_the_link(
     judged = judge(measured, Thresholds(floor_bytes_per_second=2 * GB))
     assert judged[0].verdict == OK and judged[0].cpu_capped
     assert [f.code for f in blame(judged)] == ["BANDWIDTH_TEST_CPU_LIMITED"]
+
+
+def test_the_mesh_findings_wrap_to_the_width_given() -> None:
+    measured = links({("a", "b"): 0.5 * GB, ("b", "a"): 0.6 * GB})
+    judged = judge(measured, Thresholds(floor_bytes_per_second=1 * GB))
+    text = render_mesh(MeshResult(judged, blame(judged)), width=60)
+    assert text.splitlines()[-5:] == [
+        "  WARNING LINK_BANDWIDTH_LOW on peer:a",
+        "    the pair a ↔ b (tcp) is low, with too few other peers to",
+        "    compare: blame cannot be assigned between the two nodes",
+        "    and the path; add a third agent to the mesh",
+        "    action: CHECK_NETWORK",
+    ]
+    assert len(render_mesh(MeshResult(judged, blame(judged))).splitlines()) == 9
