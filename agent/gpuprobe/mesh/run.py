@@ -127,12 +127,10 @@ def _refused_caller(fetched: Sequence[Fetched], credentials: Credentials) -> Cal
     for item in fetched:
         why = item.unreachable
         if why is not None and why.failure in (Failure.UNAUTHORISED, Failure.TLS):
-            if why.failure == Failure.UNAUTHORISED:
-                flag = (
-                    "--token-file: is it the agents' token?"
-                    if credentials.token
-                    else ("pass the agents' token with --token-file")
-                )
+            if why.failure == Failure.UNAUTHORISED and credentials.token:
+                flag = "--token-file: is it the agents' token?"
+            elif why.failure == Failure.UNAUTHORISED:
+                flag = "pass the agents' token with --token-file"
             elif "--tls" in why.reason:
                 flag = ""  # the reason names the flag already
             else:
