@@ -13,6 +13,7 @@ import pytest
 
 from certs import Pki, make_pki
 from conftest import gpuprobe
+from grpc_standins import report_of, standin, wants_token
 from serving import in_process_agent
 
 TOKEN = "mesh-token"
@@ -159,3 +160,21 @@ def test_a_busy_node_names_the_flag_that_runs_anyway(token_file: str) -> None:
         "bandwidth tests wait for idle GPUs (pass --force to run anyway)"
     )
     assert out.returncode == 3
+
+
+def test_an_auth_proxy_refusing_get_report_names_the_token_flag(tmp_path: Path) -> None:
+    """A proxy before the agents that wants the token even for GetReport."""
+    answer = report_of("kvm-epyc-nogpu")
+    with standin(wants_token(TOKEN, answer)) as server:
+        port = server.target.rsplit(":", 1)[1]
+        targets = f"{server.target},localhost:{port}"
+        assert usage_error("--targets", targets) == (
+            f"{server.target}: refused our credentials (UNAUTHENTICATED): bearer token required "
+            "(pass the agents' token with --token-file)"
+        )
+        wrong = tmp_path / "wrong"
+        wrong.write_text("not-the-token")
+        assert usage_error("--targets", targets, "--token-file", str(wrong)) == (
+            f"{server.target}: refused our credentials (PERMISSION_DENIED): token not allowed "
+            "(--token-file: is it the agents' token?)"
+        )
