@@ -227,9 +227,18 @@ class PeerChannel:
         ca_file: str | None = None,
         cert_file: str | None = None,
         key_file: str | None = None,
+        server_certificate_as_client: bool = False,
     ) -> None:
         self._token = token  # re-read on rotation
         self._tls = (ca_file, cert_file, key_file)
+        # The client certificate is the server's own (no --tls-client-cert): a peer that
+        # requires clientAuth in the extended key usage turns it away during the handshake.
+        self._hint = (
+            " (this agent presents its server certificate to peers: if it lacks the "
+            "clientAuth key usage, give the agent one of its own with --tls-client-cert)"
+            if server_certificate_as_client
+            else ""
+        )
 
     @property
     def verified(self) -> bool:
@@ -265,7 +274,7 @@ class PeerChannel:
                 # Nothing proved (over TLS) to be an agent there: say nothing of what answered.
                 raise Refused(
                     Reason.UNREACHABLE,
-                    f"{name} did not answer as a gpuprobe agent of this fleet",
+                    f"{name} did not answer as a gpuprobe agent of this fleet{self._hint}",
                     Side.PEER,
                 ) from None
             reason = {
