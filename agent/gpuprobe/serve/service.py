@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import grpc
 
 from gpuprobe import wire
-from gpuprobe.gpu.xid_state import StateError
+from gpuprobe.checks.xid.state import StateError
 from gpuprobe.measure.bandwidth import BandwidthTests, Refused
 from gpuprobe.report import NodeReport, now
 from gpuprobe.serve import bandwidth as wiring
