@@ -341,3 +341,30 @@ def test_a_sink_listens_only_on_the_address_facing_its_sender(token_file: str) -
         assert sink.address == LOOPBACK
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.2", sink.port), timeout=2).close()
+
+
+def test_an_agent_remembers_a_bounded_number_of_peers() -> None:
+    # The peer's node name comes with the sink a caller hands over: made-up names must not
+    # grow the metrics page without end.
+    from datetime import UTC, datetime
+
+    from gpuprobe.measure.bandwidth import TestResult
+    from gpuprobe.serve.bandwidth import MAX_LINKS, LinkBook
+    from gpuprobe.serve.state import ReportStore
+
+    store = ReportStore("node-a", [])
+    book = LinkBook(store)
+    for i in range(MAX_LINKS + 5):
+        book.record(TestResult("node-a", f"peer-{i}", "tcp", float(i)))
+    assert {link.peer for link in store.current().links} == {
+        f"peer-{i}" for i in range(5, MAX_LINKS + 5)
+    }
+    book.record(TestResult("node-a", "peer-10", "tcp", 1.0))  # seen again: now the newest
+    book.record(TestResult("node-a", "peer-new", "tcp", 1.0))  # the oldest, peer-5, goes
+    links = store.current().links
+    assert len(links) == MAX_LINKS
+    assert {link.peer for link in links} == {
+        *(f"peer-{i}" for i in range(6, MAX_LINKS + 5)),
+        "peer-new",
+    }
+    assert all(link.time <= datetime.now(UTC) for link in links)

@@ -296,9 +296,14 @@ class BandwidthTests:
                 Reason.INVALID,
                 f"max_bytes {request.max_bytes}: at most {bound} for a {lifetime:g} s sink",
             )
-        sink = tcp.TcpSink(
-            address, sender, streams, request.max_bytes or bound, lifetime, self.tcp_threads
-        )
+        try:
+            sink = tcp.TcpSink(
+                address, sender, streams, request.max_bytes or bound, lifetime, self.tcp_threads
+            )
+        except OSError as exc:  # no port free on that address, or no thread to serve it
+            raise Refused(
+                Reason.CANNOT_RUN, f"{self.node} cannot open a sink: {exc.strerror or exc}"
+            ) from None
         self._release_when_done(sink.wait, lifetime)
         return sink.port, sink.token_hex
 

@@ -120,6 +120,7 @@ class Agent:
             ca_file=options.tls_client_ca or options.tls_cert,
             cert_file=cert_file,
             key_file=key_file,
+            server_certificate_as_client=cert_file is not None and cert_file == options.tls_cert,
         )
         self.bandwidth = bandwidth_tests(
             host,

@@ -41,8 +41,14 @@ STATUS = {
 SIDES = {Side.SOURCE: pb.TEST_SIDE_SOURCE, Side.PEER: pb.TEST_SIDE_PEER}
 
 
+# Peers an agent remembers results for: the peer's name comes with the sink a caller hands
+# over, so a caller must not be able to grow the metrics page without end.
+MAX_LINKS = 1024
+
+
 class LinkBook:
-    """The latest result per (peer, transport), published to the report store for metrics."""
+    """The latest result per (peer, transport), published to the report store for metrics;
+    at most MAX_LINKS of them (the oldest go first)."""
 
     def __init__(self, store: ReportStore) -> None:
         self._store = store
@@ -53,7 +59,10 @@ class LinkBook:
         """Keep `result` as the latest for its peer and transport."""
         link = LinkResult(result.peer, result.transport, result.bytes_per_second, datetime.now(UTC))
         with self._lock:
-            self._results[(link.peer, link.transport)] = link
+            self._results.pop((link.peer, link.transport), None)
+            self._results[(link.peer, link.transport)] = link  # newest last
+            while len(self._results) > MAX_LINKS:
+                del self._results[next(iter(self._results))]
             latest = [self._results[k] for k in sorted(self._results)]
         self._store.update_links(latest)
 
@@ -227,9 +236,18 @@ class PeerChannel:
         ca_file: str | None = None,
         cert_file: str | None = None,
         key_file: str | None = None,
+        server_certificate_as_client: bool = False,
     ) -> None:
         self._token = token  # re-read on rotation
         self._tls = (ca_file, cert_file, key_file)
+        # The client certificate is the server's own (no --tls-client-cert): a peer that
+        # requires clientAuth in the extended key usage turns it away during the handshake.
+        self._hint = (
+            " (this agent presents its server certificate to peers: if it lacks the "
+            "clientAuth key usage, give the agent one of its own with --tls-client-cert)"
+            if server_certificate_as_client
+            else ""
+        )
 
     @property
     def verified(self) -> bool:
@@ -265,7 +283,7 @@ class PeerChannel:
                 # Nothing proved (over TLS) to be an agent there: say nothing of what answered.
                 raise Refused(
                     Reason.UNREACHABLE,
-                    f"{name} did not answer as a gpuprobe agent of this fleet",
+                    f"{name} did not answer as a gpuprobe agent of this fleet{self._hint}",
                     Side.PEER,
                 ) from None
             reason = {

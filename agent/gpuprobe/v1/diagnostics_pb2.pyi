@@ -40,6 +40,12 @@ class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACTION_CHECK_NETWORK: _ClassVar[Action]
     ACTION_CHECK_STORAGE: _ClassVar[Action]
 
+class ReportView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPORT_VIEW_UNSPECIFIED: _ClassVar[ReportView]
+    REPORT_VIEW_FULL: _ClassVar[ReportView]
+    REPORT_VIEW_SUMMARY: _ClassVar[ReportView]
+
 class TestSide(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TEST_SIDE_UNSPECIFIED: _ClassVar[TestSide]
@@ -64,6 +70,9 @@ ACTION_FIX_CONFIG: Action
 ACTION_HARDWARE_INSPECTION: Action
 ACTION_CHECK_NETWORK: Action
 ACTION_CHECK_STORAGE: Action
+REPORT_VIEW_UNSPECIFIED: ReportView
+REPORT_VIEW_FULL: ReportView
+REPORT_VIEW_SUMMARY: ReportView
 TEST_SIDE_UNSPECIFIED: TestSide
 TEST_SIDE_SOURCE: TestSide
 TEST_SIDE_PEER: TestSide
@@ -115,8 +124,10 @@ class Finding(_message.Message):
     def __init__(self, code: _Optional[str] = ..., severity: _Optional[_Union[Severity, str]] = ..., message: _Optional[str] = ..., action: _Optional[_Union[Action, str]] = ..., resource: _Optional[str] = ...) -> None: ...
 
 class GetReportRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("view",)
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    view: ReportView
+    def __init__(self, view: _Optional[_Union[ReportView, str]] = ...) -> None: ...
 
 class GetReportResponse(_message.Message):
     __slots__ = ("report",)
