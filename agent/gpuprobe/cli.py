@@ -112,6 +112,11 @@ def build_parser() -> _Parser:
     check.lazy_epilog = _checks_help(exit_status=True)
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
+    check.add_argument(
+        "--explain-policy",
+        action="store_true",
+        help="print the effective XID policy (NVIDIA's catalog with xid.policy) and run nothing",
+    )
     _add_storage_flag(check)
     check.set_defaults(func=_check)
 
@@ -503,6 +508,8 @@ def _check(args: argparse.Namespace) -> int:
     from gpuprobe.report import exit_status
 
     config, names = _prepare(args)
+    if args.explain_policy:
+        return _explain_policy(args, config)
     host = _host(args)
     report = run_checks(host, config, names)
     if args.json:
@@ -524,6 +531,17 @@ def _terminal_width() -> int | None:
     """The columns to wrap the report to: the terminal's, or None (no wrapping) when the
     output is not a terminal (a pipe or a file gets whole lines, for grep)."""
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _explain_policy(args: argparse.Namespace, config: Config) -> int:
+    import json
+
+    from gpuprobe.checks.xid import explain_policy
+    from gpuprobe.checks.xid.policy import render
+
+    explained = explain_policy(_host(args), config)
+    sys.stdout.write(json.dumps(explained, indent=1) + "\n" if args.json else render(explained))
+    return 0
 
 
 def _capture(args: argparse.Namespace) -> int:
