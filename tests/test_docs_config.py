@@ -22,7 +22,8 @@ YAML_BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
 def _section(hint: Any) -> type | None:
-    """The dataclass a field's type is (through `X | None`), if it is one."""
+    """The dataclass a field's type is (through `X | None`, or of each item of a
+    `tuple[X, ...]`, as `xid.policy`'s rules), if it is one."""
     for candidate in (hint, *typing.get_args(hint)):
         if dataclasses.is_dataclass(candidate) and isinstance(candidate, type):
             return candidate
@@ -57,8 +58,10 @@ def documented(example: Any, cls: type = Config, prefix: str = "") -> set[str]:
     hints = typing.get_type_hints(cls)
     for key, value in example.items():
         section = _section(hints[key]) if key in hints else None
-        if section is not None and isinstance(value, dict):
-            keys |= documented(value, section, f"{prefix}{key}.")
+        items = value if isinstance(value, list) else [value]
+        if section is not None and items and all(isinstance(i, dict) for i in items):
+            for item in items:
+                keys |= documented(item, section, f"{prefix}{key}.")
         else:
             keys.add(f"{prefix}{key}")
     return keys
@@ -87,3 +90,4 @@ def test_the_walk_finds_nested_and_mapping_keys() -> None:
     keys = accepted()
     assert {"rdma.test.gid_index", "checks.deadlines", "network.fabric_interfaces"} <= keys
     assert "rdma.test" not in keys and "rdma" not in keys
+    assert "xid.policy.severity" in keys and "xid.policy" not in keys  # a list of rules
