@@ -21,7 +21,7 @@ from helpers import node_report
 # check's judgement of gpu.health's and gpu.imex's facts.
 MACHINERY = {"record", "registry", "runner", "gpu_health", "imex"}
 # Config sections that belong to no one check.
-SHARED_SECTIONS = {"checks", "serve", "sections"}
+SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth"}
 CHECKS_DOC = (ROOT / "docs/checks.md").read_text()
 
 

@@ -17,9 +17,9 @@ from gpuprobe import __version__
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.families import Family
 from gpuprobe.report import NodeReport
-from gpuprobe.serve.state import Snapshot
+from gpuprobe.serve.state import AgentState
 
-Renderer = Callable[[Snapshot, NodeReport], Iterable[Metric]]
+Renderer = Callable[[AgentState, NodeReport], Iterable[Metric]]
 
 
 class ReportCollector(Collector):
@@ -29,7 +29,7 @@ class ReportCollector(Collector):
         self._families: list[Metric] = list(agent_families(node))
         self._node = node
 
-    def update(self, snapshot: Snapshot) -> None:
+    def update(self, snapshot: AgentState) -> None:
         """Render the families of a new snapshot (called by the store on each update)."""
         self._families = render(snapshot, self._node)
 
@@ -38,7 +38,7 @@ class ReportCollector(Collector):
         return iter(self._families)
 
 
-def render(snapshot: Snapshot, node: str) -> list[Metric]:
+def render(snapshot: AgentState, node: str) -> list[Metric]:
     """Every family for one snapshot."""
     families = list(agent_families(node))
     if snapshot.report is None:
@@ -57,7 +57,7 @@ def agent_families(node: str) -> Iterator[Metric]:
     yield info
 
 
-def report_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def report_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """The node's and each check's status, duration and run counts, and the findings."""
     node = GaugeMetricFamily(
         "gpuprobe_node_status",
@@ -124,7 +124,7 @@ def report_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield finding
 
 
-def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def peer_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_peer_bandwidth_bytes_per_second` from this agent's latest bandwidth tests."""
     if not snapshot.links:
         return
@@ -150,7 +150,7 @@ def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
 _CHECKS_LAST = ("mig",)
 
 
-def check_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def check_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """Each check's own families, from its record's renderer and its latest result."""
     records = sorted(CHECKS.values(), key=lambda check: check.name in _CHECKS_LAST)
     for check in records:
