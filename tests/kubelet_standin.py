@@ -107,6 +107,7 @@ def kubelet(root: Path, state: KubeletState) -> Iterator[KubeletState]:
     """Serve `state` on root/var/lib/kubelet/pod-resources/kubelet.sock until the block ends."""
     path = root / SOCKET
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # the kubelet removes a stale socket before it listens
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     api_pb2_grpc.add_PodResourcesListerServicer_to_server(_Lister(state), server)
     server.add_insecure_port(f"unix://{path}")

@@ -14,7 +14,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpuprobe import __version__
 from gpuprobe.config import Config
@@ -147,12 +147,21 @@ def _entries(real: Path) -> list[str]:
         return []
 
 
+def _tail(src: BinaryIO) -> bytes:
+    """The last 16 MiB of a file; procfs files (/proc/<pid>/cgroup) cannot seek from their
+    end (EINVAL) and are read from their start instead."""
+    try:
+        size = src.seek(0, os.SEEK_END)
+    except OSError:
+        return src.read(MAX_READ_BYTES)
+    src.seek(max(0, size - MAX_READ_BYTES))
+    return src.read()
+
+
 def _copy_file(real: Path, dest: Path) -> None:
     try:
         with open(real, "rb") as src:
-            size = src.seek(0, os.SEEK_END)
-            src.seek(max(0, size - MAX_READ_BYTES))
-            data = src.read()
+            data = _tail(src)
     except OSError:
         return  # absent or unreadable (write-only sysfs files): no content to keep
     if os.path.isdir(dest):
