@@ -1546,7 +1546,7 @@ def workload_variants() -> list[Node]:
     # GPU 5 is the inference pod's, but a privileged debug pod (no GPU asked for; it sees every
     # GPU) runs a process on it too.
     node = idle(idle(gpu_k8s_node("synthetic-k8s-gpu-used-without-allocation"), 6), 7)
-    pods = whole_gpu_pods() + [Pod("research", "debug-shell-bob", 5, "shell", pids=(52001,))]
+    pods = [*whole_gpu_pods(), Pod("research", "debug-shell-bob", 5, "shell", pids=(52001,))]
     gpu_processes(node, 5, [(41005, NO_INSTANCE, NO_INSTANCE), (52001, NO_INSTANCE, NO_INSTANCE)])
     nodes.append(on_kubelet(node, pods, [("nvidia.com/gpu", uuids)]))
 
