@@ -58,6 +58,7 @@ class DeviceUse:
     grants: list[Grant] = field(default_factory=list)
     processes: list[ProcessOwner] | None = None  # None: NVML cannot list them
     utilization_percent: int | None = None
+    samples: list[tuple[int, float]] | None = None  # (µs, percent); whole GPUs only
 
     @property
     def holders(self) -> list[PodRef]:
@@ -124,9 +125,8 @@ def attribute(host: Host, answer: PodResourcesAnswer) -> Attribution:
 
 
 def _uses(host: Host, gpu: Gpu, directory: PodDirectory) -> list[DeviceUse]:
-    whole = DeviceUse(
-        gpu.resource, gpu.index, gpu.uuid, utilization_percent=gpu.utilization_percent
-    )
+    whole = DeviceUse(gpu.resource, gpu.index, gpu.uuid)
+    whole.utilization_percent, whole.samples = gpu.utilization_percent, gpu.samples
     migs = [DeviceUse(m.resource, gpu.index, gpu.uuid, m) for m in gpu.migs]
     if gpu.processes is None:
         return [whole, *migs]
