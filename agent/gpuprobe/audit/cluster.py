@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuprobe.audit.facts import SKEW_FIELDS, Counts, counts, skew_values
 from gpuprobe.audit.skew import Skew, find_all_skew
+from gpuprobe.audit.usage import Usage, cluster_usage, usage
 from gpuprobe.client import Fetched
 from gpuprobe.report import Finding, Status, exit_status, format_time, worst
 from gpuprobe.targets import DnsFailure
@@ -36,6 +37,7 @@ class AuditedNode:
     agent_version: str | None = None
     time: datetime | None = None
     unreachable: Unreachable | None = None
+    usage: Usage | None = None  # from the workloads check, when it ran
 
     @property
     def reachable(self) -> bool:
@@ -87,6 +89,8 @@ class ClusterReport:
     nodes: list[AuditedNode]
     skew: list[Skew]
     totals: Totals
+    usage: Usage | None = None  # the reachable nodes' GPU usage (None: no workloads check)
+    price_per_gpu_hour: float | None = None
 
     @property
     def status(self) -> Status:
@@ -104,12 +108,22 @@ class ClusterReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as `audit --json` writes it."""
-        return {
+        report: dict[str, Any] = {
             "status": self.status.value,
             "nodes": [n.to_dict() for n in self.nodes],
             "skew": [s.to_dict() for s in self.skew],
             "totals": self.totals.to_dict(),
         }
+        if self.usage is not None:
+            report["usage"] = {
+                **self.usage.to_dict(self.price_per_gpu_hour),
+                "nodes": [
+                    {"node": n.node, **n.usage.to_dict(self.price_per_gpu_hour)}
+                    for n in self.nodes
+                    if n.usage is not None
+                ],
+            }
+        return report
 
     def to_json(self, indent: int | None = 2) -> str:
         """The report as JSON text."""
@@ -139,6 +153,7 @@ def audited(fetched: Fetched) -> AuditedNode:
         counts=counts(report),
         agent_version=fetched.agent_version or None,
         time=report.time,
+        usage=usage(report),
     )
 
 
@@ -152,9 +167,13 @@ def unresolved(failure: DnsFailure) -> AuditedNode:
     )
 
 
-def build(fetched: Sequence[Fetched], dns_failures: Sequence[DnsFailure] = ()) -> ClusterReport:
+def build(
+    fetched: Sequence[Fetched],
+    dns_failures: Sequence[DnsFailure] = (),
+    price_per_gpu_hour: float | None = None,
+) -> ClusterReport:
     """The cluster report over the fetched targets (in their order), then the `dns:` names
-    that gave no address."""
+    that gave no address; with a price, the idle and unallocated GPU-hours' cost."""
     nodes = [audited(f) for f in fetched] + [unresolved(d) for d in dns_failures]
     reachable = [n for n in nodes if n.reachable]
     skew = find_all_skew(
@@ -169,4 +188,5 @@ def build(fetched: Sequence[Fetched], dns_failures: Sequence[DnsFailure] = ()) -
         healthy_nodes=sum(1 for n in reachable if n.status == Status.OK),
         counts=total,
     )
-    return ClusterReport(nodes, skew, totals)
+    summed = cluster_usage(n.usage for n in reachable)
+    return ClusterReport(nodes, skew, totals, summed, price_per_gpu_hour)

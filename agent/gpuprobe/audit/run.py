@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from gpuprobe.audit.cluster import ClusterReport, build
 from gpuprobe.audit.facts import DATA_KEYS
 from gpuprobe.audit.fanout import DEFAULT_CONCURRENCY, DEFAULT_DEADLINE_SECONDS, fetch_all
+from gpuprobe.audit.usage import DATA_KEYS as USAGE_KEYS
 from gpuprobe.client import Credentials
 from gpuprobe.targets import Resolver, TargetSpec, discover
 
@@ -21,6 +22,7 @@ class AuditOptions:
     credentials: Credentials = field(default_factory=Credentials)
     deadline: float = DEFAULT_DEADLINE_SECONDS
     concurrency: int = DEFAULT_CONCURRENCY
+    price_per_gpu_hour: float | None = None
 
 
 def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterReport:
@@ -28,6 +30,10 @@ def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterRep
     Takes at most one deadline for DNS plus one for the agents, however many."""
     found = discover(options.targets, options.deadline, resolver)
     fetched = fetch_all(
-        found.addresses, options.credentials, options.deadline, options.concurrency, DATA_KEYS
+        found.addresses,
+        options.credentials,
+        options.deadline,
+        options.concurrency,
+        {**DATA_KEYS, **USAGE_KEYS},
     )
-    return build(fetched, found.failures)
+    return build(fetched, found.failures, options.price_per_gpu_hour)
