@@ -3,25 +3,28 @@ from the agents' idle accounting, idle GPU-hours by namespace, and their cost.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.audit.cluster import build
-from gpuprobe.checks import workloads
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.client import Fetched
 from gpuprobe.config import Config, ServeConfig
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import NodeReport
+from helpers import FakeClock
 from serving import in_process_agent
 
 
 def counted(monkeypatch: pytest.MonkeyPatch, name: str, node: str) -> NodeReport:
     """The node's report after two rounds an hour apart (its agent's accounting)."""
     host = snapshot_host(snapshot(name), node)
-    for t in (0.0, 3600.0):
-        monkeypatch.setattr(workloads, "clock", lambda t=t: t)
-        report = run_checks(host, Config(), ["workloads"])
+    host.clock = clock = FakeClock()
+    report = run_checks(host, Config(), ["workloads"])
+    clock.advance(3600)
+    report = run_checks(host, Config(), ["workloads"])
     return report
 
 
@@ -32,7 +35,9 @@ def test_totals_over_nodes_with_gpu_hours_by_namespace_and_cost(
     mig = counted(monkeypatch, "synthetic-k8s-mig-mixed", "b")
     plain = run_checks(snapshot_host(snapshot("synthetic-h100-8gpu-healthy")), Config(), ["gpus"])
     fetched = [Fetched("10.0.0.1:50051", r) for r in (whole, mig, plain)]
-    report = build(fetched, price_per_gpu_hour=2.5).to_dict()
+    cluster = build(fetched, price_per_gpu_hour=2.5)
+    report = cluster.to_dict()
+    assert json.loads("".join(cluster.json_chunks())) == report  # the streamed --json too
     usage = report["usage"]
     # Now: node a 7 GPUs held (6 busy, GPU 6 idle), 1 free; node b's GPU 0 in quarters
     # (3 held, the 2g.20gb idle), GPUs 1-7 free.

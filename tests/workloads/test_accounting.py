@@ -14,7 +14,7 @@ from conftest import snapshot
 from gpuprobe.checks import workloads
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
-from helpers import config
+from helpers import FakeClock, config
 
 UUID = "GPU-5f1c{:04x}-8e2b-4c1d-9a7e-{:012x}"
 
@@ -36,9 +36,10 @@ def rounds(
     monkeypatch: pytest.MonkeyPatch, name: str, times: list[float], cfg: Config
 ) -> list[Any]:
     host = snapshot_host(snapshot(name))
+    host.clock = clock = FakeClock()
     results = []
     for t in times:
-        monkeypatch.setattr(workloads, "clock", lambda t=t: t)
+        clock.ticks = t
         results.append(workloads.run(host, cfg))
     return results
 

@@ -6,7 +6,8 @@ GPU-hour.
 GPUs are counted as the kubelet hands them out: a MIG-enabled GPU's MIG devices are each 1/n
 of it (n its MIG devices), so the figures are GPU-equivalents and add up to the GPUs. A device
 held by a pod is busy when a process runs on it, else allocated-idle (as the agent judges it
-now; the hours come from its utilization samples).
+now; the hours come from its utilization samples). It reads the `workloads` facts of the
+summary view (gpuprobe.report_view.SUMMARY_DATA).
 """
 
 from __future__ import annotations
@@ -15,16 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.client import DataKeys
 from gpuprobe.report import NodeReport
 
-DATA_KEYS: DataKeys = {
-    "workloads": {
-        "kubelet": {"state": None},
-        "devices": {"gpu": None, "mig": None, "holders": {"namespace": None}, "processes": None},
-        "accounting": {"since": None, "gpus": None},
-    }
-}
 HOUR = 3600.0
 
 

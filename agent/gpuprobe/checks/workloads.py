@@ -21,8 +21,6 @@ after it starts afresh.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from gpuprobe.config import Config, WorkloadsConfig
@@ -43,8 +41,6 @@ from gpuprobe.workloads.attribution import Attribution, DeviceUse, attribute
 NAME = "workloads"
 # The kubelet creates this directory on every node it runs on (the socket lives inside).
 KUBELET_PODRESOURCES_DIR = "/var/lib/kubelet/pod-resources"
-# The idle clock (seconds); tests replace it to step through time.
-clock: Callable[[], float] = time.time
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -81,7 +77,9 @@ def _account(
         ledger = load_ledger(settings.state_dir) if settings.state_dir else new_ledger()
         memory["ledger"] = ledger
     if known:
-        account(ledger, attribution.devices, clock(), settings.idle_utilization_percent)
+        account(
+            ledger, attribution.devices, host.clock.monotonic(), settings.idle_utilization_percent
+        )
     else:
         ledger.last_round = None  # an unknown stretch is not counted
     facts: dict[str, Any] = {
@@ -199,7 +197,7 @@ def _idle(
     since: dict[str, tuple[tuple[PodRef, ...], float]] = host.memory.of(NAME).setdefault(
         "idle_since", {}
     )
-    now = clock()
+    now = host.clock.monotonic()
     findings = []
     for device, facts in zip(attribution.devices, data["devices"], strict=True):
         holders = tuple(device.holders)

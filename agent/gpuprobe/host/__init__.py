@@ -1,9 +1,10 @@
 """The host: the only door through which checks see the node.
 
-A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links and the
-kubelet's PodResources API. It
-is built live (`live_host`), from a node snapshot (`snapshot_host`), or live with recording
-on (`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look past it.
+A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links, the
+kubelet's PodResources API and the clock the checks read (`host.clock`, which a test may
+replace). It is built live (`live_host`), from a node snapshot (`snapshot_host`), or live with
+recording on (`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look
+past it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from gpuprobe.errors import SnapshotError
 from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, AgentFile, load_agent_file
+from gpuprobe.host.clock import Clock, SystemClock
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.jsonfile import read_json
 from gpuprobe.host.netlink import (
@@ -76,6 +78,8 @@ class Host:
     device_plugin_config: AgentFile | None = None
     # The kubelet's PodResources API (a node without a kubelet answers "absent").
     podresources: PodResources = field(default_factory=ReplayedPodResources)
+    # What checks read the time from (wall and monotonic); tests step a fake one through time.
+    clock: Clock = field(default_factory=SystemClock)
 
     @property
     def is_snapshot(self) -> bool:
