@@ -177,6 +177,21 @@ def test_a_pod_using_a_gpu_it_was_not_given_is_named() -> None:
     )
 
 
+def test_a_process_in_another_pods_mig_device_is_named_on_that_mig_device() -> None:
+    snap = snapshot("synthetic-k8s-mig-used-without-allocation")
+    result = workloads.run(snapshot_host(snap), Config())
+    assert codes(result) == [
+        ("GPU_USED_WITHOUT_ALLOCATION", "WARNING", "FIX_CONFIG", "mig:0:10:0"),
+        ("GPU_USED_WITHOUT_ALLOCATION", "WARNING", "FIX_CONFIG", "mig:0:3:0"),
+    ]
+    by_resource = {f.resource: f for f in result.findings}
+    assert by_resource["mig:0:3:0"].pods == (PodRef("inference", "embed-1g", "server"),)
+    assert (
+        "(it is allocated to ml-team/eval-2g (container eval))" in by_resource["mig:0:3:0"].message
+    )
+    assert "(no pod was given it)" in by_resource["mig:0:10:0"].message
+
+
 def test_an_allocated_idle_gpu_is_named_once_the_window_passes() -> None:
     host = snapshot_host(snapshot("synthetic-k8s-gpus-by-uuid"))
     host.clock = clock = FakeClock()

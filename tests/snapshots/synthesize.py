@@ -1649,6 +1649,25 @@ def workload_variants() -> list[Node]:
     ]
     nodes.append(on_kubelet(node, pods, allocatable))
 
+    # The same MIG layout, but the inference pod's process runs in the 2g.20gb device (GPU
+    # instance 3), which the kubelet gave the eval pod, and a debug pod's in the free 1g.10gb.
+    node = gpu_k8s_node("synthetic-k8s-mig-used-without-allocation")
+    mig_layout(
+        node,
+        0,
+        [
+            mig("3g.40gb", gi=2, start=4),
+            mig("2g.20gb", gi=3, start=0),
+            mig("1g.10gb", gi=9, start=2),
+            mig("1g.10gb", gi=10, start=3),
+        ],
+    )
+    for i in range(1, 8):
+        idle(node, i)
+    strays = [*pods, Pod("research", "debug-shell-bob", 23, "shell", pids=(52001,))]
+    gpu_processes(node, 0, [(44001, 2, 0), (44003, 3, 0), (52001, 10, 0)])
+    nodes.append(on_kubelet(node, strays, allocatable))
+
     # MIG, single strategy: every GPU split into seven 1g.10gb, each MIG device handed out as
     # nvidia.com/gpu by its MIG UUID to its own pod (56 pods), each running one process.
     node = gpu_k8s_node("synthetic-k8s-mig-single")
