@@ -55,9 +55,14 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.errors",
             "gpuprobe.families",
             "gpuprobe.v1",  # the generated wire types
+            "gpuprobe.kubelet",  # the kubelet's generated PodResources types
         ],
     ),
 ]
+
+
+# Generated code: it imports only itself and the protobuf runtime.
+GENERATED = ("gpuprobe.v1", "gpuprobe.kubelet")
 
 
 def module_name(path: Path) -> str:
@@ -70,7 +75,7 @@ def module_name(path: Path) -> str:
 def modules() -> dict[str, Path]:
     """Every module of the package but the generated code, by name."""
     found = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {name: path for name, path in found.items() if not name.startswith("gpuprobe.v1")}
+    return {name: path for name, path in found.items() if not name.startswith(GENERATED)}
 
 
 def floor(module: str) -> int:

@@ -21,6 +21,7 @@ from gpuprobe.checks import (
     sharing,
     storage,
     toolkit,
+    workloads,
     xid,
 )
 from gpuprobe.checks.record import Check
@@ -35,6 +36,7 @@ ORDER: tuple[Check[Any], ...] = (
     cdi.CHECK,
     device_plugin.CHECK,
     sharing.CHECK,
+    workloads.CHECK,
     network.CHECK,
     rdma.CHECK,
     nccl.CHECK,

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks import registry
+from gpuprobe.checks.attribution import attribute_findings
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.host import Host
@@ -133,7 +134,8 @@ def run_checks(host: Host, config: Config, names: list[str]) -> NodeReport:
     """Run the named checks once (in turn, staggered) and return the report, in `names` order."""
     started_at = now()
     ran = CheckRunner(host, config, registry.CHECKS).run(names)
-    return NodeReport(node=host.node_name, time=started_at, checks=[r.result for r in ran])
+    results = attribute_findings([r.result for r in ran])  # GPU findings name their pods
+    return NodeReport(node=host.node_name, time=started_at, checks=results)
 
 
 def failed(name: str, exc: BaseException) -> CheckResult:

@@ -145,14 +145,18 @@ def peer_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     yield measured
 
 
-# The page has always shown the mig check's families after every other check's (the golden
-# pages hold that order); the others, and a new check's, come in registry order.
-_CHECKS_LAST = ("mig",)
+# The page has always shown the mig and workloads checks' families after every other
+# check's, in that order (the golden pages hold it); the others, and a new check's, come in
+# registry order.
+_CHECKS_LAST = ("mig", "workloads")
 
 
 def check_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """Each check's own families, from its record's renderer and its latest result."""
-    records = sorted(CHECKS.values(), key=lambda check: check.name in _CHECKS_LAST)
+    records = sorted(
+        CHECKS.values(),
+        key=lambda c: _CHECKS_LAST.index(c.name) + 1 if c.name in _CHECKS_LAST else 0,
+    )
     for check in records:
         result = report.check(check.name)
         if result is not None:
