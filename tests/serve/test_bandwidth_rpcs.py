@@ -220,6 +220,7 @@ def test_without_tls_an_agent_never_calls_a_peer_itself(
     assert received == []
 
 
+@pytest.mark.slow  # four failures of 2.5 s each, one after another (one test at a time)
 def test_foreign_services_get_no_data_and_all_look_alike(
     idle_pair: tuple[str, str, object],
 ) -> None:
