@@ -19,6 +19,7 @@ from gpuprobe.credentials import TokenFile
 from gpuprobe.gpu.devices import busy_gpus
 from gpuprobe.host import Host
 from gpuprobe.measure.bandwidth import (
+    PEER_CALL_SECONDS,
     BandwidthTests,
     Reason,
     Refused,
@@ -270,7 +271,9 @@ class PeerChannel:
                 server_name=None if name == address else name,
             ) as client:
                 return sink_from_message(
-                    client.open_bandwidth_sink(sink_request_message(request), timeout=10)
+                    client.open_bandwidth_sink(
+                        sink_request_message(request), timeout=PEER_CALL_SECONDS
+                    )
                 )
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
