@@ -115,7 +115,7 @@ class Sink:
 
 
 @dataclass(frozen=True)
-class TestRequest:
+class MeasureRequest:
     """A test toward a peer (MeasureBandwidth); zero or None means the default."""
 
     peer: str  # the peer agent's gRPC address, host:port
@@ -131,7 +131,7 @@ class TestRequest:
 
 
 @dataclass(frozen=True)
-class TestResult:
+class Measurement:
     """A finished test, as the receiving side counted it."""
 
     source: str
@@ -212,7 +212,7 @@ class BandwidthTests:
         node: str,
         fs: HostFS,
         busy_gpus: Callable[[], Sequence[int]],
-        record: Callable[[TestResult], None],
+        record: Callable[[Measurement], None],
         peers: PeerSinks | None = None,
         rdma_test: RdmaTestConfig | None = None,
         policy: BandwidthConfig | None = None,
@@ -350,7 +350,7 @@ class BandwidthTests:
 
     # --- the sending side ----------------------------------------------------------------
 
-    def measure(self, request: TestRequest) -> TestResult:
+    def measure(self, request: MeasureRequest) -> Measurement:
         """Measure toward the peer the request names; one test at a time (BUSY otherwise)."""
         if not self._one_test.acquire(blocking=False):
             raise Refused(Reason.BUSY, f"a bandwidth test is already running on {self.node}")
@@ -361,7 +361,7 @@ class BandwidthTests:
         self.record(result)
         return result
 
-    def _measure(self, request: TestRequest) -> TestResult:
+    def _measure(self, request: MeasureRequest) -> Measurement:
         transport = request.transport or "tcp"
         if transport not in TRANSPORTS:
             raise Refused(Reason.INVALID, f"unknown transport {transport!r}")
@@ -372,7 +372,7 @@ class BandwidthTests:
             return self._measure_tcp(request, host, port, duration)
         return self._measure_rdma(request, host, port, duration)
 
-    def _peer_sink(self, request: TestRequest, host: str, port: int, sink: SinkRequest) -> Sink:
+    def _peer_sink(self, request: MeasureRequest, host: str, port: int, sink: SinkRequest) -> Sink:
         """The sink the caller opened (checked), or one this agent asks the peer for over
         verified TLS at the one address it resolved; the sink's address is where data goes."""
         if request.sink is not None:
@@ -411,8 +411,8 @@ class BandwidthTests:
         return host
 
     def _measure_tcp(
-        self, request: TestRequest, host: str, port: int, duration: float
-    ) -> TestResult:
+        self, request: MeasureRequest, host: str, port: int, duration: float
+    ) -> Measurement:
         streams = valid_streams(request.streams)  # refused here, before the peer is asked
         warmup = (
             DEFAULT_WARMUP
@@ -449,7 +449,7 @@ class BandwidthTests:
             raise Refused(
                 Reason.UNREACHABLE, f"the test toward {sink.node} failed: {exc}", Side.PEER
             ) from None
-        return TestResult(
+        return Measurement(
             source=self.node,
             peer=sink.node,
             transport="tcp",
@@ -464,8 +464,8 @@ class BandwidthTests:
         )
 
     def _measure_rdma(
-        self, request: TestRequest, host: str, port: int, duration: float
-    ) -> TestResult:
+        self, request: MeasureRequest, host: str, port: int, duration: float
+    ) -> Measurement:
         device = request.rdma_device
         if not device:
             raise Refused(Reason.INVALID, "rdma needs an rdma_device")
@@ -515,7 +515,7 @@ class BandwidthTests:
                 f"the RDMA test toward {sink.node} failed: {exc}",
                 Side.PEER,
             ) from None
-        return TestResult(
+        return Measurement(
             source=self.node,
             peer=sink.node,
             transport="rdma",

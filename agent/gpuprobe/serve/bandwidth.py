@@ -21,13 +21,13 @@ from gpuprobe.host import Host
 from gpuprobe.measure.bandwidth import (
     PEER_CALL_SECONDS,
     BandwidthTests,
+    Measurement,
+    MeasureRequest,
     Reason,
     Refused,
     Side,
     Sink,
     SinkRequest,
-    TestRequest,
-    TestResult,
 )
 from gpuprobe.measure.tcp import CpuUse
 from gpuprobe.serve.state import LinkResult, ReportStore
@@ -56,7 +56,7 @@ class LinkBook:
         self._lock = threading.Lock()
         self._results: dict[tuple[str, str], LinkResult] = {}
 
-    def record(self, result: TestResult) -> None:
+    def record(self, result: Measurement) -> None:
         """Keep `result` as the latest for its peer and transport."""
         link = LinkResult(result.peer, result.transport, result.bytes_per_second, datetime.now(UTC))
         with self._lock:
@@ -178,9 +178,9 @@ def sink_from_message(message: pb.OpenBandwidthSinkResponse) -> Sink:
     )
 
 
-def test_request(message: pb.MeasureBandwidthRequest) -> TestRequest:
+def measure_request(message: pb.MeasureBandwidthRequest) -> MeasureRequest:
     """A MeasureBandwidthRequest as the domain's request."""
-    return TestRequest(
+    return MeasureRequest(
         peer=message.peer,
         transport=message.transport or "tcp",
         duration_seconds=_seconds(message.duration),
@@ -205,7 +205,7 @@ def test_cpu(cpu: CpuUse) -> pb.TestCpu:
     )
 
 
-def result_message(result: TestResult) -> pb.MeasureBandwidthResponse:
+def result_message(result: Measurement) -> pb.MeasureBandwidthResponse:
     """A finished test as the MeasureBandwidthResponse."""
     message = pb.MeasureBandwidthResponse(
         peer=result.peer,
