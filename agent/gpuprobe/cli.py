@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from gpuprobe import __version__
@@ -24,11 +26,56 @@ USAGE_ERROR = 64
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that ends a usage error with one line and exit status 64."""
+    """argparse that ends a usage error with one line, pointing at the help of the command
+    it belongs to, and exit status 64; a help epilog may be made only when asked for."""
+
+    lazy_epilog: Callable[[], str] | None = None
+    commands: dict[str, _Parser] | None = None  # the top-level parser's subcommands
 
     def error(self, message: str) -> NoReturn:
-        print(f"gpuprobe: {message} (see gpuprobe --help)", file=sys.stderr)
+        print(f"gpuprobe: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(USAGE_ERROR)
+
+    def parse_command_line(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        """The parsed arguments; a flag no command knows is the named command's error, so
+        the message points at that command's help."""
+        args, extras = self.parse_known_args(argv)
+        if extras:
+            owner = (self.commands or {}).get(getattr(args, "command", ""), self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return args
+
+    def format_help(self) -> str:
+        if self.lazy_epilog is not None:
+            self.epilog = self.lazy_epilog()
+        return super().format_help()
+
+
+EXIT_STATUS_HELP = (
+    "exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the worst check's status), "
+    f"{USAGE_ERROR} usage error"
+)
+
+
+def _checks_help(exit_status: bool) -> Callable[[], str]:
+    """The epilog of a command that takes `--only`: the check names (and its exit status)."""
+
+    def epilog() -> str:
+        # Imported only when help is asked for: the checks are most of the program.
+        from gpuprobe.checks.registry import ACTIVE, CHECKS
+
+        names = textwrap.fill(
+            ", ".join(CHECKS), width=78, initial_indent="  ", subsequent_indent="  "
+        )
+        active = " and ".join(name for name in CHECKS if name in ACTIVE)
+        text = (
+            "checks (--only takes them, comma-separated; docs/checks.md tells what each\n"
+            f"holds the node to):\n{names}\n  ({active} are active: they load the node while "
+            "they measure)"
+        )
+        return f"{text}\n\n{textwrap.fill(EXIT_STATUS_HELP, 78)}" if exit_status else text
+
+    return epilog
 
 
 def _positive_int(text: str) -> int:
@@ -48,7 +95,7 @@ def _check_list(text: str) -> list[str]:
     return names
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     """The argument parser of every command."""
     parser = _Parser(
         prog="gpuprobe",
@@ -58,8 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     check = commands.add_parser(
-        "check", help="run every check once on this node and print the report"
+        "check",
+        help="run every check once on this node and print the report",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    check.lazy_epilog = _checks_help(exit_status=True)
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
     check.add_argument(
@@ -70,7 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_storage_flag(check)
     check.set_defaults(func=_check)
 
-    capture = commands.add_parser("capture", help="write a node snapshot of this host to DIR")
+    capture = commands.add_parser(
+        "capture",
+        help="write a node snapshot of this host to DIR",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    capture.lazy_epilog = _checks_help(exit_status=False)
     capture.add_argument("directory", metavar="DIR", help="an empty or new directory")
     _add_check_flags(capture, snapshot=False)
     capture.set_defaults(func=_capture)
@@ -88,8 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     clear_xid.set_defaults(func=_clear_xid)
 
     serve = commands.add_parser(
-        "serve", help="the agent daemon: periodic checks, gRPC API, Prometheus /metrics"
+        "serve",
+        help="the agent daemon: periodic checks, gRPC API, Prometheus /metrics",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    serve.lazy_epilog = _checks_help(exit_status=False)
     _add_check_flags(serve)
     _add_storage_flag(serve)
     _add_serve_flags(serve)
@@ -106,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_mesh_flags(mesh)
     mesh.set_defaults(func=_mesh)
+    parser.commands = {
+        name: sub for name, sub in commands.choices.items() if isinstance(sub, _Parser)
+    }
     return parser
 
 
@@ -376,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpuprobe import cleanup
     from gpuprobe.errors import UsageError
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command_line(argv)
     if threading_main():
         # SIGTERM ends serve with 0 from its first moment (serve() then installs its orderly
         # stop); the one-shot commands end with 143, as a process SIGTERM killed.
@@ -449,14 +510,27 @@ def _check(args: argparse.Namespace) -> int:
     config, names = _prepare(args)
     if args.explain_policy:
         return _explain_policy(args, config)
-    report = run_checks(_host(args), config, names)
+    host = _host(args)
+    report = run_checks(host, config, names)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:
-        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_report(report, colour=colour))
+        text = render_report(
+            report,
+            colour=sys.stdout.isatty() and "NO_COLOR" not in os.environ,
+            width=_terminal_width(),
+            replayed=host.is_snapshot,
+            captured_at=host.captured_at,
+        )
+        sys.stdout.write(text)
     sys.stdout.flush()
     return exit_status(report.status)
+
+
+def _terminal_width() -> int | None:
+    """The columns to wrap the report to: the terminal's, or None (no wrapping) when the
+    output is not a terminal (a pipe or a file gets whole lines, for grep)."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def _explain_policy(args: argparse.Namespace, config: Config) -> int:
@@ -546,7 +620,7 @@ def _audit(args: argparse.Namespace) -> int:
         sys.stdout.writelines(report.json_chunks())
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_cluster(report, colour=colour))
+        sys.stdout.write(render_cluster(report, colour=colour, width=_terminal_width()))
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)
 
@@ -589,6 +663,6 @@ def _mesh(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        sys.stdout.write(render_mesh(result))
+        sys.stdout.write(render_mesh(result, width=_terminal_width()))
     sys.stdout.flush()
     return exit_status(result.status)

@@ -198,11 +198,23 @@ class Client:
         return wire.report_from_proto(response.report)
 
     def watch_reports(self, timeout: float | None = None) -> Iterator[NodeReport]:
-        """The report now, then each changed report, until `timeout` or the agent stops."""
-        for response in self._stub.WatchReports(
+        """The report now, then each changed report, until `timeout` seconds have passed (the
+        iterator then ends) or the agent stops. An agent that sends not even its first report
+        within `timeout` raises, as any call would (DEADLINE_EXCEEDED)."""
+        stream = self._stub.WatchReports(
             pb.WatchReportsRequest(), timeout=timeout, metadata=self._metadata
-        ):
-            yield wire.report_from_proto(response.report)
+        )
+        answered = False
+        try:
+            for response in stream:
+                answered = True
+                yield wire.report_from_proto(response.report)
+        except grpc.RpcError as exc:
+            # The stream's deadline is the watch's length: reaching it is the end asked for.
+            if not (answered and _code(exc) == grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise
+        finally:
+            stream.cancel()  # a consumer that stops early must not leave the stream open
 
     def clear_findings(
         self, gpu: int | None = None, timeout: float = 30.0
@@ -304,6 +316,11 @@ def fetch_report(
     except Exception as exc:  # an answer this client cannot read: one target, not the audit
         return failed(Unreachable(Failure.ERROR, f"unreadable answer: {type(exc).__name__}: {exc}"))
     return Fetched(target, report, message.agent_version, None, time.monotonic() - started)
+
+
+def _code(error: grpc.RpcError) -> grpc.StatusCode | None:
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
 
 
 def _read_pem(path: str | None, flag: str) -> bytes | None:

@@ -28,8 +28,9 @@ from gpuprobe.measure.bandwidth import MAX_SECONDS, SINK_GRACE_SECONDS, Refused,
 from gpuprobe.measure.perftest import test_seconds
 from gpuprobe.mesh import schedule, verdict
 from gpuprobe.mesh.verdict import FAILED, LOW, Link, Thresholds
-from gpuprobe.report import Finding, Status, worst
+from gpuprobe.report import Action, Finding, Severity, Status, worst
 from gpuprobe.targets import discover, parse_targets
+from gpuprobe.unreachable import Failure, agents
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 
@@ -96,12 +97,74 @@ def mesh(
         raise UsageError("--transport rdma needs --rdma-device")
     if options.seconds + options.warmup > MAX_SECONDS:
         raise UsageError(f"--seconds and --warmup: at most {MAX_SECONDS:g} s together")
-    found = discover(parse_targets(targets), deadline)
-    peers, unreachable = identify(fetch_all(found.addresses, credentials, deadline))
+    specs = parse_targets(targets)
+    named = {spec.address for spec in specs}
+    if not any(spec.dns for spec in specs) and len(named) < 2:
+        raise UsageError(
+            f"--targets names {agents(len(named))}: a mesh measures between two at least"
+        )
+    found = discover(specs, deadline)
+    fetched = fetch_all(found.addresses, credentials, deadline)
+    refused = _refused_caller(fetched, credentials)
+    if refused is not None:
+        raise refused
+    peers, unreachable = identify(fetched)
     missing = [verdict.unreachable_finding(str(f.spec), f.reason) for f in found.failures]
+    if len({peer.node for peer in peers}) < 2:
+        return MeshResult([], missing + unreachable + _too_few(peers, found.addresses))
     result = run_mesh(peers, options, lambda target: Client(target, credentials=credentials))
     result.findings = missing + unreachable + result.findings
     return result
+
+
+class CallerRefused(UsageError):
+    """The agents refused this caller's credentials or TLS: the flags are wrong for every
+    link, so the mesh stops with one line naming the flag instead of blaming the nodes."""
+
+
+def _refused_caller(fetched: Sequence[Fetched], credentials: Credentials) -> CallerRefused | None:
+    """The first agent that refused the caller's credentials or TLS, as the usage error."""
+    for item in fetched:
+        why = item.unreachable
+        if why is not None and why.failure in (Failure.UNAUTHORISED, Failure.TLS):
+            if why.failure == Failure.UNAUTHORISED and credentials.token:
+                flag = "--token-file: is it the agents' token?"
+            elif why.failure == Failure.UNAUTHORISED:
+                flag = "pass the agents' token with --token-file"
+            elif "--tls" in why.reason:
+                flag = ""  # the reason names the flag already
+            else:
+                flag = "check --tls-ca (the CA that signed the agents) and --tls-server-name"
+            return CallerRefused(f"{item.target}: {why.reason}" + (f" ({flag})" if flag else ""))
+    return None
+
+
+def _token_refused(node: str, exc: grpc.RpcError) -> CallerRefused | None:
+    """A guarded RPC (OpenBandwidthSink, MeasureBandwidth) an agent refused for the mesh's
+    own token (UNAUTHENTICATED: missing or wrong), as the usage error; None otherwise."""
+    if _code(exc) != grpc.StatusCode.UNAUTHENTICATED:
+        return None
+    return CallerRefused(
+        f"{node} refused the test: {_details(exc)}: pass the agents' token with --token-file"
+    )
+
+
+def _too_few(peers: Sequence[Peer], addresses: Sequence[str]) -> list[Finding]:
+    """Why nothing was measured with fewer than two agents (none: the unreachable say it)."""
+    if not peers:
+        return []
+    node, answered, found = peers[0].node, len(peers), len(addresses)
+    return [
+        Finding(
+            "BANDWIDTH_TEST_UNAVAILABLE",
+            Severity.UNKNOWN,
+            f"{node}'s bandwidth could not be tested: it is the only node that answered (at "
+            f"{answered} of {found} address{'' if found == 1 else 'es'}), and a mesh measures "
+            "between two nodes at least",
+            Action.NONE,
+            f"peer:{node}",
+        )
+    ]
 
 
 def identify(fetched: Sequence[Fetched]) -> tuple[list[Peer], list[Finding]]:
@@ -165,7 +228,7 @@ def _round(
 ) -> list[Link]:
     """One round: its pairs side by side, each pair both ways, one after the other."""
     found: list[list[Link]] = [[] for _ in pairs]
-    invalid: list[InvalidTest] = []
+    invalid: list[UsageError] = []  # InvalidTest, CallerRefused: wrong for every link
 
     def pair(i: int, a: str, b: str) -> None:
         try:
@@ -173,7 +236,7 @@ def _round(
                 _measure(by_node[a], by_node[b], options, connect, device),
                 _measure(by_node[b], by_node[a], options, connect, device),
             ]
-        except InvalidTest as exc:
+        except UsageError as exc:
             invalid.append(exc)
 
     threads = [
@@ -211,6 +274,8 @@ def _measure(
     except grpc.RpcError as exc:
         if _code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidTest(f"{target.node} refused the test: {_details(exc)}") from None
+        if refused := _token_refused(target.node, exc):
+            raise refused from None
         unavailable = _code(exc) == grpc.StatusCode.FAILED_PRECONDITION
         # A precondition names the node and what it lacks; other refusals need the name.
         why = _details(exc) if unavailable else f"{target.node} refused a sink: {_details(exc)}"
@@ -233,7 +298,10 @@ def _measure(
         if _code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidTest(f"{source.node} refused the test: {_details(exc)}") from None
         # The sending agent names the side at fault; without that, the fault is its own.
-        blamed = target.node if wire.failed_side(exc) == pb.TEST_SIDE_PEER else source.node
+        peer_side = wire.failed_side(exc) == pb.TEST_SIDE_PEER
+        if not peer_side and (refused := _token_refused(source.node, exc)):
+            raise refused from None
+        blamed = target.node if peer_side else source.node
         unavailable = _code(exc) == grpc.StatusCode.FAILED_PRECONDITION
         return _failed(
             source, target, options.transport, _details(exc), unavailable, blamed, device
