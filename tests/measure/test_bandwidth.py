@@ -118,3 +118,13 @@ def test_the_address_facing_a_sender_is_the_one_its_route_leaves_from() -> None:
     assert address_facing("127.0.0.1") == "127.0.0.1"
     assert address_facing("127.0.0.5") == "127.0.0.1"  # loopback's route leaves from .1
     assert address_facing("::1") == "::1"
+
+
+def test_a_sender_sends_for_at_most_120_s_warm_up_included(tmp_path: Path) -> None:
+    # Before: 120 s of test after up to 120 s of warm-up, 240 s of sending.
+    tests = agent_tests(tmp_path, BandwidthConfig(peer_networks=("127.0.0.0/8",)))
+    request = MeasureRequest(peer="127.0.0.1:50051", duration_seconds=120, warmup_seconds=120)
+    with pytest.raises(Refused) as refused:
+        tests.measure(request)
+    assert refused.value.reason == Reason.INVALID
+    assert str(refused.value) == "duration and warm-up 240 s together: at most 120"

@@ -419,6 +419,11 @@ class BandwidthTests:
             if request.warmup_seconds is None
             else bounded_seconds(request.warmup_seconds, DEFAULT_WARMUP, MAX_SECONDS)
         )
+        if duration + warmup > MAX_SECONDS:  # the time the sender sends, warm-up included
+            raise Refused(
+                Reason.INVALID,
+                f"duration and warm-up {duration + warmup:g} s together: at most {MAX_SECONDS:g}",
+            )
         sink_request = SinkRequest(
             transport="tcp",
             lifetime_seconds=duration + warmup + SINK_GRACE_SECONDS,
