@@ -48,6 +48,27 @@ SUMMARY_DATA: dict[str, DataKeys] = {
         },
     },
     "sharing": {"strategy": None, "resources": {"schedulable_units": None}},
+    # The audit's usage totals (gpuprobe.audit.usage): who holds each device now, and the
+    # idle accounting's GPU-seconds.
+    "workloads": {
+        "kubelet": {"state": None},
+        "devices": {
+            "gpu": None,
+            "mig": {"uuid": None},
+            "holders": {"namespace": None},
+            "processes": {"pid": None},
+        },
+        "accounting": {
+            "since": None,
+            "gpus": {
+                "gpu": None,
+                "allocated_seconds": None,
+                "busy_seconds": None,
+                "idle_allocated_seconds": None,  # by namespace
+                "unallocated_seconds": None,
+            },
+        },
+    },
 }
 
 
