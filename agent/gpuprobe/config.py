@@ -73,6 +73,35 @@ class GpusConfig:
 
 
 @dataclass(frozen=True)
+class WorkloadsConfig:
+    """Where the `workloads` check asks the kubelet, and when an allocated GPU is idle."""
+
+    # The kubelet's PodResources socket (a host path).
+    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # Deadline of each PodResources call: a hung kubelet costs this, then ALLOCATION_UNKNOWN.
+    timeout_seconds: float = 2.0
+    # Whether the node must answer PodResources; None: where /var/lib/kubelet/pod-resources
+    # exists (a kubelet's node). False: a missing socket is never a finding.
+    expect_kubelet: bool | None = None
+    # An allocated GPU (or MIG device) with no process and utilization at or below this, for
+    # longer than the window, raises GPU_ALLOCATED_IDLE (in the daemon, which has history).
+    idle_utilization_percent: float = 1.0
+    idle_window_seconds: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if not self.socket.startswith("/"):
+            raise ConfigError(f"socket: {self.socket!r} is not an absolute host path")
+        if not 0 < self.timeout_seconds <= 60:
+            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be in (0, 60]")
+        if not 0 <= self.idle_utilization_percent <= 100:
+            raise ConfigError(
+                f"idle_utilization_percent: {self.idle_utilization_percent:g} must be 0 to 100"
+            )
+        if not self.idle_window_seconds > 0:  # NaN too
+            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
+
+
+@dataclass(frozen=True)
 class DevicePluginSection:
     """Where the NVIDIA device plugin is seen from."""
 
@@ -315,6 +344,7 @@ class Config:
     nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    workloads: WorkloadsConfig = field(default_factory=WorkloadsConfig)
 
     def deadline(self, check: str) -> float:
         """The deadline of one check, in seconds: `checks.deadlines` when set there; for

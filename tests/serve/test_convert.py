@@ -11,7 +11,7 @@ from gpuprobe.checks.registry import CHECKS
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
-from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
+from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity, Status
 from gpuprobe.serve import convert
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import config
@@ -110,3 +110,18 @@ def test_default_config_report_has_a_time_for_each_check() -> None:
     times = {c.name: report.time for c in report.checks}
     message = convert.report_to_proto(report, times)
     assert [c.time.seconds for c in message.checks] == [int(report.time.timestamp())] * len(CHECKS)
+
+
+def test_a_findings_pods_travel_as_pod_refs_and_come_back() -> None:
+    pods = (PodRef("training", "llama-7b-0", "trainer"), PodRef("infer", "vllm-5d8f", ""))
+    finding = Finding("XID", Severity.CRITICAL, "GPU 3: Xid 79", Action.RESET_GPU, "gpu:3:G", pods)
+    message = convert.finding_to_proto(finding)
+    assert [(p.namespace, p.pod, p.container) for p in message.pods] == [
+        ("training", "llama-7b-0", "trainer"),
+        ("infer", "vllm-5d8f", ""),
+    ]
+    again = convert.finding_from_proto(pb.Finding.FromString(message.SerializeToString()))
+    assert again == finding
+    # A finding from an agent before pods existed reads as one with none.
+    old = pb.Finding(code="XID", message="m", resource="node")
+    assert convert.finding_from_proto(old).pods == ()

@@ -14,6 +14,7 @@ from the previous boot. Variants change one thing each.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -121,6 +122,8 @@ class Node:
     links: list[dict[str, Any]] | None = None
     symlinks: dict[str, str] = field(default_factory=dict)
     device_plugin: str | None = None  # the device plugin's config.yaml, as the agent read it
+    podresources: dict[str, Any] | None = None  # the kubelet's answers (podresources.json)
+    directories: set[str] = field(default_factory=set)  # empty host directories
 
     def file(self, path: str, content: str = "") -> Node:
         """A host file (an empty one stands for a socket or device node)."""
@@ -187,10 +190,14 @@ class Node:
         if self.device_plugin is not None:
             entry = {"config_file": DEVICE_PLUGIN_CONFIG, "content": self.device_plugin}
             _write_json(target / "device-plugin.json", entry)
+        if self.podresources is not None:
+            _write_json(target / "podresources.json", self.podresources)
         for path, content in sorted(self.files.items()):
             dest = target / "rootfs" / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(content, encoding="utf-8")
+        for path in sorted(self.directories):
+            (target / "rootfs" / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
         for path, link_target in sorted(self.symlinks.items()):
             dest = target / "rootfs" / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -687,6 +694,7 @@ def variants() -> list[Node]:
         + xid_variants()
         + container_variants()
         + fabric_variants()
+        + workload_variants()
     )
 
 
@@ -1345,6 +1353,348 @@ def container_variants() -> list[Node]:
     device_plugin_config(node, "time-slicing.yaml")
     set_compute_mode(node, 3, range(2, 3))
     set_compute_mode(node, 2, range(6, 7))
+    nodes.append(node)
+    return nodes
+
+
+# --- workloads: the kubelet's PodResources answers, GPU processes' cgroups, pods' log dirs ---
+
+PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+NO_INSTANCE = 0xFFFFFFFF
+# The pods every node runs that hold no device (List names every pod on the node).
+SYSTEM_PODS = [
+    ("kube-system", "kube-proxy-x7k2p", "kube-proxy"),
+    ("gpu-operator", "nvidia-device-plugin-daemonset-4xq9z", "nvidia-device-plugin"),
+]
+
+
+def pod_uid(n: int) -> str:
+    """A stable, made-up pod UID."""
+    return f"7c1e{n:04x}-2d4b-4a8e-9f3c-{n:012x}"
+
+
+def container_id(pod: str, container: str) -> str:
+    """A stable, made-up 64-hex container ID."""
+    return hashlib.sha256(f"{pod}/{container}".encode()).hexdigest()
+
+
+def cgroup_file(shape: str, uid: str, cid: str, qos: str = "burstable") -> str:
+    """/proc/<pid>/cgroup of a container's process, in the shape each setup writes."""
+    under = f"kubepods-{qos}" if qos else "kubepods"
+    systemd = f"/kubepods.slice/{under}.slice/{under}-pod{uid.replace('-', '_')}.slice"
+    cgroupfs = f"/kubepods/{qos}/pod{uid}" if qos else f"/kubepods/pod{uid}"
+    if shape == "v2-systemd-containerd":
+        return f"0::{systemd}/cri-containerd-{cid}.scope\n"
+    if shape == "v2-systemd-crio":
+        return f"0::{systemd}/crio-{cid}.scope\n"
+    if shape == "v1-cgroupfs-containerd":  # Ubuntu 20.04 style: every hierarchy, then 0::/
+        controllers = [
+            "pids",
+            "hugetlb",
+            "net_cls,net_prio",
+            "cpuset",
+            "memory",
+            "perf_event",
+            "freezer",
+            "devices",
+            "cpu,cpuacct",
+            "blkio",
+        ]
+        lines = [f"{12 - i}:{c}:{cgroupfs}/{cid}" for i, c in enumerate(controllers)]
+        return "\n".join([*lines, "2:rdma:/", f"1:name=systemd:{cgroupfs}/{cid}", "0::/"]) + "\n"
+    raise ValueError(shape)
+
+
+@dataclass
+class Pod:
+    """A pod on the node: its devices (resource, IDs), DRA claims (JSON mapping), and the
+    pids of its GPU processes."""
+
+    namespace: str
+    name: str
+    n: int
+    container: str = "main"
+    devices: list[tuple[str, list[str]]] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    pids: tuple[int, ...] = ()
+
+    @property
+    def uid(self) -> str:
+        return pod_uid(self.n)
+
+    @property
+    def cid(self) -> str:
+        return container_id(f"{self.namespace}/{self.name}", self.container)
+
+
+def canonical(content: dict[str, Any]) -> dict[str, Any]:
+    """podresources.json content exactly as MessageToDict writes the kubelet's answers."""
+    from google.protobuf import json_format
+
+    from gpuprobe.kubelet.podresources.v1 import api_pb2
+
+    listed = json_format.ParseDict(content["list"], api_pb2.ListPodResourcesResponse())
+    out = {"list": json_format.MessageToDict(listed)}
+    if "allocatable" in content:
+        allocatable = api_pb2.AllocatableResourcesResponse()
+        out["allocatable"] = json_format.MessageToDict(
+            json_format.ParseDict(content["allocatable"], allocatable)
+        )
+    return out
+
+
+def on_kubelet(
+    node: Node,
+    pods: list[Pod],
+    allocatable: list[tuple[str, list[str]]],
+    shape: str = "v2-systemd-containerd",
+) -> Node:
+    """The kubelet's socket and answers for these pods, their log directories as capture
+    keeps them (empty placeholders), and each GPU process's cgroup."""
+    node.file(PODRESOURCES_SOCKET)
+    entries = []
+    for namespace, name, container in SYSTEM_PODS:
+        entries.append({"name": name, "namespace": namespace, "containers": [{"name": container}]})
+    for pod in pods:
+        container: dict[str, Any] = {"name": pod.container}
+        if pod.devices:
+            container["devices"] = [
+                {"resourceName": r, "deviceIds": ids, "topology": {"nodes": [{"ID": "0"}]}}
+                for r, ids in pod.devices
+            ]
+        if pod.claims:
+            container["dynamicResources"] = pod.claims
+        entries.append({"name": pod.name, "namespace": pod.namespace, "containers": [container]})
+        node.directories.add(f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}")
+        node.file(f"/var/log/containers/{pod.name}_{pod.namespace}_{pod.container}-{pod.cid}.log")
+        for pid in pod.pids:
+            node.file(f"/proc/{pid}/cgroup", cgroup_file(shape, pod.uid, pod.cid))
+    devices = [{"resourceName": r, "deviceIds": ids} for r, ids in allocatable]
+    node.podresources = canonical(
+        {"list": {"podResources": entries}, "allocatable": {"devices": devices}}
+    )
+    return node
+
+
+def gpu_processes(node: Node, gpu: int, procs: list[tuple[int, int, int]]) -> Node:
+    """GPU `gpu` runs these processes (pid, gpu instance, compute instance; NO_INSTANCE
+    outside MIG), each a python3 in processes.json."""
+    entries = [
+        {"pid": pid, "usedGpuMemory": 536870912, "gpuInstanceId": gi, "computeInstanceId": ci}
+        for pid, gi, ci in procs
+    ]
+    node.replace_call("nvmlDeviceGetComputeRunningProcesses", [gpu], ret=entries)
+    known = {p["pid"] for p in node.processes}
+    for pid, _, _ in procs:
+        if pid not in known:
+            node.processes.append(
+                {"pid": pid, "name": "python3", "cmdline": ["python3", "serve.py"]}
+            )
+    return node
+
+
+def whole_gpu_pods() -> list[Pod]:
+    """A 4-GPU training pod, two inference pods, an idle notebook, one GPU free."""
+    uuids = [gpu_uuid(i) for i in range(8)]
+    return [
+        Pod(
+            "ml-team",
+            "llama-pretrain-0",
+            1,
+            "trainer",
+            [("nvidia.com/gpu", uuids[0:4])],
+            pids=(41000, 41001, 41002, 41003),
+        ),
+        Pod(
+            "inference",
+            "vllm-7d9f8-kq2xp",
+            2,
+            "vllm",
+            [("nvidia.com/gpu", [uuids[4]])],
+            pids=(41004,),
+        ),
+        Pod(
+            "inference",
+            "vllm-7d9f8-mw5tz",
+            3,
+            "vllm",
+            [("nvidia.com/gpu", [uuids[5]])],
+            pids=(41005,),
+        ),
+        Pod("research", "notebook-alice", 4, "jupyter", [("nvidia.com/gpu", [uuids[6]])]),
+    ]
+
+
+def workload_variants() -> list[Node]:
+    """Pods on GPUs (check `workloads`, and every GPU finding naming its pods)."""
+    nodes = []
+    uuids = [gpu_uuid(i) for i in range(8)]
+
+    # Whole GPUs by UUID (the device plugin's default DEVICE_ID_STRATEGY): GPUs 6 (held by a
+    # notebook) and 7 (free) have no process.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-gpus-by-uuid"), 6), 7)
+    nodes.append(on_kubelet(node, whole_gpu_pods(), [("nvidia.com/gpu", uuids)]))
+
+    # The same pods with DEVICE_ID_STRATEGY=index, on cgroup v1 with the cgroupfs driver.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-gpus-by-index"), 6), 7)
+    pods = whole_gpu_pods()
+    for pod in pods:
+        pod.devices = [(r, [str(uuids.index(i)) for i in ids]) for r, ids in pod.devices]
+    indices = [str(i) for i in range(8)]
+    nodes.append(on_kubelet(node, pods, [("nvidia.com/gpu", indices)], "v1-cgroupfs-containerd"))
+
+    # GPU 5 is the inference pod's, but a privileged debug pod (no GPU asked for; it sees every
+    # GPU) runs a process on it too.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-gpu-used-without-allocation"), 6), 7)
+    pods = [*whole_gpu_pods(), Pod("research", "debug-shell-bob", 5, "shell", pids=(52001,))]
+    gpu_processes(node, 5, [(41005, NO_INSTANCE, NO_INSTANCE), (52001, NO_INSTANCE, NO_INSTANCE)])
+    nodes.append(on_kubelet(node, pods, [("nvidia.com/gpu", uuids)]))
+
+    # The training pod's GPU 2 reports uncorrectable ECC errors: the finding names the pod.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-ecc-on-training-gpu"), 6), 7)
+    node.replace_call("nvmlDeviceGetTotalEccErrors", [2, 1, 0], ret=3)
+    node.replace_call("nvmlDeviceGetTotalEccErrors", [2, 1, 1], ret=3)
+    nodes.append(on_kubelet(node, whole_gpu_pods(), [("nvidia.com/gpu", uuids)]))
+
+    # Time-slicing with renameByDefault: GPU 0 shared as nvidia.com/gpu.shared replicas by
+    # three CRI-O pods (one of them idle), the rest free.
+    node = gpu_k8s_node("synthetic-k8s-time-slicing")
+    device_plugin_config(node, "time-slicing-renamed.yaml")
+    for i in range(1, 8):
+        idle(node, i)
+    pods = [
+        Pod(
+            "dev",
+            f"notebook-{who}",
+            10 + n,
+            "jupyter",
+            [("nvidia.com/gpu.shared", [f"{uuids[0]}::{replica}"])],
+            pids=pids,
+        )
+        for n, (who, replica, pids) in enumerate(
+            [("ana", 0, (43001,)), ("ben", 3, (43002,)), ("cho", 7, ())]
+        )
+    ]
+    gpu_processes(node, 0, [(43001, NO_INSTANCE, NO_INSTANCE), (43002, NO_INSTANCE, NO_INSTANCE)])
+    replicas = [f"{u}::{r}" for u in uuids for r in range(10)]
+    nodes.append(on_kubelet(node, pods, [("nvidia.com/gpu.shared", replicas)], "v2-systemd-crio"))
+
+    # MIG, mixed strategy: GPU 0 split (3g.40gb, 2g.20gb, two 1g.10gb), three of its MIG
+    # devices held by pods (the 2g.20gb one idle); GPUs 1-7 whole and free.
+    node = gpu_k8s_node("synthetic-k8s-mig-mixed")
+    mig_layout(
+        node,
+        0,
+        [
+            mig("3g.40gb", gi=2, start=4),
+            mig("2g.20gb", gi=3, start=0),
+            mig("1g.10gb", gi=9, start=2),
+            mig("1g.10gb", gi=10, start=3),
+        ],
+    )
+    for i in range(1, 8):
+        idle(node, i)
+    pods = [
+        Pod(
+            "ml-team",
+            "finetune-3g",
+            20,
+            "trainer",
+            [("nvidia.com/mig-3g.40gb", [mig_uuid(0, 0)])],
+            pids=(44001,),
+        ),
+        Pod("ml-team", "eval-2g", 21, "eval", [("nvidia.com/mig-2g.20gb", [mig_uuid(0, 1)])]),
+        Pod(
+            "inference",
+            "embed-1g",
+            22,
+            "server",
+            [("nvidia.com/mig-1g.10gb", [mig_uuid(0, 2)])],
+            pids=(44003,),
+        ),
+    ]
+    gpu_processes(node, 0, [(44001, 2, 0), (44003, 9, 0)])
+    allocatable = [
+        ("nvidia.com/mig-3g.40gb", [mig_uuid(0, 0)]),
+        ("nvidia.com/mig-2g.20gb", [mig_uuid(0, 1)]),
+        ("nvidia.com/mig-1g.10gb", [mig_uuid(0, 2), mig_uuid(0, 3)]),
+        ("nvidia.com/gpu", uuids[1:]),
+    ]
+    nodes.append(on_kubelet(node, pods, allocatable))
+
+    # MIG, single strategy: every GPU split into seven 1g.10gb, each MIG device handed out as
+    # nvidia.com/gpu by its MIG UUID to its own pod (56 pods), each running one process.
+    node = gpu_k8s_node("synthetic-k8s-mig-single")
+    pods = []
+    for gpu in range(8):
+        mig_layout(node, gpu, [mig("1g.10gb", gi=7 + s, start=s) for s in range(7)])
+        procs = []
+        for slot in range(7):
+            n = 100 + gpu * 7 + slot
+            pid = 45000 + gpu * 10 + slot
+            pods.append(
+                Pod(
+                    "inference",
+                    f"embed-{gpu}-{slot}",
+                    n,
+                    "server",
+                    [("nvidia.com/gpu", [mig_uuid(gpu, slot)])],
+                    pids=(pid,),
+                )
+            )
+            procs.append((pid, 7 + slot, 0))
+        gpu_processes(node, gpu, procs)
+    node.processes = [p for p in node.processes if not 41000 <= p["pid"] < 41008]
+    migs = [mig_uuid(g, s) for g in range(8) for s in range(7)]
+    nodes.append(on_kubelet(node, pods, [("nvidia.com/gpu", migs)]))
+
+    # DRA (NVIDIA's DRA driver): two claims, their devices named in the driver's transient
+    # claim CDI spec, which gives each container its GPU's /dev/nvidia<minor>.
+    node = gpu_k8s_node("synthetic-k8s-dra-claims")
+    for i in range(8):
+        node.call("nvmlDeviceGetMinorNumber", [i], i)
+    for i in range(2, 8):
+        idle(node, i)
+    claim_uid = "dab5ab50-d59a-42a6-af16-cfd4628c0f7a"
+    pods = []
+    for n, (gpu, claim) in enumerate([(0, "single-gpu"), (1, "single-gpu-2")]):
+        cdi_name = f"k8s.gpu.nvidia.com/claim={claim_uid[:-1]}{n}-gpu-{gpu}"
+        resource = {
+            "cdiDevices": [{"name": cdi_name}],
+            "driverName": "gpu.nvidia.com",
+            "poolName": "synthetic-k8s-dra-claims",
+            "deviceName": f"gpu-{gpu}",
+        }
+        claims = [{"claimName": claim, "claimNamespace": "gpu-test", "claimResources": [resource]}]
+        pods.append(
+            Pod("gpu-test", f"pod{n + 1}", 30 + n, "ctr", claims=claims, pids=(41000 + gpu,))
+        )
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "k8s.gpu.nvidia.com/claim",
+            "devices": [
+                {
+                    "name": f"{claim_uid[:-1]}{n}-gpu-{gpu}",
+                    "containerEdits": {
+                        "deviceNodes": [{"path": f"/dev/nvidia{gpu}", "major": 195, "minor": gpu}]
+                    },
+                }
+            ],
+            "containerEdits": {
+                "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+                "deviceNodes": [{"path": "/dev/nvidia-uvm"}, {"path": "/dev/nvidiactl"}],
+            },
+        }
+        node.file(
+            f"/var/run/cdi/k8s.gpu.nvidia.com-claim_{claim_uid[:-1]}{n}.yaml",
+            yaml.safe_dump(spec, sort_keys=False),
+        )
+    nodes.append(on_kubelet(node, pods, []))
+
+    # The kubelet refused the PodResources call (it was restarting).
+    node = gpu_k8s_node("synthetic-k8s-podresources-refused")
+    node.file(PODRESOURCES_SOCKET)
+    node.podresources = {"error": "UNAVAILABLE"}
     nodes.append(node)
     return nodes
 

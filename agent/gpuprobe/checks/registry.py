@@ -16,6 +16,7 @@ from gpuprobe.checks import (
     sharing,
     storage,
     toolkit,
+    workloads,
     xid,
 )
 from gpuprobe.config import Config
@@ -33,6 +34,7 @@ CHECKS: dict[str, CheckFn] = {
     "cdi": cdi.run,
     "device_plugin": device_plugin.run,
     "sharing": sharing.run,
+    "workloads": workloads.run,
     "network": network.run,
     "rdma": rdma.run,
     "nccl": nccl.run,

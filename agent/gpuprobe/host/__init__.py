@@ -1,9 +1,10 @@
 """The host: the only door through which checks see the node.
 
-A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links and
-the clock the checks read (`host.clock`, which a test may replace). It is built live
-(`live_host`), from a node snapshot (`snapshot_host`), or live with recording on
-(`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look past it.
+A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links, the
+kubelet's PodResources API and the clock the checks read (`host.clock`, which a test may
+replace). It is built live (`live_host`), from a node snapshot (`snapshot_host`), or live with
+recording on (`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look
+past it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ from gpuprobe.host.netlink import (
     load_netlink,
 )
 from gpuprobe.host.nvml import LiveNvml, Nvml, RecordingNvml, ReplayNvml, load_record
+from gpuprobe.host.podresources import (
+    PODRESOURCES_FILE,
+    LivePodResources,
+    PodResources,
+    RecordingPodResources,
+    ReplayedPodResources,
+    load_podresources,
+)
 from gpuprobe.host.processes import ProcessTable, live_processes, load_processes
 
 SNAPSHOT_FORMAT = 1
@@ -69,6 +78,8 @@ class Host:
     device_plugin_config: AgentFile | None = None
     # What checks read the time from (wall and monotonic); tests step a fake one through time.
     clock: Clock = field(default_factory=SystemClock)
+    # The kubelet's PodResources API (a node without a kubelet answers "absent").
+    podresources: PodResources = field(default_factory=ReplayedPodResources)
 
     @property
     def is_snapshot(self) -> bool:
@@ -87,12 +98,14 @@ def default_node_name() -> str:
 
 def live_host(root: str = "/", node_name: str | None = None) -> Host:
     """The live node, its files read under `root` (`/host` in the DaemonSet)."""
+    fs = HostFS(root)
     return Host(
-        fs=HostFS(root),
+        fs=fs,
         nvml=LiveNvml(),
         node_name=node_name or default_node_name(),
         list_processes=live_processes,
         netlink=LiveNetlink(),
+        podresources=LivePodResources(fs),
     )
 
 
@@ -102,6 +115,7 @@ def recording_host(root: str = "/", node_name: str | None = None) -> Host:
     host.fs.record()
     host.nvml = RecordingNvml(host.nvml)
     host.netlink = RecordingNetlink(host.netlink)
+    host.podresources = RecordingPodResources(host.podresources)
     table = live_processes()
     table.recording = True
     host.list_processes = lambda: table
@@ -134,6 +148,7 @@ def snapshot_host(directory: str, node_name: str | None = None) -> Host:
         snapshot_dir=path,
         netlink=netlink,
         device_plugin_config=load_agent_file(path / DEVICE_PLUGIN_FILE),
+        podresources=ReplayedPodResources(load_podresources(path / PODRESOURCES_FILE)),
     )
 
 

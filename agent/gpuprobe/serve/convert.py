@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf import struct_pb2, timestamp_pb2
 
 from gpuprobe import __version__
-from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
+from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity, Status
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 _EXACT_INT = 2**53
@@ -69,6 +69,9 @@ def finding_to_proto(finding: Finding) -> pb.Finding:
         message=finding.message,
         action=pb.Action.Value(f"ACTION_{finding.action.value}"),
         resource=finding.resource,
+        pods=[
+            pb.PodRef(namespace=p.namespace, pod=p.pod, container=p.container) for p in finding.pods
+        ],
     )
 
 
@@ -135,6 +138,7 @@ def finding_from_proto(message: pb.Finding) -> Finding:
         message=message.message,
         action=Action(action) if action in Action.__members__ else Action.NONE,
         resource=message.resource,
+        pods=tuple(PodRef(p.namespace, p.pod, p.container) for p in message.pods),
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from gpuprobe.checks.attribution import attribute_findings
 from gpuprobe.report import NodeReport, now
 from gpuprobe.serve.executor import Ran
 
@@ -105,7 +106,9 @@ class ReportStore:
             report = NodeReport(
                 node=self.node,
                 time=time or now(),
-                checks=[self._latest[n].result for n in order if n in self._latest],
+                checks=attribute_findings(
+                    [self._latest[n].result for n in order if n in self._latest]
+                ),
             )
             sig = signature(report)
             old = self._snapshot

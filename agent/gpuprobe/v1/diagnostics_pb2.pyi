@@ -92,18 +92,30 @@ class CheckResult(_message.Message):
     def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., summary: _Optional[str] = ..., duration_seconds: _Optional[float] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Finding(_message.Message):
-    __slots__ = ("code", "severity", "message", "action", "resource")
+    __slots__ = ("code", "severity", "message", "action", "resource", "pods")
     CODE_FIELD_NUMBER: _ClassVar[int]
     SEVERITY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
     code: str
     severity: Severity
     message: str
     action: Action
     resource: str
-    def __init__(self, code: _Optional[str] = ..., severity: _Optional[_Union[Severity, str]] = ..., message: _Optional[str] = ..., action: _Optional[_Union[Action, str]] = ..., resource: _Optional[str] = ...) -> None: ...
+    pods: _containers.RepeatedCompositeFieldContainer[PodRef]
+    def __init__(self, code: _Optional[str] = ..., severity: _Optional[_Union[Severity, str]] = ..., message: _Optional[str] = ..., action: _Optional[_Union[Action, str]] = ..., resource: _Optional[str] = ..., pods: _Optional[_Iterable[_Union[PodRef, _Mapping]]] = ...) -> None: ...
+
+class PodRef(_message.Message):
+    __slots__ = ("namespace", "pod", "container")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    pod: str
+    container: str
+    def __init__(self, namespace: _Optional[str] = ..., pod: _Optional[str] = ..., container: _Optional[str] = ...) -> None: ...
 
 class GetReportRequest(_message.Message):
     __slots__ = ()
