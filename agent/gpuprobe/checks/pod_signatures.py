@@ -54,7 +54,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         CDI_UNRESOLVABLE,
         "the runtime could not resolve the container's CDI device",
-        _p(r"unresolvable CDI devices? (?P<detail>\S+?)(?::|,|\s|$)"),
+        _p(r"unresolvable CDI devices? (?P<detail>[\w.-]+/[\w.-]+=[\w.:-]*\w)"),
         "regenerate the CDI spec for the installed driver (`nvidia-ctk cdi generate "
         "--output=/var/run/cdi/nvidia.yaml`) and restart the pod",
         Action.FIX_CONFIG,
@@ -150,6 +150,7 @@ class Match:
     signature: Signature
     line: str
     detail: str | None
+    excerpt: str  # the matched text with some context, for a finding's message
 
 
 def match(line: str) -> Match | None:
@@ -159,7 +160,11 @@ def match(line: str) -> Match | None:
             found = pattern.search(line)
             if found:
                 detail = next((v for v in found.groupdict().values() if v), None)
-                return Match(signature, line, detail)
+                start, end = max(0, found.start() - 80), min(len(line), found.end() + 80)
+                excerpt = (
+                    ("…" if start else "") + line[start:end] + ("…" if end < len(line) else "")
+                )
+                return Match(signature, line, detail, excerpt.strip())
     return None
 
 

@@ -289,9 +289,18 @@ def _too_new(
     image_cuda: str,
     refusal: req.Verdict | None,
 ) -> list[Finding]:
-    who = str(spec.pod) if spec.pod else f"container {spec.id[:12]}"
-    image = f" (image {spec.image})" if spec.image else ""
-    why = f": the NVIDIA runtime refuses it ({refusal.message})" if refusal else ""
+    who = (
+        f"pod {spec.pod.namespace}/{spec.pod.pod}, container {spec.pod.container}"
+        if spec.pod
+        else f"container {spec.id[:12]}"
+    )
+    image = f", image {spec.image}," if spec.image else ""
+    why = (
+        f": its NVIDIA_REQUIRE_CUDA does not hold on this node's driver and GPUs (the NVIDIA "
+        f'runtime in legacy mode refuses it: "{refusal.message}")'
+        if refusal
+        else " and its GPUs run no forward compatibility"
+    )
     message = (
         f"{who}{image} needs CUDA {image_cuda}; driver {driver.version} supports CUDA "
         f"{driver.cuda}{why}. {_fix(image_cuda, driver)}"
@@ -312,12 +321,14 @@ def _fix(image_cuda: str, driver: Driver) -> str:
     except ValueError:
         release = newest = None
     if release is not None:
-        parts.append(f"upgrade the driver to >= {release.min_driver_text} ({release.label})")
+        parts.append(f"upgrade the driver to >= {release.min_driver_text} (CUDA {release.label})")
     else:
         parts.append(f"upgrade the driver to one that supports CUDA {image_cuda}")
     if newest is not None:
         ceiling = cuda.format_version(newest.version[:2])
-        parts.append(f"run an image built for CUDA <= {ceiling} ({newest.label})")
+        parts.append(
+            f"run an image built for CUDA <= {ceiling} (the driver's newest: {newest.label})"
+        )
     return "Fix: " + ", or ".join(parts) + "."
 
 
@@ -342,6 +353,7 @@ class Failure:
     line: str
     time: datetime | None
     file: str
+    excerpt: str = ""
     detail: str | None = None
     xid: int | None = None
     gpus: list[str] = field(default_factory=list)
@@ -388,7 +400,9 @@ def _failures(
                 xid = _xid_near(xids, line.time, [by_index[i] for i in own if i in by_index])
                 if xid is None:
                     continue  # an application's own fault, not the GPU's
-            failure = Failure(pod, hit.signature.cause, line.text, line.time, line.file)
+            failure = Failure(
+                pod, hit.signature.cause, line.text, line.time, line.file, hit.excerpt
+            )
             failure.detail, failure.xid = hit.detail, xid
             failure.gpus = [by_index[i].resource for i in own if i in by_index]
             break
@@ -453,10 +467,9 @@ def _failure_findings(
         what = signature.title
         if first.xid is not None:
             what += f" (XID {first.xid})"
-        detail = f" [{first.detail}]" if first.detail and first.xid is None else ""
         message = (
-            f"pod {namespace}/{pod} failed: {what}{detail} — "
-            f'{", ".join(f.pod.container for f in group)}: "{first.line.strip()[:200]}". '
+            f"pod {namespace}/{pod} failed: {what}; container "
+            f'{", ".join(f.pod.container for f in group)} logged "{first.excerpt}". '
             f"Fix: {signature.fix}"
         )
         resource = first.gpus[0] if first.gpus else "node"
