@@ -44,7 +44,7 @@ def test_a_cuda_12_8_image_on_a_550_geforce_node_needs_a_newer_driver() -> None:
         "nvcr.io/nvidia/pytorch:25.01-py3, needs CUDA 12.8; driver 550.54.15 supports CUDA "
         "12.4: its NVIDIA_REQUIRE_CUDA does not hold on this node's driver and GPUs (the NVIDIA "
         'runtime in legacy mode refuses it: "requirement error: unsatisfied condition: '
-        'cuda>=12.8, please update your driver to a newer version, or use an earlier cuda '
+        "cuda>=12.8, please update your driver to a newer version, or use an earlier cuda "
         'container"). Fix: upgrade the driver to >= 570.26 (CUDA 12.8 GA), or run an image '
         "built for CUDA <= 12.4 (the driver's newest: 12.4 Update 1)."
     )
@@ -132,7 +132,7 @@ def test_nvml_lost_in_every_gpu_pod_indicts_the_node() -> None:
     node = next(f for f in result.findings if f.resource == "node")
     assert node.message.startswith(
         'every GPU pod on the node (3) lost its GPUs ("Failed to initialize NVML: Unknown '
-        'Error"): the node\'s device cgroup rules were rewritten'
+        "Error\"): the node's device cgroup rules were rewritten"
     )
     assert [p.pod for p in node.pods] == ["worker-0", "worker-1", "worker-2"]
 

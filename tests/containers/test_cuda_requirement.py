@@ -39,7 +39,13 @@ def test_no_alternative_holds_on_geforce_and_the_runtime_names_the_first_group()
 
 def test_every_clause_of_a_group_must_hold() -> None:
     # driver 551.x is past the branch: driver<551 fails, so the group fails.
-    assert req.evaluate("cuda>=12.8 brand=nvidia,driver>=550,driver<551", Facts("12.4", "551.61", brand="nvidia")).outcome is Outcome.UNSATISFIED  # noqa: E501
+    assert (
+        req.evaluate(
+            "cuda>=12.8 brand=nvidia,driver>=550,driver<551",
+            Facts("12.4", "551.61", brand="nvidia"),
+        ).outcome
+        is Outcome.UNSATISFIED
+    )  # noqa: E501
 
 
 def test_without_a_visible_gpu_brand_and_arch_hold() -> None:
@@ -87,7 +93,10 @@ def test_which_variables_are_requirements() -> None:
     }
     assert req.requirements(env) == ["arch>=8.0", "cuda>=12.4"]
     assert req.requirements({**env, "NVIDIA_DISABLE_REQUIRE": "true"}) == []
-    assert req.requirements({**env, "NVIDIA_DISABLE_REQUIRE": "false"}) == ["arch>=8.0", "cuda>=12.4"]
+    assert req.requirements({**env, "NVIDIA_DISABLE_REQUIRE": "false"}) == [
+        "arch>=8.0",
+        "cuda>=12.4",
+    ]
 
 
 def test_a_legacy_image_requires_its_cuda_versions_major_minor() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprobe.client import DataKeys
@@ -44,6 +44,10 @@ DATA_KEYS: DataKeys = {
         },
     },
     "sharing": {"strategy": None, "resources": {"schedulable_units": None}},
+    "pods": {
+        "containers": {"namespace": None, "image": None, "cuda_required": None, "verdict": None},
+        "failures": {"namespace": None, "pod": None, "cause": None},
+    },
 }
 # Findings whose action is one of these leave a GPU healthy: nothing to do (an idle GPU, an
 # informational XID), or the application's fault (XID 13, 31, 43: restart the app).
@@ -181,24 +185,49 @@ class Counts:
     idle_gpus: int = 0
     mig_slices: int = 0
     time_slicing_units: int = 0
+    # Pods failing for GPU reasons, by (namespace, cause) (the `pods` check's failures).
+    gpu_pod_failures: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # Images that need a newer driver, by (image, CUDA it needs): (containers, nodes).
+    images_too_new: Mapping[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, int]:
-        """The counts as JSON."""
-        return {
+    def to_dict(self) -> dict[str, Any]:
+        """The counts as JSON (the workload failures only when there are some)."""
+        d: dict[str, Any] = {
             "gpus": self.gpus,
             "healthy_gpus": self.healthy_gpus,
             "idle_gpus": self.idle_gpus,
             "mig_slices": self.mig_slices,
             "time_slicing_units": self.time_slicing_units,
         }
+        if self.gpu_pod_failures:
+            d["gpu_pod_failures"] = [
+                {"namespace": ns, "cause": cause, "pods": n}
+                for (ns, cause), n in sorted(self.gpu_pod_failures.items())
+            ]
+        if self.images_too_new:
+            d["images_needing_newer_driver"] = [
+                {"image": image, "cuda_required": cuda, "containers": c, "nodes": n}
+                for (image, cuda), (c, n) in sorted(
+                    self.images_too_new.items(), key=lambda kv: (-kv[1][0], kv[0])
+                )
+            ]
+        return d
 
     def __add__(self, other: Counts) -> Counts:
+        failures = Counter(self.gpu_pod_failures)
+        failures.update(other.gpu_pod_failures)
+        images = dict(self.images_too_new)
+        for key, (containers, nodes) in other.images_too_new.items():
+            old = images.get(key, (0, 0))
+            images[key] = (old[0] + containers, old[1] + nodes)
         return Counts(
             self.gpus + other.gpus,
             self.healthy_gpus + other.healthy_gpus,
             self.idle_gpus + other.idle_gpus,
             self.mig_slices + other.mig_slices,
             self.time_slicing_units + other.time_slicing_units,
+            dict(failures),
+            images,
         )
 
 
@@ -222,7 +251,33 @@ def counts(report: NodeReport) -> Counts:
         idle_gpus=sum(1 for g in gpus if g.get("idle") is True),
         mig_slices=mig_slices(report),
         time_slicing_units=time_slicing_units(report),
+        gpu_pod_failures=gpu_pod_failures(report),
+        images_too_new=images_too_new(report),
     )
+
+
+def gpu_pod_failures(report: NodeReport) -> dict[tuple[str, str], int]:
+    """The pods failing for GPU reasons, counted by namespace and cause (`pods.data.failures`;
+    a pod counts once per cause however many of its containers show it)."""
+    pods = {
+        (ns, pod, cause)
+        for f in _list(_data(report, "pods").get("failures"))
+        if isinstance(f, Mapping)
+        and (ns := _text(f.get("namespace"))) is not None
+        and (pod := _text(f.get("pod"))) is not None
+        and (cause := _text(f.get("cause"))) is not None
+    }
+    return dict(Counter((ns, cause) for ns, _, cause in pods))
+
+
+def images_too_new(report: NodeReport) -> dict[tuple[str, str], tuple[int, int]]:
+    """The images whose CUDA this node's driver cannot run (`pods.data.containers` with
+    verdict `too-new`): containers per (image, CUDA needed), and 1 node."""
+    found: Counter[tuple[str, str]] = Counter()
+    for c in _list(_data(report, "pods").get("containers")):
+        if isinstance(c, Mapping) and c.get("verdict") == "too-new":
+            found[(_text(c.get("image")) or "(unknown image)", str(c.get("cuda_required")))] += 1
+    return {key: (n, 1) for key, n in found.items()}
 
 
 def _gpus_with_findings(report: NodeReport) -> set[int]:

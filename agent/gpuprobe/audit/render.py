@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
+from gpuprobe.audit.facts import Counts
 from gpuprobe.render import painter
 
 STATUS_WIDTH = 8  # CRITICAL
@@ -54,7 +55,23 @@ def render_cluster(report: ClusterReport, colour: bool = False) -> str:
         f"{c.gpus} GPUs ({c.healthy_gpus} healthy, {c.idle_gpus} idle), "
         f"{c.mig_slices} MIG slices, {c.time_slicing_units} time-slicing units",
     ]
+    lines += _workload_failures(c)
     return "\n".join(lines) + "\n"
+
+
+def _workload_failures(counts: Counts) -> list[str]:
+    """Pods failing for GPU reasons by namespace and cause; images that need a newer driver."""
+    lines = []
+    if counts.gpu_pod_failures:
+        lines += ["", "pods failing for GPU reasons (namespace, cause: pods)"]
+        for (namespace, cause), n in sorted(counts.gpu_pod_failures.items()):
+            lines.append(f"  {namespace}  {cause}: {n}")
+    if counts.images_too_new:
+        lines += ["", "images that need a newer driver (image, CUDA: containers on nodes)"]
+        ranked = sorted(counts.images_too_new.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        for (image, cuda), (containers, nodes) in ranked:
+            lines.append(f"  {image}  CUDA {cuda}: {containers} on {nodes}")
+    return lines
 
 
 def _summary(node: AuditedNode) -> str:
