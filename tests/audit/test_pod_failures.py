@@ -52,6 +52,6 @@ def test_failures_by_namespace_and_cause_and_images_needing_a_newer_driver() -> 
 def test_a_cluster_without_failures_keeps_the_totals_as_they_were() -> None:
     fetched = [
         Fetched("10.0.0.1:50051", node_report("synthetic-h100-8gpu-healthy", "gpu-1", time=T), "")
-    ]  # noqa: E501
+    ]
     totals = build(fetched, []).to_dict()["totals"]
     assert "gpu_pod_failures" not in totals and "images_needing_newer_driver" not in totals

@@ -45,7 +45,7 @@ def test_every_clause_of_a_group_must_hold() -> None:
             Facts("12.4", "551.61", brand="nvidia"),
         ).outcome
         is Outcome.UNSATISFIED
-    )  # noqa: E501
+    )
 
 
 def test_without_a_visible_gpu_brand_and_arch_hold() -> None:

@@ -1834,9 +1834,13 @@ def oci_spec(c: GpuContainer) -> dict[str, Any]:
         "root": {"path": root},
         "hostname": pod.name,
         "mounts": [
-            {"destination": "/proc", "type": "proc", "source": "proc",
-             "options": ["nosuid", "noexec", "nodev"]},
-        ],  # fmt: skip
+            {
+                "destination": "/proc",
+                "type": "proc",
+                "source": "proc",
+                "options": ["nosuid", "noexec", "nodev"],
+            },
+        ],
         "annotations": annotations,
         "linux": {
             "resources": {"devices": allowed},
@@ -1881,9 +1885,7 @@ def with_containers(node: Node, containers: list[GpuContainer]) -> Node:
             pause = container_id(pod.name, "pause")
             node.file(f"{CONTAINERD_TASKS}/{pause}/config.json", json.dumps(sandbox_spec(pod)))
         elif c.running:
-            node.file(
-                f"{CRIO_CONTAINERS}/{pod.cid}/userdata/config.json", json.dumps(oci_spec(c))
-            )
+            node.file(f"{CRIO_CONTAINERS}/{pod.cid}/userdata/config.json", json.dumps(oci_spec(c)))
         base = f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{pod.container}"
         for name, lines in c.logs.items():
             node.file(f"{base}/{name}", "".join(line + "\n" for line in lines))
@@ -2084,7 +2086,9 @@ def pod_failure_variants() -> list[Node]:
     # A JSON log line longer than containerd's 16 KiB line buffer: split into a partial (P)
     # piece and a full (F) one, the signature across the split.
     head = '{"level":"error","logger":"vllm.worker","msg":"worker failed","context":"'
-    head += "x" * (16384 - len(head) - 80) + '","error":"RuntimeError: CUDA driver version is insuffi'
+    head += (
+        "x" * (16384 - len(head) - 80) + '","error":"RuntimeError: CUDA driver version is insuffi'
+    )
     partial = [
         cri("20:46:10.000000001", head, tag="P"),
         cri("20:46:10.000000001", 'cient for CUDA runtime version"}'),
@@ -2123,7 +2127,9 @@ def pod_failure_variants() -> list[Node]:
 
     # Rotated logs: the failure is in the rotated file, the live file holds later lines; an
     # older, compressed rotation is not read.
-    node = with_gpu_brand(gpu_k8s_node("synthetic-pods-rotated-logs"), H100_BRAND, H100_NAME, (9, 0))
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-rotated-logs"), H100_BRAND, H100_NAME, (9, 0)
+    )
     rotated = GpuContainer(
         Pod("ml-team", "llama-pretrain-0", 70, "trainer"),
         "nvcr.io/nvidia/pytorch:24.03-py3",
