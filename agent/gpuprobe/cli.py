@@ -8,6 +8,7 @@ them, so `gpuprobe --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -197,7 +198,7 @@ def _add_cluster_flags(parser: argparse.ArgumentParser, deadline: float) -> None
         required=True,
         metavar="T",
         help="agents: comma-separated HOST:PORT ([V6]:PORT) and dns:NAME:PORT (every address "
-        "NAME resolves to, e.g. a headless Service)",
+        "NAME resolves to, e.g. a headless Service); @FILE reads them from FILE",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument(
@@ -241,6 +242,23 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="how many agents to ask at once (default 64)",
     )
+    parser.add_argument(
+        "--price-per-gpu-hour",
+        type=_price,
+        metavar="PRICE",
+        help="what a GPU-hour costs: the usage totals show the idle and unallocated cost",
+    )
+
+
+def _price(text: str) -> float:
+    """--price-per-gpu-hour: a finite number of 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a price: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a price of 0 or more: {text!r}")
+    return value
 
 
 def _rdma_devices(text: str) -> tuple[str, ...]:
@@ -512,10 +530,11 @@ def _audit(args: argparse.Namespace) -> int:
         credentials=_credentials(args),
         deadline=args.deadline,
         concurrency=args.concurrency,
+        price_per_gpu_hour=args.price_per_gpu_hour,
     )
     report = audit(options)
     if args.json:
-        sys.stdout.write(report.to_json() + "\n")
+        sys.stdout.writelines(report.json_chunks())
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_cluster(report, colour=colour))

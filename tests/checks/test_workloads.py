@@ -20,7 +20,7 @@ from gpuprobe.host import Host, snapshot_host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.podresources import LivePodResources
 from gpuprobe.report import PodRef, Status
-from helpers import codes, config
+from helpers import FakeClock, codes, config
 from kubelet_standin import KubeletState, dead_kubelet, kubelet, state_from_json
 
 UUID = "GPU-5f1c{:04x}-8e2b-4c1d-9a7e-{:012x}"
@@ -166,20 +166,17 @@ def test_a_pod_using_a_gpu_it_was_not_given_is_named() -> None:
     )
 
 
-def test_an_allocated_idle_gpu_is_named_once_the_window_passes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    now = [1000.0]
-    monkeypatch.setattr(workloads, "clock", lambda: now[0])
+def test_an_allocated_idle_gpu_is_named_once_the_window_passes() -> None:
     host = snapshot_host(snapshot("synthetic-k8s-gpus-by-uuid"))
+    host.clock = clock = FakeClock()
     cfg = config(workloads={"idle_window_seconds": 1800})
     first = workloads.run(host, cfg)
     assert first.findings == []
     assert first.data["devices"][6]["idle_seconds"] == 0
     assert "idle_seconds" not in first.data["devices"][7]  # free, not allocated-idle
-    now[0] += 1799
+    clock.advance(1799)
     assert workloads.run(host, cfg).findings == []
-    now[0] += 2521
+    clock.advance(2521)
     result = workloads.run(host, cfg)
     assert codes(result) == [("GPU_ALLOCATED_IDLE", "WARNING", "NONE", gpu(6))]
     assert result.findings[0].pods == (PodRef("research", "notebook-alice", "jupyter"),)
@@ -191,13 +188,12 @@ def test_an_allocated_idle_gpu_is_named_once_the_window_passes(
     assert result.data["devices"][6]["idle_seconds"] == 4320
 
 
-def test_an_idle_mig_device_is_judged_by_its_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [0.0]
-    monkeypatch.setattr(workloads, "clock", lambda: now[0])
+def test_an_idle_mig_device_is_judged_by_its_processes() -> None:
     host = snapshot_host(snapshot("synthetic-k8s-mig-mixed"))
+    host.clock = clock = FakeClock()
     cfg = config(workloads={"idle_window_seconds": 60})
     workloads.run(host, cfg)
-    now[0] = 61
+    clock.advance(61)
     result = workloads.run(host, cfg)
     assert codes(result) == [("GPU_ALLOCATED_IDLE", "WARNING", "NONE", "mig:0:3:0")]
     assert result.findings[0].pods == (PodRef("ml-team", "eval-2g", "eval"),)

@@ -40,7 +40,13 @@ def normalize(text: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", ["synthetic-h100-8gpu-healthy", "synthetic-gpu-lost", "kvm-epyc-nogpu"]
+    "name",
+    [
+        "synthetic-h100-8gpu-healthy",
+        "synthetic-gpu-lost",
+        "kvm-epyc-nogpu",
+        "synthetic-k8s-ecc-on-training-gpu",
+    ],
 )
 def test_metrics_match_the_golden_file_and_pass_promtool(name: str) -> None:
     """Rewrite the golden files with GPUPROBE_UPDATE_GOLDEN=1 after an intended change."""

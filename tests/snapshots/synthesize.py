@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1494,6 +1495,32 @@ def gpu_processes(node: Node, gpu: int, procs: list[tuple[int, int, int]]) -> No
     return node
 
 
+def utilization_sample(stamp_us: int, percent: int) -> dict[str, Any]:
+    """One nvmlDeviceGetSamples sample as pynvml returns it: the value union read as every
+    member (the unsigned int the driver wrote; the union's other bytes zero)."""
+    raw = struct.pack("<Q", percent)
+    union = {
+        "dVal": struct.unpack("<d", raw)[0],
+        "uiVal": percent,
+        "ulVal": percent,
+        "ullVal": percent,
+        "sllVal": percent,
+        "siVal": percent,
+        "usVal": percent,
+    }
+    return {"timeStamp": stamp_us, "sampleValue": union}
+
+
+def sample_series(node: Node, gpu: int, rounds: list[list[tuple[int, int]]]) -> Node:
+    """nvmlDeviceGetSamples(gpu, GPU utilization, 0) answering each round's buffer in turn
+    ((seconds after the base time, percent) pairs; value type 1, unsigned int)."""
+    base = 1795939200 * 1_000_000  # µs, 2026-11-29T08:00:00Z
+    for samples in rounds:
+        buffer = [utilization_sample(base + int(t * 1_000_000), v) for t, v in samples]
+        node.call("nvmlDeviceGetSamples", [gpu, 1, 0], [1, buffer])
+    return node
+
+
 def whole_gpu_pods() -> list[Pod]:
     """A 4-GPU training pod, two inference pods, an idle notebook, one GPU free."""
     uuids = [gpu_uuid(i) for i in range(8)]
@@ -1691,6 +1718,16 @@ def workload_variants() -> list[Node]:
             yaml.safe_dump(spec, sort_keys=False),
         )
     nodes.append(on_kubelet(node, pods, []))
+
+    # Utilization samples over three rounds a minute apart: the notebook's GPU 6 is busy a
+    # quarter of the second minute (15 of 60 one-second samples at 80 %), then the buffer
+    # holds nothing new; the inference GPU 4 is busy throughout; GPU 7 is free.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-utilization-samples"), 6), 7)
+    first = [(t, 0) for t in range(-5, 1)]
+    second = first + [(t, 80 if t > 45 else 0) for t in range(1, 61)]
+    sample_series(node, 6, [first, second])
+    sample_series(node, 4, [[(t, 97) for t in range(-5, 1)], [(t, 97) for t in range(-5, 61)]])
+    nodes.append(on_kubelet(node, whole_gpu_pods(), [("nvidia.com/gpu", uuids)]))
 
     # The kubelet refused the PodResources call (it was restarting).
     node = gpu_k8s_node("synthetic-k8s-podresources-refused")

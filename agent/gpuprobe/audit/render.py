@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
 from gpuprobe.audit.facts import Counts
+from gpuprobe.audit.usage import Usage
 from gpuprobe.render import painter
 
 STATUS_WIDTH = 8  # CRITICAL
@@ -55,8 +56,29 @@ def render_cluster(report: ClusterReport, colour: bool = False) -> str:
         f"{c.gpus} GPUs ({c.healthy_gpus} healthy, {c.idle_gpus} idle), "
         f"{c.mig_slices} MIG slices, {c.time_slicing_units} time-slicing units",
     ]
+    if report.usage is not None:
+        lines += _usage(report.usage, report.price_per_gpu_hour)
     lines += _workload_failures(c)
     return "\n".join(lines) + "\n"
+
+
+def _usage(usage: Usage, price: float | None) -> list[str]:
+    """GPUs allocated, busy, idle and free now; the GPU-hours counted and idle ones by
+    namespace (with their cost when priced)."""
+    d = usage.to_dict(price)
+    now, hours = d["gpus"], d["gpu_hours"]
+    lines = [
+        f"usage   GPUs now: {now['allocated']:g} allocated ({now['busy']:g} busy, "
+        f"{now['allocated_idle']:g} idle), {now['unallocated']:g} unallocated",
+        f"        GPU-hours since {d['since'] or 'the agents started'}: {hours['allocated']:g} "
+        f"allocated ({hours['busy']:g} busy, {hours['allocated_idle']:g} idle), "
+        f"{hours['unallocated']:g} unallocated"
+        + (f"; idle cost {d['idle_cost']:.2f} at {price:g} per GPU-hour" if price else ""),
+    ]
+    for namespace, idle in d["idle_gpu_hours_by_namespace"].items():
+        cost = f"  cost {d['idle_cost_by_namespace'][namespace]:.2f}" if price else ""
+        lines.append(f"        idle GPU-hours  {namespace}: {idle:g}{cost}")
+    return lines
 
 
 def _workload_failures(counts: Counts) -> list[str]:

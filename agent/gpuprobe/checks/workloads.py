@@ -12,26 +12,35 @@ Asks the kubelet's PodResources API which pods and containers hold each GPU and 
 - ALLOCATION_UNKNOWN: the kubelet's socket is expected but absent, or the kubelet refused or
   did not answer within `workloads.timeout_seconds`. A node without a kubelet (not
   Kubernetes) is OK, and the summary says so.
+
+Each round also adds to the idle accounting (`gpuprobe.workloads.accounting`): per GPU the
+seconds allocated, allocated but idle by namespace, and unallocated, in `data.accounting`
+(the daemon's counters). A round whose allocation is unknown counts nothing, and the round
+after it starts afresh.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from gpuprobe.config import Config, WorkloadsConfig
 from gpuprobe.host import Host
 from gpuprobe.host.podresources import PodResourcesAnswer
 from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity
+from gpuprobe.workloads.accounting import (
+    STATE_FILE,
+    Ledger,
+    account,
+    load_ledger,
+    new_ledger,
+    save_ledger,
+)
 from gpuprobe.workloads.allocations import Grant
 from gpuprobe.workloads.attribution import Attribution, DeviceUse, attribute
 
 NAME = "workloads"
 # The kubelet creates this directory on every node it runs on (the socket lives inside).
 KUBELET_PODRESOURCES_DIR = "/var/lib/kubelet/pod-resources"
-# The idle clock (seconds); tests replace it to step through time.
-clock: Callable[[], float] = time.time
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -47,6 +56,8 @@ def run(host: Host, config: Config) -> CheckResult:
         "devices": [d.to_dict() for d in attribution.devices],
         "unresolved": [_unresolved(g) for g in attribution.unresolved],
     }
+    known = answer.list is not None or (answer.absent and not expected)
+    data["accounting"] = _account(host, attribution, settings, known)
     if answer.absent and not expected:
         return CheckResult(NAME, _no_kubelet_summary(host, settings), [], data)
     if answer.list is None:
@@ -54,6 +65,32 @@ def run(host: Host, config: Config) -> CheckResult:
     findings = _unallocated_use(attribution)
     findings += _idle(host, attribution, settings, data)
     return CheckResult(NAME, _summary(attribution), findings, data)
+
+
+def _account(
+    host: Host, attribution: Attribution, settings: WorkloadsConfig, known: bool
+) -> dict[str, Any]:
+    """Add this round to the daemon's GPU-seconds and return the totals."""
+    memory = host.memory.of(NAME)
+    ledger: Ledger | None = memory.get("ledger")
+    if ledger is None:
+        ledger = load_ledger(settings.state_dir) if settings.state_dir else new_ledger()
+        memory["ledger"] = ledger
+    if known:
+        account(
+            ledger, attribution.devices, host.clock.monotonic(), settings.idle_utilization_percent
+        )
+    else:
+        ledger.last_round = None  # an unknown stretch is not counted
+    facts: dict[str, Any] = {
+        "since": ledger.since,
+        "gpus": [g.to_dict() for g in sorted(ledger.gpus.values(), key=lambda g: g.gpu)],
+    }
+    if settings.state_dir:
+        facts["state_file"] = f"{settings.state_dir}/{STATE_FILE}"
+        if (error := save_ledger(settings.state_dir, ledger)) is not None:
+            facts["state_error"] = error
+    return facts
 
 
 def _no_kubelet_summary(host: Host, settings: WorkloadsConfig) -> str:
@@ -160,7 +197,7 @@ def _idle(
     since: dict[str, tuple[tuple[PodRef, ...], float]] = host.memory.of(NAME).setdefault(
         "idle_since", {}
     )
-    now = clock()
+    now = host.clock.monotonic()
     findings = []
     for device, facts in zip(attribution.devices, data["devices"], strict=True):
         holders = tuple(device.holders)

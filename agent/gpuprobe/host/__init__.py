@@ -76,10 +76,10 @@ class Host:
     # The device plugin's configuration as a snapshot (or capture) holds it; None: read the
     # file `device_plugin.config_file` names, if any.
     device_plugin_config: AgentFile | None = None
-    # What checks read the time from (wall and monotonic); tests step a fake one through time.
-    clock: Clock = field(default_factory=SystemClock)
     # The kubelet's PodResources API (a node without a kubelet answers "absent").
     podresources: PodResources = field(default_factory=ReplayedPodResources)
+    # What checks read the time from (wall and monotonic); tests step a fake one through time.
+    clock: Clock = field(default_factory=SystemClock)
 
     @property
     def is_snapshot(self) -> bool:

@@ -352,6 +352,63 @@ def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield measured
 
 
+def workload_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+    """Who holds each GPU (one join series per holder, kube-state-metrics style) and the
+    idle accounting's GPU-seconds, from the workloads check's data."""
+    data = _data(report, "workloads")
+    if not data:
+        return
+    info = GaugeMetricFamily(
+        "gpuprobe_gpu_allocation_info",
+        "1 per pod container the kubelet gave a GPU or MIG device (join on gpu, uuid)",
+        labels=[*GPU_LABELS, "mig", "namespace", "pod", "container", "resource"],
+    )
+    seen: set[tuple[str, ...]] = set()
+    for device in _mappings(data.get("devices")):
+        mig = device.get("mig")
+        mig_uuid = (_text(mig.get("uuid")) or "") if isinstance(mig, Mapping) else ""
+        for holder in _mappings(device.get("holders")):
+            labels = (
+                *_gpu_labels(device, "gpu"),
+                mig_uuid,
+                *(_text(holder.get(k)) or "" for k in ("namespace", "pod", "container")),
+                _text(holder.get("resource")) or "",
+            )
+            if labels not in seen:
+                seen.add(labels)
+                info.add_metric(list(labels), 1)
+    yield info
+    accounting = data.get("accounting")
+    gpus = _mappings(accounting.get("gpus") if isinstance(accounting, Mapping) else None)
+    allocated = CounterMetricFamily(
+        "gpuprobe_gpu_allocated_seconds",
+        "GPU-seconds the GPU was allocated to pods (MIG devices as their share of the GPU)",
+        labels=GPU_LABELS,
+    )
+    idle = CounterMetricFamily(
+        "gpuprobe_gpu_idle_allocated_seconds",
+        "GPU-seconds the GPU was allocated but idle, by the holders' namespace",
+        labels=[*GPU_LABELS, "namespace"],
+    )
+    unallocated = CounterMetricFamily(
+        "gpuprobe_gpu_unallocated_seconds",
+        "GPU-seconds no pod held the GPU",
+        labels=GPU_LABELS,
+    )
+    for gpu in gpus:
+        gpu_labels = _gpu_labels(gpu, "gpu")
+        if (value := _number(gpu.get("allocated_seconds"))) is not None:
+            allocated.add_metric(gpu_labels, value)
+        if (value := _number(gpu.get("unallocated_seconds"))) is not None:
+            unallocated.add_metric(gpu_labels, value)
+        by_namespace = gpu.get("idle_allocated_seconds")
+        if isinstance(by_namespace, Mapping):
+            for namespace, seconds in sorted(by_namespace.items()):
+                if (value := _number(seconds)) is not None:
+                    idle.add_metric([*gpu_labels, str(namespace)], value)
+    yield from (allocated, idle, unallocated)
+
+
 # Each part of the agent's state that becomes metrics.
 RENDERERS: tuple[Renderer, ...] = (
     report_families,
@@ -361,6 +418,7 @@ RENDERERS: tuple[Renderer, ...] = (
     storage_families,
     mig_families,
     peer_families,
+    workload_families,
 )
 
 _MISSING = object()

@@ -39,6 +39,12 @@ class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACTION_HARDWARE_INSPECTION: _ClassVar[Action]
     ACTION_CHECK_NETWORK: _ClassVar[Action]
     ACTION_CHECK_STORAGE: _ClassVar[Action]
+
+class ReportView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPORT_VIEW_UNSPECIFIED: _ClassVar[ReportView]
+    REPORT_VIEW_FULL: _ClassVar[ReportView]
+    REPORT_VIEW_SUMMARY: _ClassVar[ReportView]
 STATUS_UNSPECIFIED: Status
 STATUS_OK: Status
 STATUS_WARNING: Status
@@ -58,6 +64,9 @@ ACTION_FIX_CONFIG: Action
 ACTION_HARDWARE_INSPECTION: Action
 ACTION_CHECK_NETWORK: Action
 ACTION_CHECK_STORAGE: Action
+REPORT_VIEW_UNSPECIFIED: ReportView
+REPORT_VIEW_FULL: ReportView
+REPORT_VIEW_SUMMARY: ReportView
 
 class NodeReport(_message.Message):
     __slots__ = ("node", "time", "status", "checks", "agent_version")
@@ -118,8 +127,10 @@ class PodRef(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., pod: _Optional[str] = ..., container: _Optional[str] = ...) -> None: ...
 
 class GetReportRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("view",)
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    view: ReportView
+    def __init__(self, view: _Optional[_Union[ReportView, str]] = ...) -> None: ...
 
 class GetReportResponse(_message.Message):
     __slots__ = ("report",)

@@ -25,6 +25,10 @@ from gpuprobe.workloads.cgroups import PodCgroup, parse_cgroup_file
 from gpuprobe.workloads.inventory import Gpu, GpuProcess, MigDev, read_inventory
 from gpuprobe.workloads.pods import PodDirectory, read_pod_directory
 
+# A cgroup file is a few hundred bytes; reading it with the default 16 MiB bound would allocate
+# that much per process.
+CGROUP_MAX_BYTES = 64 * 1024
+
 
 @dataclass(frozen=True)
 class ProcessOwner:
@@ -58,6 +62,7 @@ class DeviceUse:
     grants: list[Grant] = field(default_factory=list)
     processes: list[ProcessOwner] | None = None  # None: NVML cannot list them
     utilization_percent: int | None = None
+    samples: list[tuple[int, float]] | None = None  # (µs, percent); whole GPUs only
 
     @property
     def holders(self) -> list[PodRef]:
@@ -124,9 +129,8 @@ def attribute(host: Host, answer: PodResourcesAnswer) -> Attribution:
 
 
 def _uses(host: Host, gpu: Gpu, directory: PodDirectory) -> list[DeviceUse]:
-    whole = DeviceUse(
-        gpu.resource, gpu.index, gpu.uuid, utilization_percent=gpu.utilization_percent
-    )
+    whole = DeviceUse(gpu.resource, gpu.index, gpu.uuid)
+    whole.utilization_percent, whole.samples = gpu.utilization_percent, gpu.samples
     migs = [DeviceUse(m.resource, gpu.index, gpu.uuid, m) for m in gpu.migs]
     if gpu.processes is None:
         return [whole, *migs]
@@ -146,7 +150,10 @@ def _uses(host: Host, gpu: Gpu, directory: PodDirectory) -> list[DeviceUse]:
 
 
 def _owner(host: Host, process: GpuProcess, directory: PodDirectory) -> ProcessOwner:
-    text = host.fs.try_read_text(f"/proc/{process.pid}/cgroup")
+    try:
+        text = host.fs.read_text(f"/proc/{process.pid}/cgroup", CGROUP_MAX_BYTES)
+    except OSError:  # the process ended since NVML listed it
+        text = ""
     cgroup = parse_cgroup_file(text) if text else None
     if cgroup is None:
         return ProcessOwner(process.pid, None, None)

@@ -7,7 +7,11 @@ by its MIG UUID or `<gpu index>:<mig index>`; a CDI spec names a GPU's device no
 below `nvmlDeviceGetMaxMigDeviceCount` asked with `nvmlDeviceGetMigDeviceHandleByIndex`.
 Processes come from `nvmlDeviceGetComputeRunningProcesses` and
 `nvmlDeviceGetGraphicsRunningProcesses`; on a MIG-enabled GPU each names the GPU and compute
-instance it runs in.
+instance it runs in. Utilization comes from `nvmlDeviceGetUtilizationRates` (now) and
+`nvmlDeviceGetSamples(gpu, NVML_GPU_UTILIZATION_SAMPLES, 0)`: the driver's buffer of recent
+GPU-utilization samples (`(value type, [{"timeStamp": µs, "sampleValue": union}])`), always
+asked from timestamp 0 so that a replay finds the same call; the caller keeps what is new.
+MIG-enabled GPUs serve neither.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from gpuprobe.report import gpu_resource
 
 # NVML's "no instance" (0xFFFFFFFF) in a process entry's gpuInstanceId / computeInstanceId.
 NO_INSTANCE = 0xFFFFFFFF
+NVML_GPU_UTILIZATION_SAMPLES = 1
+# nvmlValueType_t: which member of the sample's value union holds the value.
+VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 MIG_SLOT_LIMIT = 64
 COMPUTE = (
     "nvmlDeviceGetComputeRunningProcesses",
@@ -73,6 +80,8 @@ class Gpu:
     mig_enabled: bool = False
     migs: list[MigDev] = field(default_factory=list)
     utilization_percent: int | None = None
+    # Recent utilization samples (timestamp in µs, percent), oldest first; None: not served.
+    samples: list[tuple[int, float]] | None = None
     processes: list[GpuProcess] | None = None  # None: NVML cannot list them
 
     @property
@@ -96,6 +105,9 @@ def _gpu(nvml: Nvml, device: Device) -> Gpu:
         gpu.migs = _migs(nvml, device)
     else:
         gpu.utilization_percent = _utilization(device.get("nvmlDeviceGetUtilizationRates"))
+        gpu.samples = utilization_samples(
+            device.get("nvmlDeviceGetSamples", args=(NVML_GPU_UTILIZATION_SAMPLES, 0))
+        )
     compute, graphics = device.get(*COMPUTE), device.get(*GRAPHICS)
     if isinstance(compute, list) or isinstance(graphics, list):
         entries = (compute if isinstance(compute, list) else []) + (
@@ -121,6 +133,22 @@ def _migs(nvml: Nvml, gpu: Device) -> list[MigDev]:
         uuid, name = text(mig.get("nvmlDeviceGetUUID")), text(mig.get("nvmlDeviceGetName"))
         found.append(MigDev(gpu.index, slot, gi, ci, uuid, name))
     return found
+
+
+def utilization_samples(value: Any) -> list[tuple[int, float]] | None:
+    """nvmlDeviceGetSamples' answer as (timestamp µs, percent) pairs, oldest first."""
+    if not isinstance(value, list | tuple) or len(value) != 2 or not isinstance(value[1], list):
+        return None
+    member = VALUE_FIELDS.get(as_int(value[0]) or 0, "uiVal")
+    found = []
+    for sample in value[1]:
+        if not isinstance(sample, dict) or (stamp := as_int(sample.get("timeStamp"))) is None:
+            continue
+        union = sample.get("sampleValue")
+        raw = union.get(member) if isinstance(union, dict) else union
+        if isinstance(raw, int | float) and not isinstance(raw, bool):
+            found.append((stamp, float(raw)))
+    return sorted(found)
 
 
 def _utilization(value: Any) -> int | None:
