@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
+    check.add_argument(
+        "--explain-policy",
+        action="store_true",
+        help="print the effective XID policy (NVIDIA's catalog with xid.policy) and run nothing",
+    )
     _add_storage_flag(check)
     check.set_defaults(func=_check)
 
@@ -452,6 +457,8 @@ def _check(args: argparse.Namespace) -> int:
     from gpuprobe.report import exit_status
 
     config, names = _prepare(args)
+    if args.explain_policy:
+        return _explain_policy(args, config)
     report = run_checks(_host(args), config, names)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
@@ -460,6 +467,17 @@ def _check(args: argparse.Namespace) -> int:
         sys.stdout.write(render_report(report, colour=colour))
     sys.stdout.flush()
     return exit_status(report.status)
+
+
+def _explain_policy(args: argparse.Namespace, config: Config) -> int:
+    import json
+
+    from gpuprobe.checks.xid import explain_policy
+    from gpuprobe.checks.xid.policy import render
+
+    explained = explain_policy(_host(args), config)
+    sys.stdout.write(json.dumps(explained, indent=1) + "\n" if args.json else render(explained))
+    return 0
 
 
 def _capture(args: argparse.Namespace) -> int:

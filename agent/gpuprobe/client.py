@@ -39,6 +39,7 @@ from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 
 # Reports are a few kB per check; leave room for large nodes.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+GET_REPORT = "/gpuprobe.v1.NodeDiagnostics/GetReport"
 # A client makes one call or a few on each channel, and an audit makes thousands of
 # channels: no channelz bookkeeping, retries, proxy lookup, bandwidth probes or shared
 # subchannel pool, which cost CPU per channel and give a short call nothing.
@@ -151,8 +152,13 @@ class Client:
             self.channel = grpc.insecure_channel(dialled, options=options)
         self.target = target
         self.credentials = credentials
-        self._stub = pb_grpc.NodeDiagnosticsStub(self.channel)  # type: ignore[no-untyped-call]
         self._metadata = credentials.metadata
+
+    @cached_property
+    def _stub(self) -> Any:
+        """The API's stub, made on first use: it registers every RPC with the channel, which
+        an audit's thousands of one-call channels need not pay for."""
+        return pb_grpc.NodeDiagnosticsStub(self.channel)  # type: ignore[no-untyped-call]
 
     def get_report_message(
         self, timeout: float = 10.0, view: pb.ReportView = pb.REPORT_VIEW_FULL
@@ -160,7 +166,12 @@ class Client:
         """The agent's cached report as the proto message (with per-check times); `view`
         REPORT_VIEW_SUMMARY asks for its summary view (an agent without views sends the
         whole report)."""
-        response: pb.GetReportResponse = self._stub.GetReport(
+        call = self.channel.unary_unary(
+            GET_REPORT,
+            request_serializer=pb.GetReportRequest.SerializeToString,
+            response_deserializer=pb.GetReportResponse.FromString,
+        )
+        response: pb.GetReportResponse = call(
             pb.GetReportRequest(view=view), timeout=timeout, metadata=self._metadata
         )
         return response.report

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuprobe.checks import imex as imex_check
 from gpuprobe.checks.gpu_health import health_findings, idle_finding
 from gpuprobe.config import Config
+from gpuprobe.gpu import imex
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import FABRIC_MANAGER, read_health
 from gpuprobe.gpu.own_load import own_gpu_test_running
@@ -71,6 +73,10 @@ def run(host: Host, config: Config) -> CheckResult:
     for device, facts in zip(devices, gpus, strict=True):
         findings += _device_findings(device, facts, config, data)
     findings += _fabric_manager_findings(data, gpus, findings)
+    domain = imex.read(host)
+    if domain.in_domain:  # a single-node NVLink system has nothing to say about IMEX
+        data["imex"] = domain.to_data()
+    findings += imex_check.findings(domain)
     return CheckResult(NAME, _summary(gpus, devices, len(bus), findings), findings, data)
 
 

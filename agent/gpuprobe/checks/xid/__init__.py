@@ -22,19 +22,22 @@ boot. What the findings say is in `findings`.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
+from gpuprobe.checks.xid import aer, sxid
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.clearing import clear
 from gpuprobe.checks.xid.findings import finding, summary
 from gpuprobe.checks.xid.model import NAME
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import save_sticky, state_dir
+from gpuprobe.checks.xid.policy import driver_version, explain
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
 
-__all__ = ["NAME", "clear", "run", "state_dir"]
+__all__ = ["NAME", "clear", "explain_policy", "run", "state_dir"]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -43,14 +46,47 @@ def run(host: Host, config: Config) -> CheckResult:
     with xid_state.LOCK:
         seen = observe(host, config, directory)
         persist_error = save_sticky(host, seen, directory)
+        memory = host.memory.of(NAME)
+        now = seen.now or datetime.fromtimestamp(host.clock.wall(), UTC)
+        switches = sxid.gather(seen, config)
+        sxid.judge(switches, seen.cleared, memory, config, now)
+        aer_findings, aer_data = aer.read(host, config, seen.gpus, memory, now)
     active = [x for x in seen.xids if x.active]
+    gpus = sorted({g.index for g in seen.gpus.values() if g.index is not None})
+    findings = [finding(x) for x in active]
+    findings += [sxid.finding(e, gpus) for e in switches if e.active]
+    findings += aer_findings
     data: dict[str, Any] = {
         "xids": [x.to_data() for x in seen.xids if x.is_xid],
         "events": [x.to_event_data() for x in seen.xids if not x.is_xid],
+        "sxids": [e.to_data(gpus) for e in switches],
+        "pcie_aer": aer_data,
+        "policy": _policy_data(config, seen.driver),
         "boot_id": seen.boot_id,
         "sources": seen.sources,
         "state_file": str(xid_state.state_path(directory)) if directory else None,
     }
     if seen.state_error or persist_error:
         data["state_error"] = seen.state_error or persist_error
-    return CheckResult(NAME, summary(seen.xids, active), [finding(x) for x in active], data)
+    text = summary(seen.xids, active)
+    others = len(findings) - len(active)
+    if others:
+        text += f"; {others} NVSwitch / PCIe AER finding{'s' if others != 1 else ''}"
+    return CheckResult(NAME, text, findings, data)
+
+
+def _policy_data(config: Config, driver: str | None) -> dict[str, Any]:
+    """The effective policy in the report: the catalog, the overrides in force for this
+    driver and those it rules out (the whole table: `gpuprobe check --explain-policy`)."""
+    explained = explain(config, driver)
+    return {
+        "catalog": explained["catalog"],
+        "driver_version": driver,
+        "overrides": explained["overrides"],
+        "overrides_not_for_this_driver": explained["overrides_not_for_this_driver"],
+    }
+
+
+def explain_policy(host: Host, config: Config) -> dict[str, Any]:
+    """The whole effective policy for this host's driver (`check --explain-policy`)."""
+    return explain(config, driver_version(host))

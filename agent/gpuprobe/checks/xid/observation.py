@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuprobe.checks.xid import events, kernel, sticky
+from gpuprobe.checks.xid import events, kernel, policy, recovery, sticky
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
 from gpuprobe.config import Config
@@ -31,9 +31,11 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
     seen: dict[str, Seen] = {}
     for x in events.drain(host, gpus, memory, sources, now):
         seen[x.key] = x
-    for x in kernel.read(host, config, gpus, pci_order, sources, now):
+    observation = Observation(boot_id, [], sources, gpus=gpus, now=now)
+    for x in kernel.read(
+        host, config, gpus, pci_order, sources, now, observation.sxids, observation.resets_logged
+    ):
         _merge(seen, x)
-    observation = Observation(boot_id, [], sources)
     try:
         observation.state = xid_state.load(directory) if directory is not None else None
     except xid_state.StateError as exc:
@@ -47,8 +49,14 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
         kept = Seen.from_entry(entry)
         if kept is not None:
             _merge(seen, kept)
+    driver = observation.driver = policy.driver_version(host)
+    for x in seen.values():
+        if x.is_xid:
+            x.override = policy.find(config, "xid", x.xid, driver)
     saved = dict(state.cleared) if same_boot and state is not None else {}
-    cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
+    cleared = observation.cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
+    nvml_seen = recovery.observe_gpus(host, gpus, memory)
+    recovery.apply(list(seen.values()), observation.resets_logged, nvml_seen, cleared, memory, now)
     sticky.judge(list(seen.values()), cleared, memory, config, now)
     observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid, x.event))
     return observation
@@ -78,6 +86,8 @@ def _merge(seen: dict[str, Seen], x: Seen) -> None:
         seen[x.key] = x
         return
     old.count = max(old.count, x.count)
+    if len(x.times) > len(old.times):
+        old.times = x.times
     old.last_seen = later(old.last_seen, x.last_seen)
     old.message = old.message or x.message
     if x.source == "nvml-event":
