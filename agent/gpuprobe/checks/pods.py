@@ -95,11 +95,11 @@ def run(host: Host, config: Config) -> CheckResult:
     unreadable = [{"path": s.path, "problem": s.problem} for s in specs if s.problem]
     logs = _read_logs(host, gpu_pods)
     failures = _failures(host, config, logs, gpu_pods, gpus, held, specs)
-    findings += _failure_findings(failures, gpu_pods, gpus, held)
+    findings += _failure_findings(failures, gpu_pods)
     data: dict[str, Any] = {
         "driver_version": driver.version,
         "cuda_driver_version": driver.cuda,
-        "containers": containers,
+        "containers": sorted(containers, key=_by_pod),
         "failures": [f.to_dict() for f in failures],
         "logs": {
             "containers_read": len(logs),
@@ -110,6 +110,10 @@ def run(host: Host, config: Config) -> CheckResult:
     if unreadable:
         data["unreadable_specs"] = unreadable
     return CheckResult(NAME, _summary(containers, failures, specs), findings, data)
+
+
+def _by_pod(entry: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (entry["namespace"] or "", entry["pod"] or "", entry["container"] or "", entry["id"])
 
 
 # --- facts ---
@@ -451,12 +455,7 @@ def _xid_near(
     return None
 
 
-def _failure_findings(
-    failures: list[Failure],
-    gpu_pods: set[tuple[str, str]],
-    gpus: list[NodeGpu],
-    held: dict[PodRef, set[int]],
-) -> list[Finding]:
+def _failure_findings(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list[Finding]:
     grouped: dict[tuple[str, str, str], list[Failure]] = defaultdict(list)
     for f in failures:
         grouped[(f.pod.namespace, f.pod.pod, f.cause)].append(f)
