@@ -171,3 +171,34 @@ def test_a_node_without_containers_says_so() -> None:
     result = run_check("pods", "synthetic-h100-8gpu-healthy")
     assert result.findings == [] and result.status is Status.OK
     assert result.summary == "no running containers found in the container runtimes' state"
+
+
+def test_which_containers_are_gpu_containers(tmp_path: Path) -> None:
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-pods-cuda12.8-geforce-550"), copy, symlinks=True)
+    (copy / "podresources.json").unlink()  # no kubelet answer: the specs alone decide
+    tasks = copy / "rootfs/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    cuda = ["CUDA_VERSION=12.8.0", "NV_CUDA_COMPAT_PACKAGE=cuda-compat-12-8"]
+
+    def spec(cid: str, env: list[str], devices: list[int]) -> None:
+        (tasks / cid).mkdir()
+        doc = {
+            "process": {"env": env},
+            "annotations": {
+                "io.kubernetes.cri.container-type": "container",
+                "io.kubernetes.cri.sandbox-namespace": "lab",
+                "io.kubernetes.cri.sandbox-name": f"pod-{cid[0]}",
+                "io.kubernetes.cri.container-name": "main",
+            },
+            "linux": {"devices": [{"path": f"/dev/nvidia{i}", "type": "c"} for i in devices]},
+        }
+        (tasks / cid / "config.json").write_text(json.dumps(doc))
+
+    spec("c" * 64, [*cuda, "NVIDIA_VISIBLE_DEVICES=void"], [])  # no GPU: not judged
+    spec("d" * 64, cuda, [2])  # CDI put /dev/nvidia2 in the spec
+    spec("e" * 64, [*cuda, "NVIDIA_VISIBLE_DEVICES=3,GPU-5f1c0004-8e2b-4c1d-9a7e-000000000004"], [])
+    result = pods.run(snapshot_host(str(copy)), Config())
+    gpus = {c["pod"]: c["gpus"] for c in result.data["containers"]}
+    assert gpus == {"llama-finetune-0": [gpu(0)], "pod-d": [gpu(2)], "pod-e": [gpu(3), gpu(4)]}
+    # no requirement checked here (legacy CUDA_VERSION only: cuda>=12.8), GeForce: too new
+    assert {c["pod"]: c["verdict"] for c in result.data["containers"]}["pod-d"] == "too-new"
