@@ -25,19 +25,26 @@ POD_LOG_DIR = "/var/log/pods"
 MAX_TAIL_BYTES = 64 * 1024
 _INSTANCE = re.compile(r"^(\d+)\.log$")
 _ROTATED = re.compile(r"^(\d+)\.log\.(\d{8}-\d{6})$")
-_LINE = re.compile(r"^(\S+) (stdout|stderr) ([PF])(?: (.*))?$")
+STREAMS = frozenset({"stdout", "stderr"})
+TAGS = frozenset({"P", "F"})
 # RFC 3339 with up to nine fractional digits; Python reads six.
 _TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")
 
 
 @dataclass(frozen=True)
 class LogLine:
-    """One logical line a container wrote (partial pieces joined)."""
+    """One logical line a container wrote (partial pieces joined); `stamp` is the runtime's
+    RFC 3339 time of its first piece, parsed only when asked (`time`)."""
 
-    time: datetime | None
+    stamp: str
     stream: str
     text: str
     file: str
+
+    @property
+    def time(self) -> datetime | None:
+        """When the runtime received the line's first piece."""
+        return parse_time(self.stamp)
 
 
 @dataclass
@@ -123,19 +130,18 @@ def read_tail(fs: HostFS, log: LogDir, max_bytes: int = MAX_TAIL_BYTES) -> Conta
 def parse(data: bytes, file: str, *, cut: bool = False) -> list[LogLine]:
     """CRI log lines as logical lines; `cut`: the data starts mid-file, so its first
     (possibly partial) line is dropped."""
-    raw = data.split(b"\n")
+    raw = data.decode("utf-8", errors="replace").split("\n")
     if cut and raw:
         raw = raw[1:]
     lines: list[LogLine] = []
-    pending: dict[str, tuple[datetime | None, list[str]]] = {}
+    pending: dict[str, tuple[str, list[str]]] = {}
     for record in raw:
-        text = record.decode("utf-8", errors="replace").rstrip("\r")
-        found = _LINE.match(text)
-        if found is None:
+        parts = record.rstrip("\r").split(" ", 3)
+        if len(parts) < 3 or parts[1] not in STREAMS or parts[2] not in TAGS:
             continue
-        stamp, stream, tag, body = found.group(1), found.group(2), found.group(3), found.group(4)
-        start, pieces = pending.pop(stream, (parse_time(stamp), []))
-        pieces.append(body or "")
+        stamp, stream, tag = parts[0], parts[1], parts[2]
+        start, pieces = pending.pop(stream, (stamp, []))
+        pieces.append(parts[3] if len(parts) == 4 else "")
         if tag == "P":
             pending[stream] = (start, pieces)
         else:
