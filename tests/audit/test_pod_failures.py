@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from gpuprobe.audit.cluster import build
 from gpuprobe.audit.render import render_cluster
 from gpuprobe.client import Fetched
+from gpuprobe.report_view import summary
 from helpers import node_report
 
 T = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
@@ -37,6 +38,9 @@ def test_failures_by_namespace_and_cause_and_images_needing_a_newer_driver() -> 
         {"image": "registry.example.com/vision/detector:2.3-cu126", "cuda_required": "12.6",
          "containers": 1, "nodes": 1},
     ]  # fmt: skip
+    # The summary view a fleet audit asks for keeps what these totals read.
+    viewed = [Fetched(f.target, summary(f.report), f.agent_version) for f in fetched if f.report]
+    assert build(viewed, []).to_dict()["totals"] == totals
     text = render_cluster(build(fetched, []))
     assert text.endswith(
         "pods failing for GPU reasons (namespace, cause: pods)\n"
