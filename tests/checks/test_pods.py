@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from conftest import snapshot
 from gpuprobe.checks import pods
 from gpuprobe.config import Config
@@ -202,3 +204,11 @@ def test_which_containers_are_gpu_containers(tmp_path: Path) -> None:
     assert gpus == {"llama-finetune-0": [gpu(0)], "pod-d": [gpu(2)], "pod-e": [gpu(3), gpu(4)]}
     # no requirement checked here (legacy CUDA_VERSION only: cuda>=12.8), GeForce: too new
     assert {c["pod"]: c["verdict"] for c in result.data["containers"]}["pod-d"] == "too-new"
+
+
+def test_the_logs_read_a_round_are_bounded_gpu_pods_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pods, "MAX_LOGS", 8)
+    result = run_check("pods", "synthetic-pods-log-signatures")
+    assert result.data["logs"]["containers_read"] == 8
+    assert result.data["logs"]["containers_not_read"] == 1  # the CPU pod, restarted once
+    assert len(result.data["failures"]) == 7

@@ -47,6 +47,8 @@ FORWARD_COMPAT_BRANDS = frozenset(
 XID_BEFORE = timedelta(seconds=120)
 XID_AFTER = timedelta(seconds=10)
 PROC_STAT = "/proc/stat"
+# At most this many containers' logs a round (64 KiB each: 32 MiB), GPU pods' first.
+MAX_LOGS = 512
 
 
 @dataclass
@@ -93,7 +95,7 @@ def run(host: Host, config: Config) -> CheckResult:
         containers.append(entry)
         findings += finding
     unreadable = [{"path": s.path, "problem": s.problem} for s in specs if s.problem]
-    logs = _read_logs(host, gpu_pods)
+    logs, unread = _read_logs(host, gpu_pods)
     failures = _failures(host, config, logs, gpu_pods, gpus, held, specs)
     findings += _failure_findings(failures, gpu_pods)
     data: dict[str, Any] = {
@@ -105,6 +107,7 @@ def run(host: Host, config: Config) -> CheckResult:
             "containers_read": len(logs),
             "bytes_read": sum(log.bytes_read for log in logs),
             "max_bytes_per_container": cri_log.MAX_TAIL_BYTES,
+            "containers_not_read": unread,
         },
     }
     if unreadable:
@@ -339,13 +342,19 @@ def _fix(image_cuda: str, driver: Driver) -> str:
 # --- pod logs ---
 
 
-def _read_logs(host: Host, gpu_pods: set[tuple[str, str]]) -> list[cri_log.ContainerLog]:
-    """The tails of the logs of GPU pods' containers and of every restarted container."""
-    logs = []
-    for log in cri_log.list_logs(host.fs):
-        if (log.namespace, log.pod) in gpu_pods or log.restarts > 0:
-            logs.append(cri_log.read_tail(host.fs, log))
-    return logs
+def _read_logs(
+    host: Host, gpu_pods: set[tuple[str, str]]
+) -> tuple[list[cri_log.ContainerLog], int]:
+    """The tails of the logs of GPU pods' containers, then of restarted containers (most
+    restarts first), at most MAX_LOGS of them; and how many were left unread."""
+    chosen = [
+        log
+        for log in cri_log.list_logs(host.fs)
+        if (log.namespace, log.pod) in gpu_pods or log.restarts > 0
+    ]
+    chosen.sort(key=lambda log: ((log.namespace, log.pod) not in gpu_pods, -log.restarts))
+    logs = [cri_log.read_tail(host.fs, log) for log in chosen[:MAX_LOGS]]
+    return logs, max(0, len(chosen) - MAX_LOGS)
 
 
 @dataclass
