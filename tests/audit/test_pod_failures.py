@@ -33,11 +33,23 @@ def test_failures_by_namespace_and_cause_and_images_needing_a_newer_driver() -> 
         {"namespace": "ml-team", "cause": "nvml-unknown-error", "pods": 3},
     ]
     assert totals["images_needing_newer_driver"] == [
-        {"image": "nvcr.io/nvidia/pytorch:25.01-py3", "cuda_required": "12.8", "containers": 2,
-         "nodes": 2},
-        {"image": "registry.example.com/vision/detector:2.3-cu126", "cuda_required": "12.6",
-         "containers": 1, "nodes": 1},
-    ]  # fmt: skip
+        {
+            "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+            "cuda_required": "12.8",
+            "containers": 2,
+            "nodes": 2,
+            "namespaces": ["ml-team"],
+            "driver_needed": "570.26",
+        },
+        {
+            "image": "registry.example.com/vision/detector:2.3-cu126",
+            "cuda_required": "12.6",
+            "containers": 1,
+            "nodes": 1,
+            "namespaces": ["vision"],
+            "driver_needed": "560.28.03",
+        },
+    ]
     # The summary view a fleet audit asks for keeps what these totals read.
     viewed = [Fetched(f.target, summary(f.report), f.agent_version) for f in fetched if f.report]
     assert build(viewed, []).to_dict()["totals"] == totals
@@ -48,8 +60,9 @@ def test_failures_by_namespace_and_cause_and_images_needing_a_newer_driver() -> 
         "  ml-team  nvml-unknown-error: 3\n"
         "\n"
         "images that need a newer driver (image, CUDA: containers on nodes)\n"
-        "  nvcr.io/nvidia/pytorch:25.01-py3  CUDA 12.8: 2 on 2\n"
-        "  registry.example.com/vision/detector:2.3-cu126  CUDA 12.6: 1 on 1\n"
+        "  nvcr.io/nvidia/pytorch:25.01-py3  CUDA 12.8: 2 on 2 (ml-team); needs driver >= 570.26\n"
+        "  registry.example.com/vision/detector:2.3-cu126  CUDA 12.6: 1 on 1 (vision); needs "
+        "driver >= 560.28.03\n"
     )
 
 

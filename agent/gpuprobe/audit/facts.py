@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprobe.client import DataKeys
+from gpuprobe.gpu import cuda
 from gpuprobe.report import Action, NodeReport
 from gpuprobe.report_view import SUMMARY_DATA
 
@@ -158,8 +159,8 @@ class Counts:
     time_slicing_units: int = 0
     # Pods failing for GPU reasons, by (namespace, cause) (the `pods` check's failures).
     gpu_pod_failures: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    # Images that need a newer driver, by (image, CUDA it needs): (containers, nodes).
-    images_too_new: Mapping[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    # Images that need a newer driver, by (image, CUDA it needs).
+    images_too_new: Mapping[tuple[str, str], ImageNeed] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The counts as JSON (the workload failures only when there are some)."""
@@ -177,10 +178,8 @@ class Counts:
             ]
         if self.images_too_new:
             d["images_needing_newer_driver"] = [
-                {"image": image, "cuda_required": cuda, "containers": c, "nodes": n}
-                for (image, cuda), (c, n) in sorted(
-                    self.images_too_new.items(), key=lambda kv: (-kv[1][0], kv[0])
-                )
+                {"image": image, "cuda_required": cuda, **need.to_dict(cuda)}
+                for (image, cuda), need in ranked_images(self.images_too_new)
             ]
         return d
 
@@ -188,9 +187,8 @@ class Counts:
         failures = Counter(self.gpu_pod_failures)
         failures.update(other.gpu_pod_failures)
         images = dict(self.images_too_new)
-        for key, (containers, nodes) in other.images_too_new.items():
-            old = images.get(key, (0, 0))
-            images[key] = (old[0] + containers, old[1] + nodes)
+        for key, need in other.images_too_new.items():
+            images[key] = images[key] + need if key in images else need
         return Counts(
             self.gpus + other.gpus,
             self.healthy_gpus + other.healthy_gpus,
@@ -241,14 +239,67 @@ def gpu_pod_failures(report: NodeReport) -> dict[tuple[str, str], int]:
     return dict(Counter((ns, cause) for ns, _, cause in pods))
 
 
-def images_too_new(report: NodeReport) -> dict[tuple[str, str], tuple[int, int]]:
+def images_too_new(report: NodeReport) -> dict[tuple[str, str], ImageNeed]:
     """The images whose CUDA this node's driver cannot run (`pods.data.containers` with
-    verdict `too-new`): containers per (image, CUDA needed), and 1 node."""
-    found: Counter[tuple[str, str]] = Counter()
+    verdict `too-new`), by (image, CUDA needed): their containers, this node, their
+    namespaces."""
+    found: dict[tuple[str, str], ImageNeed] = {}
     for c in _list(_data(report, "pods").get("containers")):
-        if isinstance(c, Mapping) and c.get("verdict") == "too-new":
-            found[(_text(c.get("image")) or "(unknown image)", str(c.get("cuda_required")))] += 1
-    return {key: (n, 1) for key, n in found.items()}
+        if not isinstance(c, Mapping) or c.get("verdict") != "too-new":
+            continue
+        key = (_text(c.get("image")) or "(unknown image)", str(c.get("cuda_required")))
+        namespace = _text(c.get("namespace"))
+        need = ImageNeed(1, 1, frozenset({namespace} if namespace else ()))
+        old = found.get(key)
+        # one node: its containers add up, the node counts once
+        found[key] = (
+            need
+            if old is None
+            else ImageNeed(old.containers + 1, 1, old.namespaces | need.namespaces)
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class ImageNeed:
+    """How many containers of an image need a newer driver, on how many nodes, in which
+    namespaces."""
+
+    containers: int
+    nodes: int
+    namespaces: frozenset[str] = frozenset()
+
+    def __add__(self, other: ImageNeed) -> ImageNeed:
+        return ImageNeed(
+            self.containers + other.containers,
+            self.nodes + other.nodes,
+            self.namespaces | other.namespaces,
+        )
+
+    def to_dict(self, cuda_required: str) -> dict[str, Any]:
+        """The counts as JSON, with the oldest driver that fully runs the image's CUDA."""
+        return {
+            "containers": self.containers,
+            "nodes": self.nodes,
+            "namespaces": sorted(self.namespaces),
+            "driver_needed": driver_needed(cuda_required),
+        }
+
+
+def driver_needed(cuda_required: str) -> str | None:
+    """The oldest driver NVIDIA lists as fully supporting a CUDA version (None if unknown)."""
+    try:
+        release = cuda.release_for(cuda.parse_version(cuda_required))
+    except ValueError:
+        return None
+    return release.min_driver_text if release else None
+
+
+def ranked_images(
+    images: Mapping[tuple[str, str], ImageNeed],
+) -> list[tuple[tuple[str, str], ImageNeed]]:
+    """The images, most containers first."""
+    return sorted(images.items(), key=lambda kv: (-kv[1].containers, kv[0]))
 
 
 def _gpus_with_findings(report: NodeReport) -> set[int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
-from gpuprobe.audit.facts import Counts
+from gpuprobe.audit.facts import Counts, driver_needed, ranked_images
 from gpuprobe.audit.usage import Usage
 from gpuprobe.render import painter
 
@@ -90,9 +90,13 @@ def _workload_failures(counts: Counts) -> list[str]:
             lines.append(f"  {namespace}  {cause}: {n}")
     if counts.images_too_new:
         lines += ["", "images that need a newer driver (image, CUDA: containers on nodes)"]
-        ranked = sorted(counts.images_too_new.items(), key=lambda kv: (-kv[1][0], kv[0]))
-        for (image, cuda), (containers, nodes) in ranked:
-            lines.append(f"  {image}  CUDA {cuda}: {containers} on {nodes}")
+        for (image, cuda), need in ranked_images(counts.images_too_new):
+            driver = driver_needed(cuda)
+            lines.append(
+                f"  {image}  CUDA {cuda}: {need.containers} on {need.nodes}"
+                f" ({', '.join(sorted(need.namespaces)) or 'no namespace'})"
+                + (f"; needs driver >= {driver}" if driver else "")
+            )
     return lines
 
 
