@@ -212,3 +212,26 @@ def test_the_logs_read_a_round_are_bounded_gpu_pods_first(monkeypatch: pytest.Mo
     assert result.data["logs"]["containers_read"] == 8
     assert result.data["logs"]["containers_not_read"] == 1  # the CPU pod, restarted once
     assert len(result.data["failures"]) == 7
+
+
+def test_a_requirement_that_asks_for_no_cuda_is_a_refusal_not_a_cuda_gap(tmp_path: Path) -> None:
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-pods-cuda12.8-h100-forward-compat"), copy, symlinks=True)
+    (spec,) = [
+        p
+        for p in copy.glob("rootfs/run/containerd/*/k8s.io/*/config.json")
+        if json.loads(p.read_text())["annotations"]["io.kubernetes.cri.container-type"]
+        == "container"
+    ]
+    doc = json.loads(spec.read_text())
+    doc["process"]["env"].append("NVIDIA_REQUIRE_ARCH=arch>=10.0")  # Blackwell only, on H100s
+    spec.write_text(json.dumps(doc))
+    result = pods.run(snapshot_host(str(copy)), Config())
+    assert {c["pod"]: c["verdict"] for c in result.data["containers"]} == {
+        "llama-finetune-0": "refused"
+    }
+    assert codes(result) == [("POD_GPU_FAILURE", "WARNING", "FIX_CONFIG", gpu(0))]
+    assert result.findings[0].message.startswith(
+        "pod ml-team/llama-finetune-0, container trainer: the NVIDIA runtime in legacy mode "
+        'refuses it on this node ("requirement error: unsatisfied condition: arch>=10.0").'
+    )

@@ -228,9 +228,27 @@ def _judge_image(
     else:
         verdict, refusal = _by_table(spec, image_cuda, own, driver), None
     entry["verdict"] = verdict
+    if verdict == "refused" and refusal is not None:
+        return entry, _refused(spec, own, refusal)
     if verdict != "too-new":
         return entry, []
     return entry, _too_new(spec, own, driver, image_cuda, refusal)
+
+
+def _refused(spec: oci.ContainerSpec, own: list[NodeGpu], refusal: req.Verdict) -> list[Finding]:
+    """A requirement other than CUDA's (an NVIDIA_REQUIRE_ARCH, a driver range), or one the
+    runtime cannot parse: the runtime in legacy mode refuses the container."""
+    signature = sig.by_cause(sig.RUNTIME_REQUIREMENT)
+    who = f"pod {spec.pod.namespace}/{spec.pod.pod}" if spec.pod else f"container {spec.id[:12]}"
+    where = f", container {spec.pod.container}" if spec.pod else ""
+    message = (
+        f"{who}{where}: the NVIDIA runtime in legacy mode refuses it on this node "
+        f'("{refusal.message}"). Fix: give it GPUs and a driver its NVIDIA_REQUIRE_* '
+        "variables accept, or correct them"
+    )
+    pods = (spec.pod,) if spec.pod else ()
+    resource = own[0].resource if own else "node"
+    return [Finding("POD_GPU_FAILURE", Severity.WARNING, message, signature.action, resource, pods)]
 
 
 def _image_cuda(env: dict[str, str]) -> str | None:
@@ -260,8 +278,12 @@ def _by_runtime(
     for requirement in requirements:
         for fact in facts:
             verdict = req.evaluate(requirement, fact)
-            if verdict.outcome is not req.Outcome.SATISFIED:
-                return "too-new", verdict
+            if verdict.outcome is req.Outcome.INVALID:
+                return "refused", verdict
+            if verdict.outcome is req.Outcome.UNSATISFIED:
+                # Only a requirement that asks for CUDA (cuda>= first) is about the image's CUDA.
+                cuda_asked = req.required_cuda(requirement) is not None
+                return ("too-new" if cuda_asked else "refused"), verdict
             if verdict.group and not any(
                 c.lower().startswith("cuda") for c in verdict.group.split(",")
             ):
