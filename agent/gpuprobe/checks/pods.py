@@ -395,7 +395,8 @@ class Failure:
 
     def to_dict(self) -> dict[str, Any]:
         """The failure as the check's data shows it."""
-        d: dict[str, Any] = {**self.pod.to_dict(), "cause": self.cause, "line": self.line[:500]}
+        line = self.line if len(self.line) <= 500 else self.excerpt  # a 16 KiB JSON line
+        d: dict[str, Any] = {**self.pod.to_dict(), "cause": self.cause, "line": line}
         d["time"] = self.time.isoformat().replace("+00:00", "Z") if self.time else None
         d["file"] = self.file
         if self.detail:

@@ -3,7 +3,8 @@
 The kubelet keeps each container's output under
 `/var/log/pods/<namespace>_<pod name>_<pod uid>/<container>/<n>.log`, `n` the container's
 restart count (the previous instance's log stays beside the current one), and rotates a log
-to `<n>.log.<YYYYMMDD-hhmmss>` (older rotations gzip-compressed, `.gz`, and not read here).
+to `<n>.log.<YYYYMMDD-hhmmss>` (older rotations gzip-compressed, `.gz`, and not read here;
+the kubelet's container log manager, pkg/kubelet/logs).
 Each line is `<RFC 3339 nano time> <stdout|stderr> <P|F> <text>`: the runtime splits long
 lines into partial (`P`) pieces ended by a full (`F`) one, which are joined back here.
 
