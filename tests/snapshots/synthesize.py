@@ -2254,17 +2254,17 @@ def device_query_pass(clock: str) -> list[str]:
 
 
 def tensorflow_no_device(clock: str) -> list[str]:
-    """TensorFlow's start where CUDA finds no device (stream_executor's cuInit error)."""
+    """TensorFlow's start where CUDA finds no device (as tensorflow/tensorflow#44869 shows)."""
     lines = [
-        f"{LOG_DAY} {clock}.211842: I tensorflow/core/util/port.cc:153] oneDNN custom "
-        "operations are on. You may see slightly different numerical results due to "
-        "floating-point round-off errors from different computation orders.",
-        f"{LOG_DAY} {clock}.412345: E external/local_xla/xla/stream_executor/cuda/"
-        "cuda_driver.cc:152] failed call to cuInit: INTERNAL: CUDA error: Failed call to "
-        "cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
-        f"{LOG_DAY} {clock}.412399: I external/local_xla/xla/stream_executor/cuda/"
-        "cuda_diagnostics.cc:137] retrieving CUDA diagnostic information for host: "
-        "tf-serving-0",
+        f"{LOG_DAY} {clock}.362374: I tensorflow/stream_executor/platform/default/"
+        "dso_loader.cc:48] Successfully opened dynamic library libcudart.so.10.1",
+        f"{LOG_DAY} {clock}.459527: I tensorflow/stream_executor/platform/default/"
+        "dso_loader.cc:48] Successfully opened dynamic library libcuda.so.1",
+        f"{LOG_DAY} {clock}.467224: E tensorflow/stream_executor/cuda/cuda_driver.cc:314] "
+        "failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
+        f"{LOG_DAY} {clock}.467270: I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:156] "
+        "kernel driver does not appear to be running on this host (tf-serving-0): "
+        "/proc/driver/nvidia/version does not exist",
     ]
     return [cri(f"{clock}.{300000 + i:09d}", line) for i, line in enumerate(lines)]
 
@@ -2409,7 +2409,7 @@ def pod_failure_variants() -> list[Node]:
         GpuContainer(Pod("ml-team", "sample-check-0", 61, "samples"), "nvcr.io/nvidia/k8s/"
                      "cuda-sample:devicequery", CUDA_12_8_ENV, [1],
                      {"0.log": device_query_insufficient("20:44:00")}),
-        GpuContainer(Pod("ml-team", "tf-serving-0", 62, "serving"), "tensorflow/serving:2.18.0-"
+        GpuContainer(Pod("ml-team", "tf-serving-0", 62, "serving"), "tensorflow/serving:2.3.0-"
                      "gpu", LEGACY_12_2_ENV, [2], {"0.log": tensorflow_no_device("20:43:12")}),
         GpuContainer(Pod("ml-team", "llama-pretrain-3", 63, "trainer"), "nvcr.io/nvidia/pytorch:"
                      "24.03-py3", LEGACY_12_2_ENV, [3],
@@ -2429,7 +2429,7 @@ def pod_failure_variants() -> list[Node]:
                      "cuda-sample:devicequery", CUDA_12_8_ENV, [7],
                      {"0.log": device_query_pass("20:45:00")}),
         GpuContainer(Pod("web", "tf-cpu-embedder-0", 68, "embed"), "tensorflow/tensorflow:"
-                     "2.18.0", {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [],
+                     "2.3.0", {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [],
                      {"0.log": tensorflow_no_device("20:30:00"),
                       "1.log": tensorflow_no_device("20:40:00")}),
     ]  # fmt: skip
