@@ -51,6 +51,11 @@ REAL = [
         "libnvidia-container src/cli/dsl.c (its error text)",
     ),
     (
+        sig.RUNTIME_REQUIREMENT,
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda >= 9.0",
+        "github.com/NVIDIA/nvidia-docker/issues/543 (libnvidia-container before 1.0)",
+    ),
+    (
         sig.CDI_UNRESOLVABLE,
         "Error: failed to create containerd task: failed to create shim task: OCI runtime "
         "create failed: could not apply required modification to OCI specification: error "
@@ -89,7 +94,8 @@ def test_each_signature_matches_its_real_message(cause: str, line: str, source: 
 
 def test_details_are_taken_from_the_message() -> None:
     assert sig.match(REAL[6][1]).detail == "cuda>=12.8"  # type: ignore[union-attr]
-    assert sig.match(REAL[7][1]).detail == "nvidia.com/gpu=all"  # type: ignore[union-attr]
+    assert sig.match(REAL[7][1]).detail == "cuda >= 9.0"  # type: ignore[union-attr]
+    assert sig.match(REAL[8][1]).detail == "nvidia.com/gpu=all"  # type: ignore[union-attr]
     assert sig.match(REAL[0][1]).detail == "11040"  # type: ignore[union-attr]
 
 

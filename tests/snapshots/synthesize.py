@@ -2275,14 +2275,15 @@ def nvidia_smi_lost(clock: str) -> list[str]:
 
 
 def docker_requirement_error(clock: str) -> list[str]:
-    """A CI job's `docker run --gpus all` (Docker in the pod) refused by the NVIDIA hook."""
+    """A CI job's `docker run --gpus all` (Docker in the pod) refused by the NVIDIA hook, as
+    MauriceNino/dashdot#1226 shows it."""
     return [
         cri(f"{clock}.5123", "$ docker run --rm --gpus all nvcr.io/nvidia/cuda:12.8.0-base-"
             "ubuntu24.04 nvidia-smi", "stdout"),
         cri(f"{clock}.9811", "docker: Error response from daemon: failed to create task for "
             "container: failed to create shim task: OCI runtime create failed: runc create "
             "failed: unable to start container process: error during container init: error "
-            "running hook #0: error running hook: exit status 1, stdout: , stderr: "
+            "running prestart hook #0: exit status 1, stdout: , stderr: "
             "Auto-detected mode as 'legacy'"),
         cri(f"{clock}.9812", "nvidia-container-cli: requirement error: unsatisfied condition: "
             "cuda>=12.8, please update your driver to a newer version, or use an earlier cuda "

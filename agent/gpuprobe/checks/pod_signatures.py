@@ -46,7 +46,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         RUNTIME_REQUIREMENT,
         "the NVIDIA container runtime refused the container: its image needs a newer driver",
-        _p(r"requirement error: unsatisfied condition: (?P<detail>[^,\s]+)"),
+        _p(r"requirement error: unsatisfied condition: (?P<detail>[a-z]+ ?[<>=!]+ ?[\w.]+)"),
         "upgrade the driver to one that supports the image's CUDA, or run an image built "
         "for the CUDA this driver supports",
         Action.FIX_CONFIG,
