@@ -2293,13 +2293,15 @@ def docker_requirement_error(clock: str) -> list[str]:
 
 
 def docker_cdi_unresolvable(clock: str) -> list[str]:
-    """A CI job's `docker run --device nvidia.com/gpu=all` without a CDI spec for it."""
+    """A CI job's `docker run` asking the NVIDIA runtime for a CDI device no spec defines, as
+    NVIDIA/nvidia-container-toolkit#434 shows it."""
     return [
-        cri(f"{clock}.2001", "$ docker run --rm --device nvidia.com/gpu=all ubuntu nvidia-smi -L",
-            "stdout"),
-        cri(f"{clock}.7002", "docker: Error response from daemon: could not select device "
-            "driver \"cdi\" with capabilities: []: failed to inject CDI devices: unresolvable "
-            "CDI devices nvidia.com/gpu=all."),
+        cri(f"{clock}.2001", "$ docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES="
+            "nvidia.com/gpu=all ubuntu nvidia-smi -L", "stdout"),
+        cri(f"{clock}.7002", "docker: Error response from daemon: failed to create task for "
+            "container: failed to create shim task: OCI runtime create failed: could not apply "
+            "required modification to OCI specification: error modifying OCI spec: failed to "
+            "inject CDI devices: unresolvable CDI devices nvidia.com/gpu=all: unknown."),
     ]  # fmt: skip
 
 
