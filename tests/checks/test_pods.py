@@ -112,7 +112,7 @@ def test_each_log_signature_near_misses_and_the_xid_it_died_at() -> None:
     assert cdi.message.startswith(
         "the container runtime cannot resolve CDI device nvidia.com/gpu=all: no CDI spec"
     )
-    assert cdi.pods == (PodRef("ci", "runner-gpu-7f9c-fghij", "build"),)
+    assert cdi.pods == (PodRef("ci", "runner-gpu-7f9c-fghij", "runner"),)
     # the CPU pod restarted, so its log was read: nine containers
     assert result.data["logs"]["containers_read"] == 9
 

@@ -2420,10 +2420,10 @@ def pod_failure_variants() -> list[Node]:
         GpuContainer(Pod("monitoring", "gpu-exporter-x2", 64, "exporter"), "nvcr.io/nvidia/k8s/"
                      "dcgm-exporter:3.3.9-3.6.1-ubuntu22.04", LEGACY_12_2_ENV, [4],
                      {"0.log": nvidia_smi_lost("20:48:00")}),
-        GpuContainer(Pod("ci", "runner-gpu-7f9c-abcde", 65, "build"), "docker:27-dind",
+        GpuContainer(Pod("ci", "runner-gpu-7f9c-abcde", 65, "runner"), "docker:27-dind",
                      {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [5],
                      {"0.log": docker_requirement_error("20:49:30")}),
-        GpuContainer(Pod("ci", "runner-gpu-7f9c-fghij", 66, "build"), "docker:27-dind",
+        GpuContainer(Pod("ci", "runner-gpu-7f9c-fghij", 66, "runner"), "docker:27-dind",
                      {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [6],
                      {"0.log": docker_cdi_unresolvable("20:50:30")}),
         # Near-misses: deviceQuery passing; a CPU pod's TensorFlow probing for CUDA (it
