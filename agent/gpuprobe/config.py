@@ -8,6 +8,7 @@ docs/configuration.md for every key.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 import types
 import typing
@@ -440,6 +441,44 @@ class ServeConfig:
         return self.active_interval_seconds if active else self.interval_seconds
 
 
+# The address ranges pod networks are drawn from (RFC 1918, RFC 6598 shared space, IPv6
+# unique local): every common CNI's default pod CIDR lies within them, so the default follows
+# the DaemonSet's pod network (and, for the hostNetwork overlay, private node networks).
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+
+
+@dataclass(frozen=True)
+class BandwidthConfig:
+    """Where and how much an agent takes part in peer-to-peer bandwidth tests."""
+
+    # The networks peer agents' addresses must lie in: this agent sends test traffic only to,
+    # and opens sinks only for, addresses within them.
+    peer_networks: tuple[str, ...] = PRIVATE_NETWORKS
+    # How many sinks may be open at once (beyond: RESOURCE_EXHAUSTED).
+    max_sinks: int = 4
+
+    def __post_init__(self) -> None:
+        for network in self.peer_networks:
+            try:
+                ipaddress.ip_network(network)
+            except ValueError:
+                raise ConfigError(
+                    f"peer_networks: {network!r} is not a network (address/prefix)"
+                ) from None
+        if not 1 <= self.max_sinks <= 64:
+            raise ConfigError(f"max_sinks: {self.max_sinks} is not between 1 and 64")
+
+    def allows(self, address: str) -> bool:
+        """Whether `address` (an IP address) lies within the peer networks."""
+        try:
+            ip = ipaddress.ip_address(address.split("%")[0])
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return any(ip in ipaddress.ip_network(n) for n in self.peer_networks)
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration."""
@@ -454,6 +493,7 @@ class Config:
     nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    bandwidth: BandwidthConfig = field(default_factory=BandwidthConfig)
     workloads: WorkloadsConfig = field(default_factory=WorkloadsConfig)
 
     def deadline(self, check: str) -> float:

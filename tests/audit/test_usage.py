@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from conftest import gpuprobe, snapshot
 from gpuprobe.audit.cluster import build
 from gpuprobe.checks.runner import run_checks
@@ -18,7 +16,7 @@ from helpers import FakeClock
 from serving import in_process_agent
 
 
-def counted(monkeypatch: pytest.MonkeyPatch, name: str, node: str) -> NodeReport:
+def counted(name: str, node: str) -> NodeReport:
     """The node's report after two rounds an hour apart (its agent's accounting)."""
     host = snapshot_host(snapshot(name), node)
     host.clock = clock = FakeClock()
@@ -28,11 +26,9 @@ def counted(monkeypatch: pytest.MonkeyPatch, name: str, node: str) -> NodeReport
     return report
 
 
-def test_totals_over_nodes_with_gpu_hours_by_namespace_and_cost(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    whole = counted(monkeypatch, "synthetic-k8s-utilization-samples", "a")
-    mig = counted(monkeypatch, "synthetic-k8s-mig-mixed", "b")
+def test_totals_over_nodes_with_gpu_hours_by_namespace_and_cost() -> None:
+    whole = counted("synthetic-k8s-utilization-samples", "a")
+    mig = counted("synthetic-k8s-mig-mixed", "b")
     plain = run_checks(snapshot_host(snapshot("synthetic-h100-8gpu-healthy")), Config(), ["gpus"])
     fetched = [Fetched("10.0.0.1:50051", r) for r in (whole, mig, plain)]
     cluster = build(fetched, price_per_gpu_hour=2.5)

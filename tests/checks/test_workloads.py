@@ -152,6 +152,17 @@ def test_dra_claims_resolve_through_the_claim_cdi_spec(short_tmp: Path) -> None:
     assert result.findings == []
 
 
+def test_a_dra_mig_claim_resolves_to_its_mig_device_not_the_whole_gpu() -> None:
+    # The claim spec names the parent's /dev/nvidia0 and the MIG device's capabilities; the
+    # compute-instance capability's minor (mig-minors) picks GPU instance 2, not GPU 0.
+    result = workloads.run(snapshot_host(snapshot("synthetic-k8s-dra-mig")), Config())
+    name = "k8s.gpu.nvidia.com/claim=c8593c85-440d-4156-b199-aea592ff83df-gpu-0-mig-3g40gb-9-4"
+    assert holders(result) == {
+        "mig:0:2:0": [("gpu-test/mig-pod", "ctr", name, "gpu-0-mig-3g40gb-9-4")]
+    }
+    assert result.findings == []  # its process runs in that MIG device
+
+
 def test_a_pod_using_a_gpu_it_was_not_given_is_named() -> None:
     result = workloads.run(
         snapshot_host(snapshot("synthetic-k8s-gpu-used-without-allocation")), Config()
@@ -164,6 +175,21 @@ def test_a_pod_using_a_gpu_it_was_not_given_is_named() -> None:
         "(container shell), which the kubelet did not give this device (it is allocated to "
         "inference/vllm-7d9f8-mw5tz (container vllm))"
     )
+
+
+def test_a_process_in_another_pods_mig_device_is_named_on_that_mig_device() -> None:
+    snap = snapshot("synthetic-k8s-mig-used-without-allocation")
+    result = workloads.run(snapshot_host(snap), Config())
+    assert codes(result) == [
+        ("GPU_USED_WITHOUT_ALLOCATION", "WARNING", "FIX_CONFIG", "mig:0:10:0"),
+        ("GPU_USED_WITHOUT_ALLOCATION", "WARNING", "FIX_CONFIG", "mig:0:3:0"),
+    ]
+    by_resource = {f.resource: f for f in result.findings}
+    assert by_resource["mig:0:3:0"].pods == (PodRef("inference", "embed-1g", "server"),)
+    assert (
+        "(it is allocated to ml-team/eval-2g (container eval))" in by_resource["mig:0:3:0"].message
+    )
+    assert "(no pod was given it)" in by_resource["mig:0:10:0"].message
 
 
 def test_an_allocated_idle_gpu_is_named_once_the_window_passes() -> None:

@@ -14,7 +14,7 @@ from gpuprobe import __version__
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
 from gpuprobe.serve.executor import Ran
 from gpuprobe.serve.metrics import RENDERERS, ReportCollector
-from gpuprobe.serve.state import LinkResult, ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, LinkResult, ReportStore
 
 T = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
 UUID0 = "GPU-5f1c0000-8e2b-4c1d-9a7e-000000000000"
@@ -227,7 +227,7 @@ WORKLOADS = {
 }
 
 
-def scrape(snapshot: Snapshot, node: str = "gpu-node-17") -> str:
+def scrape(snapshot: AgentState, node: str = "gpu-node-17") -> str:
     registry = CollectorRegistry()
     collector = ReportCollector(node)
     registry.register(collector)
@@ -244,8 +244,8 @@ def samples(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     return found
 
 
-def full_snapshot() -> Snapshot:
-    return Snapshot(
+def full_snapshot() -> AgentState:
+    return AgentState(
         report=report(),
         check_times={"driver": T, "gpus": T, "xid": T, "storage": T},
         version=4,
@@ -411,13 +411,13 @@ def test_mig_device_metrics_from_the_mig_check_data() -> None:
 
 
 def test_before_the_first_report_only_the_agent_is_described() -> None:
-    s = samples(scrape(Snapshot(report=None)))
+    s = samples(scrape(AgentState(report=None)))
     assert list(s) == ["gpuprobe_agent_info"]
 
 
 def test_a_report_without_gpus_driver_xid_storage_data_gives_no_such_samples() -> None:
     bare = NodeReport("n", T, [CheckResult("gpus", "no GPU", data={"gpus_seen_by_nvml": None})])
-    s = samples(scrape(Snapshot(report=bare, runs={"gpus": 1})))
+    s = samples(scrape(AgentState(report=bare, runs={"gpus": 1})))
     assert s["gpuprobe_gpus"] == {(): 0.0}  # NVML could not start: it sees none
     assert "gpuprobe_gpu_info" not in s
     assert not any(

@@ -109,3 +109,31 @@ def test_buf_lint_passes() -> None:
     buf = require_tool("buf")
     out = subprocess.run([buf, "lint"], cwd=ROOT, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_proto_is_compatible_with_main() -> None:
+    # Compatible changes only (new fields, messages, enums, RPCs): `buf breaking` with the
+    # committed buf.yaml's FILE rules against the main branch (a clone's origin/main).
+    buf = require_tool("buf")
+    refs = ("main", "origin/main")
+    found = [
+        ref
+        for ref in refs
+        if subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            cwd=ROOT,
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    ]
+    assert found, f"no {' or '.join(refs)} branch to compare the proto against"
+    ref = "branch=main" if found[0] == "main" else "ref=origin/main"
+    out = subprocess.run(
+        [buf, "breaking", "proto", "--against", f".git#{ref},subdir=proto"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr

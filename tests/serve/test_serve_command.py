@@ -204,7 +204,7 @@ def test_the_grpc_port_in_use_is_a_one_line_usage_error() -> None:
         (["--grpc-listen", "nonsense"], "gpuprobe: 'nonsense' is not HOST:PORT\n"),
         (
             ["--interval", "0"],
-            "gpuprobe: argument --interval: must be above 0: 0 (see gpuprobe --help)\n",
+            "gpuprobe: argument --interval: must be above 0: 0 (see gpuprobe serve --help)\n",
         ),
         (
             ["--token-file", "/nonexistent/token"],

@@ -1923,6 +1923,25 @@ def workload_variants() -> list[Node]:
     ]
     nodes.append(on_kubelet(node, pods, allocatable))
 
+    # The same MIG layout, but the inference pod's process runs in the 2g.20gb device (GPU
+    # instance 3), which the kubelet gave the eval pod, and a debug pod's in the free 1g.10gb.
+    node = gpu_k8s_node("synthetic-k8s-mig-used-without-allocation")
+    mig_layout(
+        node,
+        0,
+        [
+            mig("3g.40gb", gi=2, start=4),
+            mig("2g.20gb", gi=3, start=0),
+            mig("1g.10gb", gi=9, start=2),
+            mig("1g.10gb", gi=10, start=3),
+        ],
+    )
+    for i in range(1, 8):
+        idle(node, i)
+    strays = [*pods, Pod("research", "debug-shell-bob", 23, "shell", pids=(52001,))]
+    gpu_processes(node, 0, [(44001, 2, 0), (44003, 3, 0), (52001, 10, 0)])
+    nodes.append(on_kubelet(node, strays, allocatable))
+
     # MIG, single strategy: every GPU split into seven 1g.10gb, each MIG device handed out as
     # nvidia.com/gpu by its MIG UUID to its own pod (56 pods), each running one process.
     node = gpu_k8s_node("synthetic-k8s-mig-single")
@@ -2001,6 +2020,60 @@ def workload_variants() -> list[Node]:
     sample_series(node, 6, [first, second])
     sample_series(node, 4, [[(t, 97) for t in range(-5, 1)], [(t, 97) for t in range(-5, 61)]])
     nodes.append(on_kubelet(node, whole_gpu_pods(), [("nvidia.com/gpu", uuids)]))
+
+    # DRA with MIG: GPU 0 split (3g.40gb as GPU instance 2, 1g.10gb as 9), a claim on the
+    # 3g.40gb device. The claim spec gives the container the parent's /dev/nvidia0 and the
+    # MIG device's GPU- and compute-instance capabilities, whose minors the driver lists in
+    # /proc/driver/nvidia-caps/mig-minors.
+    node = gpu_k8s_node("synthetic-k8s-dra-mig")
+    for i in range(8):
+        node.call("nvmlDeviceGetMinorNumber", [i], i)
+    mig_layout(node, 0, [mig("3g.40gb", gi=2, start=4), mig("1g.10gb", gi=9, start=2)])
+    for i in range(1, 8):
+        idle(node, i)
+    gpu_processes(node, 0, [(46001, 2, 0)])
+    minors, lines = {}, ["config 1", "monitor 2"]
+    for gpu in range(8):  # the driver's numbering: every GPU, GPU instance, compute instance
+        for gi in range(15):
+            minors[(gpu, gi, None)] = 3 + len(lines) - 2
+            lines.append(f"gpu{gpu}/gi{gi}/access {minors[(gpu, gi, None)]}")
+            for ci in range(8):
+                minors[(gpu, gi, ci)] = 3 + len(lines) - 2
+                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {minors[(gpu, gi, ci)]}")
+    node.file("/proc/driver/nvidia-caps/mig-minors", "\n".join(lines) + "\n")
+    claim_uid = "c8593c85-440d-4156-b199-aea592ff83df"
+    device = "gpu-0-mig-3g40gb-9-4"
+    cdi_name = f"k8s.gpu.nvidia.com/claim={claim_uid}-{device}"
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": "k8s.gpu.nvidia.com/claim",
+        "devices": [
+            {
+                "name": f"{claim_uid}-{device}",
+                "containerEdits": {
+                    "deviceNodes": [
+                        {"path": "/dev/nvidia0", "major": 195, "minor": 0},
+                        {"path": f"/dev/nvidia-caps/nvidia-cap{minors[(0, 2, None)]}"},
+                        {"path": f"/dev/nvidia-caps/nvidia-cap{minors[(0, 2, 0)]}"},
+                    ]
+                },
+            }
+        ],
+        "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]},
+    }
+    node.file(
+        f"/var/run/cdi/k8s.gpu.nvidia.com-claim_{claim_uid}.yaml",
+        yaml.safe_dump(spec, sort_keys=False),
+    )
+    resource = {
+        "cdiDevices": [{"name": cdi_name}],
+        "driverName": "gpu.nvidia.com",
+        "poolName": "synthetic-k8s-dra-mig",
+        "deviceName": device,
+    }
+    claims = [{"claimName": "mig-3g", "claimNamespace": "gpu-test", "claimResources": [resource]}]
+    pods = [Pod("gpu-test", "mig-pod", 40, "ctr", claims=claims, pids=(46001,))]
+    nodes.append(on_kubelet(node, pods, []))
 
     # The kubelet refused the PodResources call (it was restarting).
     node = gpu_k8s_node("synthetic-k8s-podresources-refused")

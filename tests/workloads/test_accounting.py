@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from conftest import snapshot
 from gpuprobe.checks import workloads
 from gpuprobe.config import Config
@@ -32,9 +30,7 @@ def totals(result: Any) -> dict[int, tuple[float, float, dict[str, float], float
     }
 
 
-def rounds(
-    monkeypatch: pytest.MonkeyPatch, name: str, times: list[float], cfg: Config
-) -> list[Any]:
+def rounds(name: str, times: list[float], cfg: Config) -> list[Any]:
     host = snapshot_host(snapshot(name))
     host.clock = clock = FakeClock()
     results = []
@@ -44,10 +40,8 @@ def rounds(
     return results
 
 
-def test_samples_between_rounds_give_exact_idle_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
-    first, second, third = rounds(
-        monkeypatch, "synthetic-k8s-utilization-samples", [0.0, 60.0, 120.0], Config()
-    )
+def test_samples_between_rounds_give_exact_idle_seconds() -> None:
+    first, second, third = rounds("synthetic-k8s-utilization-samples", [0.0, 60.0, 120.0], Config())
     assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(first).values())
     busy = (60.0, 60.0, {"ml-team": 0.0}, 0.0)
     assert totals(second) == {
@@ -63,18 +57,16 @@ def test_samples_between_rounds_give_exact_idle_seconds(monkeypatch: pytest.Monk
     assert totals(third)[7] == (0.0, 0.0, {}, 120.0)
 
 
-def test_mig_devices_count_as_shares_of_their_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    _, result = rounds(monkeypatch, "synthetic-k8s-mig-mixed", [0.0, 60.0], Config())
+def test_mig_devices_count_as_shares_of_their_gpu() -> None:
+    _, result = rounds("synthetic-k8s-mig-mixed", [0.0, 60.0], Config())
     # GPU 0: four MIG devices, three held (eval-2g's without a process), one free.
     assert totals(result)[0] == (45.0, 30.0, {"inference": 0.0, "ml-team": 15.0}, 15.0)
     assert totals(result)[1] == (0.0, 0.0, {}, 60.0)
 
 
-def test_totals_survive_a_restart_without_counting_twice(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_totals_survive_a_restart_without_counting_twice(tmp_path: Path) -> None:
     cfg = config(workloads={"state_dir": str(tmp_path)})
-    _, before = rounds(monkeypatch, "synthetic-k8s-utilization-samples", [0.0, 60.0], cfg)
+    _, before = rounds("synthetic-k8s-utilization-samples", [0.0, 60.0], cfg)
     saved = json.loads((tmp_path / "workload-accounting.json").read_text())
     assert saved["format"] == 1 and saved["since"] == before.data["accounting"]["since"]
     assert saved["gpus"][UUID.format(6, 6)] == {
@@ -85,7 +77,7 @@ def test_totals_survive_a_restart_without_counting_twice(
         "unallocated_seconds": 0.0,
     }
     # A new daemon (fresh memory) an hour later: the downtime is not counted, the totals go on.
-    after = rounds(monkeypatch, "synthetic-k8s-utilization-samples", [3600.0, 3660.0], cfg)
+    after = rounds("synthetic-k8s-utilization-samples", [3600.0, 3660.0], cfg)
     assert totals(after[0]) == totals(before)
     assert totals(after[1])[7] == (0.0, 0.0, {}, 120.0)
     assert totals(after[1])[0] == (120.0, 120.0, {"ml-team": 0.0}, 0.0)
@@ -93,18 +85,16 @@ def test_totals_survive_a_restart_without_counting_twice(
     assert [p.name for p in tmp_path.iterdir()] == ["workload-accounting.json"]
 
 
-def test_an_unwritable_or_corrupt_state_is_said_and_starts_afresh(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_an_unwritable_or_corrupt_state_is_said_and_starts_afresh(tmp_path: Path) -> None:
     (tmp_path / "workload-accounting.json").write_text("{not json")
     cfg = config(workloads={"state_dir": str(tmp_path)})
-    (result,) = rounds(monkeypatch, "synthetic-k8s-utilization-samples", [0.0], cfg)
+    (result,) = rounds("synthetic-k8s-utilization-samples", [0.0], cfg)
     assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(result).values())
     missing = config(workloads={"state_dir": str(tmp_path / "absent")})
-    (result,) = rounds(monkeypatch, "synthetic-k8s-utilization-samples", [0.0], missing)
+    (result,) = rounds("synthetic-k8s-utilization-samples", [0.0], missing)
     assert result.data["accounting"]["state_error"] == "No such file or directory"
 
 
-def test_an_unknown_allocation_counts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    results = rounds(monkeypatch, "synthetic-k8s-podresources-refused", [0.0, 60.0], Config())
+def test_an_unknown_allocation_counts_nothing() -> None:
+    results = rounds("synthetic-k8s-podresources-refused", [0.0, 60.0], Config())
     assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(results[1]).values())

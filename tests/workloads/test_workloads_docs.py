@@ -39,5 +39,6 @@ def test_each_strategy_has_its_snapshot() -> None:
         "synthetic-k8s-mig-single",
         "synthetic-k8s-mig-mixed",
         "synthetic-k8s-dra-claims",
+        "synthetic-k8s-dra-mig",
     ]:
         assert (SNAPSHOTS / name / "podresources.json").is_file(), name

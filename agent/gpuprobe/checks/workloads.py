@@ -177,13 +177,14 @@ def _all_grants(gpu: DeviceUse, migs: list[DeviceUse]) -> list[Grant]:
 
 
 def _used_without(where: DeviceUse, pid: int, pod: PodRef) -> Finding:
-    holders = ", ".join(str(p) for p in where.holders) or "no pod"
+    holders = ", ".join(str(p) for p in where.holders)
+    given = f"it is allocated to {holders}" if holders else "no pod was given it"
     return Finding(
         "GPU_USED_WITHOUT_ALLOCATION",
         Severity.WARNING,
         f"{_name(where)} runs process {pid} of pod {pod}, which the kubelet did not give this "
-        f"device (it is allocated to {holders}): a container sees GPUs it was not given "
-        "(NVIDIA_VISIBLE_DEVICES=all, a privileged pod) and takes them from their holder",
+        f"device ({given}): a container sees GPUs it was not given "
+        "(NVIDIA_VISIBLE_DEVICES=all, a privileged pod) and takes them from the scheduler",
         Action.FIX_CONFIG,
         where.resource,
         (pod,),

@@ -17,9 +17,9 @@ from prometheus_client.registry import Collector
 
 from gpuprobe import __version__
 from gpuprobe.report import NodeReport
-from gpuprobe.serve.state import Snapshot
+from gpuprobe.serve.state import AgentState
 
-Renderer = Callable[[Snapshot, NodeReport], Iterable[Metric]]
+Renderer = Callable[[AgentState, NodeReport], Iterable[Metric]]
 GPU_LABELS = ["gpu", "uuid"]
 
 
@@ -30,7 +30,7 @@ class ReportCollector(Collector):
         self._families: list[Metric] = list(agent_families(node))
         self._node = node
 
-    def update(self, snapshot: Snapshot) -> None:
+    def update(self, snapshot: AgentState) -> None:
         """Render the families of a new snapshot (called by the store on each update)."""
         self._families = render(snapshot, self._node)
 
@@ -39,7 +39,7 @@ class ReportCollector(Collector):
         return iter(self._families)
 
 
-def render(snapshot: Snapshot, node: str) -> list[Metric]:
+def render(snapshot: AgentState, node: str) -> list[Metric]:
     """Every family for one snapshot."""
     families = list(agent_families(node))
     if snapshot.report is None:
@@ -58,7 +58,7 @@ def agent_families(node: str) -> Iterator[Metric]:
     yield info
 
 
-def report_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def report_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """The node's and each check's status, duration and run counts, and the findings."""
     node = GaugeMetricFamily(
         "gpuprobe_node_status",
@@ -125,7 +125,7 @@ def report_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield finding
 
 
-def driver_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def driver_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_driver_info` from the driver check's data."""
     data = _data(report, "driver")
     version = _text(data.get("driver_version"))
@@ -206,7 +206,7 @@ REMAPPED_ROWS = {
 }
 
 
-def gpu_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def gpu_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """GPU count, identity, and the per-GPU gauges from the gpus check's data."""
     data = _data(report, "gpus")
     if not data:
@@ -259,7 +259,7 @@ def gpu_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield from (f for f in (ecc, rows) if f.samples)
 
 
-def xid_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def xid_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_gpu_xid_errors_total` from the xid check's data."""
     records = _data(report, "xid").get("xids")
     if not isinstance(records, list):
@@ -277,7 +277,7 @@ def xid_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield xids
 
 
-def mig_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def mig_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_mig_device_info`: one sample per MIG device (compute instance) from the mig
     check's data, so that a dashboard can draw each GPU's MIG layout."""
     gpus = _data(report, "mig").get("gpus")
@@ -311,7 +311,7 @@ def mig_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield family
 
 
-def storage_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def storage_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_storage_throughput_bytes_per_second` from the storage check's data."""
     paths = _data(report, "storage").get("paths")
     if not isinstance(paths, list):
@@ -331,7 +331,7 @@ def storage_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]
     yield family
 
 
-def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def peer_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_peer_bandwidth_bytes_per_second` from this agent's latest bandwidth tests."""
     if not snapshot.links:
         return
@@ -352,7 +352,7 @@ def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield measured
 
 
-def workload_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def workload_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """Who holds each GPU (one join series per holder, kube-state-metrics style) and the
     idle accounting's GPU-seconds, from the workloads check's data."""
     data = _data(report, "workloads")

@@ -9,8 +9,11 @@ From `List`, every container's devices:
 - DRA claims (`dynamic_resources`) whose devices name CDI devices (`vendor/class=name`),
   resolved through the node's CDI specs: by the device name itself when it is an index,
   UUID or `<gpu>:<mig>` (nvidia-ctk's names), else by the UUIDs in the device's
-  `NVIDIA_VISIBLE_DEVICES` or its `/dev/nvidia<minor>` device node; a DRA device named
-  `gpu-<index>` (the NVIDIA DRA driver's) is that GPU when no spec says more.
+  `NVIDIA_VISIBLE_DEVICES`, or its device nodes: a MIG device's compute-instance capability
+  `/dev/nvidia-caps/nvidia-cap<minor>` (the driver's `/proc/driver/nvidia-caps/mig-minors`
+  names it `gpu<GPU minor>/gi<gi>/ci<ci>/access <minor>`) before its parent's
+  `/dev/nvidia<minor>`; a DRA device named `gpu-<index>` (the NVIDIA DRA driver's) is that GPU
+  when no spec says more.
 
 A device ID that names no GPU of this node is kept, unresolved, when its resource also hands
 out GPUs (a stale or foreign ID); resources that are no GPUs at all (NICs, FPGAs) are ignored.
@@ -29,7 +32,10 @@ from gpuprobe.report import PodRef
 from gpuprobe.workloads.inventory import Gpu
 
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
 _DEV_NODE = re.compile(r"^/dev/nvidia(\d+)$")
+_CAP_NODE = re.compile(r"^/dev/nvidia-caps/nvidia-cap(\d+)$")
+_CI_ACCESS = re.compile(r"^gpu(\d+)/gi(\d+)/ci(\d+)/access (\d+)$")
 _DRA_GPU = re.compile(r"^gpu-(\d+)$")
 DEVICE_PLUGIN, DRA = "device-plugin", "dra"
 
@@ -59,6 +65,7 @@ class DeviceNames:
     def __init__(self, gpus: Iterable[Gpu]) -> None:
         self.by_name: dict[str, str] = {}
         self.by_minor: dict[int, str] = {}
+        self.by_instance: dict[tuple[int, int, int], str] = {}  # (GPU minor, gi, ci)
         for gpu in gpus:
             self.by_name[str(gpu.index)] = gpu.resource
             if gpu.uuid:
@@ -66,6 +73,8 @@ class DeviceNames:
             if gpu.minor is not None:
                 self.by_minor[gpu.minor] = gpu.resource
             for mig in gpu.migs:
+                if gpu.minor is not None:
+                    self.by_instance[(gpu.minor, mig.gi, mig.ci)] = mig.resource
                 self.by_name[f"{gpu.index}:{mig.slot}"] = mig.resource
                 if mig.uuid:
                     self.by_name[mig.uuid] = mig.resource
@@ -136,8 +145,14 @@ def has_dra(listed: api_pb2.ListPodResourcesResponse) -> bool:
 class CdiDevices:
     """The node's CDI devices by fully qualified name (`vendor/class=name`)."""
 
-    def __init__(self, specs: Iterable[CdiSpec]) -> None:
+    def __init__(self, specs: Iterable[CdiSpec], mig_minors: str = "") -> None:
         self.edits: dict[str, ContainerEdits] = {}
+        # Compute-instance capability minors: (GPU minor, gi, ci) by capability minor.
+        self.instances: dict[int, tuple[int, int, int]] = {}
+        for line in mig_minors.splitlines():
+            if found := _CI_ACCESS.match(line.strip()):
+                gpu, gi, ci, minor = (int(g) for g in found.groups())
+                self.instances[minor] = (gpu, gi, ci)
         for spec in specs:
             for device in spec.devices:
                 self.edits[f"{spec.kind}={device.name}"] = device.edits
@@ -156,6 +171,13 @@ class CdiDevices:
             key, _, value = env.partition("=")
             if key == "NVIDIA_VISIBLE_DEVICES":
                 found |= {d for v in value.split(",") if (d := names.resolve(v.strip())[0])}
+        migs = {
+            names.by_instance.get(self.instances.get(int(cap.group(1)), (-1, -1, -1)))
+            for node in edits.device_nodes
+            if (cap := _CAP_NODE.match(node))
+        } - {None}
+        if migs:  # a MIG device: its parent's /dev/nvidia<minor> is not the whole GPU's grant
+            return found | {m for m in migs if m is not None}
         for node in edits.device_nodes:
             minor = _DEV_NODE.match(node)
             if minor and (device := names.by_minor.get(int(minor.group(1)))):
@@ -178,4 +200,4 @@ def read_cdi_devices(fs: HostFS, dirs: Iterable[str] = CDI_SPEC_DIRS) -> CdiDevi
             spec = parse_cdi_spec(path, raw)
             if isinstance(spec, CdiSpec):
                 specs.append(spec)
-    return CdiDevices(specs)
+    return CdiDevices(specs, fs.try_read_text(MIG_MINORS) or "")

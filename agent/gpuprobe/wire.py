@@ -20,6 +20,9 @@ from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Se
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 _EXACT_INT = 2**53
+# A failed MeasureBandwidth call carries a MeasureBandwidthResponse, with `failed_side` set,
+# in its trailing metadata under this key (serialized).
+FAILURE_KEY = "gpuprobe-failure-bin"
 
 # Which keys of a check's data to convert: a key maps to None (its whole value) or to the
 # keys to keep of its value (of the object, or of each object in the list). A tool that
@@ -182,3 +185,24 @@ def _enum_name(enum: Any, value: int, prefix: str) -> str:
         return str(enum.Name(value)).removeprefix(prefix)
     except ValueError:  # a value from a newer agent
         return ""
+
+
+# --- bandwidth failures ----------------------------------------------------------------------
+
+
+def failure_metadata(side: pb.TestSide) -> tuple[tuple[str, bytes], ...]:
+    """The trailing metadata of a failed MeasureBandwidth call that names the failed side."""
+    return ((FAILURE_KEY, pb.MeasureBandwidthResponse(failed_side=side).SerializeToString()),)
+
+
+def failed_side(error: Any) -> int:
+    """The side a failed MeasureBandwidth call names (TEST_SIDE_UNSPECIFIED when none, e.g.
+    from an agent of an earlier version)."""
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == FAILURE_KEY and isinstance(value, bytes):
+            try:
+                return int(pb.MeasureBandwidthResponse.FromString(value).failed_side)
+            except Exception:  # a garbled detail names no side
+                return int(pb.TEST_SIDE_UNSPECIFIED)
+    return int(pb.TEST_SIDE_UNSPECIFIED)

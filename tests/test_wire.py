@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 import pytest
 
 from conftest import snapshot
+from gpuprobe import wire
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity, Status
-from gpuprobe.serve import convert
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import config
 
@@ -23,7 +23,7 @@ from helpers import config
 def test_snapshot_reports_round_trip(name: str) -> None:
     cfg = config(driver={"required_cuda": ["12.4"]})
     report = run_checks(snapshot_host(snapshot(name)), cfg, list(CHECKS))
-    back = convert.report_from_proto(convert.report_to_proto(report))
+    back = wire.report_from_proto(wire.report_to_proto(report))
     assert back.to_dict() == report.to_dict()
 
 
@@ -51,7 +51,7 @@ def test_fields_and_enums_are_spelled_as_the_proto_says() -> None:
         ],
     )
     ran_at = datetime(2026, 11, 29, 20, 59, 58, tzinfo=UTC)
-    message = convert.report_to_proto(report, {"gpus": ran_at}, agent_version="9.9")
+    message = wire.report_to_proto(report, {"gpus": ran_at}, agent_version="9.9")
     assert message.node == "gpu-node-17"
     assert message.time.seconds == int(t.timestamp())
     assert message.status == pb.STATUS_CRITICAL
@@ -72,32 +72,32 @@ def test_fields_and_enums_are_spelled_as_the_proto_says() -> None:
         "gpu:3:GPU-5f1c",
     )
     # Integral numbers come back as ints, fractions as floats.
-    data = convert.struct_to_data(check.data)
+    data = wire.struct_to_data(check.data)
     assert data == {"gpus": [{"index": 3, "memory_total_bytes": 85520809984, "ratio": 0.5}]}
     assert isinstance(data["gpus"][0]["index"], int)
 
 
 def test_every_python_enum_value_has_a_proto_value() -> None:
     for status in Status:
-        assert convert.status_from_proto(convert.status_to_proto(status)) is status
+        assert wire.status_from_proto(wire.status_to_proto(status)) is status
     for severity in Severity:
         f = Finding("X", severity, "m")
-        assert convert.finding_from_proto(convert.finding_to_proto(f)).severity is severity
+        assert wire.finding_from_proto(wire.finding_to_proto(f)).severity is severity
     for action in Action:
         f = Finding("X", Severity.WARNING, "m", action)
-        assert convert.finding_from_proto(convert.finding_to_proto(f)).action is action
+        assert wire.finding_from_proto(wire.finding_to_proto(f)).action is action
 
 
 def test_unset_or_newer_enum_values_read_as_unknown_and_none() -> None:
-    assert convert.status_from_proto(pb.STATUS_UNSPECIFIED) is Status.UNKNOWN
-    assert convert.status_from_proto(99) is Status.UNKNOWN
-    finding = convert.finding_from_proto(pb.Finding(code="X", severity=77, action=88))
+    assert wire.status_from_proto(pb.STATUS_UNSPECIFIED) is Status.UNKNOWN
+    assert wire.status_from_proto(99) is Status.UNKNOWN
+    finding = wire.finding_from_proto(pb.Finding(code="X", severity=77, action=88))
     assert (finding.severity, finding.action) == (Severity.UNKNOWN, Action.NONE)
 
 
 def test_data_with_tuples_and_non_text_keys_reads_as_the_json_report_writes_it() -> None:
-    struct = convert.data_to_struct({"versions": ("12.4", "12.8"), "by_gpu": {0: True}})
-    assert convert.struct_to_data(struct) == {
+    struct = wire.data_to_struct({"versions": ("12.4", "12.8"), "by_gpu": {0: True}})
+    assert wire.struct_to_data(struct) == {
         "versions": ["12.4", "12.8"],
         "by_gpu": {"0": True},
     }
@@ -108,20 +108,20 @@ def test_default_config_report_has_a_time_for_each_check() -> None:
         snapshot_host(snapshot("synthetic-h100-8gpu-healthy")), Config(), list(CHECKS)
     )
     times = {c.name: report.time for c in report.checks}
-    message = convert.report_to_proto(report, times)
+    message = wire.report_to_proto(report, times)
     assert [c.time.seconds for c in message.checks] == [int(report.time.timestamp())] * len(CHECKS)
 
 
 def test_a_findings_pods_travel_as_pod_refs_and_come_back() -> None:
     pods = (PodRef("training", "llama-7b-0", "trainer"), PodRef("infer", "vllm-5d8f", ""))
     finding = Finding("XID", Severity.CRITICAL, "GPU 3: Xid 79", Action.RESET_GPU, "gpu:3:G", pods)
-    message = convert.finding_to_proto(finding)
+    message = wire.finding_to_proto(finding)
     assert [(p.namespace, p.pod, p.container) for p in message.pods] == [
         ("training", "llama-7b-0", "trainer"),
         ("infer", "vllm-5d8f", ""),
     ]
-    again = convert.finding_from_proto(pb.Finding.FromString(message.SerializeToString()))
+    again = wire.finding_from_proto(pb.Finding.FromString(message.SerializeToString()))
     assert again == finding
     # A finding from an agent before pods existed reads as one with none.
     old = pb.Finding(code="XID", message="m", resource="node")
-    assert convert.finding_from_proto(old).pods == ()
+    assert wire.finding_from_proto(old).pods == ()
