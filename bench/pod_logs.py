@@ -7,8 +7,9 @@ containers, each with a live `1.log` of 1 GiB (sparse: no disk used) that ends i
 CRI lines, a rotated `1.log.<stamp>` and the previous instance's `0.log`. Each round lists the
 tree, reads every container's 64 KiB tail, parsed into lines, and matches every line against
 the signatures (a healthy log: nothing matches, so every line is tried). The reference is one
-`tail -q -c 65536` over the same live files, which only seeks and copies. Prints p50 / p99 of both in milliseconds, their ratio, and the peak
-memory one round of the check's reading allocates, as JSON.
+`tail -q -c 65536` over the same live files, which only seeks and copies. Prints p50 / p99 of
+both in milliseconds, their ratio, and the peak memory one round of the check's reading
+allocates, as JSON.
 """
 
 from __future__ import annotations
