@@ -78,6 +78,26 @@ REAL = [
         "PyTorch on a GeForce GPU with cuda-compat loaded (cudaErrorCompatNotSupportedOnDevice)",
     ),
     (
+        sig.FABRIC_NOT_INITIALIZED,
+        "/home/l****t/.local/lib/python3.6/site-packages/torch/cuda/__init__.py:80: UserWarning: "
+        "CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
+        "functions before calling NumCudaDevices() that might have already set an error? Error "
+        "802: system not yet initialized (Triggered internally at  "
+        "../c10/cuda/CUDAFunctions.cpp:112.)",
+        "github.com/microsoft/lisa/issues/2823 (ND96asr_v4, no fabric manager)",
+    ),
+    (
+        sig.FABRIC_NOT_INITIALIZED,
+        "[rank3]: Cuda failure 802 'system not yet initialized'",
+        "github.com/hiyouga/LlamaFactory/issues/8968 (NCCL on 8×B200)",
+    ),
+    (
+        sig.FABRIC_NOT_INITIALIZED,
+        "CUDA error at bandwidthTest.cu:256 code=802(cudaErrorSystemNotReady) "
+        '"cudaSetDevice(currentDevice)"',
+        "github.com/pytorch/pytorch/issues/35710 (CUDA samples' bandwidthTest)",
+    ),
+    (
         sig.CUDA_FAULT_AT_XID,
         "[rank0]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
         "PyTorch c10/cuda/CUDAException",

@@ -2391,6 +2391,20 @@ def ecc_crash(clock: str) -> list[str]:
     ]  # fmt: skip
 
 
+def pytorch_error_802(clock: str) -> list[str]:
+    """PyTorch and NCCL on an NVSwitch node whose fabric manager is not running (error 802,
+    as microsoft/lisa#2823 and hiyouga/LlamaFactory#8968 show them)."""
+    return [
+        cri(f"{clock}.100", "/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py:129: "
+            "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did "
+            "you run some cuda functions before calling NumCudaDevices() that might have "
+            "already set an error? Error 802: system not yet initialized (Triggered internally "
+            "at /pytorch/c10/cuda/CUDAFunctions.cpp:109.)"),
+        cri(f"{clock}.101", "  return torch._C._cuda_getDeviceCount() > 0"),
+        cri(f"{clock}.900", "[rank0]: Cuda failure 802 'system not yet initialized'"),
+    ]  # fmt: skip
+
+
 def progress(start_minute: int, count: int, container: str = "trainer") -> list[str]:
     """Healthy training-step lines."""
     return [
@@ -2539,6 +2553,22 @@ def pod_failure_variants() -> list[Node]:
         for i in range(3)
     ]  # fmt: skip
     nodes.append(with_containers(node, lost))
+
+    # An A100-style NVSwitch node without the fabric manager: CUDA in the pods fails with
+    # error 802 (the gpus check sees the same from NVML and the process list).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-fabric-not-ready"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetGpuFabricInfoV", [i], error="NotSupported")
+    node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
+    trainers = [
+        GpuContainer(Pod("ml-team", f"llama-pretrain-{i}", 90 + i, "trainer"), "nvcr.io/nvidia/"
+                     "pytorch:24.03-py3", LEGACY_12_2_ENV, [2 * i, 2 * i + 1],
+                     {"0.log": pytorch_error_802(f"20:5{i}:10")})
+        for i in range(2)
+    ]  # fmt: skip
+    nodes.append(with_containers(node, trainers))
     return nodes
 
 

@@ -41,6 +41,7 @@ RUNTIME_REQUIREMENT = "runtime-requirement-unsatisfied"
 CDI_UNRESOLVABLE = "cdi-device-unresolvable"
 DEVICE_PLUGIN_ALLOCATION = "device-plugin-allocation-failed"
 CUDA_FAULT_AT_XID = "cuda-fault-at-xid"
+FABRIC_NOT_INITIALIZED = "cuda-system-not-ready"
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
@@ -80,6 +81,19 @@ SIGNATURES: tuple[Signature, ...] = (
         "upgrade the driver to one that supports the image's CUDA (forward compatibility "
         "runs on data-center GPUs only), or run an image built for this driver's CUDA",
         Action.FIX_CONFIG,
+    ),
+    Signature(
+        FABRIC_NOT_INITIALIZED,
+        "CUDA found the GPUs' NVSwitch fabric not initialized (error 802)",
+        _p(
+            r"system not yet initialized",
+            r"cudaErrorSystemNotReady",
+            r"CUDA_ERROR_SYSTEM_NOT_READY",
+        ),
+        "start nvidia-fabricmanager at the driver's exact version (`systemctl enable --now "
+        "nvidia-fabricmanager`) and wait for the GPUs' fabric registration; then restart the pod",
+        Action.FIX_CONFIG,
+        needs_gpu=True,
     ),
     Signature(
         DRIVER_TOO_OLD,

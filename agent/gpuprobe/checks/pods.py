@@ -527,6 +527,17 @@ def _node_level(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list
         findings.append(
             Finding("POD_GPU_FAILURE", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
         )
+    fabric = [f for f in failures if f.cause == sig.FABRIC_NOT_INITIALIZED]
+    if fabric:
+        message = (
+            f"CUDA in {len({(f.pod.namespace, f.pod.pod) for f in fabric})} GPU pod(s) failed "
+            "with error 802 (system not yet initialized): the node's NVSwitch fabric is not "
+            f"ready. Fix: {sig.by_cause(sig.FABRIC_NOT_INITIALIZED).fix}"
+        )
+        pods = tuple(f.pod for f in fabric)
+        findings.append(
+            Finding("FABRIC_NOT_READY", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
+        )
     unresolved = [f for f in failures if f.cause == sig.CDI_UNRESOLVABLE]
     if unresolved:
         names = sorted({f.detail or "?" for f in unresolved})
