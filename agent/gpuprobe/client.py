@@ -227,7 +227,9 @@ class Client:
     def measure_bandwidth(
         self, request: pb.MeasureBandwidthRequest, timeout: float = 60.0
     ) -> pb.MeasureBandwidthResponse:
-        """Have the agent measure its bandwidth toward the peer the request names."""
+        """Have the agent measure its bandwidth toward the peer the request names, sending to
+        the sink in `request.sink` (opened on the peer with `open_bandwidth_sink` for this
+        agent's address). A failure names the side at fault: `wire.failed_side(error)`."""
         response: pb.MeasureBandwidthResponse = self._stub.MeasureBandwidth(
             request, timeout=timeout, metadata=self._metadata
         )
@@ -236,7 +238,8 @@ class Client:
     def open_bandwidth_sink(
         self, request: pb.OpenBandwidthSinkRequest, timeout: float = 10.0
     ) -> pb.OpenBandwidthSinkResponse:
-        """Ask the agent for a one-time sink for a test from this caller (agents call this)."""
+        """Ask the agent for a one-time sink for a test from `request.sender` (default: this
+        caller); hand the answer to the sender's `measure_bandwidth` as `sink`."""
         response: pb.OpenBandwidthSinkResponse = self._stub.OpenBandwidthSink(
             request, timeout=timeout, metadata=self._metadata
         )

@@ -69,6 +69,12 @@ SUMMARY_DATA: dict[str, DataKeys] = {
             },
         },
     },
+    # The audit's workload failures (gpuprobe.audit.facts): pods failing for GPU reasons,
+    # images that need a newer driver.
+    "pods": {
+        "containers": {"namespace": None, "image": None, "cuda_required": None, "verdict": None},
+        "failures": {"namespace": None, "pod": None, "cause": None},
+    },
 }
 
 

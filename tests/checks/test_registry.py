@@ -18,9 +18,9 @@ from gpuprobe.families import Family
 from helpers import node_report
 
 # The modules of the checks package that are not checks: the machinery (attribution names
-# the pods of every check's GPU findings), and the gpus check's judgement of gpu.health's
-# and gpu.imex's facts.
-MACHINERY = {"record", "registry", "runner", "attribution", "gpu_health", "imex"}
+# the pods of every check's GPU findings), the gpus check's judgement of gpu.health's and
+# gpu.imex's facts, and the pods check's table of failure signatures.
+MACHINERY = {"record", "registry", "runner", "attribution", "gpu_health", "imex", "pod_signatures"}
 # Config sections that belong to no one check.
 SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth"}
 CHECKS_DOC = (ROOT / "docs/checks.md").read_text()

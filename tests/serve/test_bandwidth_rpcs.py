@@ -220,6 +220,7 @@ def test_without_tls_an_agent_never_calls_a_peer_itself(
     assert received == []
 
 
+@pytest.mark.slow  # four failures of 2.5 s each, one after another (one test at a time)
 def test_foreign_services_get_no_data_and_all_look_alike(
     idle_pair: tuple[str, str, object],
 ) -> None:
@@ -348,19 +349,19 @@ def test_an_agent_remembers_a_bounded_number_of_peers() -> None:
     # grow the metrics page without end.
     from datetime import UTC, datetime
 
-    from gpuprobe.measure.bandwidth import TestResult
+    from gpuprobe.measure.bandwidth import Measurement
     from gpuprobe.serve.bandwidth import MAX_LINKS, LinkBook
     from gpuprobe.serve.state import ReportStore
 
     store = ReportStore("node-a", [])
     book = LinkBook(store)
     for i in range(MAX_LINKS + 5):
-        book.record(TestResult("node-a", f"peer-{i}", "tcp", float(i)))
+        book.record(Measurement("node-a", f"peer-{i}", "tcp", float(i)))
     assert {link.peer for link in store.current().links} == {
         f"peer-{i}" for i in range(5, MAX_LINKS + 5)
     }
-    book.record(TestResult("node-a", "peer-10", "tcp", 1.0))  # seen again: now the newest
-    book.record(TestResult("node-a", "peer-new", "tcp", 1.0))  # the oldest, peer-5, goes
+    book.record(Measurement("node-a", "peer-10", "tcp", 1.0))  # seen again: now the newest
+    book.record(Measurement("node-a", "peer-new", "tcp", 1.0))  # the oldest, peer-5, goes
     links = store.current().links
     assert len(links) == MAX_LINKS
     assert {link.peer for link in links} == {

@@ -6,9 +6,12 @@ and 27). Certificates are made at test time; everything runs on loopback."""
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,6 +20,7 @@ import pytest
 from certs import Pki, make_pki
 from gpuprobe import wire
 from gpuprobe.client import Client, Credentials
+from gpuprobe.measure.bandwidth import PEER_CALL_SECONDS
 from gpuprobe.mesh.run import MeshOptions, Peer, run_mesh
 from gpuprobe.mesh.verdict import OK, Thresholds
 from gpuprobe.serve.agent import Agent, ServeOptions
@@ -142,3 +146,64 @@ def test_client_certificate_flags_come_in_pairs_and_need_mtls(pki: Pki) -> None:
             tls_client_cert=pki.client_cert,
             tls_client_key=pki.client_key,
         )
+
+
+@pytest.mark.slow  # three failures of 5 s each, one after another
+def test_over_tls_foreign_services_learn_no_credentials_and_all_look_alike(
+    pki: Pki, tmp_path: Path
+) -> None:
+    # A caller with the token aims the agent (no sink given) at a closed port, a silent one
+    # and one that answers garbage: each gets at most a TLS ClientHello, never the token,
+    # and the three failures read alike after the same time.
+    token = tmp_path / "token"
+    token.write_text("fleet-token-never-leaves\n")
+    received: list[bytes] = []
+
+    def serve(server: socket.socket, answer: bytes | None) -> None:
+        server.settimeout(PEER_CALL_SECONDS + 2)
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(PEER_CALL_SECONDS + 1)
+            data = b""
+            try:
+                while chunk := conn.recv(65536):
+                    data += chunk
+                    if answer is not None:
+                        conn.sendall(answer)
+            except OSError:
+                pass
+            received.append(data)
+
+    def attempt(port: int) -> None:
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as err:
+            measure(pki, a, f"127.0.0.1:{port}")
+        answers.append((err.value.code(), err.value.details(), time.monotonic() - started))
+
+    answers: list[tuple[grpc.StatusCode, str, float]] = []
+    with (
+        mtls_pair(
+            pki,
+            tls_client_cert=pki.client_cert,
+            tls_client_key=pki.client_key,
+            token_file=str(token),
+        ) as (a, _),
+        socket.socket() as closed,
+    ):
+        closed.bind(("127.0.0.1", 0))
+        for answer in (None, b"HTTP/1.1 400 Bad Request\r\n\r\n"):
+            server = socket.create_server(("127.0.0.1", 0))
+            thread = threading.Thread(target=serve, args=(server, answer), daemon=True)
+            thread.start()
+            attempt(server.getsockname()[1])
+            thread.join(PEER_CALL_SECONDS + 3)
+            server.close()
+        attempt(closed.getsockname()[1])
+    assert {(code, details) for code, details, _ in answers} == {
+        (grpc.StatusCode.UNAVAILABLE, "127.0.0.1 did not answer as a gpuprobe agent of this fleet")
+    }
+    assert all(PEER_CALL_SECONDS - 0.05 <= took < PEER_CALL_SECONDS + 1.5 for *_, took in answers)
+    assert received and all(b"fleet-token-never-leaves" not in data for data in received)

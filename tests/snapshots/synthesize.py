@@ -702,6 +702,7 @@ def variants() -> list[Node]:
         + container_variants()
         + fabric_variants()
         + workload_variants()
+        + pod_failure_variants()
     )
 
 
@@ -1723,8 +1724,8 @@ def on_kubelet(
     allocatable: list[tuple[str, list[str]]],
     shape: str = "v2-systemd-containerd",
 ) -> Node:
-    """The kubelet's socket and answers for these pods, their log directories as capture
-    keeps them (empty placeholders), and each GPU process's cgroup."""
+    """The kubelet's socket and answers for these pods, their log directories with each
+    container's first log, and each GPU process's cgroup."""
     node.file(PODRESOURCES_SOCKET)
     entries = []
     for namespace, name, container in SYSTEM_PODS:
@@ -1739,7 +1740,10 @@ def on_kubelet(
         if pod.claims:
             container["dynamicResources"] = pod.claims
         entries.append({"name": pod.name, "namespace": pod.namespace, "containers": [container]})
-        node.directories.add(f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}")
+        # The kubelet's log directory of the pod, with its container's (empty) first log: git
+        # keeps no empty directory, and the kubelet makes the log as the container starts.
+        log = f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{pod.container}/0.log"
+        node.files.setdefault(log, "")
         node.file(f"/var/log/containers/{pod.name}_{pod.namespace}_{pod.container}-{pod.cid}.log")
         for pid in pod.pids:
             node.file(f"/proc/{pid}/cgroup", cgroup_file(shape, pod.uid, pod.cid))
@@ -2079,6 +2083,495 @@ def workload_variants() -> list[Node]:
     node.file(PODRESOURCES_SOCKET)
     node.podresources = {"error": "UNAVAILABLE"}
     nodes.append(node)
+    return nodes
+
+
+# --- pods: running containers' OCI specs and the kubelet's CRI logs (check `pods`) ---
+
+CONTAINERD_TASKS = "/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+CRIO_CONTAINERS = "/run/containers/storage/overlay-containers"
+# NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.8.0-*-ubuntu24.04, as its Dockerfile sets it.
+CUDA_12_8_REQUIRE = "cuda>=12.8 " + " ".join(
+    f"brand={brand},driver>={branch},driver<{branch + 1}"
+    for branch in (470, 535, 550, 560, 565)
+    for brand in (
+        "unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps",
+        "vpc", "vcs", "vws", "cloudgaming",
+    )
+)  # fmt: skip
+CUDA_12_8_ENV = {
+    "PATH": "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:"
+    "/usr/sbin:/usr/bin:/sbin:/bin",
+    "NVARCH": "x86_64",
+    "NVIDIA_REQUIRE_CUDA": CUDA_12_8_REQUIRE,
+    "NV_CUDA_CUDART_VERSION": "12.8.57-1",
+    "NV_CUDA_COMPAT_PACKAGE": "cuda-compat-12-8",
+    "CUDA_VERSION": "12.8.0",
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    "NV_CUDA_LIB_VERSION": "12.8.0-1",
+    "NV_NVTX_VERSION": "12.8.55-1",
+    "NV_LIBNPP_VERSION": "12.3.3.65-1",
+    "NV_LIBCUBLAS_VERSION": "12.8.3.14-1",
+    "NCCL_VERSION": "2.25.1-1",
+}
+# The 12.2.2 image of the legacy kind (CUDA_VERSION without NVIDIA_REQUIRE_CUDA), as images
+# built FROM an old ubuntu with the toolkit copied in carry it.
+LEGACY_12_2_ENV = {
+    "PATH": "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "CUDA_VERSION": "12.2.2",
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+}
+KUBE_ENV = {
+    "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+    "KUBERNETES_SERVICE_PORT": "443",
+    "KUBERNETES_PORT": "tcp://10.96.0.1:443",
+}
+# When the logs' lines were written: minutes before the snapshot (21:00:00).
+LOG_DAY = "2026-11-29"
+H100_BRAND = 14  # NVML_BRAND_NVIDIA: data-center GPUs of the Hopper generation
+
+
+@dataclass
+class GpuContainer:
+    """A pod's one container: its image and env, what the kubelet gave it, its log files
+    (name → CRI lines), and which runtime runs it."""
+
+    pod: Pod
+    image: str
+    env: dict[str, str]
+    gpus: list[int]
+    logs: dict[str, list[str]] = field(default_factory=dict)
+    runtime: str = "containerd"
+    running: bool = True
+
+
+def cri(clock: str, text: str, stream: str = "stderr", tag: str = "F") -> str:
+    """One CRI log line at `clock` (hh:mm:ss.fraction) on the log day."""
+    return f"{LOG_DAY}T{clock}Z {stream} {tag} {text}"
+
+
+def with_gpu_brand(node: Node, brand: int, name: str, capability: tuple[int, int]) -> Node:
+    """Every GPU answers nvmlDeviceGetBrand, its name and nvmlDeviceGetCudaComputeCapability."""
+    for i in range(len(H100_PCI)):
+        node.call("nvmlDeviceGetBrand", [i], brand)
+        node.call("nvmlDeviceGetCudaComputeCapability", [i], list(capability))
+        node.call("nvmlDeviceGetMinorNumber", [i], i)
+        if name != H100_NAME:
+            node.replace_call("nvmlDeviceGetName", [i], ret=name)
+    return node
+
+
+def oci_spec(c: GpuContainer) -> dict[str, Any]:
+    """The container's OCI runtime spec as its runtime writes config.json."""
+    pod = c.pod
+    env = {**c.env, **KUBE_ENV, "HOSTNAME": pod.name}
+    if c.gpus:  # the device plugin's envvar strategy overrides the image's "all"
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(gpu_uuid(i) for i in c.gpus)
+    devices = [
+        {"path": f"/dev/nvidia{i}", "type": "c", "major": 195, "minor": i, "fileMode": 438,
+         "uid": 0, "gid": 0}
+        for i in c.gpus
+    ]  # fmt: skip
+    allowed = [{"allow": False, "access": "rwm"}] + [
+        {"allow": True, "type": "c", "major": 195, "minor": i, "access": "rw"} for i in c.gpus
+    ]
+    uid = pod.uid.replace("-", "_")
+    if c.runtime == "containerd":
+        annotations = {
+            "io.kubernetes.cri.container-name": pod.container,
+            "io.kubernetes.cri.container-type": "container",
+            "io.kubernetes.cri.image-name": c.image,
+            "io.kubernetes.cri.sandbox-id": container_id(pod.name, "pause"),
+            "io.kubernetes.cri.sandbox-name": pod.name,
+            "io.kubernetes.cri.sandbox-namespace": pod.namespace,
+            "io.kubernetes.cri.sandbox-uid": pod.uid,
+        }
+        root = "rootfs"
+        cgroups = f"kubepods-burstable-pod{uid}.slice:cri-containerd:{pod.cid}"
+    else:
+        annotations = {
+            "io.container.manager": "cri-o",
+            "io.kubernetes.container.name": pod.container,
+            "io.kubernetes.cri-o.ContainerID": pod.cid,
+            "io.kubernetes.cri-o.ContainerType": "container",
+            "io.kubernetes.cri-o.ImageName": c.image,
+            "io.kubernetes.cri-o.LogPath": (
+                f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{pod.container}/0.log"
+            ),
+            "io.kubernetes.cri-o.SandboxID": container_id(pod.name, "pause"),
+            "io.kubernetes.pod.name": pod.name,
+            "io.kubernetes.pod.namespace": pod.namespace,
+            "io.kubernetes.pod.uid": pod.uid,
+        }
+        root = f"/var/lib/containers/storage/overlay/{pod.cid}/merged"
+        cgroups = f"kubepods-burstable-pod{uid}.slice:crio:{pod.cid}"
+    return {
+        "ociVersion": "1.1.0",
+        "process": {
+            "user": {"uid": 0, "gid": 0, "additionalGids": [0]},
+            "args": ["python3", "/workspace/train.py"],
+            "env": [f"{k}={v}" for k, v in env.items()],
+            "cwd": "/workspace",
+            "oomScoreAdj": 936,
+        },
+        "root": {"path": root},
+        "hostname": pod.name,
+        "mounts": [
+            {
+                "destination": "/proc",
+                "type": "proc",
+                "source": "proc",
+                "options": ["nosuid", "noexec", "nodev"],
+            },
+        ],
+        "annotations": annotations,
+        "linux": {
+            "resources": {"devices": allowed},
+            "cgroupsPath": cgroups,
+            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+            "devices": devices,
+        },
+    }
+
+
+def sandbox_spec(pod: Pod) -> dict[str, Any]:
+    """containerd's pause container of the pod (skipped by the check)."""
+    return {
+        "ociVersion": "1.1.0",
+        "process": {"args": ["/pause"], "env": ["PATH=/usr/local/sbin:/usr/bin:/bin"]},
+        "root": {"path": "rootfs", "readonly": True},
+        "annotations": {
+            "io.kubernetes.cri.container-type": "sandbox",
+            "io.kubernetes.cri.sandbox-id": container_id(pod.name, "pause"),
+            "io.kubernetes.cri.sandbox-log-directory": (
+                f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}"
+            ),
+            "io.kubernetes.cri.sandbox-name": pod.name,
+            "io.kubernetes.cri.sandbox-namespace": pod.namespace,
+            "io.kubernetes.cri.sandbox-uid": pod.uid,
+        },
+    }
+
+
+def with_containers(node: Node, containers: list[GpuContainer]) -> Node:
+    """The kubelet's answers, each running container's spec (and its pod's pause container),
+    and each container's log files."""
+    for c in containers:
+        c.pod.devices = [("nvidia.com/gpu", [gpu_uuid(i) for i in c.gpus])] if c.gpus else []
+    on_kubelet(node, [c.pod for c in containers], [
+        ("nvidia.com/gpu", [gpu_uuid(i) for i in range(len(H100_PCI))])
+    ])  # fmt: skip
+    for c in containers:
+        pod = c.pod
+        if c.running and c.runtime == "containerd":
+            node.file(f"{CONTAINERD_TASKS}/{pod.cid}/config.json", json.dumps(oci_spec(c)))
+            pause = container_id(pod.name, "pause")
+            node.file(f"{CONTAINERD_TASKS}/{pause}/config.json", json.dumps(sandbox_spec(pod)))
+        elif c.running:
+            node.file(f"{CRIO_CONTAINERS}/{pod.cid}/userdata/config.json", json.dumps(oci_spec(c)))
+        base = f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{pod.container}"
+        for name, lines in c.logs.items():
+            node.file(f"{base}/{name}", "".join(line + "\n" for line in lines))
+    return node
+
+
+def pytorch_too_old(clock: str) -> list[str]:
+    """PyTorch's start on a driver older than its CUDA (torch/cuda/__init__.py _lazy_init)."""
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/workspace/train.py", line 41, in <module>',
+        '    model = model.to("cuda")',
+        '  File "/usr/local/lib/python3.12/dist-packages/torch/nn/modules/module.py", line '
+        "1343, in to",
+        "    return self._apply(convert)",
+        '  File "/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py", line 319, '
+        "in _lazy_init",
+        "    torch._C._cuda_init()",
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 12040). "
+        "Please update your GPU driver by downloading and installing a new version from the "
+        "URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
+        "https://pytorch.org to install a PyTorch version that has been compiled with your "
+        "version of the CUDA driver.",
+    ]
+    return [cri(f"{clock}.{412000 + i:09d}", line) for i, line in enumerate(lines)]
+
+
+def device_query_insufficient(clock: str) -> list[str]:
+    """CUDA's deviceQuery sample against a driver older than its runtime."""
+    lines = [
+        "./deviceQuery Starting...",
+        "",
+        " CUDA Device Query (Runtime API) version (CUDART static linking)",
+        "",
+        "cudaGetDeviceCount returned 35",
+        "-> CUDA driver version is insufficient for CUDA runtime version",
+        "Result = FAIL",
+    ]
+    return [cri(f"{clock}.{100000 + i:09d}", line, "stdout") for i, line in enumerate(lines)]
+
+
+def device_query_pass(clock: str) -> list[str]:
+    """deviceQuery on a healthy GPU (the near-miss: driver and runtime named, no failure)."""
+    lines = [
+        "./deviceQuery Starting...",
+        " CUDA Device Query (Runtime API) version (CUDART static linking)",
+        "Detected 1 CUDA Capable device(s)",
+        'Device 0: "NVIDIA H100 80GB HBM3"',
+        "  CUDA Driver Version / Runtime Version          12.4 / 12.4",
+        "  CUDA Capability Major/Minor version number:    9.0",
+        "deviceQuery, CUDA Driver = CUDART, CUDA Driver Version = 12.4, CUDA Runtime Version "
+        "= 12.4, NumDevs = 1",
+        "Result = PASS",
+    ]
+    return [cri(f"{clock}.{200000 + i:09d}", line, "stdout") for i, line in enumerate(lines)]
+
+
+def tensorflow_no_device(clock: str) -> list[str]:
+    """TensorFlow's start where CUDA finds no device (as tensorflow/tensorflow#44869 shows)."""
+    lines = [
+        f"{LOG_DAY} {clock}.362374: I tensorflow/stream_executor/platform/default/"
+        "dso_loader.cc:48] Successfully opened dynamic library libcudart.so.10.1",
+        f"{LOG_DAY} {clock}.459527: I tensorflow/stream_executor/platform/default/"
+        "dso_loader.cc:48] Successfully opened dynamic library libcuda.so.1",
+        f"{LOG_DAY} {clock}.467224: E tensorflow/stream_executor/cuda/cuda_driver.cc:314] "
+        "failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
+        f"{LOG_DAY} {clock}.467270: I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:156] "
+        "kernel driver does not appear to be running on this host (tf-serving-0): "
+        "/proc/driver/nvidia/version does not exist",
+    ]
+    return [cri(f"{clock}.{300000 + i:09d}", line) for i, line in enumerate(lines)]
+
+
+def nvidia_smi_lost(clock: str) -> list[str]:
+    """A GPU exporter sidecar's nvidia-smi after the container lost its GPU."""
+    return [cri(f"{clock}.000120000", "Failed to initialize NVML: Unknown Error", "stdout")]
+
+
+def docker_requirement_error(clock: str) -> list[str]:
+    """A CI job's `docker run --gpus all` (Docker in the pod) refused by the NVIDIA hook, as
+    MauriceNino/dashdot#1226 shows it."""
+    return [
+        cri(f"{clock}.5123", "$ docker run --rm --gpus all nvcr.io/nvidia/cuda:12.8.0-base-"
+            "ubuntu24.04 nvidia-smi", "stdout"),
+        cri(f"{clock}.9811", "docker: Error response from daemon: failed to create task for "
+            "container: failed to create shim task: OCI runtime create failed: runc create "
+            "failed: unable to start container process: error during container init: error "
+            "running prestart hook #0: exit status 1, stdout: , stderr: "
+            "Auto-detected mode as 'legacy'"),
+        cri(f"{clock}.9812", "nvidia-container-cli: requirement error: unsatisfied condition: "
+            "cuda>=12.8, please update your driver to a newer version, or use an earlier cuda "
+            "container: unknown."),
+        cri(f"{clock}.9902", "ERROR: Job failed: exit code 125", "stdout"),
+    ]  # fmt: skip
+
+
+def docker_cdi_unresolvable(clock: str) -> list[str]:
+    """A CI job's `docker run` asking the NVIDIA runtime for a CDI device no spec defines, as
+    NVIDIA/nvidia-container-toolkit#434 shows it."""
+    return [
+        cri(f"{clock}.2001", "$ docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES="
+            "nvidia.com/gpu=all ubuntu nvidia-smi -L", "stdout"),
+        cri(f"{clock}.7002", "docker: Error response from daemon: failed to create task for "
+            "container: failed to create shim task: OCI runtime create failed: could not apply "
+            "required modification to OCI specification: error modifying OCI spec: failed to "
+            "inject CDI devices: unresolvable CDI devices nvidia.com/gpu=all: unknown."),
+    ]  # fmt: skip
+
+
+def ecc_crash(clock: str) -> list[str]:
+    """A PyTorch training step that failed when its GPU raised a double-bit ECC error."""
+    return [
+        cri(f"{clock}.100", "[rank0]: Traceback (most recent call last):"),
+        cri(f"{clock}.101", '[rank0]:   File "/workspace/train.py", line 88, in <module>'),
+        cri(f"{clock}.102", "[rank0]:     loss.backward()"),
+        cri(f"{clock}.103", "[rank0]: RuntimeError: CUDA error: uncorrectable ECC error "
+            "encountered"),
+        cri(f"{clock}.104", "[rank0]: CUDA kernel errors might be asynchronously reported at "
+            "some other API call, so the stacktrace below might be incorrect."),
+    ]  # fmt: skip
+
+
+def pytorch_error_802(clock: str) -> list[str]:
+    """PyTorch and NCCL on an NVSwitch node whose fabric manager is not running (error 802,
+    as microsoft/lisa#2823 and hiyouga/LlamaFactory#8968 show them)."""
+    return [
+        cri(f"{clock}.100", "/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py:129: "
+            "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did "
+            "you run some cuda functions before calling NumCudaDevices() that might have "
+            "already set an error? Error 802: system not yet initialized (Triggered internally "
+            "at /pytorch/c10/cuda/CUDAFunctions.cpp:109.)"),
+        cri(f"{clock}.101", "  return torch._C._cuda_getDeviceCount() > 0"),
+        cri(f"{clock}.900", "[rank0]: Cuda failure 802 'system not yet initialized'"),
+    ]  # fmt: skip
+
+
+def progress(start_minute: int, count: int, container: str = "trainer") -> list[str]:
+    """Healthy training-step lines."""
+    return [
+        cri(f"20:{start_minute + i // 60:02d}:{i % 60:02d}.000000000", f"step {i} loss 2.31",
+            "stdout")
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def pod_failure_variants() -> list[Node]:
+    """Images that need a newer driver, and pods whose logs show GPU failures."""
+    nodes = []
+
+    # An image built for CUDA 12.8 on driver 550 (CUDA 12.4) on GeForce GPUs: no forward
+    # compatibility there, the requirement fails; the pod crashed once with PyTorch's error.
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-cuda12.8-geforce-550"), 5, "NVIDIA GeForce RTX 4090", (8, 9)
+    )
+    trainer = GpuContainer(
+        Pod("ml-team", "llama-finetune-0", 40, "trainer"),
+        "nvcr.io/nvidia/pytorch:25.01-py3",
+        CUDA_12_8_ENV,
+        [0],
+        {"0.log": pytorch_too_old("20:55:02"), "1.log": pytorch_too_old("20:57:40")[:3]},
+    )
+    nodes.append(with_containers(node, [trainer]))
+
+    # The same image on H100s (brand NVIDIA): its brand clause for the 550 branch holds, the
+    # image's cuda-compat-12-8 runs (forward compatibility).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-cuda12.8-h100-forward-compat"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    trainer = GpuContainer(
+        Pod("ml-team", "llama-finetune-0", 40, "trainer"),
+        "nvcr.io/nvidia/pytorch:25.01-py3",
+        CUDA_12_8_ENV,
+        [0, 1],
+        {"0.log": progress(50, 90)},
+    )
+    nodes.append(with_containers(node, [trainer]))
+
+    # CRI-O, requirements with brand/driver clauses: one names only the 535 branch (fails on
+    # 550), one names 550 (holds), a legacy CUDA_VERSION-only image, and an image that
+    # disables the runtime's check (minor-version compatibility decides).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-crio-require-clauses"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    node.files.pop("/run/containerd/containerd.sock")
+    node.processes = [p for p in node.processes if p["name"] != "containerd"]
+    node.file("/var/run/crio/crio.sock")
+    node.processes.append({"pid": 1400, "name": "crio", "cmdline": ["/usr/bin/crio"]})
+    only_535 = {**CUDA_12_8_ENV, "CUDA_VERSION": "12.6.3",
+                "NVIDIA_REQUIRE_CUDA": "cuda>=12.6 brand=nvidia,driver>=535,driver<536 "
+                "brand=tesla,driver>=535,driver<536"}  # fmt: skip
+    with_550 = {**CUDA_12_8_ENV, "CUDA_VERSION": "12.6.3",
+                "NVIDIA_REQUIRE_CUDA": "cuda>=12.6 brand=nvidia,driver>=535,driver<536 "
+                "brand=nvidia,driver>=550,driver<551"}  # fmt: skip
+    disabled = {**CUDA_12_8_ENV, "NVIDIA_DISABLE_REQUIRE": "true"}
+    containers = [
+        GpuContainer(Pod("vision", "detector-0", 50, "infer"), "registry.example.com/vision/"
+                     "detector:2.3-cu126", only_535, [0], runtime="cri-o"),
+        GpuContainer(Pod("vision", "detector-1", 51, "infer"), "registry.example.com/vision/"
+                     "detector:2.4-cu126", with_550, [1], runtime="cri-o"),
+        GpuContainer(Pod("research", "legacy-bench-0", 52, "bench"), "registry.example.com/"
+                     "research/bench:cu122", LEGACY_12_2_ENV, [2], runtime="cri-o"),
+        GpuContainer(Pod("research", "jax-nightly-0", 53, "jax"), "ghcr.io/example/jax:"
+                     "nightly-cu128", disabled, [3], runtime="cri-o"),
+    ]  # fmt: skip
+    nodes.append(with_containers(node, containers))
+
+    # Pod logs with each signature as the stacks print it, a near-miss, partial lines.
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-log-signatures"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    node.file("/var/log/kern.log", kernel_log() + xid_line(
+        H100_PCI[3], 48, "pid=41003, name=python3, An uncorrectable double bit error (DBE) "
+        "has been detected on GPU in the framebuffer at partition 6, subpartition 0.", "20:41:07"
+    ))  # fmt: skip
+    # A JSON log line longer than containerd's 16 KiB line buffer: split into a partial (P)
+    # piece and a full (F) one, the signature across the split.
+    head = '{"level":"error","logger":"vllm.worker","msg":"worker failed","context":"'
+    head += (
+        "x" * (16384 - len(head) - 80) + '","error":"RuntimeError: CUDA driver version is insuffi'
+    )
+    partial = [
+        cri("20:46:10.000000001", head, tag="P"),
+        cri("20:46:10.000000001", 'cient for CUDA runtime version"}'),
+    ]
+    containers = [
+        GpuContainer(Pod("inference", "vllm-0", 60, "vllm"), "vllm/vllm-openai:v0.7.2",
+                     CUDA_12_8_ENV, [0], {"0.log": partial}),
+        GpuContainer(Pod("ml-team", "sample-check-0", 61, "samples"), "nvcr.io/nvidia/k8s/"
+                     "cuda-sample:devicequery", CUDA_12_8_ENV, [1],
+                     {"0.log": device_query_insufficient("20:44:00")}),
+        GpuContainer(Pod("ml-team", "tf-serving-0", 62, "serving"), "tensorflow/serving:2.3.0-"
+                     "gpu", LEGACY_12_2_ENV, [2], {"0.log": tensorflow_no_device("20:43:12")}),
+        GpuContainer(Pod("ml-team", "llama-pretrain-3", 63, "trainer"), "nvcr.io/nvidia/pytorch:"
+                     "24.03-py3", LEGACY_12_2_ENV, [3],
+                     {"0.log": progress(40, 60) + ecc_crash("20:41:09")}),
+        GpuContainer(Pod("monitoring", "gpu-exporter-x2", 64, "exporter"), "nvcr.io/nvidia/k8s/"
+                     "dcgm-exporter:3.3.9-3.6.1-ubuntu22.04", LEGACY_12_2_ENV, [4],
+                     {"0.log": nvidia_smi_lost("20:48:00")}),
+        GpuContainer(Pod("ci", "runner-gpu-7f9c-abcde", 65, "runner"), "docker:27-dind",
+                     {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [5],
+                     {"0.log": docker_requirement_error("20:49:30")}),
+        GpuContainer(Pod("ci", "runner-gpu-7f9c-fghij", 66, "runner"), "docker:27-dind",
+                     {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [6],
+                     {"0.log": docker_cdi_unresolvable("20:50:30")}),
+        # Near-misses: deviceQuery passing; a CPU pod's TensorFlow probing for CUDA (it
+        # restarted, so its log is read, but it holds no GPU).
+        GpuContainer(Pod("ml-team", "sample-check-1", 67, "samples"), "nvcr.io/nvidia/k8s/"
+                     "cuda-sample:devicequery", CUDA_12_8_ENV, [7],
+                     {"0.log": device_query_pass("20:45:00")}),
+        GpuContainer(Pod("web", "tf-cpu-embedder-0", 68, "embed"), "tensorflow/tensorflow:"
+                     "2.3.0", {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [],
+                     {"0.log": tensorflow_no_device("20:30:00"),
+                      "1.log": tensorflow_no_device("20:40:00")}),
+    ]  # fmt: skip
+    nodes.append(with_containers(node, containers))
+
+    # Rotated logs: the failure is in the rotated file, the live file holds later lines; an
+    # older, compressed rotation is not read.
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-rotated-logs"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    rotated = GpuContainer(
+        Pod("ml-team", "llama-pretrain-0", 70, "trainer"),
+        "nvcr.io/nvidia/pytorch:24.03-py3",
+        LEGACY_12_2_ENV,
+        [0],
+        {
+            "0.log.20261129-204500": progress(30, 40) + nvidia_smi_lost("20:44:59"),
+            "0.log": progress(46, 20),
+        },
+    )
+    nodes.append(with_containers(node, [rotated]))
+
+    # Every GPU pod lost its GPUs (a systemctl daemon-reload rewrote the device cgroups).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-nvml-lost-everywhere"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    lost = [
+        GpuContainer(Pod("ml-team", f"worker-{i}", 80 + i, "worker"), "nvcr.io/nvidia/pytorch:"
+                     "24.03-py3", LEGACY_12_2_ENV, [i],
+                     {"0.log": progress(40, 5) + nvidia_smi_lost(f"20:52:0{i}")})
+        for i in range(3)
+    ]  # fmt: skip
+    nodes.append(with_containers(node, lost))
+
+    # An A100-style NVSwitch node without the fabric manager: CUDA in the pods fails with
+    # error 802 (the gpus check sees the same from NVML and the process list).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-fabric-not-ready"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetGpuFabricInfoV", [i], error="NotSupported")
+    node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
+    trainers = [
+        GpuContainer(Pod("ml-team", f"llama-pretrain-{i}", 90 + i, "trainer"), "nvcr.io/nvidia/"
+                     "pytorch:24.03-py3", LEGACY_12_2_ENV, [2 * i, 2 * i + 1],
+                     {"0.log": pytorch_error_802(f"20:5{i}:10")})
+        for i in range(2)
+    ]  # fmt: skip
+    nodes.append(with_containers(node, trainers))
     return nodes
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
+from gpuprobe.audit.facts import Counts, driver_needed, ranked_images
 from gpuprobe.audit.usage import Usage
 from gpuprobe.render import FINDING_INDENT, counted, painter, wrap
 
@@ -61,6 +62,8 @@ def render_cluster(report: ClusterReport, colour: bool = False, width: int | Non
     if report.usage is not None:
         for line in _usage(report.usage, report.price_per_gpu_hour):
             lines += wrap(line, 8, width, first=0)
+    for line in _workload_failures(c):
+        lines += wrap(line, 4, width, first=0) if line else [line]
     return "\n".join(lines) + "\n"
 
 
@@ -80,6 +83,25 @@ def _usage(usage: Usage, price: float | None) -> list[str]:
     for namespace, idle in d["idle_gpu_hours_by_namespace"].items():
         cost = f"  cost {d['idle_cost_by_namespace'][namespace]:.2f}" if price else ""
         lines.append(f"        idle GPU-hours  {namespace}: {idle:g}{cost}")
+    return lines
+
+
+def _workload_failures(counts: Counts) -> list[str]:
+    """Pods failing for GPU reasons by namespace and cause; images that need a newer driver."""
+    lines = []
+    if counts.gpu_pod_failures:
+        lines += ["", "pods failing for GPU reasons (namespace, cause: pods)"]
+        for (namespace, cause), n in sorted(counts.gpu_pod_failures.items()):
+            lines.append(f"  {namespace}  {cause}: {n}")
+    if counts.images_too_new:
+        lines += ["", "images that need a newer driver (image, CUDA: containers on nodes)"]
+        for (image, cuda), need in ranked_images(counts.images_too_new):
+            driver = driver_needed(cuda)
+            lines.append(
+                f"  {image}  CUDA {cuda}: {need.containers} on {need.nodes}"
+                f" ({', '.join(sorted(need.namespaces)) or 'no namespace'})"
+                + (f"; needs driver >= {driver}" if driver else "")
+            )
     return lines
 
 

@@ -53,6 +53,9 @@ SYS_IB = "/sys/class/infiniband"
 # port from a silent one or from another service.
 PROOF_SECONDS = 2.5
 NOT_A_SINK = "did not prove to be the sink the test was opened on"
+# How long an agent gives a peer's OpenBandwidthSink (over TLS); a peer that did not prove
+# itself is reported after exactly this long, for the same reason.
+PEER_CALL_SECONDS = 5.0
 
 
 class Side(enum.Enum):
@@ -112,7 +115,7 @@ class Sink:
 
 
 @dataclass(frozen=True)
-class TestRequest:
+class MeasureRequest:
     """A test toward a peer (MeasureBandwidth); zero or None means the default."""
 
     peer: str  # the peer agent's gRPC address, host:port
@@ -128,7 +131,7 @@ class TestRequest:
 
 
 @dataclass(frozen=True)
-class TestResult:
+class Measurement:
     """A finished test, as the receiving side counted it."""
 
     source: str
@@ -209,7 +212,7 @@ class BandwidthTests:
         node: str,
         fs: HostFS,
         busy_gpus: Callable[[], Sequence[int]],
-        record: Callable[[TestResult], None],
+        record: Callable[[Measurement], None],
         peers: PeerSinks | None = None,
         rdma_test: RdmaTestConfig | None = None,
         policy: BandwidthConfig | None = None,
@@ -347,7 +350,7 @@ class BandwidthTests:
 
     # --- the sending side ----------------------------------------------------------------
 
-    def measure(self, request: TestRequest) -> TestResult:
+    def measure(self, request: MeasureRequest) -> Measurement:
         """Measure toward the peer the request names; one test at a time (BUSY otherwise)."""
         if not self._one_test.acquire(blocking=False):
             raise Refused(Reason.BUSY, f"a bandwidth test is already running on {self.node}")
@@ -358,7 +361,7 @@ class BandwidthTests:
         self.record(result)
         return result
 
-    def _measure(self, request: TestRequest) -> TestResult:
+    def _measure(self, request: MeasureRequest) -> Measurement:
         transport = request.transport or "tcp"
         if transport not in TRANSPORTS:
             raise Refused(Reason.INVALID, f"unknown transport {transport!r}")
@@ -369,7 +372,7 @@ class BandwidthTests:
             return self._measure_tcp(request, host, port, duration)
         return self._measure_rdma(request, host, port, duration)
 
-    def _peer_sink(self, request: TestRequest, host: str, port: int, sink: SinkRequest) -> Sink:
+    def _peer_sink(self, request: MeasureRequest, host: str, port: int, sink: SinkRequest) -> Sink:
         """The sink the caller opened (checked), or one this agent asks the peer for over
         verified TLS at the one address it resolved; the sink's address is where data goes."""
         if request.sink is not None:
@@ -387,7 +390,13 @@ class BandwidthTests:
                 "credentials): open the sink on the peer and pass it in the request",
             )
         address = self._resolve_once(host, port)
-        opened = self.peers.open_sink(address, port, host, sink)
+        started = time.monotonic()
+        try:
+            opened = self.peers.open_sink(address, port, host, sink)
+        except Refused as refused:
+            if refused.reason == Reason.UNREACHABLE:  # told after the same time, whatever it was
+                time.sleep(max(0.0, started + PEER_CALL_SECONDS - time.monotonic()))
+            raise
         return replace(opened, address=address)  # data goes where the certificate was checked
 
     def _resolve_once(self, host: str, port: int) -> str:
@@ -402,14 +411,19 @@ class BandwidthTests:
         return host
 
     def _measure_tcp(
-        self, request: TestRequest, host: str, port: int, duration: float
-    ) -> TestResult:
+        self, request: MeasureRequest, host: str, port: int, duration: float
+    ) -> Measurement:
         streams = valid_streams(request.streams)  # refused here, before the peer is asked
         warmup = (
             DEFAULT_WARMUP
             if request.warmup_seconds is None
             else bounded_seconds(request.warmup_seconds, DEFAULT_WARMUP, MAX_SECONDS)
         )
+        if duration + warmup > MAX_SECONDS:  # the time the sender sends, warm-up included
+            raise Refused(
+                Reason.INVALID,
+                f"duration and warm-up {duration + warmup:g} s together: at most {MAX_SECONDS:g}",
+            )
         sink_request = SinkRequest(
             transport="tcp",
             lifetime_seconds=duration + warmup + SINK_GRACE_SECONDS,
@@ -440,7 +454,7 @@ class BandwidthTests:
             raise Refused(
                 Reason.UNREACHABLE, f"the test toward {sink.node} failed: {exc}", Side.PEER
             ) from None
-        return TestResult(
+        return Measurement(
             source=self.node,
             peer=sink.node,
             transport="tcp",
@@ -455,8 +469,8 @@ class BandwidthTests:
         )
 
     def _measure_rdma(
-        self, request: TestRequest, host: str, port: int, duration: float
-    ) -> TestResult:
+        self, request: MeasureRequest, host: str, port: int, duration: float
+    ) -> Measurement:
         device = request.rdma_device
         if not device:
             raise Refused(Reason.INVALID, "rdma needs an rdma_device")
@@ -506,7 +520,7 @@ class BandwidthTests:
                 f"the RDMA test toward {sink.node} failed: {exc}",
                 Side.PEER,
             ) from None
-        return TestResult(
+        return Measurement(
             source=self.node,
             peer=sink.node,
             transport="rdma",

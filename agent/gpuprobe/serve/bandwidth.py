@@ -19,14 +19,15 @@ from gpuprobe.credentials import TokenFile
 from gpuprobe.gpu.devices import busy_gpus
 from gpuprobe.host import Host
 from gpuprobe.measure.bandwidth import (
+    PEER_CALL_SECONDS,
     BandwidthTests,
+    Measurement,
+    MeasureRequest,
     Reason,
     Refused,
     Side,
     Sink,
     SinkRequest,
-    TestRequest,
-    TestResult,
 )
 from gpuprobe.measure.tcp import CpuUse
 from gpuprobe.serve.state import LinkResult, ReportStore
@@ -55,7 +56,7 @@ class LinkBook:
         self._lock = threading.Lock()
         self._results: dict[tuple[str, str], LinkResult] = {}
 
-    def record(self, result: TestResult) -> None:
+    def record(self, result: Measurement) -> None:
         """Keep `result` as the latest for its peer and transport."""
         link = LinkResult(result.peer, result.transport, result.bytes_per_second, datetime.now(UTC))
         with self._lock:
@@ -177,9 +178,9 @@ def sink_from_message(message: pb.OpenBandwidthSinkResponse) -> Sink:
     )
 
 
-def test_request(message: pb.MeasureBandwidthRequest) -> TestRequest:
+def measure_request(message: pb.MeasureBandwidthRequest) -> MeasureRequest:
     """A MeasureBandwidthRequest as the domain's request."""
-    return TestRequest(
+    return MeasureRequest(
         peer=message.peer,
         transport=message.transport or "tcp",
         duration_seconds=_seconds(message.duration),
@@ -204,7 +205,7 @@ def test_cpu(cpu: CpuUse) -> pb.TestCpu:
     )
 
 
-def result_message(result: TestResult) -> pb.MeasureBandwidthResponse:
+def result_message(result: Measurement) -> pb.MeasureBandwidthResponse:
     """A finished test as the MeasureBandwidthResponse."""
     message = pb.MeasureBandwidthResponse(
         peer=result.peer,
@@ -270,7 +271,9 @@ class PeerChannel:
                 server_name=None if name == address else name,
             ) as client:
                 return sink_from_message(
-                    client.open_bandwidth_sink(sink_request_message(request), timeout=10)
+                    client.open_bandwidth_sink(
+                        sink_request_message(request), timeout=PEER_CALL_SECONDS
+                    )
                 )
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN

@@ -153,7 +153,9 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         if self.bandwidth is None:
             abort(context, grpc.StatusCode.UNIMPLEMENTED, "this agent runs no bandwidth tests")
         try:
-            response = wiring.result_message(self.bandwidth.measure(wiring.test_request(request)))
+            response = wiring.result_message(
+                self.bandwidth.measure(wiring.measure_request(request))
+            )
         except Refused as exc:
             context.set_trailing_metadata(wiring.failure_metadata(exc))
             abort(context, wiring.status(exc), str(exc))
