@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -9,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,8 +29,9 @@ from gpuprobe.measure.tcp import (
     TcpSink,
     WorkerCpu,
     cpu_use,
-    proof,
+    header,
     send,
+    sink_proof,
 )
 
 LOOPBACK = "127.0.0.1"
@@ -72,7 +76,7 @@ def raw_stream(port: int, header: bytes | None) -> bytes:
 
 def test_a_wrong_token_is_refused() -> None:
     s = sink(streams=1)
-    assert raw_stream(s.port, HEADER.pack(b"x" * 32, 0, 0)) == b""
+    assert raw_stream(s.port, header(b"x" * 32, 0, 0)) == b""
     assert s.stats.refused == {"token": 1} and s.stats.accepted == 0
     s.close()
 
@@ -96,17 +100,16 @@ def test_the_token_is_single_use() -> None:
 
 def test_a_token_used_by_every_stream_already_is_refused_while_the_sink_is_open() -> None:
     s = sink(streams=2)
-    header = HEADER.pack(s.token, 0, 0)
     first = socket.create_connection((LOOPBACK, s.port), timeout=10)
     second = socket.create_connection((LOOPBACK, s.port), timeout=10)
     try:
-        for conn in (first, second):
-            conn.sendall(header)
+        for index, conn in enumerate((first, second)):
+            conn.sendall(header(s.token, 0, index))
         deadline = time.monotonic() + 10
         while s.stats.accepted < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert s.stats.accepted == 2
-        assert raw_stream(s.port, HEADER.pack(s.token, 0, 2)) == b""  # a third, same token
+        assert raw_stream(s.port, header(s.token, 0, 2)) == b""  # a third, same token
         assert s.stats.refused == {"reused": 1}
         assert s.stats.accepted == 2 and not s.wait(0)  # the two streams go on
     finally:
@@ -117,7 +120,7 @@ def test_a_token_used_by_every_stream_already_is_refused_while_the_sink_is_open(
 
 def test_only_the_asking_peer_may_connect() -> None:
     s = TcpSink(LOOPBACK, "10.1.2.3", 1, 10**9, 30)
-    assert raw_stream(s.port, HEADER.pack(s.token, 0, 0)) == b""
+    assert raw_stream(s.port, header(s.token, 0, 0)) == b""
     assert s.stats.refused == {"address": 1}
     s.close()
 
@@ -223,10 +226,10 @@ def test_a_sink_answering_without_its_cpu_is_read() -> None:
     def earlier_sink() -> None:
         conn, _ = listener.accept()
         with conn:
-            header = b""
-            while len(header) < HEADER.size:
-                header += conn.recv(HEADER.size - len(header))
-            conn.sendall(proof(token, header))
+            hello = b""
+            while len(hello) < HEADER.size:
+                hello += conn.recv(HEADER.size - len(hello))
+            conn.sendall(sink_proof(token, hello[:32]))
             received = HEADER.size
             while chunk := conn.recv(1 << 20):
                 received += len(chunk)
@@ -330,3 +333,71 @@ def test_no_data_goes_to_a_listener_that_does_not_prove_to_be_the_sink() -> None
         thread.join(5)
         listener.close()
     assert received == [HEADER.size]
+
+
+def _old_proof(key: bytes, hello: bytes) -> bytes:
+    """The proof of the earlier wire format, keyed by the header's first 32 bytes."""
+    return hmac.new(key, b"gpuprobe-sink\0" + hello, hashlib.sha256).digest()
+
+
+def _nonce_keyed(key: bytes, hello: bytes) -> bytes:
+    """Today's proof keyed by the nonce, the only secret-looking thing a listener sees."""
+    return sink_proof(key, key)
+
+
+@pytest.mark.parametrize("forge", [_old_proof, _nonce_keyed])
+def test_a_listener_given_the_header_but_not_the_token_cannot_prove_to_be_the_sink(
+    forge: Callable[[bytes, bytes], bytes],
+) -> None:
+    """Before: the header's first 32 bytes were the token, so whoever received the header
+    could compute the proof (and receive data) and every foreign service got the ticket."""
+    listener = socket.create_server((LOOPBACK, 0))
+    port = listener.getsockname()[1]
+    token = os.urandom(32)
+    got = bytearray()
+
+    def forger() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(2)
+            try:
+                while len(got) < HEADER.size:
+                    got.extend(conn.recv(HEADER.size - len(got)))
+                conn.sendall(forge(bytes(got[:32]), bytes(got)))
+                while chunk := conn.recv(1 << 20):
+                    got.extend(chunk)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=forger, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(NotASink):
+            send(LOOPBACK, port, token, streams=1, duration=0.3, warmup=0.0, connect_timeout=2)
+    finally:
+        thread.join(5)
+        listener.close()
+    assert len(got) == HEADER.size  # the header, and not one byte of data
+    assert token not in got
+
+
+def test_a_replayed_header_is_refused_as_reused() -> None:
+    """A listener that got a header can replay it only to the sink, which takes each nonce
+    once, even with streams left."""
+    s = sink(streams=2)
+    hello = header(s.token, 0, 0)
+    with socket.create_connection((LOOPBACK, s.port), timeout=10) as first:
+        first.sendall(hello)
+        assert first.recv(32) == sink_proof(s.token, hello[:32])
+        assert raw_stream(s.port, hello) == b""
+        assert s.stats.refused == {"reused": 1} and s.stats.accepted == 1
+    s.close()
+
+
+def test_a_header_altered_on_the_way_is_refused() -> None:
+    s = sink(streams=1)
+    hello = bytearray(header(s.token, 0, 0))
+    hello[35] = 0xFF  # the warm-up: an hour instead of none
+    assert raw_stream(s.port, bytes(hello)) == b""
+    assert s.stats.refused == {"token": 1} and s.stats.accepted == 0
+    s.close()

@@ -15,14 +15,20 @@ Linux take to mean "drop these bytes"). Both system calls release the interprete
 the workers run on as many cores as they are given. Each worker times its own CPU, so a test
 can tell whether the link or the machines' CPUs set its figure.
 
-Wire format, per stream: the sender writes a 40-byte header (32-byte token, u32 warm-up in
-milliseconds, u32 stream index); a sink that takes the stream proves it holds the token with
-32 bytes (`proof()`: HMAC-SHA256 of the header under the token), and only then does the
-sender send data, until it shuts its side down; the sink answers with 52 bytes (u64 bytes
-received, u64 bytes received after the warm-up, f64 seconds of the window after the warm-up;
-then u32 the sink's worker, and that worker's f64 CPU seconds, f64 seconds it wanted a CPU,
-f64 wall seconds) and closes. A sender still reads the first 24 bytes alone from a sink that
-sends no more; senders and sinks from before the proof do not take part in tests with these.
+Wire format, per stream. The token never goes on the wire: whatever listens at the port
+learns nothing it could use. The sender writes a 72-byte header: a fresh random 32-byte nonce,
+u32 warm-up in milliseconds, u32 stream index, and 32 bytes of `sender_mac()` (HMAC-SHA256
+under the token of b"sender", the nonce, the warm-up and the index). A sink takes the stream
+only if that MAC is right (checked in constant time), the nonce is new to it and it has a
+stream left; it then proves that it holds the token with 32 bytes (`sink_proof()`:
+HMAC-SHA256 under the token of b"sink" and the nonce), and only once the sender has checked
+them (in constant time, within one deadline for connecting and proving) does it send data,
+until it shuts its side down; the sink answers with 52 bytes (u64 bytes received, u64 bytes
+received after the warm-up, f64 seconds of the window after the warm-up; then u32 the sink's
+worker, and that worker's f64 CPU seconds, f64 seconds it wanted a CPU, f64 wall seconds) and
+closes. A sender still reads the first 24 bytes alone from a sink that sends no more. Senders
+and sinks of versions that sent the token itself in a 40-byte header do not work with these:
+a sink refuses their header ("no header"), a sender finds no proof (NotASink).
 """
 
 from __future__ import annotations
@@ -45,7 +51,9 @@ from typing import Any
 
 from gpuprobe import cleanup
 
-HEADER = struct.Struct("!32sII")
+# nonce, warm-up in ms, stream index, the sender's MAC
+HEADER = struct.Struct("!32sII32s")
+NONCE = struct.Struct("!32sII")
 REPLY = struct.Struct("!QQd")
 REPLY_CPU = struct.Struct("!Iddd")
 # What one discarding recv may drop. The kernel never writes the buffer (MSG_TRUNC), so every
@@ -73,9 +81,22 @@ class NotASink(BandwidthError):
     sink that refused the token): no data was sent there."""
 
 
-def proof(token: bytes, header: bytes) -> bytes:
+def sender_mac(token: bytes, nonce: bytes, warmup_ms: int, index: int) -> bytes:
+    """The sender's proof that it holds the token, bound to this stream's nonce, warm-up and
+    index (a listener can replay it only to the sink itself, which takes each nonce once)."""
+    message = b"sender" + NONCE.pack(nonce, warmup_ms, index)
+    return hmac.new(token, message, hashlib.sha256).digest()
+
+
+def sink_proof(token: bytes, nonce: bytes) -> bytes:
     """What a sink answers a stream's header with: proof that it holds the token."""
-    return hmac.new(token, b"gpuprobe-sink\0" + header, hashlib.sha256).digest()
+    return hmac.new(token, b"sink" + nonce, hashlib.sha256).digest()
+
+
+def header(token: bytes, warmup_ms: int, index: int, nonce: bytes | None = None) -> bytes:
+    """A stream's header under `token` (a fresh random nonce unless one is given)."""
+    nonce = secrets.token_bytes(32) if nonce is None else nonce
+    return HEADER.pack(nonce, warmup_ms, index, sender_mac(token, nonce, warmup_ms, index))
 
 
 def default_threads(streams: int) -> int:
@@ -352,6 +373,7 @@ class TcpSink:
         self._lock = threading.Lock()
         self._finished = 0
         self._all_finished = threading.Event()
+        self._nonces: set[bytes] = set()
         count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
         self._workers = [_SinkWorker(i, self) for i in range(count)]
         family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
@@ -436,16 +458,17 @@ class TcpSink:
         stream.header += data
         if len(stream.header) < HEADER.size:
             return
-        token, warmup_ms, _index = HEADER.unpack(stream.header)
-        if not hmac.compare_digest(token, self.token):
+        nonce, warmup_ms, index, mac = HEADER.unpack(stream.header)
+        if not hmac.compare_digest(mac, sender_mac(self.token, nonce, warmup_ms, index)):
             self.stats.refuse("token")
             self._drop(stream)
-        elif self.stats.accepted >= self.streams:
+        elif self.stats.accepted >= self.streams or nonce in self._nonces:  # used, or replayed
             self.stats.refuse("reused")
             self._drop(stream)
         else:
+            self._nonces.add(nonce)
             with contextlib.suppress(OSError):  # 32 bytes into an empty send buffer
-                stream.conn.send(proof(self.token, stream.header))
+                stream.conn.send(sink_proof(self.token, nonce))
             self._selector.unregister(stream.conn)
             stream.window_start = stream.window_end = time.monotonic() + warmup_ms / 1000.0
             worker = self._workers[self.stats.accepted % len(self._workers)]
@@ -536,26 +559,27 @@ def send(
     """Send to a sink over `streams` parallel connections; the rate the sink received.
 
     The streams are driven by at most `threads` worker threads (the test's CPU budget;
-    default: one per stream up to this process's cores). No data goes out on a stream before
-    the sink proved it holds `token`. Raises NotASink when nothing at `host`:`port` proves to
+    default: one per stream up to this process's cores). The token itself never goes out, and
+    no data goes out on a stream before the sink proved it holds `token`. Raises NotASink when nothing at `host`:`port` proves to
     be the sink (within `connect_timeout` to connect and as long to prove), BandwidthError
     when the sink refuses us or cuts the test.
     """
     conns: list[socket.socket] = []
     try:
         for index in range(streams):
-            header = HEADER.pack(token, int(warmup * 1000), index)
+            nonce = secrets.token_bytes(32)
+            hello = header(token, int(warmup * 1000), index, nonce)
             try:
                 conn = socket.create_connection((host, port), timeout=connect_timeout)
             except OSError:
                 raise NotASink(f"nothing proved to be the sink at {host}:{port}") from None
             conns.append(conn)
             try:
-                conn.sendall(header)
+                conn.sendall(hello)
                 answer = _recv_proof(conn)
             except OSError:
                 answer = b""
-            if not hmac.compare_digest(answer, proof(token, header)):
+            if not hmac.compare_digest(answer, sink_proof(token, nonce)):
                 raise NotASink(f"nothing proved to be the sink at {host}:{port}")
         count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
         with _zeros() as zeros:
