@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from gpuprobe.config import PRIVATE_NETWORKS, BandwidthConfig
 from gpuprobe.errors import ConfigError
 from gpuprobe.host.fs import HostFS
 from gpuprobe.measure.bandwidth import (
+    PROOF_SECONDS,
     BandwidthTests,
     Measurement,
     MeasureRequest,
@@ -23,6 +25,7 @@ from gpuprobe.measure.bandwidth import (
     split_peer,
 )
 from helpers import config
+from listeners import trickling_listener
 
 
 def agent_tests(
@@ -128,3 +131,23 @@ def test_a_sender_sends_for_at_most_120_s_warm_up_included(tmp_path: Path) -> No
         tests.measure(request)
     assert refused.value.reason == Reason.INVALID
     assert str(refused.value) == "duration and warm-up 240 s together: at most 120"
+
+
+def test_a_trickling_sink_is_told_after_the_proof_time_and_no_later(tmp_path: Path) -> None:
+    """One byte a second from the "sink" (each within any one read's timeout): before, it
+    held the sender 6 s against PROOF_SECONDS; connecting and proving share one deadline."""
+    from datetime import UTC, datetime
+
+    tests = agent_tests(tmp_path, BandwidthConfig(peer_networks=("127.0.0.0/8",)))
+    with trickling_listener() as port:
+        sink = Sink("127.0.0.1", port, "ab" * 32, "node-b", datetime.now(UTC))
+        started = time.monotonic()
+        with pytest.raises(Refused) as refused:
+            tests.measure(MeasureRequest(peer="127.0.0.1:50051", sink=sink, streams=2))
+        took = time.monotonic() - started
+    assert (refused.value.reason, refused.value.side) == (Reason.UNREACHABLE, Side.PEER)
+    assert (
+        str(refused.value)
+        == f"127.0.0.1:{port} did not prove to be the sink the test was opened on"
+    )
+    assert PROOF_SECONDS <= took < PROOF_SECONDS + 0.3

@@ -33,6 +33,7 @@ from gpuprobe.measure.tcp import (
     send,
     sink_proof,
 )
+from listeners import trickling_listener
 
 LOOPBACK = "127.0.0.1"
 
@@ -401,3 +402,14 @@ def test_a_header_altered_on_the_way_is_refused() -> None:
     assert raw_stream(s.port, bytes(hello)) == b""
     assert s.stats.refused == {"token": 1} and s.stats.accepted == 0
     s.close()
+
+
+def test_a_trickling_listener_holds_the_sender_no_longer_than_its_deadline() -> None:
+    """Before: each read had its own timeout, so one byte a second held the sender for as
+    long as the listener liked."""
+    with trickling_listener(interval=0.3) as port:
+        started = time.monotonic()
+        with pytest.raises(NotASink):
+            send(LOOPBACK, port, b"t" * 32, streams=2, duration=0.3, connect_timeout=1.0)
+        took = time.monotonic() - started
+    assert 1.0 <= took < 1.0 + 0.3

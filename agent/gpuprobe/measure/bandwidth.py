@@ -441,7 +441,7 @@ class BandwidthTests:
                 streams,
                 duration,
                 warmup,
-                connect_timeout=PROOF_SECONDS / 2,
+                connect_timeout=PROOF_SECONDS,  # to connect and prove every stream, in all
                 threads=self.tcp_threads,
             )
         except tcp.NotASink:

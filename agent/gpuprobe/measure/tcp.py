@@ -521,15 +521,25 @@ def _same_address(address: str, allowed: str) -> bool:
     return address.removeprefix("::ffff:") == allowed.removeprefix("::ffff:")
 
 
-def _recv_proof(conn: socket.socket) -> bytes:
-    """The sink's 32-byte proof (fewer bytes when the other end closed or sent less)."""
+def _proven(conn: socket.socket, hello: bytes, expected: bytes, deadline: float) -> bool:
+    """Whether the other end answers `hello` with `expected` before `deadline` (one deadline
+    for the whole exchange: an end that trickles its bytes gains no time by it)."""
     data = bytearray()
-    while len(data) < PROOF_BYTES:
-        chunk = conn.recv(PROOF_BYTES - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return bytes(data)
+    try:
+        conn.settimeout(max(0.001, deadline - time.monotonic()))
+        conn.sendall(hello)
+        while len(data) < PROOF_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            conn.settimeout(left)
+            chunk = conn.recv(PROOF_BYTES - len(data))
+            if not chunk:
+                return False
+            data += chunk
+    except OSError:  # timed out, reset, refused
+        return False
+    return hmac.compare_digest(bytes(data), expected)
 
 
 def _recv_reply(conn: socket.socket) -> bytes:
@@ -560,27 +570,28 @@ def send(
 
     The streams are driven by at most `threads` worker threads (the test's CPU budget;
     default: one per stream up to this process's cores). The token itself never goes out, and
-    no data goes out on a stream before the sink proved it holds `token`. Raises NotASink when nothing at `host`:`port` proves to
-    be the sink (within `connect_timeout` to connect and as long to prove), BandwidthError
-    when the sink refuses us or cuts the test.
+    no data goes out on a stream before the sink proved it holds `token`. Raises NotASink
+    when nothing at `host`:`port` proves to be the sink on every stream within
+    `connect_timeout` (one deadline for connecting and proving them all), BandwidthError when
+    the sink refuses us or cuts the test.
     """
     conns: list[socket.socket] = []
+    not_a_sink = NotASink(f"nothing proved to be the sink at {host}:{port}")
+    deadline = time.monotonic() + connect_timeout
     try:
         for index in range(streams):
             nonce = secrets.token_bytes(32)
             hello = header(token, int(warmup * 1000), index, nonce)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise not_a_sink
             try:
-                conn = socket.create_connection((host, port), timeout=connect_timeout)
+                conn = socket.create_connection((host, port), timeout=left)
             except OSError:
-                raise NotASink(f"nothing proved to be the sink at {host}:{port}") from None
+                raise not_a_sink from None
             conns.append(conn)
-            try:
-                conn.sendall(hello)
-                answer = _recv_proof(conn)
-            except OSError:
-                answer = b""
-            if not hmac.compare_digest(answer, sink_proof(token, nonce)):
-                raise NotASink(f"nothing proved to be the sink at {host}:{port}")
+            if not _proven(conn, hello, sink_proof(token, nonce), deadline):
+                raise not_a_sink
         count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
         with _zeros() as zeros:
             end = time.monotonic() + warmup + duration
