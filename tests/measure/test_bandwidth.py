@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -151,3 +152,24 @@ def test_a_trickling_sink_is_told_after_the_proof_time_and_no_later(tmp_path: Pa
         == f"127.0.0.1:{port} did not prove to be the sink the test was opened on"
     )
     assert PROOF_SECONDS <= took < PROOF_SECONDS + 0.3
+
+
+def test_a_sink_without_a_thread_to_serve_it_is_refused_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tests = agent_tests(tmp_path, BandwidthConfig(peer_networks=("127.0.0.0/8",), max_sinks=1))
+
+    def no_thread(thread: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    with pytest.raises(Refused) as refused:
+        tests.open_sink(SinkRequest(sender="127.0.0.1"), "127.0.0.1")
+    monkeypatch.undo()
+    assert (refused.value.reason, refused.value.side) == (Reason.CANNOT_RUN, Side.SOURCE)
+    assert str(refused.value) == (
+        "node-a cannot open a sink: no thread to serve it (can't start new thread)"
+    )
+    # The one sink allowed was given back: the next opens.
+    sink = tests.open_sink(SinkRequest(sender="127.0.0.1", lifetime_seconds=0.5), "127.0.0.1")
+    assert sink.port > 0

@@ -413,3 +413,46 @@ def test_a_trickling_listener_holds_the_sender_no_longer_than_its_deadline() -> 
             send(LOOPBACK, port, b"t" * 32, streams=2, duration=0.3, connect_timeout=1.0)
         took = time.monotonic() - started
     assert 1.0 <= took < 1.0 + 0.3
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("starts", [0, 1, 2])
+def test_a_sink_that_cannot_start_its_threads_leaves_nothing_behind(
+    monkeypatch: pytest.MonkeyPatch, starts: int
+) -> None:
+    """Thread.start raises RuntimeError (not OSError) when the process is out of threads:
+    before, the started workers, the listener and the exit hook were left behind and the
+    caller got an error it did not expect. Two workers and the serving thread: the first,
+    second or third start fails."""
+    started = 0
+    start = threading.Thread.start
+    listen = socket.socket.listen
+    ports: list[int] = []
+
+    def failing_start(thread: threading.Thread) -> None:
+        nonlocal started
+        if started >= starts:
+            raise RuntimeError("can't start new thread")
+        started += 1
+        start(thread)
+
+    def recorded_listen(sock: socket.socket, backlog: int) -> None:
+        ports.append(sock.getsockname()[1])
+        listen(sock, backlog)
+
+    before = _open_fds()
+    hooks = len(cleanup._callbacks)
+    monkeypatch.setattr(threading.Thread, "start", failing_start)
+    monkeypatch.setattr(socket.socket, "listen", recorded_listen)
+    with pytest.raises(OSError, match=r"no thread to serve it \(can't start new thread\)"):
+        sink(streams=2, threads=2)
+    monkeypatch.undo()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("tcp-sink")]
+    assert len(ports) == 1
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((LOOPBACK, ports[0]), timeout=2).close()
+    assert _open_fds() == before
+    assert len(cleanup._callbacks) == hooks

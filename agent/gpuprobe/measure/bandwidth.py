@@ -307,7 +307,13 @@ class BandwidthTests:
             raise Refused(
                 Reason.CANNOT_RUN, f"{self.node} cannot open a sink: {exc.strerror or exc}"
             ) from None
-        self._release_when_done(sink.wait, lifetime)
+        try:
+            self._release_when_done(sink.wait, lifetime)
+        except RuntimeError as exc:  # Thread.start: out of threads
+            sink.close()
+            raise Refused(
+                Reason.CANNOT_RUN, f"{self.node} cannot open a sink: no thread to watch it ({exc})"
+            ) from None
         return sink.port, sink.token_hex
 
     def _release_when_done(self, wait: Callable[[float], object], lifetime: float) -> None:

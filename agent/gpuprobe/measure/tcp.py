@@ -34,6 +34,7 @@ a sink refuses their header ("no header"), a sender finds no proof (NotASink).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import mmap
@@ -375,21 +376,42 @@ class TcpSink:
         self._all_finished = threading.Event()
         self._nonces: set[bytes] = set()
         count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
-        self._workers = [_SinkWorker(i, self) for i in range(count)]
-        family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((bind_host, 0))
-        self._listener.listen(streams + 4)
-        self._listener.setblocking(False)
-        self.port: int = self._listener.getsockname()[1]
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ, None)
-        self._forget = cleanup.on_exit(self.close)
+        self._workers: list[_SinkWorker] = []
         self._thread = threading.Thread(target=self._serve, name="tcp-sink", daemon=True)
+        try:
+            with contextlib.ExitStack() as undo:  # a sink that cannot open leaves nothing
+                undo.callback(self._stop_workers)
+                for i in range(count):
+                    self._workers.append(_SinkWorker(i, self))
+                family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+                self._listener = socket.socket(family, socket.SOCK_STREAM)
+                undo.callback(self._listener.close)
+                self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                self._listener.bind((bind_host, 0))
+                self._listener.listen(streams + 4)
+                self._listener.setblocking(False)
+                self.port: int = self._listener.getsockname()[1]
+                self._selector = selectors.DefaultSelector()
+                undo.callback(self._selector.close)
+                self._selector.register(self._listener, selectors.EVENT_READ, None)
+                self._forget = cleanup.on_exit(self.close)
+                undo.callback(self._forget)
+                for worker in self._workers:
+                    worker.thread.start()
+                self._thread.start()
+                undo.pop_all()  # opened: the serving thread closes it all when done
+        except RuntimeError as exc:  # Thread.start: the process is out of threads
+            raise OSError(errno.EAGAIN, f"no thread to serve it ({exc})") from None
+
+    def _stop_workers(self) -> None:
+        """Stop and join the workers already started (each closes its own selector); close
+        the selectors of those never started."""
+        self.closed.set()
         for worker in self._workers:
-            worker.thread.start()
-        self._thread.start()
+            if worker.thread.ident is None:
+                worker.selector.close()
+            else:
+                worker.thread.join(2)
 
     @property
     def token_hex(self) -> str:
