@@ -456,3 +456,24 @@ def test_a_sink_that_cannot_start_its_threads_leaves_nothing_behind(
         socket.create_connection((LOOPBACK, ports[0]), timeout=2).close()
     assert _open_fds() == before
     assert len(cleanup._callbacks) == hooks
+
+
+def test_a_stream_handed_over_as_its_worker_stopped_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker saw the sink closed and took its queue for the last time; the serving
+    thread, a moment behind, handed it one more stream. Before: that stream's connection
+    stayed open for good. Here the worker has stopped before the stream arrives."""
+
+    def stopped_worker(worker: Any) -> None:
+        worker.selector.close()  # what a worker does on its way out
+
+    monkeypatch.setattr("gpuprobe.measure.tcp._SinkWorker._run", stopped_worker)
+    s = sink(streams=1)
+    with socket.create_connection((LOOPBACK, s.port), timeout=5) as conn:
+        hello = header(s.token, 0, 0)
+        conn.sendall(hello)
+        assert conn.recv(32) == sink_proof(s.token, hello[:32])  # taken, handed over
+        s.close()
+        assert s.wait(5)
+        assert conn.recv(64) == b""  # closed by the sink, not left open

@@ -525,6 +525,14 @@ class TcpSink:
         for worker in self._workers:
             if worker.thread is not threading.current_thread():
                 worker.thread.join(2)
+        # A stream handed to a worker after the worker's last look at its queue (it saw the
+        # sink closed and stopped) is closed here, or its connection would stay open.
+        for worker in self._workers:
+            while True:
+                try:
+                    worker.incoming.get_nowait().conn.close()
+                except queue.Empty:
+                    break
         self._forget()
 
     def close(self) -> None:
