@@ -11,6 +11,7 @@ import pytest
 from gpuprobe.config import PRIVATE_NETWORKS, BandwidthConfig
 from gpuprobe.errors import ConfigError
 from gpuprobe.host.fs import HostFS
+from gpuprobe.measure import tcp
 from gpuprobe.measure.bandwidth import (
     PROOF_SECONDS,
     BandwidthTests,
@@ -173,3 +174,13 @@ def test_a_sink_without_a_thread_to_serve_it_is_refused_clearly(
     # The one sink allowed was given back: the next opens.
     sink = tests.open_sink(SinkRequest(sender="127.0.0.1", lifetime_seconds=0.5), "127.0.0.1")
     assert sink.port > 0
+
+
+def test_a_sink_opened_for_a_sender_written_differently_takes_it(tmp_path: Path) -> None:
+    """The sender named as `0:0::1` is the ::1 the sink's accept reports: before, the sink
+    compared the two as text and refused the sender it was opened for."""
+    tests = agent_tests(tmp_path, BandwidthConfig(peer_networks=("::1/128",)))
+    sink = tests.open_sink(SinkRequest(sender="0:0::1", streams=1), "10.0.0.9")
+    result = tcp.send(sink.address, sink.port, bytes.fromhex(sink.ticket), 1, 0.2, 0.0)
+    assert sink.address == "::1"
+    assert result.streams[0].bytes_received > 0

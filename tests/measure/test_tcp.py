@@ -30,6 +30,7 @@ from gpuprobe.measure.tcp import (
     WorkerCpu,
     cpu_use,
     header,
+    normal_address,
     send,
     sink_proof,
 )
@@ -477,3 +478,29 @@ def test_a_stream_handed_over_as_its_worker_stopped_is_closed(
         s.close()
         assert s.wait(5)
         assert conn.recv(64) == b""  # closed by the sink, not left open
+
+
+@pytest.mark.parametrize(
+    ("bind", "allowed", "sender"),
+    [
+        ("::1", "0:0::1", "::1"),  # before: "0:0::1" != "::1" as text, refused
+        ("::1", "0000:0000:0000:0000:0000:0000:0000:0001", "::1"),
+        (LOOPBACK, "::ffff:127.0.0.1", LOOPBACK),  # IPv4-mapped
+    ],
+)
+def test_the_allowed_peer_is_compared_as_an_address_not_as_text(
+    bind: str, allowed: str, sender: str
+) -> None:
+    s = TcpSink(bind, allowed, 1, 10**12, 30)
+    result = send(sender, s.port, s.token, streams=1, duration=0.2, warmup=0.0)
+    assert s.wait(5)
+    assert s.stats.accepted == 1 and s.stats.refused == {}
+    assert result.streams[0].bytes_received > 0
+
+
+def test_addresses_have_one_canonical_text() -> None:
+    assert normal_address("fd00:0::1") == normal_address("FD00::0001") == "fd00::1"
+    assert normal_address("::ffff:10.1.2.3") == "10.1.2.3"
+    assert normal_address("10.1.2.3") == "10.1.2.3"
+    with pytest.raises(ValueError):
+        normal_address("node-b")

@@ -264,6 +264,7 @@ class BandwidthTests:
         sender = request.sender or caller
         if not is_ip(sender):
             raise Refused(Reason.INVALID, f"sender {sender!r} is not an IP address")
+        sender = tcp.normal_address(sender)  # the sink compares it with what accept returns
         self._allowed(sender, "sender")
         self._refuse_if_busy(request.force)
         lifetime = bounded_seconds(request.lifetime_seconds, DEFAULT_SINK_SECONDS, MAX_SINK_SECONDS)
@@ -388,7 +389,7 @@ class BandwidthTests:
             self._allowed(given.address, "the sink's address")
             if sink.transport == "tcp" and not _is_ticket(given.ticket):
                 raise Refused(Reason.INVALID, "the sink's ticket is not 64 hex digits")
-            return given
+            return replace(given, address=tcp.normal_address(given.address))
         if self.peers is None or not self.peers.verified:
             raise Refused(
                 Reason.CANNOT_RUN,

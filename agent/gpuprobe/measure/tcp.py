@@ -37,6 +37,7 @@ import contextlib
 import errno
 import hashlib
 import hmac
+import ipaddress
 import mmap
 import os
 import queue
@@ -365,7 +366,7 @@ class TcpSink:
         threads: int | None = None,
     ) -> None:
         self.token = secrets.token_bytes(32)
-        self.allowed_peer = allowed_peer
+        self.allowed_peer = normal_address(allowed_peer)
         self.streams = streams
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
@@ -547,8 +548,22 @@ class TcpSink:
         return not self._thread.is_alive()
 
 
+def normal_address(address: str) -> str:
+    """An IP address in its one canonical text (`fd00:0::1` and `fd00::1` alike; an
+    IPv4-mapped IPv6 address as the IPv4 address); ValueError when it is not one."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.compressed
+
+
 def _same_address(address: str, allowed: str) -> bool:
-    return address.removeprefix("::ffff:") == allowed.removeprefix("::ffff:")
+    """Whether the address a connection came from is the allowed one (as addresses, not as
+    text: the kernel writes an address its own way)."""
+    try:
+        return normal_address(address) == normal_address(allowed)
+    except ValueError:
+        return False
 
 
 def _proven(conn: socket.socket, hello: bytes, expected: bytes, deadline: float) -> bool:
