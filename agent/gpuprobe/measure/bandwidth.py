@@ -404,6 +404,17 @@ class BandwidthTests:
             if refused.reason == Reason.UNREACHABLE:  # told after the same time, whatever it was
                 time.sleep(max(0.0, started + PEER_CALL_SECONDS - time.monotonic()))
             raise
+        # A peer that proved itself may still answer nonsense (another version, a bug): it is
+        # refused here, not left to fail on the way to the socket.
+        problem = (
+            f"port {opened.port}, which is not a port"
+            if not 0 < opened.port < 65536
+            else "a ticket that is not 64 hex digits"
+            if sink.transport == "tcp" and not _is_ticket(opened.ticket)
+            else None
+        )
+        if problem is not None:
+            raise Refused(Reason.UNREACHABLE, f"{host} answered a sink with {problem}", Side.PEER)
         return replace(opened, address=address)  # data goes where the certificate was checked
 
     def _resolve_once(self, host: str, port: int) -> str:
