@@ -387,3 +387,25 @@ def test_clear_xid_clears_a_fatal_sxid_until_it_grows_again() -> None:
     assert [f.code for f in result.findings] == ["SXID"]  # the non-fatal one stays a warning
     fatal = result.data["sxids"][0]
     assert (fatal["sxid"], fatal["active"], fatal["cleared"]) == (20034, False, True)
+
+
+def test_xids_seen_only_as_nvml_events_are_not_critical_on_their_number_alone() -> None:
+    result = run_check("xid", "synthetic-xid-events-only")
+    # The Nonfatal 149 cannot be decoded without its kernel-log line, GPU 2's 154 field reads
+    # NONE: warnings; GPU 4's field asks for a node reboot.
+    assert codes(result) == [
+        ("XID", "CRITICAL", "REBOOT_NODE", gpu(4)),
+        ("XID", "WARNING", "NONE", gpu(1)),
+        ("XID", "WARNING", "NONE", gpu(2)),
+    ]
+    entries = {(x["gpu"], x["xid"]): x for x in result.data["xids"]}
+    assert entries[(1, 149)]["description"].endswith(
+        "(seen only as an NVML event: without its kernel-log line its unit and Fatal/Nonfatal "
+        "word cannot be decoded; read the kernel log)"
+    )
+    assert entries[(2, 154)]["description"].endswith(
+        "(the recovery action field asks for no recovery)"
+    )
+    assert entries[(4, 154)]["description"].endswith(
+        "(the recovery action field asks for a node reboot)"
+    )

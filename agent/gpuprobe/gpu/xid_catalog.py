@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 
 from gpuprobe.gpu import nvlink5
+from gpuprobe.gpu.health import RECOVERY_VERDICTS
 from gpuprobe.report import Action, Severity
 
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
@@ -406,4 +407,31 @@ def classify(xid: int, message: str = "") -> XidInfo:
         verdict = _RECOVERY_ACTIONS.get(match.group(1).strip().lower()) if match else None
         if verdict is not None:
             return XidInfo(xid, info.description, info.bucket, *verdict, info.mnemonic)
+    return info
+
+
+def classify_unlogged(xid: int, recovery_field: str | None = None) -> XidInfo:
+    """The verdict on an XID that came only as an NVML event, with no kernel-log line to
+    decode: an Xid 144-150's unit and Fatal/Nonfatal word are only in the kernel log, so it is
+    a WARNING that says so (never CRITICAL on the number alone); an Xid 154 follows the GPU's
+    recovery action field (`recovery_field`, read when the event was drained) as a
+    GpuRecoveryAction event does; when the field could not be read, the catalog's default."""
+    info = CATALOG.get(xid)
+    if info is None:
+        return classify(xid)
+    if nvlink5.FIRST <= xid <= nvlink5.LAST:
+        description = (
+            f"{info.description} (seen only as an NVML event: without its kernel-log line "
+            "its unit and Fatal/Nonfatal word cannot be decoded; read the kernel log)"
+        )
+        return XidInfo(xid, description, info.bucket, _W, Action.NONE, info.mnemonic)
+    if xid == 154 and recovery_field is not None:
+        if recovery_field == "NONE":
+            severity, action, what = _W, Action.NONE, "no recovery"
+        elif recovery_field in RECOVERY_VERDICTS:
+            severity, action, what = RECOVERY_VERDICTS[recovery_field]
+        else:
+            return info
+        description = f"{info.description} (the recovery action field asks for {what})"
+        return XidInfo(xid, description, info.bucket, severity, action, info.mnemonic)
     return info

@@ -87,5 +87,6 @@ def _merge(seen: dict[str, Seen], x: Seen) -> None:
         old.times = x.times
     old.last_seen = later(old.last_seen, x.last_seen)
     old.message = old.message or x.message
+    old.recovery_field = old.recovery_field or x.recovery_field
     if x.source == "nvml-event":
         old.source = "nvml-event"
