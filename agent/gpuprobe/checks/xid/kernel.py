@@ -12,7 +12,6 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-
 from gpuprobe.checks.xid.model import MAX_TIMES, XIDLESS, Gpu, Seen, later
 from gpuprobe.checks.xid.recovery import reset_logged
 from gpuprobe.config import Config
