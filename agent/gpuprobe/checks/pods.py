@@ -12,7 +12,8 @@ the known GPU failure signatures in their logs.
    restarted (`gpuprobe.containers.cri_log`), matched against the known signatures
    (`gpuprobe.checks.pod_signatures`): `POD_GPU_FAILURE`, WARNING per pod and cause; a
    signature in every GPU pod (NVML lost everywhere) or one that indicts the node (an
-   unresolvable CDI device) raises the node-level finding it implies.
+   unresolvable CDI device) raises the node-level finding it implies. CUDA's error 802 stays
+   a POD_GPU_FAILURE: the `gpus` check raises FABRIC_NOT_READY from NVML's fabric state.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ FORWARD_COMPAT_BRANDS = frozenset(
 # An XID this long before (or shortly after) a container's CUDA error is its cause.
 XID_BEFORE = timedelta(seconds=120)
 XID_AFTER = timedelta(seconds=10)
-PROC_STAT = "/proc/stat"
 # At most this many containers' logs a round (64 KiB each: 32 MiB), GPU pods' first.
+PROC_STAT = "/proc/stat"
 MAX_LOGS = 512
 
 
@@ -548,17 +549,8 @@ def _node_level(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list
         findings.append(
             Finding("POD_GPU_FAILURE", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
         )
-    fabric = [f for f in failures if f.cause == sig.FABRIC_NOT_INITIALIZED]
-    if fabric:
-        message = (
-            f"CUDA in {len({(f.pod.namespace, f.pod.pod) for f in fabric})} GPU pod(s) failed "
-            "with error 802 (system not yet initialized): the node's NVSwitch fabric is not "
-            f"ready. Fix: {sig.by_cause(sig.FABRIC_NOT_INITIALIZED).fix}"
-        )
-        pods = tuple(f.pod for f in fabric)
-        findings.append(
-            Finding("FABRIC_NOT_READY", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
-        )
+    # CUDA's error 802 stays the pods' POD_GPU_FAILURE: the `gpus` check owns FABRIC_NOT_READY
+    # from NVML's fabric state, which clears when the fabric is up (a log line never does).
     unresolved = [f for f in failures if f.cause == sig.CDI_UNRESOLVABLE]
     if unresolved:
         names = sorted({f.detail or "?" for f in unresolved})
