@@ -257,3 +257,17 @@ def test_error_802_in_gpu_pods_is_a_pod_failure_and_the_gpus_check_owns_the_fabr
         run_check("gpus", "synthetic-pods-fabric-not-ready")
     )
 
+
+def test_a_crash_is_tied_to_its_xid_when_the_boot_is_in_the_rotated_log(tmp_path: Path) -> None:
+    # The boot went to kern.log.1 at rotation; the XID 48 is in the live kern.log. Read as one
+    # stream newest file first, kern.log.1's boot marker dropped the current boot's XIDs.
+    root = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-pods-log-signatures"), root, symlinks=True)
+    log = root / "rootfs/var/log/kern.log"
+    lines = log.read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if " NVRM: Xid " in line and i > 2)
+    (root / "rootfs/var/log/kern.log.1").write_text("".join(lines[:cut]))
+    log.write_text("".join(lines[cut:]))
+    result = pods.run(snapshot_host(root), Config())
+    xid = next(f for f in result.data["failures"] if f["pod"] == "llama-pretrain-3")
+    assert xid["xid"] == 48

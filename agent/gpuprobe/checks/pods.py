@@ -26,6 +26,7 @@ from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import pod_signatures as sig
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.xid import kernel as xid_kernel
 from gpuprobe.config import Config
 from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
@@ -49,7 +50,6 @@ FORWARD_COMPAT_BRANDS = frozenset(
 XID_BEFORE = timedelta(seconds=120)
 XID_AFTER = timedelta(seconds=10)
 # At most this many containers' logs a round (64 KiB each: 32 MiB), GPU pods' first.
-PROC_STAT = "/proc/stat"
 MAX_LOGS = 512
 
 
@@ -483,16 +483,12 @@ def _spec_gpus(
 
 
 def _xids(host: Host, config: Config) -> list[kernel_log.XidLine]:
-    boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
-    texts = []
-    for path in reversed(config.xid.kernel_logs):  # rotated (older) files first
-        try:
-            data = host.fs.read_tail(path, config.xid.kernel_log_max_bytes)
-        except OSError:
-            continue
-        texts.append(data.decode("utf-8", errors="replace"))
+    """The current boot's XID lines with a time, oldest first, read as the `xid` check reads
+    the kernel logs (each log's rotated files as one stream, oldest file first)."""
     now = datetime.fromtimestamp(host.clock.wall(), UTC)
-    return kernel_log.read_stream(texts, boot=boot, now=now).xids
+    logs, _ = xid_kernel.read_logs(host, config, now)
+    timed = [x for log in logs for x in log.xids if x.time is not None]
+    return sorted(timed, key=lambda x: x.time or now)
 
 
 def _xid_near(
