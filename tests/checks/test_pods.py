@@ -11,7 +11,9 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks import pods
+from gpuprobe.checks.pods import NodeGpu, _container_gpus
 from gpuprobe.config import Config
+from gpuprobe.containers.oci import ContainerSpec
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import PodRef, Status
 from gpuprobe.report import gpu_resource as _gpu
@@ -271,3 +273,23 @@ def test_a_crash_is_tied_to_its_xid_when_the_boot_is_in_the_rotated_log(tmp_path
     result = pods.run(snapshot_host(root), Config())
     xid = next(f for f in result.data["failures"] if f["pod"] == "llama-pretrain-3")
     assert xid["xid"] == 48
+
+
+def test_nvidia_visible_devices_takes_indexes_uuids_and_migs_and_passes_over_the_rest() -> None:
+    uuid = "GPU-5f1c{0:04x}-8e2b-4c1d-9a7e-{0:012x}".format
+    mig = "MIG-0c6f8a1e-7b2d-5e3f-9a4c-1d2e3f4a5b6c"
+    gpus = [NodeGpu(i, uuid(i), i, "nvidia", "9.0", None) for i in range(4)]
+    gpus[3].migs[mig] = 3
+
+    def given(visible: str) -> list[int] | None:
+        spec = ContainerSpec("c1", "containerd", "/run", env={"NVIDIA_VISIBLE_DEVICES": visible})
+        own = _container_gpus(spec, gpus, {})
+        return None if own is None else [g.index for g in own]
+
+    # Any pod may write anything there: what is no index or UUID is passed over, no ValueError.
+    assert given("1a:0") == []
+    assert given(" 0 , 1a:0, GPU-unknown, 2:x") == [0]
+    assert given(f"{uuid(1)}, 2:1") == [1, 2]
+    assert given(mig) == [3]
+    assert given("all") == [0, 1, 2, 3]
+    assert given("void") is None

@@ -32,11 +32,12 @@ from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
 from gpuprobe.gpu import cuda, kernel_log
 from gpuprobe.gpu.devices import Device, gpu_count, text
-from gpuprobe.gpu.health import as_int
+from gpuprobe.gpu.health import as_int, current_pending
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
 from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity, gpu_resource
 from gpuprobe.workloads.attribution import attribute
+from gpuprobe.workloads.inventory import mig_devices
 
 NAME = "pods"
 NO_DEVICES = frozenset({"", "void", "none"})
@@ -172,6 +173,8 @@ def _gpus(host: Host) -> list[NodeGpu]:
             arch = f"{capability[0]}.{capability[1]}"
         pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
         bus = text(pci.get("busId")) if isinstance(pci, dict) else None
+        mode = current_pending(device.get("nvmlDeviceGetMigMode"))
+        migs = mig_devices(host.nvml, device) if mode and mode[0] == 1 else []
         found.append(
             NodeGpu(
                 index,
@@ -180,6 +183,7 @@ def _gpus(host: Host) -> list[NodeGpu]:
                 req.BRANDS.get(brand) if brand is not None else None,
                 arch,
                 kernel_log.pci_prefix(bus) if bus else None,
+                {m.uuid: index for m in migs if m.uuid},
             )
         )
     return found
@@ -211,17 +215,33 @@ def _container_gpus(
     if visible is not None and visible.strip().lower() not in NO_DEVICES:
         if visible.strip().lower() == "all":
             return list(gpus)
-        names: dict[str, int] = {}
-        for g in gpus:
-            names[str(g.index)] = g.index
-            if g.uuid:
-                names[g.uuid] = g.index
-        chosen = {names[v.strip()] for v in visible.split(",") if v.strip() in names}
-        chosen |= {int(v.split(":")[0]) for v in visible.split(",") if ":" in v and v[0].isdigit()}
+        chosen = _visible_gpus(visible, gpus)
         return [by_index[i] for i in sorted(chosen) if i in by_index]
     if spec.gpu_minors:
         return [g for g in gpus if g.minor in spec.gpu_minors]
     return None
+
+
+def _visible_gpus(visible: str, gpus: list[NodeGpu]) -> set[int]:
+    """The GPU indexes NVIDIA_VISIBLE_DEVICES names: GPU indexes and UUIDs, MIG UUIDs and
+    `<gpu index>:<mig index>` as their parent GPU; a value that is none of these (any pod can
+    write anything there) is passed over."""
+    names: dict[str, int] = {}
+    for g in gpus:
+        names[str(g.index)] = g.index
+        if g.uuid:
+            names[g.uuid] = g.index
+        names.update(g.migs)
+    chosen: set[int] = set()
+    for raw in visible.split(","):
+        value = raw.strip()
+        if value in names:
+            chosen.add(names[value])
+            continue
+        gpu, colon, mig = value.partition(":")
+        if colon and gpu.isdecimal() and mig.isdecimal():
+            chosen.add(int(gpu))
+    return chosen
 
 
 # --- image CUDA ---
