@@ -409,3 +409,35 @@ def test_xids_seen_only_as_nvml_events_are_not_critical_on_their_number_alone() 
     assert entries[(4, 154)]["description"].endswith(
         "(the recovery action field asks for a node reboot)"
     )
+
+
+def test_the_recovery_field_clears_only_faults_seen_before_the_reset_was_asked(
+    tmp_path: Path,
+) -> None:
+    root = copy_snapshot("synthetic-recovery-field-reset", tmp_path)
+    host, clock = daemon_host(root)
+    xid.run(host, Config())  # the field asks for GPU_RESET (21:00:00)
+    # A new double-bit error after the reset was asked: the reset asked for does not answer it.
+    log = root / "rootfs/var/log/kern.log"
+    log.write_text(
+        log.read_text()
+        + "2026-11-29T21:00:30.104217+00:00 gpu-node-17 kernel: NVRM: Xid (PCI:0000:db:00): 48, "
+        "pid=41007, name=python3, An uncorrectable double bit error (DBE) has been detected on "
+        "GPU in the framebuffer at partition 6, subpartition 0.\n"
+    )
+    clock.advance(60)
+    second = xid.run(host, Config())  # the field reads NONE
+    entries = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}
+    assert (entries[(7, 95)]["active"], entries[(7, 95)]["cleared"]) == (False, True)
+    assert (entries[(7, 48)]["active"], entries[(7, 48)]["cleared"]) == (True, False)
+    assert codes(second) == [("XID", "CRITICAL", "RESET_GPU", gpu(7))]
+
+
+def test_a_drain_p2p_request_ending_is_no_reset() -> None:
+    host, clock = daemon_host("synthetic-recovery-field-drain-p2p")
+    xid.run(host, Config())
+    clock.advance(60)
+    second = xid.run(host, Config())
+    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(second)
+    entry = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}[(7, 95)]
+    assert "recovered" not in entry

@@ -1226,10 +1226,12 @@ def fault_variants() -> list[Node]:
 
     # GPU 7's uncontained memory error (Xid 95): its recovery action field asks for a GPU reset
     # in the first read and reads NONE from the second on (a reset between the daemon's
-    # rounds); the -stuck variant keeps asking.
+    # rounds); the -stuck variant keeps asking; in -drain-p2p the field asks for DRAIN_P2P and
+    # then reads NONE (peer-to-peer work drained: no reset).
     for name, reads in (
         ("synthetic-recovery-field-reset", [1, 0]),
         ("synthetic-recovery-field-stuck", [1]),
+        ("synthetic-recovery-field-drain-p2p", [3, 0]),
     ):
         node = hgx_h100(name)
         node.drop_calls(lambda c: c["fn"] == "nvmlDeviceGetFieldValues" and c["args"][0] == 7)
