@@ -441,3 +441,24 @@ def test_a_drain_p2p_request_ending_is_no_reset() -> None:
     assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(second)
     entry = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}[(7, 95)]
     assert "recovered" not in entry
+
+
+def test_a_new_fatal_sxid_after_rotation_lowered_the_count_is_active_again(
+    tmp_path: Path,
+) -> None:
+    root = copy_snapshot("synthetic-nvswitch-sxid", tmp_path)
+    host, clock = daemon_host(root)
+    assert xid.clear(host, Config()) == 1
+    # The log rotated away the cleared lines; the switch logs one new fatal SXid later: its
+    # count is below the cleared one, its time is after it.
+    log = root / "rootfs/var/log/kern.log"
+    kept = [line for line in log.read_text().splitlines(keepends=True) if "): 20034," not in line]
+    log.write_text(
+        "".join(kept)
+        + "2026-11-29T20:55:00.104217+00:00 gpu-node-17 kernel: nvidia-nvswitch0: SXid "
+        "(PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n"
+    )
+    clock.advance(60)
+    result = xid.run(host, Config())
+    fatal = next(e for e in result.data["sxids"] if e["sxid"] == 20034)
+    assert (fatal["count"], fatal["active"], fatal["cleared"]) == (1, True, False)
