@@ -19,13 +19,14 @@ Bucket (Immediate Action)"; gpuprobe turns the bucket into a severity and a repa
 | RESTART_BM (restart bare metal), RESTART_VM | CRITICAL | REBOOT_NODE        |
 
 WORKFLOW_NVLINK5_ERR (Xids 144-150) is only the fallback: each such line is decoded by its
-unit, `Fatal`/`Nonfatal` word and error status (`gpuprobe.gpu.nvlink5`). Exceptions to the
-bucket's verdict (BUCKET_EXCEPTIONS): memory errors the GPU contained (94) still end the
-application that hit them; gpuprobe keeps them CRITICAL (the GPU needs a reset when convenient
-to activate the remapped row) with the catalog's RESTART_APP; 154 follows the recovery its
-message names; the catalog's own words for 164 and 165 (replace the GPU if power smoothing is
-wanted) and 168 (enable ECC) name HARDWARE_INSPECTION and FIX_CONFIG. An XID missing from this
-table is reported as a WARNING that names it, with no action: look it up in the catalog.
+unit, `Fatal`/`Nonfatal` word and error status (`gpuprobe.gpu.nvlink5`). A memory error the GPU
+contained (94) takes its bucket's verdict, WARNING with RESTART_APP (not sticky): only the
+application that hit it ends; the row remap a reset activates is the `gpus` check's
+ROW_REMAP_PENDING. Exceptions to the bucket's verdict (BUCKET_EXCEPTIONS): 154 follows the
+recovery its message names; the catalog's own words for 164 and 165 (replace the GPU if power
+smoothing is wanted) and 168 (enable ECC) name HARDWARE_INSPECTION and FIX_CONFIG. An XID
+missing from this table is reported as a WARNING that names it, with no action: look it up in
+the catalog.
 """
 
 from __future__ import annotations
@@ -79,7 +80,6 @@ BUCKET_VERDICTS: dict[str, tuple[Severity, Action]] = {
 }
 # Entries whose verdict is not their bucket's (see the docstring).
 _EXCEPTIONS: dict[int, tuple[Severity, Action]] = {
-    94: (_C, Action.RESTART_APP),
     154: (_C, Action.RESET_GPU),
     164: (_W, Action.HARDWARE_INSPECTION),
     165: (_W, Action.HARDWARE_INSPECTION),
