@@ -14,7 +14,7 @@ import pytest
 
 from conftest import gpuprobe
 from gpuprobe.checks import xid
-from gpuprobe.config import Config
+from gpuprobe.config import Config, XidPolicyRule
 from gpuprobe.errors import ConfigError
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
@@ -276,6 +276,11 @@ def test_an_sxid_rule_applies_to_switches() -> None:
                                                   "not one of"),
         ("    - xid: 13\n      driver: 550\n", "line 3: xid: policy[0]: driver: expected a string"),
         ("    - xid: 13\n", "line 3: xid: policy[0]: says nothing"),
+        ("    - xid: true\n      ignore: true\n", "line 3: xid: policy[0]: xid: expected a "
+                                                  "number or a string, got a boolean"),
+        ("    - xid: 13\n      driver: \"==550\"\n      ignore: true\n",
+         "line 3: xid: policy[0]: driver: '==550': == is not supported (550 would never equal "
+         "550.54.15); give a range such as >=550,<551"),
     ],
 )  # fmt: skip
 def test_a_typo_in_a_rule_is_a_usage_error_naming_its_line(
@@ -291,6 +296,14 @@ def test_a_typo_in_a_rule_is_a_usage_error_naming_its_line(
     done = gpuprobe("check", "--config", str(path), "--explain-policy")
     assert done.returncode == 64
     assert done.stderr.strip().startswith(f"gpuprobe: config {path}: {error}")
+
+
+@pytest.mark.parametrize("field", ["xid", "sxid"])
+def test_a_boolean_is_no_xid_or_sxid_number(field: str) -> None:
+    # bool is an int in Python: True was read as XID 1 by a rule built from parsed data.
+    with pytest.raises(ConfigError) as raised:
+        XidPolicyRule(**{field: True}, ignore=True)
+    assert str(raised.value) == f"{field}: True is not a number or a range like 144-150"
 
 
 def test_explain_policy_prints_the_effective_table(tmp_path: Path) -> None:
