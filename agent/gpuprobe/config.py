@@ -294,6 +294,86 @@ class ServeConfig:
         return self.active_interval_seconds if active else self.interval_seconds
 
 
+# Taints: the codes that mean "this node cannot run GPU work" when CRITICAL (an XID is CRITICAL
+# only when NVIDIA's catalog says reset or reboot: the uncontained ones).
+DEFAULT_TAINT_CODES = (
+    "GPU_LOST",
+    "DRIVER_NOT_LOADED",
+    "DRIVER_LIBRARY_MISMATCH",
+    "RUNTIME_NOT_CONFIGURED",
+    "XID",
+)
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Node conditions: type -> the checks whose findings decide it.
+DEFAULT_CONDITIONS: dict[str, tuple[str, ...]] = {
+    "GPUHardwareReady": ("driver", "gpus", "mig", "xid"),
+    "GPURuntimeReady": ("toolkit", "cdi", "device_plugin", "sharing", "workloads"),
+    "GPUNetworkReady": ("network", "rdma", "nccl"),
+    "GPUStorageReady": ("storage",),
+}
+
+
+@dataclass(frozen=True)
+class TaintConfig:
+    """The opt-in taint `gpuprobe.io/unhealthy=<CODE>:<effect>` and its fleet brake."""
+
+    enabled: bool = False
+    effect: str = "NoSchedule"
+    # Finding codes that taint the node while one of them is CRITICAL.
+    codes: tuple[str, ...] = DEFAULT_TAINT_CODES
+    # The taint goes once its codes have been clear this long.
+    clear_after_seconds: float = 300.0
+    # No new taint while at least this fraction of the selected nodes already carry it.
+    max_unhealthy_fraction: float = 0.2
+    # The nodes that run gpuprobe (the DaemonSet's nodeSelector), for the brake.
+    node_selector: str = "nvidia.com/gpu.present=true"
+
+    def __post_init__(self) -> None:
+        if self.effect not in TAINT_EFFECTS:
+            raise ConfigError(f"effect: {self.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+        if self.clear_after_seconds < 0:
+            raise ConfigError(f"clear_after_seconds: {self.clear_after_seconds:g} is negative")
+        if not 0 < self.max_unhealthy_fraction <= 1:
+            raise ConfigError(
+                f"max_unhealthy_fraction: {self.max_unhealthy_fraction:g} is not within 0-1"
+            )
+        if not self.node_selector.strip():
+            raise ConfigError("node_selector: must select the nodes that run gpuprobe")
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """Node conditions, events and taints written to the Kubernetes API (docs/kubernetes.md)."""
+
+    # auto: on when the pod has in-cluster credentials (or --kubeconfig is given).
+    enabled: bool | str = "auto"
+    # Condition type -> checks; rename the types to those a node-repair controller watches.
+    conditions: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: dict(DEFAULT_CONDITIONS)
+    )
+    # One Event on the node when a CRITICAL or WARNING finding appears or clears.
+    events: bool = True
+    taint: TaintConfig = field(default_factory=TaintConfig)
+    # The first write of a starting agent comes at a random moment within this window, so a
+    # fleet restarting at once does not stampede the API server.
+    start_jitter_seconds: float = 30.0
+    # Each API request's own bound.
+    timeout_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.enabled not in (True, False, "auto"):
+            raise ConfigError(f"enabled: {self.enabled!r} is not auto, true or false")
+        for name, checks in self.conditions.items():
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name) or len(name) > 316:
+                raise ConfigError(f"conditions: {name!r} is not a condition type (CamelCase)")
+            if not checks:
+                raise ConfigError(f"conditions.{name}: names no check")
+        if self.start_jitter_seconds < 0:
+            raise ConfigError(f"start_jitter_seconds: {self.start_jitter_seconds:g} is negative")
+        if self.timeout_seconds <= 0:
+            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be above 0")
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration."""
@@ -308,6 +388,7 @@ class Config:
     nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
 
     def deadline(self, check: str) -> float:
         """The deadline of one check, in seconds: `checks.deadlines` when set there; for
@@ -367,8 +448,11 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     if origin in (types.UnionType, typing.Union):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, where)
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) > 1:  # scalars only (`bool | str`): the one the value already is
+            exact = [a for a in inner if type(value) is a]
+            inner = exact or inner[-1:]
+        return _convert(inner[0], value, where)
     if dataclasses.is_dataclass(hint):
         return build(hint, value, where)  # type: ignore[arg-type]
     if origin is tuple:
