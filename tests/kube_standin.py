@@ -30,7 +30,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -274,6 +274,9 @@ class Faults:
 
     delay: float = 0.0  # seconds before each answer
     answers: list[int] = field(default_factory=list)  # forced status codes, next requests first
+    # Another writer's change, made just before the next node patch is applied (so a
+    # precondition the client read a moment ago goes stale for real).
+    interleave: Callable[[], None] | None = None
 
 
 class KubeStandIn:
@@ -463,6 +466,10 @@ class KubeStandIn:
             return 200, self._list_nodes(query.get("labelSelector", [""])[0])
         if key[:4] == ("", "v1", "nodes", "patch") and info.subresource in ("", "status"):
             self.writes.append((token, info.rbac_resource, str(info.name)))
+            interleave = self.faults.interleave if not info.subresource else None
+            if interleave is not None:
+                self.faults.interleave = None
+                interleave()
             return 200, self._patch_node(str(info.name), info.subresource, payload, content_type)
         if key == ("events.k8s.io", "v1", "events", "create", "") and info.namespace:
             return 201, self._create_event(info.namespace, payload)
@@ -581,10 +588,10 @@ class KubeStandIn:
             return copy.deepcopy(self.nodes[name]["spec"].get("taints") or [])
 
     def node_events(self, name: str) -> list[dict[str, Any]]:
-        """The events about a node, oldest first."""
+        """The events about a node, first occurrence first."""
         with self._lock:
             found = [e for e in self.events.values() if e["regarding"]["name"] == name]
-        return sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"]))
+        return sorted(found, key=lambda e: str(e["eventTime"]))
 
 
 def _selects(selector: str, obj: dict[str, Any]) -> bool:
@@ -661,3 +668,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+
+
+def manifest_rules() -> list[Rule]:
+    """The rules `kubectl kustomize daemonset/` grants the agent."""
+    from deployment import objects
+
+    return cluster_role_rules(objects(""))
+
+
+@contextmanager
+def running(directory: Path, rules: list[Rule] | None = None) -> Iterator[KubeStandIn]:
+    """A started stand-in with the manifests' RBAC and one GPU node, `gpu-node-17`; stopped
+    on every way out."""
+    stand_in = KubeStandIn(directory, manifest_rules() if rules is None else rules)
+    stand_in.add_node("gpu-node-17", {"nvidia.com/gpu.present": "true"})
+    stand_in.start()
+    try:
+        yield stand_in
+    finally:
+        stand_in.stop()

@@ -188,6 +188,15 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="without a token or mTLS, let anyone call the guarded RPCs (else refused)",
     )
+    _add_kubeconfig_flag(parser, "write node conditions, events and taints")
+
+
+def _add_kubeconfig_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help=f"Kubernetes API access from outside a pod: {what} (docs/kubernetes.md)",
+    )
 
 
 def _add_cluster_flags(parser: argparse.ArgumentParser, deadline: float) -> None:
@@ -494,6 +503,7 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         allow_unauthenticated=args.allow_unauthenticated,
+        kubeconfig=args.kubeconfig,
     )
     return serve(host, config, names, options)
 
