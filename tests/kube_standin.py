@@ -369,7 +369,7 @@ class KubeStandIn:
         class Handler(_Handler):
             server_state = stand_in
 
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler, bind_and_activate=False)
+        server = _Server(("127.0.0.1", self.port), Handler, bind_and_activate=False)
         server.allow_reuse_address = True
         server.daemon_threads = True
         server.request_queue_size = 256
@@ -610,6 +610,15 @@ def _selects(selector: str, obj: dict[str, Any]) -> bool:
         if not ok:
             return False
     return True
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up (timed out, closed) is no error of the server's."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -208,20 +208,19 @@ def test_the_loop_counts_errors_backs_off_and_reports_unreachable_after_5_minute
 ) -> None:
     clock = [1000.0]
     own: list[CheckResult] = []
-    latest = [report()]
     loop = PublishLoop(
         publisher(standin, KubernetesConfig()),
-        lambda: latest[0],
         own.append,
         KubernetesConfig(),
         rng=random.Random(7),
         clock=lambda: clock[0],
         wall=lambda: later(clock[0] - 1000),
     )
+    loop.offer(report())
     assert loop.step() == 240  # fine: wait for the next round or the heartbeat
     assert loop.up and own[-1].findings == []
     delays = []
-    latest[0] = report(("gpus", GPU_LOST))
+    loop.offer(report(("gpus", GPU_LOST)))
     with standin.down():
         for _ in range(8):
             delays.append(loop.step())

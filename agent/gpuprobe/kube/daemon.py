@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 from gpuprobe.config import KubernetesConfig
 from gpuprobe.kube.api import Access, KubeApi, in_cluster_available
 from gpuprobe.kube.publisher import NodePublisher, PublishLoop
-from gpuprobe.report import CheckResult, NodeReport
+from gpuprobe.report import CheckResult
 
 
 def wanted(config: KubernetesConfig, kubeconfig: str | None) -> bool:
@@ -56,13 +56,12 @@ class KubeLink:
         node: str,
         config: KubernetesConfig,
         access: Access,
-        latest: Callable[[], NodeReport | None],
         report_own: Callable[[CheckResult], None],
         rng: random.Random | None = None,
     ) -> None:
         self.api = KubeApi(access, config.timeout_seconds)
         publisher = NodePublisher(self.api, node, config, run=uuid.uuid4().hex[:12])
-        self.loop = PublishLoop(publisher, latest, report_own, config, rng=rng)
+        self.loop = PublishLoop(publisher, report_own, config, rng=rng)
         self.collector = KubeCollector(self.loop)
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -76,6 +75,6 @@ class KubeLink:
     def stop(self, grace: float = 1.0) -> None:
         """Stop publishing; a call in flight is left to its own timeout."""
         self._stop.set()
-        self.loop.notify()
+        self.loop.offer(None)
         self._thread.join(grace)
         self.api.close()

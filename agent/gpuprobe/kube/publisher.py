@@ -74,9 +74,13 @@ class NodePublisher:
             if self.config.taint.enabled:
                 self._publish_taint(report, at)
         except KubeError:
-            self._conditions = None  # re-read the node: the failed write may have landed
-            self._taints = None
+            self.forget()  # the failed write may have landed, or another writer came
             raise
+
+    def forget(self) -> None:
+        """Read the node again before the next write instead of trusting what was seen."""
+        self._conditions = None
+        self._taints = None
 
     def _remember(self, node: Mapping[str, Any]) -> None:
         owned = set(self.config.conditions)
@@ -195,7 +199,6 @@ class PublishLoop:
     def __init__(
         self,
         publisher: NodePublisher,
-        latest: Callable[[], NodeReport | None],
         report_own: Callable[[CheckResult], None],
         config: KubernetesConfig,
         rng: random.Random | None = None,
@@ -203,7 +206,7 @@ class PublishLoop:
         wall: Callable[[], datetime] = now,
     ) -> None:
         self.publisher = publisher
-        self.latest = latest
+        self._report: NodeReport | None = None
         self.report_own = report_own
         self.config = config
         self.rng = rng or random.Random()
@@ -218,14 +221,17 @@ class PublishLoop:
         self._own: list[Finding] | None = None
         self._lock = threading.Lock()
 
-    def notify(self, *_: object) -> None:
-        """A new report exists (a store view): publish soon. Never blocks."""
+    def offer(self, report: NodeReport | None) -> None:
+        """A new report (from the agent's store, after each round): publish it soon. Never
+        blocks; the report is handed over here, so none is missed between two attempts."""
+        if report is not None:
+            self._report = report
         self._wake.set()
 
     def step(self) -> float:
         """One attempt with the latest report; returns the seconds to wait before the next."""
         self._wake.clear()
-        report = self.latest()
+        report = self._report
         delay = HEARTBEAT_SECONDS
         if report is not None:
             try:

@@ -103,7 +103,8 @@ class Agent:
         self.kube = self._kube_link(options.kubeconfig, rng)
         if self.kube is not None:
             live_registry.register(self.kube.collector)
-            self.store.add_view(self.kube.loop.notify)
+            kube = self.kube  # each new report goes to the publishing loop, which never blocks
+            self.store.add_view(lambda snapshot: kube.loop.offer(snapshot.report))
 
         token = TokenFile(options.token_file) if options.token_file else None
         peers = PeerChannel(
@@ -185,7 +186,6 @@ class Agent:
                 self.host.node_name,
                 self.config.kubernetes,
                 Access(kubeconfig=kubeconfig),
-                latest=lambda: self.store.current().report,
                 report_own=self._report_own,
                 rng=rng,
             )

@@ -1,0 +1,102 @@
+"""The daemon with Kubernetes on: it publishes after its rounds, exports its own state, and
+keeps serving while the API server is slow or down."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kube_standin import KubeStandIn, running
+from serving import serve_process, in_process_agent, wait_for
+
+from conftest import snapshot
+from gpuprobe.config import Config, KubernetesConfig, TaintConfig
+from gpuprobe.kube.taints import TAINT_KEY
+
+NODE = "gpu-node-17"
+QUICK = KubernetesConfig(start_jitter_seconds=0, taint=TaintConfig(enabled=True))
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> Iterator[KubeStandIn]:
+    with running(tmp_path) as stand_in:
+        yield stand_in
+
+
+def metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
+def hardware(standin: KubeStandIn) -> str | None:
+    found = standin.conditions(NODE).get("GPUHardwareReady")
+    return found["status"] if found else None
+
+
+def test_the_agent_sets_conditions_events_and_the_taint_of_a_lost_gpu(standin: KubeStandIn) -> None:
+    with in_process_agent(
+        "synthetic-gpu-lost",
+        config=Config(kubernetes=QUICK),
+        node_name=NODE,
+        kubeconfig=str(standin.kubeconfig()),
+    ) as agent:
+        wait_for(lambda: hardware(standin) == "False")
+        condition = standin.conditions(NODE)["GPUHardwareReady"]
+        assert condition["reason"] == "GpuLost"
+        assert condition["message"].startswith("GPU 5 is lost: NVML reports GpuIsLost")
+        wait_for(lambda: standin.taints(NODE))
+        assert standin.taints(NODE) == [{"key": TAINT_KEY, "value": "GPU_LOST", "effect": "NoSchedule"}]
+        assert "GpuLost" in {e["reason"] for e in standin.node_events(NODE)}
+        page = wait_for(lambda: (m := metrics(agent.metrics_port)) and "gpuprobe_kubernetes_up 1.0" in m and m)
+        assert not [line for line in page.splitlines() if line.startswith("gpuprobe_kubernetes_errors_total{")]
+        own = wait_for(lambda: (r := agent.store.current().report) and r.check("kubernetes"))
+        assert own.findings == []
+
+
+def test_a_slow_then_dead_api_server_never_holds_up_the_agent(standin: KubeStandIn) -> None:
+    with in_process_agent(
+        "synthetic-h100-8gpu-healthy",
+        config=Config(kubernetes=KubernetesConfig(start_jitter_seconds=0, timeout_seconds=2)),
+        node_name=NODE,
+        kubeconfig=str(standin.kubeconfig()),
+    ) as agent:
+        wait_for(lambda: hardware(standin) == "True")
+        assert agent.kube is not None
+        wait_for(lambda: agent.kube is not None and agent.kube.loop.up)
+        standin.faults.delay = 5.0
+        before = len(standin.requests)
+        agent.kube.loop.publisher.forget()
+        agent.kube.loop.offer(None)  # the loop now waits on a slow GET (its 2 s timeout) ...
+        time.sleep(0.2)
+        started = time.monotonic()
+        page = metrics(agent.metrics_port)  # ... while /metrics answers at once
+        assert time.monotonic() - started < 0.5
+        assert "gpuprobe_node_status" in page
+        wait_for(lambda: 'gpuprobe_kubernetes_errors_total{code="timeout",verb="get"}' in metrics(agent.metrics_port))
+        assert len(standin.requests) == before  # the slow answer came after the client gave up
+        standin.faults.delay = 0
+        wait_for(lambda: agent.kube is not None and agent.kube.loop.up)  # back after its backoff
+        with standin.down():
+            agent.kube.loop.publisher.forget()
+            agent.kube.loop.offer(None)
+            wait_for(lambda: "gpuprobe_kubernetes_up 0.0" in metrics(agent.metrics_port))
+            page = metrics(agent.metrics_port)
+            assert 'gpuprobe_kubernetes_errors_total{code="unreachable",verb="get"}' in page
+            assert agent.store.current().report is not None
+
+
+def test_serve_with_kubeconfig_publishes(standin: KubeStandIn, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"kubernetes": {"start_jitter_seconds": 0}}))
+    with serve_process(
+        "--snapshot", snapshot("synthetic-h100-8gpu-healthy"), "--node-name", NODE,
+        "--kubeconfig", str(standin.kubeconfig()), "--config", str(config),
+    ) as served:
+        wait_for(lambda: hardware(standin) == "True")
+        assert "gpuprobe_kubernetes_up 1.0" in wait_for(
+            lambda: (m := served.metrics()) and "gpuprobe_kubernetes_up 1.0" in m and m
+        )
