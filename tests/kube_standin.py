@@ -31,7 +31,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -180,9 +180,9 @@ def strategic_merge(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
                     )
                 at = next((i for i, t in enumerate(merged) if t.get(key) == item[key]), None)
                 if at is None:
-                    merged.append(strategic_merge({}, item, path + ("[]",)))
+                    merged.append(strategic_merge({}, item, (*path, "[]")))
                 else:
-                    merged[at] = strategic_merge(merged[at], item, path + ("[]",))
+                    merged[at] = strategic_merge(merged[at], item, (*path, "[]"))
             return merged
         return copy.deepcopy(patch)
     out = dict(target) if isinstance(target, dict) else {}
@@ -192,7 +192,7 @@ def strategic_merge(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
         if value is None:
             out.pop(key, None)
         else:
-            out[key] = strategic_merge(out.get(key), value, path + (key,))
+            out[key] = strategic_merge(out.get(key), value, (*path, key))
     return out
 
 
@@ -392,10 +392,8 @@ class KubeStandIn:
             self._server = None
         with self._lock:  # and the connections clients keep open: a dead server's die too
             for connection in list(self._connections):
-                try:
+                with suppress(OSError):
                     connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
             self._connections.clear()
 
     @contextmanager
@@ -431,11 +429,15 @@ class KubeStandIn:
         if not any(
             r.allows(info.group, info.rbac_resource, info.verb, info.name) for r in self.rules
         ):
-            where = f' in the namespace "{info.namespace}"' if info.namespace else " at the cluster scope"
+            where = (
+                f' in the namespace "{info.namespace}"'
+                if info.namespace
+                else " at the cluster scope"
+            )
             raise ApiFailure(
                 403,
                 "Forbidden",
-                f'{info.resource}{"/" + info.subresource if info.subresource else ""} '
+                f"{info.resource}{'/' + info.subresource if info.subresource else ''} "
                 f'"{info.name or ""}" is forbidden: User "{SERVICE_ACCOUNT}" cannot {info.verb} '
                 f'resource "{info.rbac_resource}" in API group "{info.group}"{where}',
             )
@@ -505,7 +507,7 @@ class KubeStandIn:
             raise ApiFailure(
                 409,
                 "Conflict",
-                f'Operation cannot be fulfilled on {old["kind"].lower()}s '
+                f"Operation cannot be fulfilled on {old['kind'].lower()}s "
                 f'"{old["metadata"]["name"]}": the object has been modified; please apply your '
                 "changes to the latest version and try again",
             )
@@ -556,7 +558,9 @@ class KubeStandIn:
         validate_event(event)
         key = (namespace, event["metadata"].get("name", ""))
         if key in self.events:
-            raise ApiFailure(409, "AlreadyExists", f'events.events.k8s.io "{key[1]}" already exists')
+            raise ApiFailure(
+                409, "AlreadyExists", f'events.events.k8s.io "{key[1]}" already exists'
+            )
         self._version += 1
         event["metadata"]["resourceVersion"] = str(self._version)
         self.events[key] = event
@@ -625,7 +629,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_state: KubeStandIn
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # quiet: the tests read `requests`
 
     def setup(self) -> None:
@@ -636,10 +640,8 @@ class _Handler(BaseHTTPRequestHandler):
     def finish(self) -> None:
         with self.server_state._lock:
             self.server_state._connections.discard(self.connection)
-        try:
+        with suppress(OSError):
             super().finish()
-        except OSError:
-            pass
 
     def _serve(self) -> None:
         state = self.server_state
@@ -663,8 +665,15 @@ class _Handler(BaseHTTPRequestHandler):
             }
         except json.JSONDecodeError as exc:
             code = 400
-            answer = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                      "message": f"invalid JSON: {exc}", "reason": "BadRequest", "code": 400}
+            answer = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"invalid JSON: {exc}",
+                "reason": "BadRequest",
+                "code": 400,
+            }
         data = json.dumps(answer).encode()
         with state._lock:
             state.requests.append((time.monotonic(), self.command, url.path, code))

@@ -348,9 +348,7 @@ class KubernetesConfig:
     # auto: on when the pod has in-cluster credentials (or --kubeconfig is given).
     enabled: bool | str = "auto"
     # Condition type -> checks; rename the types to those a node-repair controller watches.
-    conditions: dict[str, tuple[str, ...]] = field(
-        default_factory=lambda: dict(DEFAULT_CONDITIONS)
-    )
+    conditions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_CONDITIONS))
     # One Event on the node when a CRITICAL or WARNING finding appears or clears.
     events: bool = True
     taint: TaintConfig = field(default_factory=TaintConfig)

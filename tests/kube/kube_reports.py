@@ -49,7 +49,9 @@ HARDWARE = ("driver", "gpus", "mig", "xid")
 RUNTIME = ("toolkit", "cdi", "device_plugin", "sharing")
 
 
-def report(*findings: tuple[str, Finding], unknown: tuple[str, ...] = (), at: int = 0) -> NodeReport:
+def report(
+    *findings: tuple[str, Finding], unknown: tuple[str, ...] = (), at: int = 0
+) -> NodeReport:
     """A report of every hardware and runtime check, with `(check, finding)` pairs added and
     the named checks UNKNOWN; `at` seconds after T0."""
     checks = []

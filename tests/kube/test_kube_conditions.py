@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kube_reports import GPU_LOST, NVLINK_DOWN, THERMAL, TIMEOUT, T0, XID_APP, later, report
+from kube_reports import GPU_LOST, NVLINK_DOWN, T0, THERMAL, TIMEOUT, XID_APP, later, report
 
 from gpuprobe.config import DEFAULT_CONDITIONS
 from gpuprobe.kube.conditions import MAX_MESSAGE, Condition, camel, desired, to_write
@@ -27,7 +27,9 @@ def test_a_clean_report_makes_every_ran_group_true_and_leaves_the_others_out() -
     hardware = found["GPUHardwareReady"]
     assert (hardware.status, hardware.reason) == ("True", "AllChecksPassed")
     assert hardware.message == "gpuprobe: driver, gpus, mig, xid passed"
-    assert found["GPURuntimeReady"].message == "gpuprobe: toolkit, cdi, device_plugin, sharing passed"
+    assert (
+        found["GPURuntimeReady"].message == "gpuprobe: toolkit, cdi, device_plugin, sharing passed"
+    )
 
 
 def test_a_critical_finding_makes_its_group_false_with_the_worst_first() -> None:
@@ -54,7 +56,11 @@ def test_an_unknown_check_makes_the_group_unknown_unless_something_is_critical()
     assert (hardware.status, hardware.reason) == ("Unknown", "CheckTimeout")
     assert hardware.message == f"{TIMEOUT.message} (node) and 1 more"
     silent = by_type(desired(report(unknown=("mig",)), DEFAULT_CONDITIONS))["GPUHardwareReady"]
-    assert (silent.status, silent.reason, silent.message) == ("Unknown", "CheckUnknown", "mig: mig: 0 findings")
+    assert (silent.status, silent.reason, silent.message) == (
+        "Unknown",
+        "CheckUnknown",
+        "mig: mig: 0 findings",
+    )
     both = report(("xid", TIMEOUT), ("gpus", GPU_LOST), unknown=("xid",))
     assert by_type(desired(both, DEFAULT_CONDITIONS))["GPUHardwareReady"].status == "False"
 
@@ -76,17 +82,26 @@ def test_the_groups_and_their_names_are_configuration() -> None:
 
 def test_last_transition_time_moves_only_with_the_status() -> None:
     false = desired(report(("gpus", GPU_LOST)), DEFAULT_CONDITIONS)
-    (written,) = [c for c in to_write(false, [], T0, heartbeat=False) if c["type"] == "GPUHardwareReady"]
+    (written,) = [
+        c for c in to_write(false, [], T0, heartbeat=False) if c["type"] == "GPUHardwareReady"
+    ]
     assert written["lastTransitionTime"] == written["lastHeartbeatTime"] == "2026-12-01T21:00:00Z"
     # still False, another reason: the transition time stays
     other = desired(report(("mig", NVLINK_DOWN)), DEFAULT_CONDITIONS)
     current = [written]
-    (changed,) = [c for c in to_write(other, current, later(60), False) if c["type"] == "GPUHardwareReady"]
-    assert (changed["reason"], changed["lastTransitionTime"]) == ("NvlinkDown", "2026-12-01T21:00:00Z")
+    (changed,) = [
+        c for c in to_write(other, current, later(60), False) if c["type"] == "GPUHardwareReady"
+    ]
+    assert (changed["reason"], changed["lastTransitionTime"]) == (
+        "NvlinkDown",
+        "2026-12-01T21:00:00Z",
+    )
     assert changed["lastHeartbeatTime"] == "2026-12-01T21:01:00Z"
     # True again: the transition time moves
     clean = desired(report(), DEFAULT_CONDITIONS)
-    (back,) = [c for c in to_write(clean, [changed], later(120), False) if c["type"] == "GPUHardwareReady"]
+    (back,) = [
+        c for c in to_write(clean, [changed], later(120), False) if c["type"] == "GPUHardwareReady"
+    ]
     assert back["lastTransitionTime"] == "2026-12-01T21:02:00Z"
 
 

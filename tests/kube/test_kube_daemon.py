@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kube_standin import KubeStandIn, running
-from serving import serve_process, in_process_agent, wait_for
 
 from conftest import snapshot
 from gpuprobe.config import Config, KubernetesConfig, TaintConfig
 from gpuprobe.kube.taints import TAINT_KEY
+from kube_standin import KubeStandIn, running
+from serving import in_process_agent, serve_process, wait_for
 
 NODE = "gpu-node-17"
 QUICK = KubernetesConfig(start_jitter_seconds=0, taint=TaintConfig(enabled=True))
@@ -49,10 +49,18 @@ def test_the_agent_sets_conditions_events_and_the_taint_of_a_lost_gpu(standin: K
         assert condition["reason"] == "GpuLost"
         assert condition["message"].startswith("GPU 5 is lost: NVML reports GpuIsLost")
         wait_for(lambda: standin.taints(NODE))
-        assert standin.taints(NODE) == [{"key": TAINT_KEY, "value": "GPU_LOST", "effect": "NoSchedule"}]
+        assert standin.taints(NODE) == [
+            {"key": TAINT_KEY, "value": "GPU_LOST", "effect": "NoSchedule"}
+        ]
         assert "GpuLost" in {e["reason"] for e in standin.node_events(NODE)}
-        page = wait_for(lambda: (m := metrics(agent.metrics_port)) and "gpuprobe_kubernetes_up 1.0" in m and m)
-        assert not [line for line in page.splitlines() if line.startswith("gpuprobe_kubernetes_errors_total{")]
+        page = wait_for(
+            lambda: (m := metrics(agent.metrics_port)) and "gpuprobe_kubernetes_up 1.0" in m and m
+        )
+        assert not [
+            line
+            for line in page.splitlines()
+            if line.startswith("gpuprobe_kubernetes_errors_total{")
+        ]
         own = wait_for(lambda: (r := agent.store.current().report) and r.check("kubernetes"))
         assert own.findings == []
 
@@ -76,7 +84,12 @@ def test_a_slow_then_dead_api_server_never_holds_up_the_agent(standin: KubeStand
         page = metrics(agent.metrics_port)  # ... while /metrics answers at once
         assert time.monotonic() - started < 0.5
         assert "gpuprobe_node_status" in page
-        wait_for(lambda: 'gpuprobe_kubernetes_errors_total{code="timeout",verb="get"}' in metrics(agent.metrics_port))
+        wait_for(
+            lambda: (
+                'gpuprobe_kubernetes_errors_total{code="timeout",verb="get"}'
+                in metrics(agent.metrics_port)
+            )
+        )
         assert len(standin.requests) == before  # the slow answer came after the client gave up
         standin.faults.delay = 0
         wait_for(lambda: agent.kube is not None and agent.kube.loop.up)  # back after its backoff
@@ -93,8 +106,14 @@ def test_serve_with_kubeconfig_publishes(standin: KubeStandIn, tmp_path: Path) -
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"kubernetes": {"start_jitter_seconds": 0}}))
     with serve_process(
-        "--snapshot", snapshot("synthetic-h100-8gpu-healthy"), "--node-name", NODE,
-        "--kubeconfig", str(standin.kubeconfig()), "--config", str(config),
+        "--snapshot",
+        snapshot("synthetic-h100-8gpu-healthy"),
+        "--node-name",
+        NODE,
+        "--kubeconfig",
+        str(standin.kubeconfig()),
+        "--config",
+        str(config),
     ) as served:
         wait_for(lambda: hardware(standin) == "True")
         assert "gpuprobe_kubernetes_up 1.0" in wait_for(

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from kube_reports import GPU_LOST, report
-from kube_standin import running
 
 from gpuprobe.config import KubernetesConfig
 from gpuprobe.kube.api import Access, KubeApi
 from gpuprobe.kube.publisher import NodePublisher, PublishLoop
+from kube_standin import running
 
 AGENTS = 100
 WINDOW = 2.0  # kubernetes.start_jitter_seconds, shrunk from 30 s to keep the test short

@@ -3,19 +3,20 @@ conditions, events, taints, the brake, conflicts, faults and RBAC."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kube_reports import GPU_LOST, NO_RUNTIME, THERMAL, TIMEOUT, XID_APP, later, report
-from kube_standin import KubeStandIn, Rule, manifest_rules, running
 
 from gpuprobe.config import KubernetesConfig, TaintConfig
 from gpuprobe.kube.api import Access, KubeApi, KubeError
 from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from gpuprobe.kube.taints import TAINT_KEY
 from gpuprobe.report import CheckResult, parse_time
+from kube_standin import KubeStandIn, Rule, manifest_rules, running
 
 NODE = "gpu-node-17"
 TAINTING = KubernetesConfig(taint=TaintConfig(enabled=True))
@@ -60,7 +61,9 @@ def test_conditions_go_true_false_unknown_with_their_transition_times(standin: K
     assert standin.conditions(NODE)["Ready"] == ready_before  # never a type it does not own
 
 
-def test_an_unchanged_round_costs_nothing_and_the_heartbeat_re_asserts(standin: KubeStandIn) -> None:
+def test_an_unchanged_round_costs_nothing_and_the_heartbeat_re_asserts(
+    standin: KubeStandIn,
+) -> None:
     p = publisher(standin, KubernetesConfig())
     p.publish(report(), later(0))
     count = len(standin.requests)
@@ -88,7 +91,9 @@ def test_events_on_appear_and_clear_aggregate_a_flapping_finding(standin: KubeSt
     for i in range(5):  # appears, clears, appears, clears, appears
         p.publish(report(("gpus", GPU_LOST)) if i % 2 == 0 else report(), later(60 * i))
     events = standin.node_events(NODE)
-    assert [(e["type"], e["reason"], e["action"], e.get("series", {}).get("count")) for e in events] == [
+    assert [
+        (e["type"], e["reason"], e["action"], e.get("series", {}).get("count")) for e in events
+    ] == [
         ("Warning", "GpuLost", "Detected", 3),
         ("Normal", "GpuLost", "Cleared", 2),
     ]
@@ -135,9 +140,16 @@ def test_a_stale_write_is_refused_with_409_then_re_read_and_re_applied(
     other = {"key": "example.com/maintenance", "value": "", "effect": "NoSchedule"}
     standin.faults.interleave = lambda: standin.touch(NODE, taints=[other])
     p.publish(report(("gpus", GPU_LOST)), later(60))
-    codes = [code for _, method, path, code in standin.requests if method == "PATCH" and path.endswith(NODE)]
+    codes = [
+        code
+        for _, method, path, code in standin.requests
+        if method == "PATCH" and path.endswith(NODE)
+    ]
     assert codes == [409, 200]
-    assert standin.taints(NODE) == [other, {"key": TAINT_KEY, "value": "GPU_LOST", "effect": "NoSchedule"}]
+    assert standin.taints(NODE) == [
+        other,
+        {"key": TAINT_KEY, "value": "GPU_LOST", "effect": "NoSchedule"},
+    ]
 
 
 def test_the_brake_withholds_a_new_taint_at_the_fraction(standin: KubeStandIn) -> None:
@@ -177,7 +189,10 @@ def test_api_down_for_a_minute_and_back_loses_nothing(standin: KubeStandIn) -> N
         "GPUHardwareReady": ("False", "GpuLost", "2026-12-01T21:01:15Z"),
         "GPURuntimeReady": ("False", "RuntimeNotConfigured", "2026-12-01T21:01:15Z"),
     }
-    assert sorted(e["reason"] for e in standin.node_events(NODE)) == ["GpuLost", "RuntimeNotConfigured"]
+    assert sorted(e["reason"] for e in standin.node_events(NODE)) == [
+        "GpuLost",
+        "RuntimeNotConfigured",
+    ]
     assert standin.taints(NODE) == [{"key": TAINT_KEY, "value": "GPU_LOST", "effect": "NoSchedule"}]
 
 
@@ -228,7 +243,7 @@ def test_the_loop_counts_errors_backs_off_and_reports_unreachable_after_5_minute
     assert not loop.up
     assert loop.errors == {("patch", "unreachable"): 1, ("get", "unreachable"): 7}
     assert delays[0] <= 1 and delays[-1] <= 60 and delays[-1] >= 30  # capped, jittered
-    assert all(b >= a / 2 for a, b in zip(delays, delays[1:], strict=False))
+    assert all(b >= a / 2 for a, b in itertools.pairwise(delays))
     (finding,) = own[-1].findings
     assert finding.code == "KUBERNETES_UNREACHABLE"
     assert finding.message.startswith("node updates have failed for 315 s (last: get unreachable)")
@@ -261,7 +276,9 @@ def test_requests_outside_the_cluster_role_are_forbidden(tmp_path: Path) -> None
 
 
 def test_the_manifests_grant_exactly_what_the_features_use(standin: KubeStandIn) -> None:
-    assert sorted((sorted(r.groups), sorted(r.resources), sorted(r.verbs)) for r in standin.rules) == [
+    assert sorted(
+        (sorted(r.groups), sorted(r.resources), sorted(r.verbs)) for r in standin.rules
+    ) == [
         ([""], ["nodes"], ["get", "list", "patch"]),
         ([""], ["nodes/status"], ["patch"]),
         (["events.k8s.io"], ["events"], ["create", "patch"]),

@@ -29,7 +29,12 @@ def test_a_new_code_or_effect_replaces_the_taint_in_place() -> None:
     assert changed == [{**OURS, "value": "RUNTIME_NOT_CONFIGURED"}, FOREIGN]
     evict = TaintConfig(enabled=True, effect="NoExecute")
     assert decide([OURS], "GPU_LOST", 0, evict, T0) == [
-        {"key": TAINT_KEY, "value": "GPU_LOST", "effect": "NoExecute", "timeAdded": "2026-12-01T21:00:00Z"}
+        {
+            "key": TAINT_KEY,
+            "value": "GPU_LOST",
+            "effect": "NoExecute",
+            "timeAdded": "2026-12-01T21:00:00Z",
+        }
     ]
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from gpuprobe.errors import UsageError
 
+T = TypeVar("T")
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # What `kubernetes.taint.node_selector` may say: equality and existence terms, comma-separated.
 _TERM = re.compile(r"(!?)([A-Za-z0-9./_-]+)(?:(==|=|!=)([A-Za-z0-9._-]*))?")
@@ -38,25 +40,25 @@ def in_cluster_available(account: Path = SERVICE_ACCOUNT) -> bool:
     return (account / "token").is_file() and "KUBERNETES_SERVICE_HOST" in os.environ
 
 
-def parse_selector(text: str) -> list[tuple[str, Any]]:
-    """A label selector of equality and existence terms (`a=b,c!=d,e,!f`) as lightkube's
-    selector pairs; raises UsageError on any other form."""
+def parse_selector(text: str) -> dict[str, Any]:
+    """A label selector of equality and existence terms (`a=b,c!=d,e,!f`, each key once) as
+    lightkube's selector; raises UsageError on any other form."""
     from lightkube import operators
 
-    pairs: list[tuple[str, Any]] = []
+    pairs: dict[str, Any] = {}
     for term in (t.strip() for t in text.split(",")):
         match = _TERM.fullmatch(term)
-        if not match or (match.group(1) and match.group(3)):
+        if not match or (match.group(1) and match.group(3)) or match.group(2) in pairs:
             raise UsageError(f"kubernetes.taint.node_selector: cannot read {term!r}")
         negate, key, op, value = match.groups()
         if negate:
-            pairs.append((key, operators.not_exists()))
+            pairs[key] = operators.not_exists()
         elif op is None:
-            pairs.append((key, None))
+            pairs[key] = None
         elif op == "!=":
-            pairs.append((key, operators.not_equal(value)))
+            pairs[key] = operators.not_equal(value)
         else:
-            pairs.append((key, value))
+            pairs[key] = value
     return pairs
 
 
@@ -66,7 +68,9 @@ class Access:
 
     kubeconfig: str | None = None
     account: Path = SERVICE_ACCOUNT
-    server: str | None = None  # in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
+    server: str | None = (
+        None  # in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
+    )
 
 
 class KubeApi:
@@ -86,9 +90,7 @@ class KubeApi:
                 token = access.account / "token"
                 server = access.server or _in_cluster_server()
                 config = KubeConfig.from_one(
-                    cluster=Cluster(
-                        server=server, certificate_auth=str(access.account / "ca.crt")
-                    ),
+                    cluster=Cluster(server=server, certificate_auth=str(access.account / "ca.crt")),
                     user=User(token_file=str(token)),
                 )
             self._client = Client(
@@ -106,7 +108,7 @@ class KubeApi:
         """The Node object."""
         from lightkube.resources.core_v1 import Node
 
-        return self._call("get", lambda: self._client.get(Node, name).to_dict())
+        return self._call("get", lambda: _plain(self._client.get(Node, name)))
 
     def list_nodes(self, selector: str) -> list[dict[str, Any]]:
         """The nodes a label selector picks."""
@@ -114,16 +116,14 @@ class KubeApi:
 
         labels = parse_selector(selector)
         return self._call(
-            "list", lambda: [n.to_dict() for n in self._client.list(Node, labels=labels)]
+            "list", lambda: [_plain(n) for n in self._client.list(Node, labels=labels)]
         )
 
     def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A strategic merge patch of the node's status (conditions merge by `type`)."""
         from lightkube.resources.core_v1 import Node
 
-        return self._call(
-            "patch", lambda: self._client.patch(Node.Status, name, patch).to_dict()
-        )
+        return self._call("patch", lambda: self._client.patch(Node.Status, name, patch).to_dict())
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of the node (lists replaced whole; a `metadata.resourceVersion`
@@ -133,7 +133,7 @@ class KubeApi:
 
         return self._call(
             "patch",
-            lambda: self._client.patch(Node, name, patch, patch_type=PatchType.MERGE).to_dict(),
+            lambda: _plain(self._client.patch(Node, name, patch, patch_type=PatchType.MERGE)),
         )
 
     def create_event(self, event: dict[str, Any]) -> None:
@@ -142,7 +142,8 @@ class KubeApi:
 
         namespace = event["metadata"]["namespace"]
         self._call(
-            "create", lambda: self._client.create(Event.from_dict(event), namespace=namespace)
+            "create",
+            lambda: self._client.create(cast(Event, Event.from_dict(event)), namespace=namespace),
         )
 
     def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
@@ -157,7 +158,7 @@ class KubeApi:
             ),
         )
 
-    def _call(self, verb: str, call: Any) -> Any:
+    def _call(self, verb: str, call: Callable[[], T]) -> T:
         import httpx2
         from lightkube import ApiError
         from lightkube.core.exceptions import ConfigError
@@ -165,13 +166,21 @@ class KubeApi:
         try:
             return call()
         except ApiError as exc:
-            raise KubeError(verb, str(exc.status.code or exc.response.status_code), str(exc)) from None
+            raise KubeError(
+                verb, str(exc.status.code or exc.response.status_code), str(exc)
+            ) from None
         except httpx2.TimeoutException as exc:
             raise KubeError(verb, "timeout", str(exc) or type(exc).__name__) from None
         except ConfigError as exc:  # the token file vanished (a pod's token is remounted)
             raise KubeError(verb, "401", str(exc)) from None
         except (httpx2.HTTPError, OSError) as exc:
             raise KubeError(verb, "unreachable", str(exc) or type(exc).__name__) from None
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    """A lightkube object as the API's JSON object."""
+    found: dict[str, Any] = obj.to_dict()
+    return found
 
 
 def _in_cluster_server() -> str:

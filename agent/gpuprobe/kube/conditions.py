@@ -58,9 +58,7 @@ def message(findings: Sequence[Finding], limit: int = MAX_MESSAGE) -> str:
 def group_condition(condition_type: str, checks: Sequence[CheckResult]) -> Condition:
     """The condition of one group from its checks' results (at least one)."""
     statuses = {c.status for c in checks}
-    findings = sorted(
-        (f for c in checks for f in c.findings), key=lambda f: _ORDER[f.severity]
-    )
+    findings = sorted((f for c in checks for f in c.findings), key=lambda f: _ORDER[f.severity])
     if Status.CRITICAL in statuses:
         status = "False"
     elif Status.UNKNOWN in statuses:

@@ -39,12 +39,12 @@ BRAKE_RECHECK_SECONDS = 120.0
 class Api(Protocol):
     """What the publisher needs of the API (`gpuprobe.kube.api.KubeApi`)."""
 
-    def get_node(self, name: str) -> dict[str, Any]: ...  # noqa: D102
-    def list_nodes(self, selector: str) -> list[dict[str, Any]]: ...  # noqa: D102
-    def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...  # noqa: D102
-    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...  # noqa: D102
-    def create_event(self, event: dict[str, Any]) -> None: ...  # noqa: D102
-    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...  # noqa: D102
+    def get_node(self, name: str) -> dict[str, Any]: ...
+    def list_nodes(self, selector: str) -> list[dict[str, Any]]: ...
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+    def create_event(self, event: dict[str, Any]) -> None: ...
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
 
 
 class NodePublisher:
@@ -96,9 +96,7 @@ class NodePublisher:
         heartbeat = self._beat is None or (at - self._beat).total_seconds() >= HEARTBEAT_SECONDS
         patch = conditions.to_write(wanted, self._conditions, at, heartbeat)
         if patch:
-            self._remember(
-                self.api.patch_node_status(self.node, {"status": {"conditions": patch}})
-            )
+            self._remember(self.api.patch_node_status(self.node, {"status": {"conditions": patch}}))
         if heartbeat:
             self._beat = at
 
@@ -130,13 +128,16 @@ class NodePublisher:
             self._last_due = at  # after a restart: the clear delay counts from now
         clear_for = (at - self._last_due).total_seconds()
         known = self._taints
-        if known is not None and taints.decide(known, code, clear_for, self.config.taint, at) is None:
+        if (
+            known is not None
+            and taints.decide(known, code, clear_for, self.config.taint, at) is None
+        ):
             if code is None or taints.ours(known) is not None:
                 self.withheld = None
             return
-        if self.withheld is not None and self._braked_at is not None:
-            if (at - self._braked_at).total_seconds() < BRAKE_RECHECK_SECONDS:
-                return
+        since = (at - self._braked_at).total_seconds() if self._braked_at else None
+        if self.withheld is not None and since is not None and since < BRAKE_RECHECK_SECONDS:
+            return
         for _ in range(CONFLICT_RETRIES):
             node = self.api.get_node(self.node)
             self._remember(node)
