@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from gpuprobe import __version__
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from gpuprobe.client import Credentials
     from gpuprobe.config import Config
     from gpuprobe.host import Host
+    from gpuprobe.kube.api import Access as KubeAccess
+    from gpuprobe.kube.once import NodeSignals
 
 USAGE_ERROR = 64
 MAX_TEST_SECONDS = 120  # what an agent's MeasureBandwidth accepts
@@ -64,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
     _add_storage_flag(check)
+    check.add_argument(
+        "--publish",
+        action="store_true",
+        help="also write the run's node conditions and events to Kubernetes",
+    )
+    _add_kubeconfig_flag(check, "for --publish (default: in-cluster credentials)")
     check.set_defaults(func=_check)
 
     capture = commands.add_parser("capture", help="write a node snapshot of this host to DIR")
@@ -95,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
         "audit", help="query many agents over gRPC and print a cluster report"
     )
     _add_audit_flags(audit)
+    _add_kubeconfig_flag(audit, "also show each GPU node's gpuprobe conditions and taints")
+    audit.add_argument(
+        "--config", metavar="FILE", help="gpuprobe configuration: its kubernetes section"
+    )
     audit.set_defaults(func=_audit)
 
     mesh = commands.add_parser(
@@ -439,10 +451,14 @@ def _host(args: argparse.Namespace) -> Host:
 
 def _check(args: argparse.Namespace) -> int:
     from gpuprobe.checks.runner import run_checks
+    from gpuprobe.errors import UsageError
     from gpuprobe.render import render_report
-    from gpuprobe.report import exit_status
+    from gpuprobe.report import Status, exit_status
 
     config, names = _prepare(args)
+    access = _kube_access(args.kubeconfig) if args.publish else None
+    if args.kubeconfig and not args.publish:
+        raise UsageError("--kubeconfig goes with --publish")
     report = run_checks(_host(args), config, names)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
@@ -450,7 +466,29 @@ def _check(args: argparse.Namespace) -> int:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_report(report, colour=colour))
     sys.stdout.flush()
-    return exit_status(report.status)
+    status = exit_status(report.status)
+    if access is not None:
+        from gpuprobe.kube.api import KubeError
+        from gpuprobe.kube.once import publish_once
+
+        try:
+            publish_once(report, config.kubernetes, access)
+        except KubeError as exc:
+            print(f"gpuprobe: publishing to Kubernetes failed: {exc}", file=sys.stderr)
+            return status or exit_status(Status.UNKNOWN)  # an OK run that Kubernetes did not hear
+    return status
+
+
+def _kube_access(kubeconfig: str | None) -> KubeAccess:
+    """The Kubernetes API access of a one-shot command: --kubeconfig, else in-cluster."""
+    from gpuprobe.errors import UsageError
+    from gpuprobe.kube.api import Access, KubeApi, in_cluster_available
+
+    if kubeconfig is None and not in_cluster_available():
+        raise UsageError("no Kubernetes access: give --kubeconfig (no in-cluster credentials)")
+    access = Access(kubeconfig=kubeconfig)
+    KubeApi(access, timeout=1).close()  # a broken kubeconfig is a usage error before any work
+    return access
 
 
 def _capture(args: argparse.Namespace) -> int:
@@ -512,6 +550,8 @@ def _audit(args: argparse.Namespace) -> int:
     # gRPC core writes its own log lines on failed connections; the report says what failed.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
+    import json
+
     from gpuprobe.audit.render import render_cluster
     from gpuprobe.audit.run import AuditOptions, audit
     from gpuprobe.report import Status
@@ -523,14 +563,46 @@ def _audit(args: argparse.Namespace) -> int:
         deadline=args.deadline,
         concurrency=args.concurrency,
     )
+    read_kube = _kube_signals(args) if args.kubeconfig or args.config else None
     report = audit(options)
+    kube = read_kube() if read_kube is not None else None
     if args.json:
-        sys.stdout.write(report.to_json() + "\n")
+        body = report.to_dict()
+        if kube is not None:
+            body["kubernetes"] = {"nodes": [n.to_dict() for n in kube[0]], "error": kube[1]}
+        sys.stdout.write(json.dumps(body, indent=2) + "\n")
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_cluster(report, colour=colour))
+        if kube is not None:
+            from gpuprobe.kube.once import render_signals
+
+            found, error = kube
+            sys.stdout.write(
+                render_signals(found) if error is None else f"\nkubernetes  not read: {error}\n"
+            )
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)
+
+
+def _kube_signals(args: argparse.Namespace) -> Callable[[], tuple[list[NodeSignals], str | None]]:
+    """What `audit` reads of Kubernetes: every GPU node's gpuprobe conditions and taints, or
+    why they could not be read (the audit of the agents stands without them)."""
+    from gpuprobe.config import load_config
+    from gpuprobe.kube.api import KubeError
+    from gpuprobe.kube.once import read_signals
+
+    config = load_config(args.config).kubernetes
+    access = _kube_access(args.kubeconfig)
+
+    def read() -> tuple[list[NodeSignals], str | None]:
+        """The nodes' signals, and None; or no nodes and the error."""
+        try:
+            return read_signals(access, config), None
+        except KubeError as exc:
+            return [], str(exc)
+
+    return read
 
 
 def _credentials(args: argparse.Namespace) -> Credentials:

@@ -78,6 +78,7 @@ class KubeApi:
 
     def __init__(self, access: Access, timeout: float) -> None:
         import httpx2
+        import yaml
         from lightkube import Client
         from lightkube.config.kubeconfig import KubeConfig
         from lightkube.config.models import Cluster, User
@@ -96,9 +97,10 @@ class KubeApi:
             self._client = Client(
                 config, timeout=httpx2.Timeout(timeout), trust_env=False, field_manager="gpuprobe"
             )
-        except (ConfigError, OSError, KeyError, ValueError) as exc:
+        except (ConfigError, OSError, KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
             where = access.kubeconfig or str(access.account)
-            raise UsageError(f"kubernetes access ({where}): {exc}") from None
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            raise UsageError(f"kubernetes access ({where}): {text}") from None
 
     def close(self) -> None:
         """Release the connection pool."""
