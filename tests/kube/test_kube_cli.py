@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kube_standin import KubeStandIn, running
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.kube.taints import TAINT_KEY
+from kube_standin import KubeStandIn, running
 
 NODE = "gpu-node-17"
 
