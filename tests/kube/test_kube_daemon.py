@@ -119,3 +119,45 @@ def test_serve_with_kubeconfig_publishes(standin: KubeStandIn, tmp_path: Path) -
         assert "gpuprobe_kubernetes_up 1.0" in wait_for(
             lambda: (m := served.metrics()) and "gpuprobe_kubernetes_up 1.0" in m and m
         )
+
+
+def test_the_brake_in_the_daemon_raises_taint_withheld_and_says_so_in_an_event(
+    standin: KubeStandIn,
+) -> None:
+    tainted = [{"key": TAINT_KEY, "value": "XID", "effect": "NoSchedule"}]
+    for i in range(4):  # 1 of the 5 GPU nodes already tainted: 20 %, the brake's default
+        standin.add_node(
+            f"gpu-node-{i}",
+            {"nvidia.com/gpu.present": "true"},
+            **({"taints": tainted} if i == 0 else {}),
+        )
+    with in_process_agent(
+        "synthetic-gpu-lost",
+        config=Config(kubernetes=QUICK),
+        node_name=NODE,
+        kubeconfig=str(standin.kubeconfig()),
+    ) as agent:
+        own = wait_for(
+            lambda: (
+                (r := agent.store.current().report)
+                and (k := r.check("kubernetes"))
+                and k.findings
+                and k
+            )
+        )
+        (finding,) = own.findings
+        assert finding.code == "TAINT_WITHHELD"
+        assert "1 of 5 GPU nodes already carry gpuprobe.io/unhealthy" in finding.message
+        event = wait_for(
+            lambda: next(
+                (e for e in standin.node_events(NODE) if e["reason"] == "TaintWithheld"), None
+            )
+        )
+        assert event["type"] == "Warning"
+        assert event["note"] == f"{finding.message} (node)"
+        assert standin.taints(NODE) == []
+        page = metrics(agent.metrics_port)
+        assert (
+            'gpuprobe_finding{action="NONE",check="kubernetes",code="TAINT_WITHHELD",'
+            'resource="node",severity="WARNING"} 1.0' in page
+        )
