@@ -122,3 +122,25 @@ def test_audit_shows_the_gpuprobe_conditions_and_taints_of_the_gpu_nodes(
     assert f"  {NODE}  GPUHardwareReady=False, GPURuntimeReady=True" in text
     assert "TAINT gpuprobe.io/unhealthy=GPU_LOST:NoSchedule" in text
     assert "      GPUHardwareReady GpuLost: GPU 5 is lost" in text
+
+
+def test_serve_with_kubernetes_on_and_no_access_is_a_usage_error(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("kubernetes: {enabled: true}\n")
+    done = gpuprobe(
+        "serve",
+        "--snapshot",
+        snapshot("synthetic-h100-8gpu-healthy"),
+        "--config",
+        str(config),
+        "--grpc-listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    )
+    assert done.returncode == 64
+    assert done.stderr.splitlines()[-1] == (
+        "gpuprobe: kubernetes: no in-cluster credentials "
+        "(/var/run/secrets/kubernetes.io/serviceaccount/token and $KUBERNETES_SERVICE_HOST); "
+        "give --kubeconfig"
+    )

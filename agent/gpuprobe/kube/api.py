@@ -88,6 +88,11 @@ class KubeApi:
             if access.kubeconfig is not None:
                 config = KubeConfig.from_file(access.kubeconfig)
             else:
+                if access.server is None and not in_cluster_available(access.account):
+                    raise UsageError(
+                        f"kubernetes: no in-cluster credentials ({access.account}/token and "
+                        "$KUBERNETES_SERVICE_HOST); give --kubeconfig"
+                    )
                 token = access.account / "token"
                 server = access.server or _in_cluster_server()
                 config = KubeConfig.from_one(
