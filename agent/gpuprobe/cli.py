@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from gpuprobe import __version__
@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
+    check.add_argument(
+        "--explain-policy",
+        action="store_true",
+        help="print the effective XID policy (NVIDIA's catalog with xid.policy) and run nothing",
+    )
     _add_storage_flag(check)
     check.add_argument(
         "--publish",
@@ -218,7 +223,7 @@ def _add_cluster_flags(parser: argparse.ArgumentParser, deadline: float) -> None
         required=True,
         metavar="T",
         help="agents: comma-separated HOST:PORT ([V6]:PORT) and dns:NAME:PORT (every address "
-        "NAME resolves to, e.g. a headless Service)",
+        "NAME resolves to, e.g. a headless Service); @FILE reads them from FILE",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument(
@@ -456,6 +461,8 @@ def _check(args: argparse.Namespace) -> int:
     from gpuprobe.report import Status, exit_status
 
     config, names = _prepare(args)
+    if args.explain_policy:
+        return _explain_policy(args, config)
     access = _kube_access(args.kubeconfig) if args.publish else None
     if args.kubeconfig and not args.publish:
         raise UsageError("--kubeconfig goes with --publish")
@@ -489,6 +496,17 @@ def _kube_access(kubeconfig: str | None) -> KubeAccess:
     access = Access(kubeconfig=kubeconfig)
     KubeApi(access, timeout=1).close()  # a broken kubeconfig is a usage error before any work
     return access
+
+
+def _explain_policy(args: argparse.Namespace, config: Config) -> int:
+    import json
+
+    from gpuprobe.checks.xid import explain_policy
+    from gpuprobe.checks.xid.policy import render
+
+    explained = explain_policy(_host(args), config)
+    sys.stdout.write(json.dumps(explained, indent=1) + "\n" if args.json else render(explained))
+    return 0
 
 
 def _capture(args: argparse.Namespace) -> int:
@@ -550,8 +568,6 @@ def _audit(args: argparse.Namespace) -> int:
     # gRPC core writes its own log lines on failed connections; the report says what failed.
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-    import json
-
     from gpuprobe.audit.render import render_cluster
     from gpuprobe.audit.run import AuditOptions, audit
     from gpuprobe.report import Status
@@ -567,10 +583,11 @@ def _audit(args: argparse.Namespace) -> int:
     report = audit(options)
     kube = read_kube() if read_kube is not None else None
     if args.json:
-        body = report.to_dict()
+        chunks = report.json_chunks()
         if kube is not None:
-            body["kubernetes"] = {"nodes": [n.to_dict() for n in kube[0]], "error": kube[1]}
-        sys.stdout.write(json.dumps(body, indent=2) + "\n")
+            signals = {"nodes": [n.to_dict() for n in kube[0]], "error": kube[1]}
+            chunks = _with_key(chunks, "kubernetes", signals)
+        sys.stdout.writelines(chunks)
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_cluster(report, colour=colour))
@@ -583,6 +600,19 @@ def _audit(args: argparse.Namespace) -> int:
             )
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)
+
+
+def _with_key(chunks: Iterator[str], key: str, value: object) -> Iterator[str]:
+    """A streamed JSON object (its last chunk ending in `}` and a newline) with one more key."""
+    import json
+
+    last = None
+    for chunk in chunks:
+        if last is not None:
+            yield last
+        last = chunk
+    assert last is not None and last.endswith("}\n")
+    yield f"{last[:-2]},\n {json.dumps(key)}: {json.dumps(value)}}}\n"
 
 
 def _kube_signals(args: argparse.Namespace) -> Callable[[], tuple[list[NodeSignals], str | None]]:

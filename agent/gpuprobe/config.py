@@ -131,6 +131,105 @@ class StorageConfig:
                 raise ConfigError(f"{key}: {value} is not positive")
 
 
+_SEVERITIES = ("WARNING", "CRITICAL")
+_ACTIONS = (
+    "NONE", "RESTART_APP", "RESET_GPU", "REBOOT_NODE", "DRAIN_NODE", "FIX_CONFIG",
+    "HARDWARE_INSPECTION", "CHECK_NETWORK", "CHECK_STORAGE",
+)  # fmt: skip
+_NUMBERS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_VERSION_BOUND = re.compile(r"^\s*(>=|<=|==|>|<)\s*(\d+(?:\.\d+)*)\s*$")
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """A dotted driver version as numbers (`550.54.15` → (550, 54, 15)); () when not one."""
+    parts = version.strip().split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
+
+
+@dataclass(frozen=True)
+class XidPolicyRule:
+    """One override of the built-in verdict on an XID or SXid number (or range): its severity,
+    action, or ignoring it; only under a driver version range; only once it was seen `count`
+    times within `window_seconds` (this boot when unset). docs/configuration.md, xid.policy."""
+
+    xid: int | str | None = None
+    sxid: int | str | None = None
+    severity: str | None = None
+    action: str | None = None
+    ignore: bool = False
+    driver: str | None = None
+    count: int = 1
+    window_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.xid is None) == (self.sxid is None):
+            raise ConfigError("name one of xid or sxid (a number or a range such as 144-150)")
+        self.numbers()  # validates the number or range
+        if self.severity is not None and self.severity not in _SEVERITIES:
+            raise ConfigError(f"severity: {self.severity!r} is not one of {', '.join(_SEVERITIES)}")
+        if self.action is not None and self.action not in _ACTIONS:
+            raise ConfigError(f"action: {self.action!r} is not one of {', '.join(_ACTIONS)}")
+        if self.driver is not None:
+            self.driver_bounds()
+        if self.count < 1:
+            raise ConfigError(f"count: {self.count} is below 1")
+        if self.window_seconds is not None and self.window_seconds <= 0:
+            raise ConfigError(f"window_seconds: {self.window_seconds:g} must be above 0")
+        if self.window_seconds is not None and self.count == 1:
+            raise ConfigError("window_seconds: needs a count above 1 to count within it")
+        if self.ignore and (self.severity or self.action):
+            raise ConfigError("ignore: an ignored number takes no severity or action")
+        if not (self.ignore or self.severity or self.action or self.count > 1):
+            raise ConfigError("says nothing: give severity, action, ignore or a count above 1")
+
+    @property
+    def kind(self) -> str:
+        """`xid` or `sxid`."""
+        return "xid" if self.xid is not None else "sxid"
+
+    def numbers(self) -> range:
+        """The XID or SXid numbers the rule covers."""
+        value = self.xid if self.xid is not None else self.sxid
+        if isinstance(value, int):
+            if value < 0:
+                raise ConfigError(f"{self.kind}: {value} is negative")
+            return range(value, value + 1)
+        match = _NUMBERS.match(str(value))
+        if match is None:
+            raise ConfigError(f"{self.kind}: {value!r} is not a number or a range like 144-150")
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) else low
+        if high < low:
+            raise ConfigError(f"{self.kind}: {value!r} ends below its start")
+        return range(low, high + 1)
+
+    def driver_bounds(self) -> list[tuple[str, tuple[int, ...]]]:
+        """The version bounds: `>=550.54.15,<560` → [(">=", (550, 54, 15)), ("<", (560,))]."""
+        bounds = []
+        for part in (self.driver or "").split(","):
+            match = _VERSION_BOUND.match(part)
+            if match is None:
+                raise ConfigError(
+                    f"driver: {self.driver!r} is not a version range like >=550.54.15,<560"
+                )
+            bounds.append((match.group(1), version_tuple(match.group(2))))
+        return bounds
+
+    def applies_to_driver(self, version: str | None) -> bool:
+        """Whether the rule holds for this driver version (a rule with a range holds for no
+        driver when the version is unknown)."""
+        if self.driver is None:
+            return True
+        have = version_tuple(version or "")
+        if not have:
+            return False
+        tests = {
+            ">=": have.__ge__, ">": have.__gt__, "<=": have.__le__, "<": have.__lt__,
+            "==": have.__eq__,
+        }  # fmt: skip
+        return all(tests[op](bound) for op, bound in self.driver_bounds())
+
+
 @dataclass(frozen=True)
 class XidConfig:
     """Where the `xid` check reads XIDs from and keeps its state."""
@@ -153,6 +252,12 @@ class XidConfig:
     # In the daemon, a WARNING XID (an application's) stays reported this long after it was
     # last seen to grow; critical XIDs stay until a reboot or a clear.
     warning_window_seconds: float = 3600.0
+    # Overrides of the built-in verdicts (NVIDIA's XID and SXid catalogs), first match wins.
+    policy: tuple[XidPolicyRule, ...] = ()
+    # PCIe AER: correctable errors on one device rising faster than this (per hour, over the
+    # daemon's rounds within aer_window_seconds) are a marginal link.
+    aer_correctable_per_hour: float = 60.0
+    aer_window_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.state_dir is not None and not self.state_dir:
@@ -166,6 +271,8 @@ class XidConfig:
             raise ConfigError(
                 f"warning_window_seconds: {self.warning_window_seconds:g} must be above 0"
             )
+        if self.aer_correctable_per_hour <= 0 or self.aer_window_seconds <= 0:
+            raise ConfigError("aer_correctable_per_hour and aer_window_seconds must be above 0")
 
 
 @dataclass(frozen=True)
@@ -271,6 +378,9 @@ class ServeConfig:
     calls_per_minute: float = 6.0
     # At most this many WatchReports streams at once.
     max_watchers: int = 16
+    # The most threads each end of a TCP bandwidth test uses on this node (its CPU budget);
+    # unset: one per stream, up to the cores the agent may use.
+    bandwidth_threads: int | None = None
 
     def __post_init__(self) -> None:
         positive = [
@@ -286,6 +396,10 @@ class ServeConfig:
         for key, count in [("calls_burst", self.calls_burst), ("max_watchers", self.max_watchers)]:
             if count < 1:
                 raise ConfigError(f"{key}: {count} must be at least 1")
+        if self.bandwidth_threads is not None and not 1 <= self.bandwidth_threads <= 64:
+            raise ConfigError(
+                f"bandwidth_threads: {self.bandwidth_threads} is not between 1 and 64"
+            )
 
     def interval(self, check: str, active: bool) -> float:
         """How often the named check runs, in seconds."""
@@ -417,7 +531,42 @@ def load_config(path: str | None) -> Config:
         raise ConfigError(f"config {path}:{where} {problem}") from None
     if raw is None:
         return Config()
-    return build(Config, raw, f"config {path}")
+    try:
+        return build(Config, raw, f"config {path}")
+    except ConfigError as exc:
+        raise ConfigError(_with_line(str(exc), path)) from None
+
+
+def _with_line(message: str, path: str) -> str:
+    """An `xid: policy[i]` error with the line of its rule in the file: `config F: line 7:
+    xid: policy[0]: ...` (a typo in an override names where it is)."""
+    prefix = f"config {path}: "
+    match = re.match(r"xid: policy\[(\d+)\]", message[len(prefix) :])
+    if not message.startswith(prefix) or match is None:
+        return message
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            root = yaml.compose(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return message
+    node = _child(_child(root, "xid"), "policy")
+    index = int(match.group(1))
+    if not isinstance(node, yaml.SequenceNode) or index >= len(node.value):
+        return message
+    line = node.value[index].start_mark.line + 1
+    return f"{prefix}line {line}: {message[len(prefix) :]}"
+
+
+def _child(node: Any, key: str) -> Any:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        for name, value in node.value:
+            if isinstance(name, yaml.ScalarNode) and name.value == key:
+                return value
+    return None
 
 
 T = TypeVar("T")
@@ -447,10 +596,14 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        if len(inner) > 1:  # scalars only (`bool | str`): the one the value already is
-            exact = [a for a in inner if type(value) is a]
-            inner = exact or inner[-1:]
-        return _convert(inner[0], value, where)
+        if len(inner) == 1:
+            return _convert(inner[0], value, where)
+        for member in inner:  # int | str: the first that takes the value
+            try:
+                return _convert(member, value, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected a number or a string, got {_kind(value)}")
     if dataclasses.is_dataclass(hint):
         return build(hint, value, where)  # type: ignore[arg-type]
     if origin is tuple:

@@ -293,13 +293,18 @@ def health_calls(node: Node, i: int) -> None:
     node.call("nvmlDeviceGetMigMode", [i], [0, 0])
 
 
-def fabric_info(state: int, status: int = 0) -> dict[str, Any]:
-    """nvmlDeviceGetGpuFabricInfoV's struct (nvmlGpuFabricInfo_v2_t) with a fabric state."""
+def fabric_info(
+    state: int, status: int = 0, cluster: list[int] | None = None, clique: int = 0
+) -> dict[str, Any]:
+    """nvmlDeviceGetGpuFabricInfoV's struct (nvmlGpuFabricInfo_v2_t) with a fabric state. A
+    single-node NVLink system (an HGX board behind its own NVSwitches) names no cluster: a
+    zero cluster UUID and clique 0, as `nvidia-smi -q` prints them there; a multi-node NVLink
+    domain member (GB200 NVL72) names its domain's."""
     return {
         "version": 0x02000024,
-        "clusterUuid": [0x5E, 0x21, 0x9C, 0x04] + [0] * 12,
+        "clusterUuid": cluster or [0] * 16,
         "status": status,
-        "cliqueId": 32766,
+        "cliqueId": clique,
         "state": state,
         "healthMask": 0,
     }
@@ -685,6 +690,7 @@ def variants() -> list[Node]:
         + health_variants()
         + mig_variants()
         + xid_variants()
+        + fault_variants()
         + container_variants()
         + fabric_variants()
     )
@@ -979,6 +985,273 @@ def xid_variants() -> list[Node]:
         {"device": 2, "type": "DoubleBitEccError", "data": 0, "time": "2026-11-29T18:50:00Z"},
     ]
     nodes.append(node)
+    return nodes
+
+
+# --- Faults beyond the plain XID: NVLink5, XID-less, SXid, PCIe AER, IMEX, recoveries ------
+# Kernel-log lines in the shapes NVIDIA's catalog and Fabric Manager guide give and public bug
+# reports show (GB200/B200 NVLink5 lines from leptonai/gpud and TensorRT-LLM issue 4816, the
+# fallen-off-the-bus and RmInitAdapter messages from NVIDIA's driver, SXids from the Fabric
+# Manager guide and Red Hat solution 6619941); sysfs AER files in the kernel's format.
+
+B200_NAME = "NVIDIA B200"
+GB200_NAME = "NVIDIA GB200"
+GB200_GPUS = 4  # a GB200 NVL72 compute tray: two superchips, four GPUs
+NVL72_CLUSTER = [0x7C, 0x3A, 0x91, 0x5E, 0x2D, 0x40, 0x4B, 0x18, 0x9F, 0x06, 0x33, 0xA1, 0x52, 0xC8,
+                 0x7E, 0x14]  # fmt: skip
+NVL72_CLIQUE = 32766
+IMEX_CONFIG = "/etc/nvidia-imex/config.cfg"
+IMEX_NODES = "/etc/nvidia-imex/nodes_config.cfg"
+
+
+def log_line(clock: str, text: str) -> str:
+    """A kernel line of the capture day in rsyslog's RFC 3339 format."""
+    return f"{stamp(clock)} {text}\n"
+
+
+def b200(name: str) -> Node:
+    """An HGX B200 8-GPU node (driver 570.124.06, CUDA 12.8): the H100 board's layout."""
+    node = hgx_h100(name, driver="570.124.06", cuda=12080)
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetName", [i], ret=B200_NAME)
+    return node
+
+
+def gb200(name: str, imex: bool) -> Node:
+    """A GB200 NVL72 compute tray: four GPUs in the rack's multi-node NVLink domain (no
+    NVSwitch on its own PCI bus), with or without its IMEX daemon and channel."""
+    node = hgx_h100(name, driver="570.124.06", cuda=12080)
+    gone = H100_PCI[GB200_GPUS:]
+    node.files = {
+        p: c
+        for p, c in node.files.items()
+        if not any(f"/sys/bus/pci/devices/{a}/" in p for a in gone + NVSWITCH_PCI)
+    }
+    node.drop_calls(
+        lambda c: (
+            c["fn"].startswith("nvmlDevice") and bool(c["args"]) and c["args"][0] >= GB200_GPUS
+        )
+    )
+    node.replace_call("nvmlDeviceGetCount", [], ret=GB200_GPUS)
+    for i in range(GB200_GPUS):
+        node.replace_call("nvmlDeviceGetName", [i], ret=GB200_NAME)
+        node.replace_call(
+            "nvmlDeviceGetGpuFabricInfoV", [i], ret=fabric_info(3, 0, NVL72_CLUSTER, NVL72_CLIQUE)
+        )
+    node.processes = [training_process(i) for i in range(GB200_GPUS)]
+    node.file(
+        IMEX_CONFIG,
+        "# NVIDIA IMEX config (package default, node file set)\n"
+        "DAEMONIZE=1\nLOG_LEVEL=4\nSERVER_PORT=50000\n"
+        f"IMEX_NODE_CONFIG_FILE={IMEX_NODES}\nIMEX_CMD_PORT=50005\nIMEX_CMD_ENABLED=1\n",
+    )
+    node.file(IMEX_NODES, "".join(f"10.114.8.{11 + i}\n" for i in range(18)))
+    if imex:
+        node.processes.append(
+            {
+                "pid": 3301,
+                "name": "nvidia-imex",
+                "cmdline": ["/usr/bin/nvidia-imex", "-c", IMEX_CONFIG],
+            }
+        )
+        node.file("/dev/nvidia-caps-imex-channels/channel0")
+    return node
+
+
+def sysfs_device(node: Node, path: str, vendor: str, device: str, class_code: str) -> Node:
+    """A PCI function where the kernel keeps it (`/sys/devices/pci0000:36/.../0000:3a:00.0`),
+    linked from /sys/bus/pci/devices/<address> as the kernel does."""
+    address = path.rsplit("/", 1)[1]
+    for key in ("vendor", "device", "class"):
+        node.files.pop(f"/sys/bus/pci/devices/{address}/{key}", None)
+    node.file(f"{path}/vendor", vendor + "\n")
+    node.file(f"{path}/device", device + "\n")
+    node.file(f"{path}/class", class_code + "\n")
+    return node.symlink(f"/sys/bus/pci/devices/{address}", f"../../..{path[len('/sys') :]}")
+
+
+def aer_files(
+    node: Node,
+    path: str,
+    correctable: dict[str, int],
+    nonfatal: dict[str, int],
+    fatal: dict[str, int],
+) -> Node:
+    """A device's AER counter files in the kernel's format (every name, zero unless given)."""
+    cor = [
+        "RxErr",
+        "BadTLP",
+        "BadDLLP",
+        "Rollover",
+        "Timeout",
+        "NonFatalErr",
+        "CorrIntErr",
+        "HeaderOF",
+    ]
+    unc = ["Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF",
+           "MalfTLP", "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP",
+           "AtomicOpBlocked", "TLPBlockedErr", "PoisonTLPBlocked"]  # fmt: skip
+    for name, names, counts, total in (
+        ("aer_dev_correctable", cor, correctable, "TOTAL_ERR_COR"),
+        ("aer_dev_nonfatal", unc, nonfatal, "TOTAL_ERR_NONFATAL"),
+        ("aer_dev_fatal", unc, fatal, "TOTAL_ERR_FATAL"),
+    ):
+        lines = [f"{n} {counts.get(n, 0)}" for n in names] + [f"{total} {sum(counts.values())}"]
+        node.file(f"{path}/{name}", "\n".join(lines) + "\n")
+    return node
+
+
+# GPU 2's PCIe path on the synthetic board: root port, a PCIe switch's two ports, the GPU.
+GPU2_PATH = "/sys/devices/pci0000:36/0000:36:02.0/0000:37:00.0/0000:38:02.0/0000:3a:00.0"
+NVSWITCH1_PATH = "/sys/devices/pci0000:00/0000:00:03.0/0000:06:00.0"
+
+
+def fault_variants() -> list[Node]:
+    """NVLink5 XIDs, faults without an XID number, SXids, PCIe AER, IMEX and recoveries."""
+    nodes = []
+    base_log = kernel_log()
+    a = H100_PCI
+
+    # HGX B200: NVLink5 XIDs with their unit, Fatal/Nonfatal word and error status. GPU 1's
+    # link went down (reset the GPU), GPU 2 logged a bit error rate event and GPU 4 a remap
+    # event without registers (both to ignore), GPU 6 a non-fatal then a fatal SAW error.
+    node = b200("synthetic-b200-nvlink5-xids")
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + xid_line(a[1], 149, "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 "
+                   "0x00000000 0x00000000 0x00000000 0x00000000)", "17:02:11")
+        + xid_line(a[2], 149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 0x00000001 "
+                   "0x00000000 0x00000000 0x00000000 0x00000000)", "17:10:40")
+        + xid_line(a[4], 145, "RLW_REMAP Nonfatal XC0 i0 Link 02", "17:15:03")
+        + xid_line(a[6], 144, "SAW_MVB Nonfatal XC0 i0 Link 00 (0x00000001 0x00000004 "
+                   "0x00000000 0x00000000)", "18:00:00")
+        + xid_line(a[6], 144, "SAW_MVB Fatal XC0 i0 Link 00 (0x00000001 0x00000002 0x00000000 "
+                   "0x00000000)", "18:00:01"),
+    )  # fmt: skip
+    nodes.append(node)
+
+    # GPU 3 (0000:5d:00.0) fell off the bus and the driver said so without an XID number.
+    node = without_gpu(hgx_h100("synthetic-gpu-fallen-off-bus-no-xid"), 3)
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + log_line("20:58:01", "NVRM: The NVIDIA GPU 0000:5d:00.0")
+        + log_line("20:58:01", "NVRM: (PCI ID: 10de:2330) installed in this system has")
+        + log_line("20:58:01", "NVRM: fallen off the bus and is not responding to commands.")
+        + log_line(
+            "20:58:02", "nvidia 0000:5d:00.0: probe with driver nvidia failed with error -1"
+        ),
+    )
+    nodes.append(node)
+
+    # GPU 5 (0000:ab:00.0) failed to initialize: on the PCI bus, not in NVML.
+    node = without_gpu(hgx_h100("synthetic-rm-init-adapter-failed"), 5)
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + log_line("08:00:13", "NVRM: GPU 0000:ab:00.0: RmInitAdapter failed! (0x62:0x65:2522)")
+        + log_line("08:00:13", "NVRM: GPU 0000:ab:00.0: rm_init_adapter failed, device minor "
+                   "number 5"),
+    )  # fmt: skip
+    nodes.append(node)
+
+    # NVSwitch 0 (0000:05:00.0) logged a fatal SXid 20034 on port 30 with its detail lines;
+    # NVSwitch 2 a non-fatal 12028.
+    node = hgx_h100("synthetic-nvswitch-sxid")
+    s0, s2 = NVSWITCH_PCI[0], NVSWITCH_PCI[2]
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + log_line("19:44:05", f"nvidia-nvswitch2: SXid (PCI:{s2}): 12028, Non-fatal, Link 32 "
+                   "egress non-posted PRIV error (First)")
+        + log_line("19:44:05", f"nvidia-nvswitch2: SXid (PCI:{s2}): 12028, Severity 0 Engine "
+                   "instance 32 Sub-engine instance 00")
+        + log_line("20:31:17", f"nvidia-nvswitch0: SXid (PCI:{s0}): 20034, Fatal, Link 30 LTSSM "
+                   "Fault Up")
+        + log_line("20:31:17", f"nvidia-nvswitch0: SXid (PCI:{s0}): 20034, Severity 1 Engine "
+                   "instance 30 Sub-engine instance 00")
+        + log_line("20:31:17", f"nvidia-nvswitch0: SXid (PCI:{s0}): 20034, Data {{0x50610002, "
+                   "0x10100030, 0x00000000, 0x10100030, 0x00000000, 0x00000000, 0x00000000, "
+                   "0x00000000}"),
+    )  # fmt: skip
+    nodes.append(node)
+
+    # PCIe AER: GPU 2 sits below a root port and a PCIe switch; it counts correctable errors,
+    # the switch's downstream port a non-fatal completion timeout; NVSwitch 1 a fatal one.
+    node = hgx_h100("synthetic-pcie-aer")
+    nvidia_gpu = ("0x10de", "0x2330", "0x030200")
+    bridge = ("0x1000", "0xc030", "0x060400")  # Broadcom PEX89000 switch port
+    root_port = ("0x8086", "0x352a", "0x060400")
+    parts = GPU2_PATH.split("/")
+    for depth, ids in ((4, root_port), (5, bridge), (6, bridge), (7, nvidia_gpu)):
+        sysfs_device(node, "/".join(parts[: depth + 1]), *ids)
+    aer_files(node, "/".join(parts[:5]), {}, {}, {})
+    aer_files(node, "/".join(parts[:6]), {}, {}, {})
+    aer_files(node, "/".join(parts[:7]), {}, {"CmpltTO": 1}, {})
+    aer_files(node, GPU2_PATH, {"RxErr": 12, "BadTLP": 3}, {}, {})
+    sysfs_device(node, NVSWITCH1_PATH, "0x10de", "0x22a3", "0x068000")
+    aer_files(node, NVSWITCH1_PATH, {}, {}, {"SDES": 1})
+    nodes.append(node)
+
+    # GB200 NVL72 compute trays: the IMEX daemon and its channel there, or neither.
+    nodes.append(gb200("synthetic-gb200-imex-running", imex=True))
+    nodes.append(gb200("synthetic-gb200-imex-missing", imex=False))
+
+    # GPU 2's double-bit ECC error asked for a reset (Xid 154); later the driver logged the
+    # recovery action back to None: the GPU was reset.
+    node = hgx_h100("synthetic-xid-reset-logged")
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + xid_line(a[2], 48, "pid=41002, name=python3, An uncorrectable double bit error (DBE) "
+                   "has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
+                   "14:22:51")
+        + xid_line(a[2], 154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset "
+                   "Required)", "14:22:52")
+        + xid_line(a[2], 154, "GPU recovery action changed from 0x1 (GPU Reset Required) to "
+                   "0x0 (None)", "15:10:07"),
+    )  # fmt: skip
+    nodes.append(node)
+
+    # GPU 7's uncontained memory error (Xid 95): its recovery action field asks for a GPU reset
+    # in the first read and reads NONE from the second on (a reset between the daemon's
+    # rounds); the -stuck variant keeps asking.
+    for name, reads in (
+        ("synthetic-recovery-field-reset", [1, 0]),
+        ("synthetic-recovery-field-stuck", [1]),
+    ):
+        node = hgx_h100(name)
+        node.drop_calls(lambda c: c["fn"] == "nvmlDeviceGetFieldValues" and c["args"][0] == 7)
+        for value in reads:
+            node.call("nvmlDeviceGetFieldValues", [7, [230]], [field_value(230, value)])
+        node.file(
+            "/var/log/kern.log",
+            base_log + xid_line(a[7], 95, "pid=41007, name=python3, Uncontained: FBHUB. RST: Yes, "
+                                "D-RST: No", "16:20:00"),
+        )  # fmt: skip
+        nodes.append(node)
+
+    # GPU 3 fell off the bus (Xid 79): NVML cannot read it at first, and answers again with the
+    # same UUID later (-back; a reset or rescan brought it back); -gone stays lost.
+    for name, back in (
+        ("synthetic-gpu-lost-and-back", True),
+        ("synthetic-gpu-lost-and-gone", False),
+    ):
+        node = hgx_h100(name)
+        pci_info = next(
+            c for c in node.calls if c["fn"] == "nvmlDeviceGetPciInfo" and c["args"] == [3]
+        )
+        node.drop_calls(lambda c: c["fn"] == "nvmlDeviceGetPciInfo" and c["args"] == [3])
+        node.call("nvmlDeviceGetPciInfo", [3], error="GpuIsLost")
+        if back:
+            node.call("nvmlDeviceGetPciInfo", [3], pci_info["ret"])
+        node.file(
+            "/var/log/kern.log",
+            base_log + xid_line(a[3], 79, "pid='<unknown>', name=<unknown>, GPU has fallen off "
+                                "the bus.", "20:58:01"),
+        )  # fmt: skip
+        nodes.append(node)
     return nodes
 
 
