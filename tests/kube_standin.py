@@ -53,6 +53,10 @@ MERGE_KEYS = {("status", "conditions"): "type", ("status", "addresses"): "type"}
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 QUALIFIED = re.compile(r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 EVENT_MUTABLE = {"series", "metadata"}
+# metav1.MicroTime decodes with time.Parse(RFC3339Micro): exactly six fractional digits (a
+# plain RFC 3339 second is refused); metav1.Time with RFC 3339.
+MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
 
 
 class ApiFailure(Exception):
@@ -204,6 +208,25 @@ def validate(obj: dict[str, Any]) -> None:
         raise ApiFailure(422, "Invalid", f"{obj.get('kind')} is invalid: {exc.message}") from None
     except kv.utils.SchemaNotFoundError as exc:
         raise ApiFailure(400, "BadRequest", str(exc)) from None
+
+
+def decode_times(obj: dict[str, Any]) -> None:
+    """The API server decodes time fields before anything else: a MicroTime without its six
+    fractional digits, or a Time that is not RFC 3339, is a 400 (the decoder's error)."""
+    micro = [obj.get("eventTime"), (obj.get("series") or {}).get("lastObservedTime")]
+    times = [
+        c.get(k)
+        for c in (obj.get("status") or {}).get("conditions") or []
+        for k in ("lastHeartbeatTime", "lastTransitionTime")
+    ]
+    times += [t.get("timeAdded") for t in (obj.get("spec") or {}).get("taints") or []]
+    for value, layout, name in [(v, MICRO_TIME, "RFC3339Micro") for v in micro] + [
+        (v, TIME, "RFC3339") for v in times
+    ]:
+        if value is not None and not (isinstance(value, str) and layout.fullmatch(value)):
+            raise ApiFailure(
+                400, "BadRequest", f"parsing time {json.dumps(value)} as {name}: cannot parse"
+            )
 
 
 def validate_event(event: dict[str, Any], old: dict[str, Any] | None = None) -> None:
@@ -533,6 +556,7 @@ class KubeStandIn:
             result = new
             result["status"] = copy.deepcopy(old.get("status", {}))
         result["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        decode_times(result)
         validate(result)
         for condition in result.get("status", {}).get("conditions") or []:
             if condition.get("status") not in ("True", "False", "Unknown"):
@@ -554,6 +578,7 @@ class KubeStandIn:
         event.setdefault("metadata", {}).setdefault("namespace", namespace)
         if event["metadata"]["namespace"] != namespace:
             raise ApiFailure(400, "BadRequest", "the namespace of the object does not match")
+        decode_times(event)
         validate(event)
         validate_event(event)
         key = (namespace, event["metadata"].get("name", ""))
@@ -573,6 +598,7 @@ class KubeStandIn:
         if old is None:
             raise ApiFailure(404, "NotFound", f'events.events.k8s.io "{name}" not found')
         new = self._patch(old, payload, content_type)
+        decode_times(new)
         validate(new)
         validate_event(new, old)
         self._version += 1

@@ -15,7 +15,7 @@ from gpuprobe.config import KubernetesConfig, TaintConfig
 from gpuprobe.kube.api import Access, KubeApi, KubeError
 from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from gpuprobe.kube.taints import TAINT_KEY
-from gpuprobe.report import CheckResult, parse_time
+from gpuprobe.report import CheckResult
 from kube_standin import KubeStandIn, Rule, manifest_rules, running
 
 NODE = "gpu-node-17"
@@ -102,8 +102,10 @@ def test_events_on_appear_and_clear_aggregate_a_flapping_finding(standin: KubeSt
     assert cleared["note"] == f"cleared: {GPU_LOST.message} ({GPU_LOST.resource})"
     assert detected["reportingController"] == "gpuprobe.io/agent"
     assert detected["regarding"] == {"apiVersion": "v1", "kind": "Node", "name": NODE}
-    assert parse_time(detected["series"]["lastObservedTime"]) == later(240)
-    assert parse_time(detected["eventTime"]) == later(0)
+    # MicroTimes keep their six digits: a whole second is moved on by a microsecond, which
+    # lightkube would otherwise write without its fraction (the API server refuses that)
+    assert detected["series"]["lastObservedTime"] == "2026-12-01T21:04:00.000001Z"
+    assert detected["eventTime"] == "2026-12-01T21:00:00.000001Z"
 
 
 def test_warnings_make_events_but_unknowns_do_not(standin: KubeStandIn) -> None:

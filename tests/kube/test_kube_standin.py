@@ -161,6 +161,8 @@ EVENTS = "/apis/events.k8s.io/v1/namespaces/default/events"
 
 
 def test_events_follow_the_events_api_rules(standin: KubeStandIn) -> None:
+    code, status = call(standin, "POST", EVENTS, event(eventTime="2026-12-01T21:00:00Z"))
+    assert (code, status["reason"]) == (400, "BadRequest")  # MicroTime needs its 6 digits
     assert call(standin, "POST", EVENTS, event(type="Error"))[0] == 422
     assert call(standin, "POST", EVENTS, event(note="x" * 1025))[0] == 422
     assert call(standin, "POST", EVENTS, event(reportingController=""))[0] == 422

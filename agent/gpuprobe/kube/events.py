@@ -77,7 +77,13 @@ def event_name(node: str, event: NodeEvent, run: str) -> str:
 
 
 def micro_time(t: datetime) -> str:
-    """A MicroTime, as the events API writes `eventTime`."""
+    """A MicroTime, as the events API takes `eventTime`: six fractional digits, always.
+
+    The API server decodes MicroTime with Go's RFC3339Micro layout, which refuses a time
+    without them; lightkube writes a time whose microseconds are 0 without its fraction, so
+    such a time is moved on by one microsecond."""
+    if t.microsecond == 0:
+        t = t.replace(microsecond=1)
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
