@@ -52,6 +52,7 @@ STRATEGIC = "application/strategic-merge-patch+json"
 MERGE_KEYS = {("status", "conditions"): "type", ("status", "addresses"): "type"}
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 QUALIFIED = re.compile(r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 EVENT_MUTABLE = {"series", "metadata"}
 # metav1.MicroTime decodes with time.Parse(RFC3339Micro): exactly six fractional digits (a
 # plain RFC 3339 second is refused); metav1.Time with RFC 3339.
@@ -561,9 +562,14 @@ class KubeStandIn:
         for condition in result.get("status", {}).get("conditions") or []:
             if condition.get("status") not in ("True", "False", "Unknown"):
                 raise ApiFailure(422, "Invalid", f"condition status {condition.get('status')!r}")
-        for taint in result.get("spec", {}).get("taints") or []:
+        for taint in result.get("spec", {}).get("taints") or []:  # validateNodeTaints
             if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
                 raise ApiFailure(422, "Invalid", f"taint effect {taint.get('effect')!r}")
+            key, value = str(taint.get("key", "")), str(taint.get("value", ""))
+            if not QUALIFIED.fullmatch(key) or len(key.rsplit("/", 1)[-1]) > 63:
+                raise ApiFailure(422, "Invalid", f"taint key {key!r}: not a qualified name")
+            if value and (not LABEL_VALUE.fullmatch(value) or len(value) > 63):
+                raise ApiFailure(422, "Invalid", f"taint value {value!r}: not a label value")
         keys = [(t["key"], t["effect"]) for t in result.get("spec", {}).get("taints") or []]
         if len(keys) != len(set(keys)):
             raise ApiFailure(422, "Invalid", "spec.taints: Duplicate value")

@@ -96,11 +96,13 @@ def test_bodies_are_held_to_the_published_schemas(standin: KubeStandIn) -> None:
         == 422
     )
     assert call(standin, "PATCH", STATUS, {"status": {}}, "application/json")[0] == 415
-    taint = {"key": "gpuprobe.io/unhealthy", "value": "XID", "effect": "NoEvict"}
-    assert (
-        call(standin, "PATCH", f"/api/v1/nodes/{NODE}", {"spec": {"taints": [taint]}}, MERGE)[0]
-        == 422
-    )
+    node = f"/api/v1/nodes/{NODE}"
+    for taint in (
+        {"key": "gpuprobe.io/unhealthy", "value": "XID", "effect": "NoEvict"},
+        {"key": "gpuprobe.io/unhealthy", "value": "GPU LOST", "effect": "NoSchedule"},
+        {"key": "bad key", "effect": "NoSchedule"},
+    ):
+        assert call(standin, "PATCH", node, {"spec": {"taints": [taint]}}, MERGE)[0] == 422
 
 
 def test_conditions_merge_by_type_and_taints_replace_whole(standin: KubeStandIn) -> None:
