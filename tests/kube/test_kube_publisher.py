@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ from gpuprobe.config import KubernetesConfig, TaintConfig
 from gpuprobe.kube.api import Access, KubeApi, KubeError
 from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from gpuprobe.kube.taints import TAINT_KEY
-from gpuprobe.report import CheckResult
+from gpuprobe.report import CheckResult, NodeReport
 from kube_standin import KubeStandIn, Rule, manifest_rules, running
 
 NODE = "gpu-node-17"
@@ -289,3 +292,31 @@ def test_the_manifests_grant_exactly_what_the_features_use(standin: KubeStandIn)
     assert not any(r.allows("", "pods/eviction", "create", None) for r in standin.rules)
     assert not any(r.allows("", "events", "create", None) for r in standin.rules)  # core events
     assert Rule({""}, {"nodes"}, {"get"}, {"other"}).allows("", "nodes", "get", NODE) is False
+
+
+def test_a_bug_in_one_attempt_does_not_end_publishing(standin: KubeStandIn) -> None:
+    p = publisher(standin, KubernetesConfig(start_jitter_seconds=0))
+    real, calls = p.publish, []
+
+    def publish_once_broken(report: NodeReport, at: datetime) -> None:
+        calls.append(at)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        real(report, at)
+
+    p.publish = publish_once_broken  # type: ignore[method-assign]
+    loop = PublishLoop(p, lambda _: None, KubernetesConfig(), rng=random.Random(1))
+    loop.offer(report(("gpus", GPU_LOST)))
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not loop.up and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        loop.offer(None)
+        thread.join(5)
+    assert loop.up and len(calls) >= 2
+    assert ours(standin)["GPUHardwareReady"][:2] == ("False", "GpuLost")

@@ -34,6 +34,9 @@ CONFLICT_RETRIES = 3
 # While the brake holds, the fleet is listed again at most this often (a list of every GPU
 # node from every withheld agent each round would load the API server the brake protects).
 BRAKE_RECHECK_SECONDS = 120.0
+# Event series remembered (name -> count); past this many, older series are forgotten and a
+# transition seen again starts a new one (findings on ever new resources must not grow it).
+MAX_SERIES = 4096
 
 
 class Api(Protocol):
@@ -113,6 +116,8 @@ class NodePublisher:
                         raise
             else:
                 self.api.patch_event(events.NAMESPACE, name, events.series_patch(count, at))
+            if len(self._series) >= MAX_SERIES and name not in self._series:
+                self._series.clear()
             self._series[name] = count
             key = (event.code, event.resource)
             if event.action == events.DETECTED:
@@ -293,7 +298,14 @@ class PublishLoop:
         if stop.wait(self.rng.uniform(0, self.config.start_jitter_seconds)):
             return
         while not stop.is_set():
-            delay = self.step()
+            try:
+                delay = self.step()
+            except Exception:  # a bug must not end publishing for the agent's lifetime
+                log.exception("kubernetes publishing failed")
+                with self._lock:
+                    self.up = False
+                    self.failures += 1
+                delay = backoff(self.failures, self.rng)
             if self.failures:
                 stop.wait(delay)  # a new round does not cut a backoff short
             else:
