@@ -151,6 +151,7 @@ def test_a_stale_write_is_refused_with_409_then_re_read_and_re_applied(
         if method == "PATCH" and path.endswith(NODE)
     ]
     assert codes == [409, 200]
+    assert [(e.verb, e.code) for e in p.handled] == [("patch", "409")]  # counted by the loop
     assert standin.taints(NODE) == [
         other,
         {"key": TAINT_KEY, "value": "GPU_LOST", "effect": "NoSchedule"},

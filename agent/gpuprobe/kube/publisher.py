@@ -67,6 +67,9 @@ class NodePublisher:
         self._last_due: datetime | None = None
         self._braked_at: datetime | None = None
         self.withheld: taints.Brake | None = None
+        # Calls that failed but were handled here (a conflict re-read and re-applied): the
+        # loop counts them in gpuprobe_kubernetes_errors_total with the ones that surface.
+        self.handled: list[KubeError] = []
 
     def publish(self, report: NodeReport, at: datetime) -> None:
         """Bring the node up to date with `report`; raises KubeError on a failed call."""
@@ -160,6 +163,7 @@ class NodePublisher:
                 self._remember(self.api.patch_node(self.node, patch))
             except KubeError as exc:
                 if exc.code == "409":  # the node changed under us: read again, decide again
+                    self.handled.append(exc)
                     continue
                 raise
             if taints.ours(new) is not None:
@@ -259,6 +263,11 @@ class PublishLoop:
             else:
                 with self._lock:
                     self.up, self.failures, self.failing_since = True, 0, None
+        with self._lock:
+            for handled in self.publisher.handled:
+                key = (handled.verb, handled.code)
+                self.errors[key] = self.errors.get(key, 0) + 1
+            self.publisher.handled.clear()
         self._report_own()
         return delay
 
