@@ -52,7 +52,7 @@ def test_the_agent_sets_conditions_events_and_the_taint_of_a_lost_gpu(standin: K
         assert standin.taints(NODE) == [
             {"key": TAINT_KEY, "value": "GPU_LOST", "effect": "NoSchedule"}
         ]
-        assert "GpuLost" in {e["reason"] for e in standin.node_events(NODE)}
+        wait_for(lambda: "GpuLost" in {e["reason"] for e in standin.node_events(NODE)})
         page = wait_for(
             lambda: (m := metrics(agent.metrics_port)) and "gpuprobe_kubernetes_up 1.0" in m and m
         )

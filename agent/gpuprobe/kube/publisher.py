@@ -73,12 +73,12 @@ class NodePublisher:
 
     def publish(self, report: NodeReport, at: datetime) -> None:
         """Bring the node up to date with `report`; raises KubeError on a failed call."""
-        try:
+        try:  # what keeps pods off a broken node first, what tells people after
             self._publish_conditions(report, at)
-            if self.config.events:
-                self._publish_events(report, at)
             if self.config.taint.enabled:
                 self._publish_taint(report, at)
+            if self.config.events:
+                self._publish_events(report, at)
         except KubeError:
             self.forget()  # the failed write may have landed, or another writer came
             raise
@@ -197,8 +197,9 @@ class NodePublisher:
 
 
 def backoff(failures: int, rng: random.Random) -> float:
-    """The wait before the next try after `failures` in a row: exponential, capped, with full
-    jitter (so agents that failed together do not retry together)."""
+    """The wait before the next try after `failures` in a row: exponential, capped, and a
+    random point in the upper half of that (so agents that failed together do not retry
+    together)."""
     ceiling = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(failures - 1, 16))
     return rng.uniform(ceiling / 2, ceiling)
 
