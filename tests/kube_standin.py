@@ -314,7 +314,7 @@ class KubeStandIn:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
         self.faults = Faults()
-        self.requests: list[tuple[float, str, str, int]] = []  # (time, method, path, code)
+        self.requests: list[tuple[float, str, str, int]] = []  # (arrival, method, path, code)
         self.writes: list[tuple[str, str, str]] = []  # (token, resource, name) of node writes
         self._version = 100
         self._connections: set[socket.socket] = set()
@@ -677,6 +677,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         state = self.server_state
+        arrived = time.monotonic()  # when the request came, not when its answer went
         url = urllib.parse.urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
@@ -708,7 +709,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
         data = json.dumps(answer).encode()
         with state._lock:
-            state.requests.append((time.monotonic(), self.command, url.path, code))
+            state.requests.append((arrived, self.command, url.path, code))
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -65,7 +65,8 @@ def test_a_hundred_agents_spread_their_first_writes_over_the_window(tmp_path: Pa
         assert len(times) == 2 * AGENTS + AGENTS // 10, per_second
         assert all(code in (200, 201) for *_, code in standin.requests)
         assert times[-1] - times[0] > 0.8 * WINDOW, per_second  # spread over the window ...
-        assert max(buckets.values()) <= 0.2 * len(times), (buckets, per_second)  # ... evenly
+        # ... evenly (uniform: 1/8 of them in each quarter-second of the window on average)
+        assert max(buckets.values()) <= 0.25 * len(times), (buckets, per_second)
         for i in range(AGENTS):
             hardware = standin.conditions(f"gpu-{i:03}")["GPUHardwareReady"]
             assert hardware["status"] == ("False" if i % 10 == 0 else "True")
