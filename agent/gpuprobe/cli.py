@@ -579,7 +579,11 @@ def _audit(args: argparse.Namespace) -> int:
         deadline=args.deadline,
         concurrency=args.concurrency,
     )
-    read_kube = _kube_signals(args) if args.kubeconfig or args.config else None
+    from gpuprobe.kube.api import in_cluster_available
+
+    # In a pod with a service account the API is read as well (its errors shown, not fatal).
+    wants_kube = args.kubeconfig or args.config or in_cluster_available()
+    read_kube = _kube_signals(args) if wants_kube else None
     report = audit(options)
     kube = read_kube() if read_kube is not None else None
     if args.json:
