@@ -161,3 +161,27 @@ def test_the_brake_in_the_daemon_raises_taint_withheld_and_says_so_in_an_event(
             'gpuprobe_finding{action="NONE",check="kubernetes",code="TAINT_WITHHELD",'
             'resource="node",severity="WARNING"} 1.0' in page
         )
+
+
+def test_sigterm_while_a_call_hangs_still_stops_at_once(
+    standin: KubeStandIn, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"kubernetes": {"start_jitter_seconds": 0}}))
+    standin.faults.delay = 30.0  # every answer hangs past the agent's 10 s timeout
+    with serve_process(
+        "--snapshot",
+        snapshot("synthetic-h100-8gpu-healthy"),
+        "--node-name",
+        NODE,
+        "--kubeconfig",
+        str(standin.kubeconfig()),
+        "--config",
+        str(config),
+    ) as served:
+        wait_for(lambda: len(standin.requests) > 0 or standin._connections)
+        served.get("/metrics")
+        started = time.monotonic()
+        served.proc.terminate()
+        assert served.proc.wait(timeout=10) == 0
+        assert time.monotonic() - started < 5
