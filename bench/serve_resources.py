@@ -2,6 +2,7 @@
 
     python bench/serve_resources.py --interval 10 --duration 600    # memory target (≤ 80 MiB)
     python bench/serve_resources.py --interval 60 --duration 600    # CPU target (< 1 %)
+    python bench/serve_resources.py --snapshot synthetic-k8s-mig-single  # with attribution
     python bench/serve_resources.py --interval 10 --duration 600 --kubernetes   # ≤ 72 MiB
 
 With `--kubernetes` the agent also publishes its node's conditions and events to the tests'
@@ -26,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from agents import ROOT, cpu_seconds, rss_bytes, start_agent, start_node_exporter, stop
+from agents import ROOT, SNAPSHOT, cpu_seconds, rss_bytes, start_agent, start_node_exporter, stop
 
 MIB = 1024 * 1024
 
@@ -40,6 +41,7 @@ def main() -> None:
     parser.add_argument(
         "--kubernetes", action="store_true", help="publish to a Kubernetes API stand-in too"
     )
+    parser.add_argument("--snapshot", default=SNAPSHOT.name, help="a snapshot under tests/")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp, kube_standin(Path(tmp), args.kubernetes) as extra:
@@ -70,7 +72,7 @@ def kube_standin(directory: Path, wanted: bool) -> Iterator[list[str]]:
 
 def run(args: argparse.Namespace, extra: list[str]) -> None:
     """Serve, scrape both exporters, sample, print."""
-    agent, agent_port = start_agent(args.interval, extra=extra)
+    agent, agent_port = start_agent(args.interval, SNAPSHOT.parent / args.snapshot, extra)
     exporter, exporter_port = start_node_exporter()
     try:
         time.sleep(5)  # past start-up and the first round
@@ -94,6 +96,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> None:
                 "cpu_percent_of_one_core": round(100 * (cpu_seconds(p.pid) - cpu0) / elapsed, 3),
             }
         result["run"] = {
+            "snapshot": args.snapshot,
             "interval_seconds": args.interval,
             "duration_seconds": round(elapsed, 1),
             "scrape_every_seconds": args.scrape_every,

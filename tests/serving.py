@@ -17,7 +17,7 @@ from typing import Any
 
 from conftest import snapshot
 from gpuprobe.checks.registry import ACTIVE, CHECKS
-from gpuprobe.config import Config
+from gpuprobe.config import BandwidthConfig, Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.serve.agent import Agent, ServeOptions
 from gpuprobe.serve.service import ClearXid
@@ -28,6 +28,9 @@ PASSIVE = [name for name in CHECKS if name not in ACTIVE]
 
 LOOPBACK = {"grpc_listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0"}
 LOOPBACK_FLAGS = ("--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+# Agents on loopback test bandwidth toward each other there (the default peer networks, the
+# private ranges of pod networks, leave loopback out).
+LOOPBACK_PEERS = BandwidthConfig(peer_networks=("127.0.0.0/8", "::1/128"))
 
 
 @dataclass
@@ -125,7 +128,7 @@ def in_process_agent(
     host = snapshot_host(snapshot(snapshot_name), node_name)
     agent = Agent(
         host,
-        config or Config(),
+        config or Config(bandwidth=LOOPBACK_PEERS),
         names or list(CHECKS),
         ServeOptions(**{**LOOPBACK, **options}),
         clear_xid=clear_xid,

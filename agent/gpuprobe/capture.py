@@ -3,6 +3,7 @@
 Runs every check once against the live host with recording on, then writes what they saw:
 the NVML calls and answers (nvml.json), the host files they read (rootfs/), the process list
 (processes.json), the device plugin's configuration when one is given (device-plugin.json),
+the kubelet's PodResources answers when the node has its socket (podresources.json),
 and the live report itself (report.json, to compare a replay with).
 Replaying the snapshot with `gpuprobe check --snapshot DIR` gives the same findings.
 """
@@ -13,7 +14,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpuprobe import __version__
 from gpuprobe.config import Config
@@ -23,6 +24,7 @@ from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, read_agent_file, write_
 from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
 from gpuprobe.host.netlink import RecordingNetlink
 from gpuprobe.host.nvml import RecordingNvml
+from gpuprobe.host.podresources import PODRESOURCES_FILE, RecordingPodResources, write_podresources
 from gpuprobe.host.processes import to_json
 from gpuprobe.report import NodeReport, format_time, now
 
@@ -85,6 +87,8 @@ def write_snapshot(target: Path, host: Host, report: NodeReport) -> None:
         _write_json(target / "netlink.json", links.to_json())
     if host.device_plugin_config is not None:
         write_agent_file(target / DEVICE_PLUGIN_FILE, host.device_plugin_config)
+    if isinstance(host.podresources, RecordingPodResources) and host.podresources.last:
+        write_podresources(target / PODRESOURCES_FILE, host.podresources.last)
     copy_tree(host.fs, target / "rootfs")
 
 
@@ -143,12 +147,21 @@ def _entries(real: Path) -> list[str]:
         return []
 
 
+def _tail(src: BinaryIO) -> bytes:
+    """The last 16 MiB of a file; procfs files (/proc/<pid>/cgroup) cannot seek from their
+    end (EINVAL) and are read from their start instead."""
+    try:
+        size = src.seek(0, os.SEEK_END)
+    except OSError:
+        return src.read(MAX_READ_BYTES)
+    src.seek(max(0, size - MAX_READ_BYTES))
+    return src.read()
+
+
 def _copy_file(real: Path, dest: Path) -> None:
     try:
         with open(real, "rb") as src:
-            size = src.seek(0, os.SEEK_END)
-            src.seek(max(0, size - MAX_READ_BYTES))
-            data = src.read()
+            data = _tail(src)
     except OSError:
         return  # absent or unreadable (write-only sysfs files): no content to keep
     if os.path.isdir(dest):

@@ -8,8 +8,11 @@ them, so `gpuprobe --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
@@ -23,15 +26,59 @@ if TYPE_CHECKING:
     from gpuprobe.kube.once import NodeSignals
 
 USAGE_ERROR = 64
-MAX_TEST_SECONDS = 120  # what an agent's MeasureBandwidth accepts
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that ends a usage error with one line and exit status 64."""
+    """argparse that ends a usage error with one line, pointing at the help of the command
+    it belongs to, and exit status 64; a help epilog may be made only when asked for."""
+
+    lazy_epilog: Callable[[], str] | None = None
+    commands: dict[str, _Parser] | None = None  # the top-level parser's subcommands
 
     def error(self, message: str) -> NoReturn:
-        print(f"gpuprobe: {message} (see gpuprobe --help)", file=sys.stderr)
+        print(f"gpuprobe: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(USAGE_ERROR)
+
+    def parse_command_line(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        """The parsed arguments; a flag no command knows is the named command's error, so
+        the message points at that command's help."""
+        args, extras = self.parse_known_args(argv)
+        if extras:
+            owner = (self.commands or {}).get(getattr(args, "command", ""), self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return args
+
+    def format_help(self) -> str:
+        if self.lazy_epilog is not None:
+            self.epilog = self.lazy_epilog()
+        return super().format_help()
+
+
+EXIT_STATUS_HELP = (
+    "exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the worst check's status), "
+    f"{USAGE_ERROR} usage error"
+)
+
+
+def _checks_help(exit_status: bool) -> Callable[[], str]:
+    """The epilog of a command that takes `--only`: the check names (and its exit status)."""
+
+    def epilog() -> str:
+        # Imported only when help is asked for: the checks are most of the program.
+        from gpuprobe.checks.registry import ACTIVE, CHECKS
+
+        names = textwrap.fill(
+            ", ".join(CHECKS), width=78, initial_indent="  ", subsequent_indent="  "
+        )
+        active = " and ".join(name for name in CHECKS if name in ACTIVE)
+        text = (
+            "checks (--only takes them, comma-separated; docs/checks.md tells what each\n"
+            f"holds the node to):\n{names}\n  ({active} are active: they load the node while "
+            "they measure)"
+        )
+        return f"{text}\n\n{textwrap.fill(EXIT_STATUS_HELP, 78)}" if exit_status else text
+
+    return epilog
 
 
 def _positive_int(text: str) -> int:
@@ -51,7 +98,7 @@ def _check_list(text: str) -> list[str]:
     return names
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     """The argument parser of every command."""
     parser = _Parser(
         prog="gpuprobe",
@@ -61,8 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     check = commands.add_parser(
-        "check", help="run every check once on this node and print the report"
+        "check",
+        help="run every check once on this node and print the report",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    check.lazy_epilog = _checks_help(exit_status=True)
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
     check.add_argument(
@@ -79,7 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kubeconfig_flag(check, "for --publish (default: in-cluster credentials)")
     check.set_defaults(func=_check)
 
-    capture = commands.add_parser("capture", help="write a node snapshot of this host to DIR")
+    capture = commands.add_parser(
+        "capture",
+        help="write a node snapshot of this host to DIR",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    capture.lazy_epilog = _checks_help(exit_status=False)
     capture.add_argument("directory", metavar="DIR", help="an empty or new directory")
     _add_check_flags(capture, snapshot=False)
     capture.set_defaults(func=_capture)
@@ -97,8 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     clear_xid.set_defaults(func=_clear_xid)
 
     serve = commands.add_parser(
-        "serve", help="the agent daemon: periodic checks, gRPC API, Prometheus /metrics"
+        "serve",
+        help="the agent daemon: periodic checks, gRPC API, Prometheus /metrics",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    serve.lazy_epilog = _checks_help(exit_status=False)
     _add_check_flags(serve)
     _add_storage_flag(serve)
     _add_serve_flags(serve)
@@ -119,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_mesh_flags(mesh)
     mesh.set_defaults(func=_mesh)
+    parser.commands = {
+        name: sub for name, sub in commands.choices.items() if isinstance(sub, _Parser)
+    }
     return parser
 
 
@@ -201,6 +262,15 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         help="require client certificates signed by this CA (mTLS); they authorise too",
     )
     parser.add_argument(
+        "--tls-client-cert",
+        metavar="FILE",
+        help="mTLS: the client certificate this agent presents to its peers in bandwidth "
+        "tests (default: --tls-cert, which then needs the clientAuth key usage)",
+    )
+    parser.add_argument(
+        "--tls-client-key", metavar="FILE", help="mTLS: the key of --tls-client-cert"
+    )
+    parser.add_argument(
         "--allow-unauthenticated",
         action="store_true",
         help="without a token or mTLS, let anyone call the guarded RPCs (else refused)",
@@ -267,6 +337,23 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="how many agents to ask at once (default 64)",
     )
+    parser.add_argument(
+        "--price-per-gpu-hour",
+        type=_price,
+        metavar="PRICE",
+        help="what a GPU-hour costs: the usage totals show the idle and unallocated cost",
+    )
+
+
+def _price(text: str) -> float:
+    """--price-per-gpu-hour: a finite number of 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a price: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a price of 0 or more: {text!r}")
+    return value
 
 
 def _rdma_devices(text: str) -> tuple[str, ...]:
@@ -369,7 +456,7 @@ def _fail_on(text: str) -> str:
 
 
 def _streams(text: str) -> int:
-    from gpuprobe.serve.bandwidth import MAX_STREAMS
+    from gpuprobe.measure.bandwidth import MAX_STREAMS
 
     value = _at_least_one(text)
     if value > MAX_STREAMS:
@@ -389,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpuprobe import cleanup
     from gpuprobe.errors import UsageError
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command_line(argv)
     if threading_main():
         # SIGTERM ends serve with 0 from its first moment (serve() then installs its orderly
         # stop); the one-shot commands end with 143, as a process SIGTERM killed.
@@ -466,12 +553,19 @@ def _check(args: argparse.Namespace) -> int:
     access = _kube_access(args.kubeconfig) if args.publish else None
     if args.kubeconfig and not args.publish:
         raise UsageError("--kubeconfig goes with --publish")
-    report = run_checks(_host(args), config, names)
+    host = _host(args)
+    report = run_checks(host, config, names)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:
-        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_report(report, colour=colour))
+        text = render_report(
+            report,
+            colour=sys.stdout.isatty() and "NO_COLOR" not in os.environ,
+            width=_terminal_width(),
+            replayed=host.is_snapshot,
+            captured_at=host.captured_at,
+        )
+        sys.stdout.write(text)
     sys.stdout.flush()
     status = exit_status(report.status)
     if access is not None:
@@ -496,6 +590,12 @@ def _kube_access(kubeconfig: str | None) -> KubeAccess:
     access = Access(kubeconfig=kubeconfig)
     KubeApi(access, timeout=1).close()  # a broken kubeconfig is a usage error before any work
     return access
+
+
+def _terminal_width() -> int | None:
+    """The columns to wrap the report to: the terminal's, or None (no wrapping) when the
+    output is not a terminal (a pipe or a file gets whole lines, for grep)."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def _explain_policy(args: argparse.Namespace, config: Config) -> int:
@@ -559,6 +659,8 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         allow_unauthenticated=args.allow_unauthenticated,
+        tls_client_cert=args.tls_client_cert,
+        tls_client_key=args.tls_client_key,
         kubeconfig=args.kubeconfig,
     )
     return serve(host, config, names, options)
@@ -578,6 +680,7 @@ def _audit(args: argparse.Namespace) -> int:
         credentials=_credentials(args),
         deadline=args.deadline,
         concurrency=args.concurrency,
+        price_per_gpu_hour=args.price_per_gpu_hour,
     )
     from gpuprobe.kube.api import in_cluster_available
 
@@ -594,7 +697,7 @@ def _audit(args: argparse.Namespace) -> int:
         sys.stdout.writelines(chunks)
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_cluster(report, colour=colour))
+        sys.stdout.write(render_cluster(report, colour=colour, width=_terminal_width()))
         if kube is not None:
             from gpuprobe.kube.once import render_signals
 
@@ -656,23 +759,11 @@ def _mesh(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     import json
 
-    from gpuprobe.audit.fanout import fetch_all
-    from gpuprobe.client import Client
-    from gpuprobe.errors import UsageError
     from gpuprobe.mesh.render import render_mesh
-    from gpuprobe.mesh.run import MeshOptions, identify, run_mesh
-    from gpuprobe.mesh.verdict import Thresholds, unreachable_finding
+    from gpuprobe.mesh.run import MeshOptions, mesh
+    from gpuprobe.mesh.verdict import Thresholds
     from gpuprobe.report import exit_status
-    from gpuprobe.targets import discover, parse_targets
 
-    if args.transport == "rdma" and not args.rdma_device:
-        raise UsageError("--transport rdma needs --rdma-device")
-    if args.seconds + args.warmup > MAX_TEST_SECONDS:
-        raise UsageError(f"--seconds and --warmup: at most {MAX_TEST_SECONDS} s together")
-    credentials = _credentials(args)
-    found = discover(parse_targets(args.targets), args.deadline)
-    peers, unreachable = identify(fetch_all(found.addresses, credentials, args.deadline))
-    unreachable = [unreachable_finding(str(f.spec), f.reason) for f in found.failures] + unreachable
     floor = args.floor_gbps * 1e9 / 8 if args.floor_gbps else None
     options = MeshOptions(
         transport=args.transport,
@@ -685,11 +776,10 @@ def _mesh(args: argparse.Namespace) -> int:
         force=args.force,
         thresholds=Thresholds(floor, args.mad_k, args.min_drop),
     )
-    result = run_mesh(peers, options, lambda target: Client(target, credentials=credentials))
-    result.findings = unreachable + result.findings
+    result = mesh(args.targets, _credentials(args), options, args.deadline)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        sys.stdout.write(render_mesh(result))
+        sys.stdout.write(render_mesh(result, width=_terminal_width()))
     sys.stdout.flush()
     return exit_status(result.status)

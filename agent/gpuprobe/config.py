@@ -8,6 +8,7 @@ docs/configuration.md for every key.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 import types
 import typing
@@ -69,6 +70,38 @@ class GpusConfig:
         if self.expect is not None and self.expect < 0:
             raise ConfigError(f"expect: {self.expect} is negative")
         if self.idle_window_seconds <= 0:
+            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
+
+
+@dataclass(frozen=True)
+class WorkloadsConfig:
+    """Where the `workloads` check asks the kubelet, and when an allocated GPU is idle."""
+
+    # The kubelet's PodResources socket (a host path).
+    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # Deadline of each PodResources call: a hung kubelet costs this, then ALLOCATION_UNKNOWN.
+    timeout_seconds: float = 2.0
+    # Whether the node must answer PodResources; None: where /var/lib/kubelet/pod-resources
+    # exists (a kubelet's node). False: a missing socket is never a finding.
+    expect_kubelet: bool | None = None
+    # An allocated GPU (or MIG device) with no process and utilization at or below this, for
+    # longer than the window, raises GPU_ALLOCATED_IDLE (in the daemon, which has history).
+    idle_utilization_percent: float = 1.0
+    idle_window_seconds: float = 1800.0
+    # Where the daemon keeps its allocated / idle / unallocated seconds across restarts
+    # (workload-accounting.json); None: in memory only, from zero at each start.
+    state_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.socket.startswith("/"):
+            raise ConfigError(f"socket: {self.socket!r} is not an absolute host path")
+        if not 0 < self.timeout_seconds <= 60:
+            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be in (0, 60]")
+        if not 0 <= self.idle_utilization_percent <= 100:
+            raise ConfigError(
+                f"idle_utilization_percent: {self.idle_utilization_percent:g} must be 0 to 100"
+            )
+        if not self.idle_window_seconds > 0:  # NaN too
             raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
 
 
@@ -486,6 +519,44 @@ class KubernetesConfig:
             raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be above 0")
 
 
+# The address ranges pod networks are drawn from (RFC 1918, RFC 6598 shared space, IPv6
+# unique local): every common CNI's default pod CIDR lies within them, so the default follows
+# the DaemonSet's pod network (and, for the hostNetwork overlay, private node networks).
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+
+
+@dataclass(frozen=True)
+class BandwidthConfig:
+    """Where and how much an agent takes part in peer-to-peer bandwidth tests."""
+
+    # The networks peer agents' addresses must lie in: this agent sends test traffic only to,
+    # and opens sinks only for, addresses within them.
+    peer_networks: tuple[str, ...] = PRIVATE_NETWORKS
+    # How many sinks may be open at once (beyond: RESOURCE_EXHAUSTED).
+    max_sinks: int = 4
+
+    def __post_init__(self) -> None:
+        for network in self.peer_networks:
+            try:
+                ipaddress.ip_network(network)
+            except ValueError:
+                raise ConfigError(
+                    f"peer_networks: {network!r} is not a network (address/prefix)"
+                ) from None
+        if not 1 <= self.max_sinks <= 64:
+            raise ConfigError(f"max_sinks: {self.max_sinks} is not between 1 and 64")
+
+    def allows(self, address: str) -> bool:
+        """Whether `address` (an IP address) lies within the peer networks."""
+        try:
+            ip = ipaddress.ip_address(address.split("%")[0])
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return any(ip in ipaddress.ip_network(n) for n in self.peer_networks)
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration."""
@@ -501,6 +572,8 @@ class Config:
     serve: ServeConfig = field(default_factory=ServeConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    bandwidth: BandwidthConfig = field(default_factory=BandwidthConfig)
+    workloads: WorkloadsConfig = field(default_factory=WorkloadsConfig)
 
     def deadline(self, check: str) -> float:
         """The deadline of one check, in seconds: `checks.deadlines` when set there; for

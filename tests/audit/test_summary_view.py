@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from gpuprobe import wire
 from gpuprobe.audit.cluster import audited
 from gpuprobe.audit.facts import DATA_KEYS, counts, skew_values
 from gpuprobe.client import Client, Credentials, Fetched, fetch_report
 from gpuprobe.report_view import SUMMARY_DATA, pick
-from gpuprobe.serve import convert
 from gpuprobe.targets import parse_targets
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from serving import in_process_agent
@@ -60,11 +60,11 @@ def test_the_summary_view_carries_no_per_gpu_telemetry(
     views: tuple[pb.NodeReport, pb.NodeReport],
 ) -> None:
     whole, summary = views
-    full_data = convert.report_from_proto(whole).check("gpus")
+    full_data = wire.report_from_proto(whole).check("gpus")
     assert full_data is not None
     full_gpu_keys = keys_of(full_data.data["gpus"])
     assert TELEMETRY & full_gpu_keys, "the whole report should carry the GPUs' telemetry"
-    report = convert.report_from_proto(summary)
+    report = wire.report_from_proto(summary)
     for check in report.checks:
         assert keys_of(check.data) <= allowed(SUMMARY_DATA.get(check.name, {})), check.name
     gpus = report.check("gpus")
@@ -89,8 +89,8 @@ def test_the_audit_reads_the_same_figures_from_either_view(
     views: tuple[pb.NodeReport, pb.NodeReport],
 ) -> None:
     whole, summary = views
-    from_whole = convert.report_from_proto(whole, DATA_KEYS)
-    from_summary = convert.report_from_proto(summary, DATA_KEYS)
+    from_whole = wire.report_from_proto(whole, DATA_KEYS)
+    from_summary = wire.report_from_proto(summary, DATA_KEYS)
     assert skew_values(from_summary) == skew_values(from_whole)
     assert counts(from_summary) == counts(from_whole)
     assert audited(Fetched("t", from_summary)) == audited(Fetched("t", from_whole))
@@ -102,10 +102,10 @@ def test_an_agent_without_views_answers_the_whole_report_and_the_audit_reads_it(
     """An agent of the version before views ignores the field it does not know and sends
     the whole report; the audit picks the same facts out of it."""
     whole, _ = views
-    picked = convert.report_from_proto(whole, DATA_KEYS)
+    picked = wire.report_from_proto(whole, DATA_KEYS)
     for check in picked.checks:
         keys = SUMMARY_DATA.get(check.name)
-        full = convert.report_from_proto(whole).check(check.name)
+        full = wire.report_from_proto(whole).check(check.name)
         assert full is not None
         assert check.data == (pick(full.data, keys) if keys else {})
 

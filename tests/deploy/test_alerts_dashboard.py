@@ -68,6 +68,10 @@ AGENTS = {
     # GPU_IDLE needs the daemon's memory of how long a GPU has been idle.
     "idle": Agent("synthetic-gpus-idle", "gpus: {idle_window_seconds: 1}\n", interval=1),
     "nvml-hang": Agent("synthetic-nvml-hang", "checks: {deadline_seconds: 1}\n", interval=2),
+    # GPU_ALLOCATED_IDLE too: GPU 6 held by a notebook pod with nothing running.
+    "allocated-idle": Agent(
+        "synthetic-k8s-gpus-by-uuid", "workloads: {idle_window_seconds: 1}\n", interval=1
+    ),
     # The storage check measures a directory of its own: 8 MiB against an unreachable floor,
     # and /proc, where no file can be created (its GPUs are idle, so the tests run; a
     # snapshot's path missing here is not measured, and no fault).
@@ -116,6 +120,7 @@ ALERT_NODES: dict[str, set[str]] = {
     "GpuprobeRowRemapFailure": {"remap-failure"},
     "GpuprobeEccUncorrectable": {"ecc-uncorrectable"},
     "GpuprobeGpuIdle": {"idle"},
+    "GpuprobeGpuAllocatedIdle": {"allocated-idle"},
     "GpuprobeStorageThroughputLow": {"storage-slow"},
     "GpuprobeStorageUnavailable": {"storage-missing"},
 }
@@ -149,6 +154,9 @@ PANEL_DATA: dict[str, tuple[set[str], bool]] = {
     "MIG profiles per GPU/A": ({"mig-mixed"}, True),
     "Idle GPUs/A": ({"idle"}, True),
     "Idle GPUs by node/A": ({"idle"}, True),
+    "Idle allocated GPUs by namespace/A": ({"allocated-idle"}, True),
+    "Idle allocated GPUs by namespace/B": ({"allocated-idle"}, False),
+    "GPU allocation by node/A": ({"allocated-idle"}, True),
     "variable:cluster": ({"healthy"}, False),
     "variable:node": ({"healthy"}, False),
     "variable:gpu": ({"healthy"}, False),
@@ -223,6 +231,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             nodes = {r["metric"]["node"] for r in server.query("gpuprobe_node_status")}
             findings = {r["metric"]["code"] for r in server.query("gpuprobe_finding")}
             wanted = {"GPU_IDLE", "CHECK_TIMEOUT", "STORAGE_THROUGHPUT_LOW", "STORAGE_UNAVAILABLE"}
+            wanted.add("GPU_ALLOCATED_IDLE")
             return nodes == set(AGENTS) and wanted <= findings
 
         wait(scraped, "every agent's report in Prometheus")
@@ -309,6 +318,11 @@ def test_alert_descriptions_name_what_the_agent_found(cluster: Cluster) -> None:
     ecc = by_node[("GpuprobeEccUncorrectable", "ecc-uncorrectable")]
     assert re.search(r"has had \d+ uncorrectable ECC errors", ecc), ecc
     assert "NVML sees 7." in by_node[("GpuprobeGpuCountMismatch", "fallen-off-bus")]
+    held = by_node[("GpuprobeGpuAllocatedIdle", "allocated-idle")]
+    assert held.startswith(
+        "gpu:6:GPU-5f1c0006-8e2b-4c1d-9a7e-000000000006 on node allocated-idle is held by "
+        "research/notebook-alice and has had no process"
+    ), held
 
 
 def test_every_dashboard_query_evaluates_and_shows_its_condition(cluster: Cluster) -> None:

@@ -12,10 +12,12 @@ from gpuprobe.checks import (
     mig,
     nccl,
     network,
+    pods,
     rdma,
     sharing,
     storage,
     toolkit,
+    workloads,
     xid,
 )
 from gpuprobe.config import Config
@@ -33,6 +35,8 @@ CHECKS: dict[str, CheckFn] = {
     "cdi": cdi.run,
     "device_plugin": device_plugin.run,
     "sharing": sharing.run,
+    "workloads": workloads.run,
+    "pods": pods.run,
     "network": network.run,
     "rdma": rdma.run,
     "nccl": nccl.run,

@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from gpuprobe.checks.attribution import attribute_findings
 from gpuprobe.checks.registry import CHECKS, CheckFn
 from gpuprobe.config import Config
 from gpuprobe.host import Host
@@ -96,4 +97,4 @@ def run_checks(host: Host, config: Config, names: list[str]) -> NodeReport:
             results.append(run.result)
         else:
             results.append(timed_out(run.name, deadline))
-    return NodeReport(node=host.node_name, time=started_at, checks=results)
+    return NodeReport(node=host.node_name, time=started_at, checks=attribute_findings(results))

@@ -99,8 +99,10 @@ def run(host: Host, config: Config) -> CheckResult:
         return CheckResult(NAME, "no NVIDIA GPU on this node: nothing to share", [], data)
     findings = [_prohibited(g) for g in gpus if g.compute_mode == PROHIBITED]
     if plugin is None:
+        # What is known without the plugin's configuration: the GPUs' modes and the daemon.
         seen = f"; MPS control daemon running (pid {daemons[0]})" if daemons else ""
-        return CheckResult(NAME, f"sharing unknown: {note}{seen}", findings, data)
+        summary = f"{_modes(gpus)}{seen}; sharing not judged: {note}"
+        return CheckResult(NAME, summary, findings, data)
     data["resources"] = [_units(r, gpus, plugin) for r in plugin.shared]
     if strategy == "mps":
         findings += _mps(plugin, gpus, daemons)
@@ -228,6 +230,20 @@ def _prohibited(gpu: _Gpu) -> Finding:
         Action.FIX_CONFIG,
         gpu.resource,
     )
+
+
+def _modes(gpus: list[_Gpu]) -> str:
+    """`8 GPUs in compute mode Default`, or `8 GPUs in compute modes Default (7),
+    ExclusiveProcess (1)`; a mode NVML did not give counts as unreadable."""
+    count: dict[str, int] = {}
+    for gpu in gpus:
+        name = gpu.mode_name if gpu.compute_mode is not None else "unreadable"
+        count[name] = count.get(name, 0) + 1
+    noun = "GPU" if len(gpus) == 1 else "GPUs"
+    if len(count) == 1:
+        return f"{len(gpus)} {noun} in compute mode {next(iter(count))}"
+    modes = ", ".join(f"{name} ({n})" for name, n in sorted(count.items()))
+    return f"{len(gpus)} {noun} in compute modes {modes}"
 
 
 def _summary(strategy: str | None, data: dict[str, Any], daemons: list[int]) -> str:

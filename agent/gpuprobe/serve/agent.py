@@ -23,21 +23,22 @@ from gpuprobe import cleanup
 from gpuprobe.checks import xid
 from gpuprobe.checks.registry import ACTIVE, CHECKS
 from gpuprobe.config import Config
+from gpuprobe.credentials import TokenFile
 from gpuprobe.errors import UsageError
 from gpuprobe.host import Host
 from gpuprobe.kube.api import Access
 from gpuprobe.kube.daemon import KubeLink, wanted
 from gpuprobe.report import CheckResult, now
 from gpuprobe.serve import grpc_server
-from gpuprobe.serve.bandwidth import Bandwidth, PeerChannel
+from gpuprobe.serve.bandwidth import PeerChannel, bandwidth_tests
 from gpuprobe.serve.executor import CheckExecutor, Ran
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.metrics_http import MetricsPage, MetricsServer
 from gpuprobe.serve.scheduler import Scheduler, plan
-from gpuprobe.serve.security import Guard, TokenFile, server_credentials
+from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
-from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, ReportStore
 
 log = logging.getLogger("gpuprobe.serve")
 
@@ -56,6 +57,10 @@ class ServeOptions:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     allow_unauthenticated: bool = False
+    # The certificate this agent presents to peers that require one (mTLS); without it, the
+    # server certificate (which then needs the clientAuth extended key usage too).
+    tls_client_cert: str | None = None
+    tls_client_key: str | None = None
     # Kubernetes access from outside a pod (else in-cluster credentials, when present).
     kubeconfig: str | None = None
 
@@ -64,6 +69,18 @@ class ServeOptions:
             raise UsageError("--tls-cert and --tls-key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+        if (self.tls_client_cert is None) != (self.tls_client_key is None):
+            raise UsageError("--tls-client-cert and --tls-client-key go together")
+        if self.tls_client_cert is not None and self.tls_client_ca is None:
+            raise UsageError("--tls-client-cert needs --tls-client-ca (the mTLS fleet's CA)")
+
+    def peer_certificate(self) -> tuple[str | None, str | None]:
+        """The certificate and key this agent presents when it calls a peer (mTLS only)."""
+        if self.tls_client_ca is None:
+            return None, None
+        if self.tls_client_cert is not None:
+            return self.tls_client_cert, self.tls_client_key
+        return self.tls_cert, self.tls_key
 
 
 class Agent:
@@ -104,17 +121,24 @@ class Agent:
         if self.kube is not None:
             live_registry.register(self.kube.collector)
             kube = self.kube  # each new report goes to the publishing loop, which never blocks
-            self.store.add_view(lambda snapshot: kube.loop.offer(snapshot.report))
+            self.store.add_view(lambda state: kube.loop.offer(state.report))
 
         token = TokenFile(options.token_file) if options.token_file else None
+        cert_file, key_file = options.peer_certificate()
         peers = PeerChannel(
             token,
             ca_file=options.tls_client_ca or options.tls_cert,
-            cert_file=options.tls_cert if options.tls_client_ca else None,
-            key_file=options.tls_key if options.tls_client_ca else None,
+            cert_file=cert_file,
+            key_file=key_file,
+            server_certificate_as_client=cert_file is not None and cert_file == options.tls_cert,
         )
-        self.bandwidth = Bandwidth(
-            host, peers, self.store, config.rdma.test, config.serve.bandwidth_threads
+        self.bandwidth = bandwidth_tests(
+            host,
+            self.store,
+            peers,
+            config.rdma.test,
+            config.bandwidth,
+            config.serve.bandwidth_threads,
         )
         mtls = options.tls_client_ca is not None
         self.guard = Guard(token, mtls=mtls, open_mode=options.allow_unauthenticated)
@@ -202,8 +226,8 @@ class Agent:
         """The agent's own result about its Kubernetes updates joins the report."""
         self.store.update([Ran(result, now())])
 
-    def _serving(self, snapshot: Snapshot) -> None:
-        if snapshot.report is not None and not self.stopping.is_set():
+    def _serving(self, state: AgentState) -> None:
+        if state.report is not None and not self.stopping.is_set():
             from grpc_health.v1 import health_pb2
 
             self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
@@ -213,8 +237,7 @@ class Agent:
         knows, for a human with curl."""
         if self.stopping.is_set():
             return 503, "stopping\n"
-        snapshot = self.store.current()
-        report = snapshot.report
+        report = self.store.current().report
         lines = ["ok", f"node: {self.host.node_name}"]
         if report is None:
             lines.append("report: none yet (the first round of checks is running)")

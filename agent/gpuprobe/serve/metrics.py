@@ -17,9 +17,9 @@ from prometheus_client.registry import Collector
 
 from gpuprobe import __version__
 from gpuprobe.report import NodeReport
-from gpuprobe.serve.state import Snapshot
+from gpuprobe.serve.state import AgentState
 
-Renderer = Callable[[Snapshot, NodeReport], Iterable[Metric]]
+Renderer = Callable[[AgentState, NodeReport], Iterable[Metric]]
 GPU_LABELS = ["gpu", "uuid"]
 
 
@@ -30,7 +30,7 @@ class ReportCollector(Collector):
         self._families: list[Metric] = list(agent_families(node))
         self._node = node
 
-    def update(self, snapshot: Snapshot) -> None:
+    def update(self, snapshot: AgentState) -> None:
         """Render the families of a new snapshot (called by the store on each update)."""
         self._families = render(snapshot, self._node)
 
@@ -39,7 +39,7 @@ class ReportCollector(Collector):
         return iter(self._families)
 
 
-def render(snapshot: Snapshot, node: str) -> list[Metric]:
+def render(snapshot: AgentState, node: str) -> list[Metric]:
     """Every family for one snapshot."""
     families = list(agent_families(node))
     if snapshot.report is None:
@@ -58,7 +58,7 @@ def agent_families(node: str) -> Iterator[Metric]:
     yield info
 
 
-def report_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def report_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """The node's and each check's status, duration and run counts, and the findings."""
     node = GaugeMetricFamily(
         "gpuprobe_node_status",
@@ -125,7 +125,7 @@ def report_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield finding
 
 
-def driver_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def driver_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_driver_info` from the driver check's data."""
     data = _data(report, "driver")
     version = _text(data.get("driver_version"))
@@ -206,7 +206,7 @@ REMAPPED_ROWS = {
 }
 
 
-def gpu_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def gpu_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """GPU count, identity, and the per-GPU gauges from the gpus check's data."""
     data = _data(report, "gpus")
     if not data:
@@ -259,7 +259,7 @@ def gpu_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield from (f for f in (ecc, rows) if f.samples)
 
 
-def xid_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def xid_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_gpu_xid_errors_total` from the xid check's data."""
     records = _data(report, "xid").get("xids")
     if not isinstance(records, list):
@@ -277,7 +277,7 @@ def xid_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield xids
 
 
-def mig_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def mig_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_mig_device_info`: one sample per MIG device (compute instance) from the mig
     check's data, so that a dashboard can draw each GPU's MIG layout."""
     gpus = _data(report, "mig").get("gpus")
@@ -311,7 +311,7 @@ def mig_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield family
 
 
-def storage_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def storage_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_storage_throughput_bytes_per_second` from the storage check's data."""
     paths = _data(report, "storage").get("paths")
     if not isinstance(paths, list):
@@ -331,7 +331,7 @@ def storage_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]
     yield family
 
 
-def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def peer_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_peer_bandwidth_bytes_per_second` from this agent's latest bandwidth tests."""
     if not snapshot.links:
         return
@@ -352,6 +352,63 @@ def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield measured
 
 
+def workload_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
+    """Who holds each GPU (one join series per holder, kube-state-metrics style) and the
+    idle accounting's GPU-seconds, from the workloads check's data."""
+    data = _data(report, "workloads")
+    if not data:
+        return
+    info = GaugeMetricFamily(
+        "gpuprobe_gpu_allocation_info",
+        "1 per pod container the kubelet gave a GPU or MIG device (join on gpu, uuid)",
+        labels=[*GPU_LABELS, "mig", "namespace", "pod", "container", "resource"],
+    )
+    seen: set[tuple[str, ...]] = set()
+    for device in _mappings(data.get("devices")):
+        mig = device.get("mig")
+        mig_uuid = (_text(mig.get("uuid")) or "") if isinstance(mig, Mapping) else ""
+        for holder in _mappings(device.get("holders")):
+            labels = (
+                *_gpu_labels(device, "gpu"),
+                mig_uuid,
+                *(_text(holder.get(k)) or "" for k in ("namespace", "pod", "container")),
+                _text(holder.get("resource")) or "",
+            )
+            if labels not in seen:
+                seen.add(labels)
+                info.add_metric(list(labels), 1)
+    yield info
+    accounting = data.get("accounting")
+    gpus = _mappings(accounting.get("gpus") if isinstance(accounting, Mapping) else None)
+    allocated = CounterMetricFamily(
+        "gpuprobe_gpu_allocated_seconds",
+        "GPU-seconds the GPU was allocated to pods (MIG devices as their share of the GPU)",
+        labels=GPU_LABELS,
+    )
+    idle = CounterMetricFamily(
+        "gpuprobe_gpu_idle_allocated_seconds",
+        "GPU-seconds the GPU was allocated but idle, by the holders' namespace",
+        labels=[*GPU_LABELS, "namespace"],
+    )
+    unallocated = CounterMetricFamily(
+        "gpuprobe_gpu_unallocated_seconds",
+        "GPU-seconds no pod held the GPU",
+        labels=GPU_LABELS,
+    )
+    for gpu in gpus:
+        gpu_labels = _gpu_labels(gpu, "gpu")
+        if (value := _number(gpu.get("allocated_seconds"))) is not None:
+            allocated.add_metric(gpu_labels, value)
+        if (value := _number(gpu.get("unallocated_seconds"))) is not None:
+            unallocated.add_metric(gpu_labels, value)
+        by_namespace = gpu.get("idle_allocated_seconds")
+        if isinstance(by_namespace, Mapping):
+            for namespace, seconds in sorted(by_namespace.items()):
+                if (value := _number(seconds)) is not None:
+                    idle.add_metric([*gpu_labels, str(namespace)], value)
+    yield from (allocated, idle, unallocated)
+
+
 # Each part of the agent's state that becomes metrics.
 RENDERERS: tuple[Renderer, ...] = (
     report_families,
@@ -361,6 +418,7 @@ RENDERERS: tuple[Renderer, ...] = (
     storage_families,
     mig_families,
     peer_families,
+    workload_families,
 )
 
 _MISSING = object()

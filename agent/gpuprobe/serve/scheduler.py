@@ -21,7 +21,7 @@ from gpuprobe.checks.xid.findings import xid_named
 from gpuprobe.config import ServeConfig
 from gpuprobe.report import Finding
 from gpuprobe.serve.executor import CheckExecutor, Ran
-from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, ReportStore
 
 log = logging.getLogger("gpuprobe.serve")
 
@@ -143,7 +143,7 @@ class Scheduler:
         return interval + self._rng.uniform(-spread, spread)
 
 
-def _log_round(ran: list[Ran], before: Snapshot, after: Snapshot) -> None:
+def _log_round(ran: list[Ran], before: AgentState, after: AgentState) -> None:
     for item in ran:
         if item.timed_out:
             log.warning("check timed out", extra={"check": item.result.name})
