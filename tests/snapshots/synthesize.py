@@ -1724,8 +1724,8 @@ def on_kubelet(
     allocatable: list[tuple[str, list[str]]],
     shape: str = "v2-systemd-containerd",
 ) -> Node:
-    """The kubelet's socket and answers for these pods, their log directories as capture
-    keeps them (empty placeholders), and each GPU process's cgroup."""
+    """The kubelet's socket and answers for these pods, their log directories with each
+    container's first log, and each GPU process's cgroup."""
     node.file(PODRESOURCES_SOCKET)
     entries = []
     for namespace, name, container in SYSTEM_PODS:
@@ -1740,7 +1740,10 @@ def on_kubelet(
         if pod.claims:
             container["dynamicResources"] = pod.claims
         entries.append({"name": pod.name, "namespace": pod.namespace, "containers": [container]})
-        node.directories.add(f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}")
+        # The kubelet's log directory of the pod, with its container's (empty) first log: git
+        # keeps no empty directory, and the kubelet makes the log as the container starts.
+        log = f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{pod.container}/0.log"
+        node.files.setdefault(log, "")
         node.file(f"/var/log/containers/{pod.name}_{pod.namespace}_{pod.container}-{pod.cid}.log")
         for pid in pod.pids:
             node.file(f"/proc/{pid}/cgroup", cgroup_file(shape, pod.uid, pod.cid))
