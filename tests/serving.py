@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conftest import snapshot
-from gpuprobe.checks.registry import ACTIVE, CHECKS
+from gpuprobe.checks.registry import CHECKS, active
 from gpuprobe.config import BandwidthConfig, Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.serve.agent import Agent, ServeOptions
@@ -24,7 +24,7 @@ from gpuprobe.serve.service import ClearXid
 
 # The checks a fresh agent has run: the active ones (storage, NCCL) first run after a random
 # part of their jitter window, so its first reports hold only these.
-PASSIVE = [name for name in CHECKS if name not in ACTIVE]
+PASSIVE = [name for name in CHECKS if name not in active(CHECKS)]
 
 LOOPBACK = {"grpc_listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0"}
 LOOPBACK_FLAGS = ("--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")

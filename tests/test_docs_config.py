@@ -36,6 +36,8 @@ def accepted(cls: type = Config, prefix: str = "") -> set[str]:
     keys = set()
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not f.metadata.get("key", True):
+            continue  # not a key of the file (Config.sections: the checks' own sections)
         section = _section(hints[f.name])
         if section is not None:
             keys |= accepted(section, f"{prefix}{f.name}.")

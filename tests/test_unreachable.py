@@ -15,7 +15,6 @@ import grpc
 import pytest
 
 from certs import Pki, make_pki
-from gpuprobe.checks import registry
 from gpuprobe.client import Credentials, fetch_report
 from gpuprobe.config import Config
 from gpuprobe.host import Host
@@ -24,6 +23,7 @@ from gpuprobe.serve.agent import Agent
 from gpuprobe.unreachable import Failure, Unreachable, explain
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from grpc_standins import fails, hangs, report_of, standin, wants_token
+from helpers import use_check
 from serving import in_process_agent
 
 
@@ -205,7 +205,7 @@ def starting_agent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
         release.wait(30)
         return CheckResult("slow", "done")
 
-    monkeypatch.setitem(registry.CHECKS, "slow", slow)
+    use_check(monkeypatch, "slow", slow)
     with in_process_agent(names=["slow"], wait=False) as agent:
         try:
             yield agent

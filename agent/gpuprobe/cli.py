@@ -65,12 +65,12 @@ def _checks_help(exit_status: bool) -> Callable[[], str]:
 
     def epilog() -> str:
         # Imported only when help is asked for: the checks are most of the program.
-        from gpuprobe.checks.registry import ACTIVE, CHECKS
+        from gpuprobe.checks.registry import CHECKS
 
         names = textwrap.fill(
             ", ".join(CHECKS), width=78, initial_indent="  ", subsequent_indent="  "
         )
-        active = " and ".join(name for name in CHECKS if name in ACTIVE)
+        active = " and ".join(name for name, check in CHECKS.items() if check.active)
         text = (
             "checks (--only takes them, comma-separated; docs/checks.md tells what each\n"
             f"holds the node to):\n{names}\n  ({active} are active: they load the node while "
@@ -501,11 +501,11 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     """The configuration with flag overrides, and the checks to run."""
     import dataclasses
 
-    from gpuprobe.checks.registry import CHECKS, resolve
+    from gpuprobe.checks.registry import CHECKS, resolve, sections
     from gpuprobe.config import load_config
     from gpuprobe.errors import UsageError
 
-    config = load_config(args.config)
+    config = load_config(args.config, sections())
     if args.expect_gpus is not None:
         config = dataclasses.replace(
             config, gpus=dataclasses.replace(config.gpus, expect=args.expect_gpus)
@@ -611,12 +611,12 @@ def _explain_policy(args: argparse.Namespace, config: Config) -> int:
 
 def _capture(args: argparse.Namespace) -> int:
     from gpuprobe.capture import capture
-    from gpuprobe.checks.registry import ACTIVE
+    from gpuprobe.checks.registry import active
 
     config, names = _prepare(args)
     if args.only is None:
         # Active checks load the node and are never replayed: a snapshot has no use for them.
-        names = [name for name in names if name not in ACTIVE]
+        names = [name for name in names if name not in active(names)]
     report = capture(args.directory, config, names, args.root, args.node_name)
     print(
         f"gpuprobe: wrote the snapshot of {report.node} to {args.directory} "
@@ -626,10 +626,11 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _clear_xid(args: argparse.Namespace) -> int:
+    from gpuprobe.checks.registry import sections
     from gpuprobe.checks.xid import clear
     from gpuprobe.config import load_config
 
-    config = load_config(args.config)
+    config = load_config(args.config, sections())
     cleared = clear(_host(args), config, args.gpu)
     where = f" on GPU {args.gpu}" if args.gpu is not None else ""
     print(f"gpuprobe: cleared {cleared} sticky finding{'s' if cleared != 1 else ''}{where}")

@@ -12,16 +12,13 @@ import ipaddress
 import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpuprobe.errors import ConfigError
 
-# Active checks measure for a while: their deadline is at least this unless set per check.
-ACTIVE_DEADLINES: dict[str, float] = {"storage": 120.0}
-# The nccl check's deadline is its test's timeout plus this (starting, killing, reading the
-# table), so the test's own timeout, not the check's deadline, ends a slow run.
-NCCL_DEADLINE_MARGIN = 15.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -32,11 +29,13 @@ class ChecksConfig:
     # Per-check deadlines, e.g. {"storage": 120}.
     deadlines: dict[str, float] = field(default_factory=dict)
 
-    def deadline(self, check: str) -> float:
-        """The deadline of one check, in seconds."""
+    def deadline(self, check: str, least: float = 0.0) -> float:
+        """The deadline of one check, in seconds: as set in `deadlines`, else
+        `deadline_seconds` or the `least` the check needs (its record says), whichever is
+        longer."""
         if check in self.deadlines:
             return self.deadlines[check]
-        return max(self.deadline_seconds, ACTIVE_DEADLINES.get(check, 0.0))
+        return max(self.deadline_seconds, least)
 
 
 @dataclass(frozen=True)
@@ -106,8 +105,12 @@ class WorkloadsConfig:
 
 
 @dataclass(frozen=True)
-class DevicePluginSection:
-    """Where the NVIDIA device plugin is seen from."""
+class DevicePluginPaths:
+    """Where the NVIDIA device plugin is seen from: its config file and its sockets.
+
+    (The plugin's own configuration, read from `config_file`, is
+    `gpuprobe.containers.device_plugin.DevicePluginConfig`.)
+    """
 
     # The plugin's own config.yaml mounted into the agent (e.g. its ConfigMap); not a host path.
     config_file: str | None = None
@@ -564,7 +567,7 @@ class Config:
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     driver: DriverConfig = field(default_factory=DriverConfig)
     gpus: GpusConfig = field(default_factory=GpusConfig)
-    device_plugin: DevicePluginSection = field(default_factory=DevicePluginSection)
+    device_plugin: DevicePluginPaths = field(default_factory=DevicePluginPaths)
     xid: XidConfig = field(default_factory=XidConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     rdma: RdmaConfig = field(default_factory=RdmaConfig)
@@ -572,20 +575,27 @@ class Config:
     serve: ServeConfig = field(default_factory=ServeConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    # The sections of checks that have no field above, by check name: a check's record names
+    # its section type, and `load_config` reads the check's key into it. Not a key itself.
+    sections: Mapping[str, object] = field(default_factory=dict, metadata={"key": False})
     bandwidth: BandwidthConfig = field(default_factory=BandwidthConfig)
     workloads: WorkloadsConfig = field(default_factory=WorkloadsConfig)
 
-    def deadline(self, check: str) -> float:
-        """The deadline of one check, in seconds: `checks.deadlines` when set there; for
-        `nccl`, at least `nccl.timeout_seconds` plus a margin."""
-        deadline = self.checks.deadline(check)
-        if check == "nccl" and check not in self.checks.deadlines:
-            return max(deadline, self.nccl.timeout_seconds + NCCL_DEADLINE_MARGIN)
-        return deadline
+    def section(self, name: str, kind: type[T]) -> T:
+        """The named check's section: as configured, else `kind`'s defaults."""
+        value = getattr(self, name) if name in _SECTION_FIELDS else self.sections.get(name)
+        return value if isinstance(value, kind) else kind()
 
 
-def load_config(path: str | None) -> Config:
-    """The configuration in `path` (defaults when None); raises ConfigError."""
+_SECTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Config) if f.name != "sections")
+
+
+def load_config(path: str | None, sections: Mapping[str, type[Any]] | None = None) -> Config:
+    """The configuration in `path` (defaults when None); raises ConfigError.
+
+    `sections` are the section types of checks that `Config` has no field for, by check name
+    (the registry's `sections()`): their keys are read into `Config.sections`.
+    """
     if path is None:
         return Config()
     import yaml
@@ -604,8 +614,14 @@ def load_config(path: str | None) -> Config:
         raise ConfigError(f"config {path}:{where} {problem}") from None
     if raw is None:
         return Config()
+    where = f"config {path}"
+    extra = {k: v for k, v in (sections or {}).items() if k not in _SECTION_FIELDS}
     try:
-        return build(Config, raw, f"config {path}")
+        if not isinstance(raw, dict) or not extra.keys() & raw.keys():
+            return build(Config, raw, where)
+        rest = {k: v for k, v in raw.items() if k not in extra}
+        read = {k: build(extra[k], raw[k], f"{where}: {k}") for k in extra if k in raw}
+        return dataclasses.replace(build(Config, rest, where), sections=read)
     except ConfigError as exc:
         raise ConfigError(_with_line(str(exc), path)) from None
 
@@ -642,15 +658,16 @@ def _child(node: Any, key: str) -> Any:
     return None
 
 
-T = TypeVar("T")
-
-
 def build(cls: type[T], raw: Any, where: str) -> T:
     """An instance of the dataclass `cls` from a mapping, every key and type checked."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping, got {_kind(raw)}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {
+        f.name
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.metadata.get("key", True)
+    }
     unknown = sorted(str(k) for k in raw if k not in fields)
     if unknown:
         known = ", ".join(sorted(fields))

@@ -148,7 +148,8 @@ class CheckResult:
     name: str
     summary: str
     findings: list[Finding] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
+    # The check's facts: its TypedDict (defined beside the check), a plain dict when read back.
+    data: Mapping[str, Any] = field(default_factory=dict)
     duration_seconds: float = 0.0
     floor: Status = Status.OK
 

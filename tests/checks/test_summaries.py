@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import SNAPSHOTS
-from gpuprobe.checks.registry import ACTIVE, CHECKS
+from gpuprobe.checks.registry import CHECKS, active
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
@@ -21,7 +21,7 @@ HANGS = {"synthetic-nvml-hang"}
 def test_an_ok_summary_says_what_is_known(name: str) -> None:
     """A check that passed says what it found, never that it does not know (a check that
     cannot judge is UNKNOWN, with a finding that says why)."""
-    passive = [c for c in CHECKS if c not in ACTIVE]
+    passive = [c for c in CHECKS if c not in active(CHECKS)]
     report = run_checks(snapshot_host(str(SNAPSHOTS / name)), Config(), passive)
     vague = [
         (c.name, c.summary)

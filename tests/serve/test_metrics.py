@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import require_tool
 from gpuprobe import __version__
+from gpuprobe.checks.runner import Ran
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
-from gpuprobe.serve.executor import Ran
 from gpuprobe.serve.metrics import RENDERERS, ReportCollector
 from gpuprobe.serve.state import AgentState, LinkResult, ReportStore
 

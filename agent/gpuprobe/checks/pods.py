@@ -21,9 +21,10 @@ import contextlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import pod_signatures as sig
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
@@ -77,6 +78,26 @@ class Driver:
     cuda: str | None
 
 
+class PodLogs(TypedDict):
+    """How much of the GPU pods' logs was read (`data.logs`)."""
+
+    containers_read: int
+    bytes_read: int
+    max_bytes_per_container: int
+    containers_not_read: Any
+
+
+class PodsData(TypedDict):
+    """The check's data (docs/checks.md, check `pods`)."""
+
+    driver_version: str | None
+    cuda_driver_version: str | None
+    containers: list[dict[str, Any]]  # each GPU container with its image's CUDA verdict
+    failures: list[dict[str, Any]]  # each GPU pod failure its log shows
+    logs: PodLogs
+    unreadable_specs: NotRequired[list[dict[str, Any]]]
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Judge every GPU container's image CUDA and every GPU pod's log."""
     driver, gpus = _driver(host), _gpus(host)
@@ -98,7 +119,7 @@ def run(host: Host, config: Config) -> CheckResult:
     logs, unread = _read_logs(host, gpu_pods)
     failures = _failures(host, config, logs, gpu_pods, gpus, held, specs)
     findings += _failure_findings(failures, gpu_pods)
-    data: dict[str, Any] = {
+    data: PodsData = {
         "driver_version": driver.version,
         "cuda_driver_version": driver.cuda,
         "containers": sorted(containers, key=_by_pod),
@@ -564,3 +585,6 @@ def _summary(
     parts.append(f"{too_new} need a newer driver" if too_new else "every image's CUDA runs")
     parts.append(f"{pods} pod(s) failed for GPU reasons" if pods else "no GPU failure in logs")
     return "; ".join(parts)
+
+
+CHECK: Check[PodsData] = Check(NAME, run)

@@ -21,9 +21,12 @@ after it starts afresh.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, TypedDict
 
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, WorkloadsConfig
+from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number, text
 from gpuprobe.host import Host
 from gpuprobe.host.podresources import PodResourcesAnswer
 from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity
@@ -43,6 +46,15 @@ NAME = "workloads"
 KUBELET_PODRESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 
 
+class WorkloadsData(TypedDict):
+    """The check's data (docs/checks.md, check `workloads`; docs/workloads.md)."""
+
+    kubelet: Any  # how the kubelet answered PodResources
+    devices: list[dict[str, Any]]  # each GPU and MIG device with its holders and users
+    unresolved: list[dict[str, Any]]  # grants that name no device NVML lists
+    accounting: dict[str, Any]  # the daemon's allocated / idle / unallocated GPU-seconds
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Attribute every GPU to its pods and judge how they use it."""
     settings = config.workloads
@@ -51,13 +63,13 @@ def run(host: Host, config: Config) -> CheckResult:
     if expected is None:
         expected = host.fs.is_dir(KUBELET_PODRESOURCES_DIR)
     attribution = attribute(host, answer)
-    data: dict[str, Any] = {
+    known = answer.list is not None or (answer.absent and not expected)
+    data: WorkloadsData = {
         "kubelet": _kubelet(answer, settings, expected),
         "devices": [d.to_dict() for d in attribution.devices],
         "unresolved": [_unresolved(g) for g in attribution.unresolved],
+        "accounting": _account(host, attribution, settings, known),
     }
-    known = answer.list is not None or (answer.absent and not expected)
-    data["accounting"] = _account(host, attribution, settings, known)
     if answer.absent and not expected:
         return CheckResult(NAME, _no_kubelet_summary(host, settings), [], data)
     if answer.list is None:
@@ -192,7 +204,7 @@ def _used_without(where: DeviceUse, pid: int, pod: PodRef) -> Finding:
 
 
 def _idle(
-    host: Host, attribution: Attribution, settings: WorkloadsConfig, data: dict[str, Any]
+    host: Host, attribution: Attribution, settings: WorkloadsConfig, data: WorkloadsData
 ) -> list[Finding]:
     """Devices held by pods with no process and no load, past the window."""
     since: dict[str, tuple[tuple[PodRef, ...], float]] = host.memory.of(NAME).setdefault(
@@ -269,3 +281,67 @@ def _allocatable_units(devices: list[DeviceUse]) -> list[DeviceUse]:
     """What the kubelet hands out: MIG devices of MIG-enabled GPUs, else whole GPUs."""
     with_migs = {d.gpu for d in devices if d.mig is not None}
     return [d for d in devices if d.mig is not None or d.gpu not in with_migs or d.grants]
+
+
+def metric_families(data: WorkloadsData) -> Iterator[Family]:
+    """Who holds each GPU (one join series per holder, kube-state-metrics style) and the
+    idle accounting's GPU-seconds, from the check's data."""
+    if len(data) == 0:  # a result without data (not this check's own): no family
+        return
+    # `data[key] if key in data`, not `.get`: mypy holds an index to the TypedDict's keys. The
+    # values are still held to numbers and text: a report may come from elsewhere.
+    info = Family(
+        "gpuprobe_gpu_allocation_info",
+        "1 per pod container the kubelet gave a GPU or MIG device (join on gpu, uuid)",
+        (*GPU_LABELS, "mig", "namespace", "pod", "container", "resource"),
+    )
+    seen: set[tuple[str, ...]] = set()
+    for device in mappings(data["devices"] if "devices" in data else None):
+        mig = device.get("mig")
+        mig_uuid = (text(mig.get("uuid")) or "") if isinstance(mig, Mapping) else ""
+        for holder in mappings(device.get("holders")):
+            labels = (
+                *gpu_labels(device, "gpu"),
+                mig_uuid,
+                *(text(holder.get(k)) or "" for k in ("namespace", "pod", "container")),
+                text(holder.get("resource")) or "",
+            )
+            if labels not in seen:
+                seen.add(labels)
+                info.add(labels, 1)
+    yield info
+    accounting: object = data["accounting"] if "accounting" in data else None
+    gpus = mappings(accounting.get("gpus") if isinstance(accounting, Mapping) else None)
+    allocated = Family(
+        "gpuprobe_gpu_allocated_seconds",
+        "GPU-seconds the GPU was allocated to pods (MIG devices as their share of the GPU)",
+        GPU_LABELS,
+        counter=True,
+    )
+    idle = Family(
+        "gpuprobe_gpu_idle_allocated_seconds",
+        "GPU-seconds the GPU was allocated but idle, by the holders' namespace",
+        (*GPU_LABELS, "namespace"),
+        counter=True,
+    )
+    unallocated = Family(
+        "gpuprobe_gpu_unallocated_seconds",
+        "GPU-seconds no pod held the GPU",
+        GPU_LABELS,
+        counter=True,
+    )
+    for gpu in gpus:
+        labels_of_gpu = gpu_labels(gpu, "gpu")
+        if (value := number(gpu.get("allocated_seconds"))) is not None:
+            allocated.add(labels_of_gpu, value)
+        if (value := number(gpu.get("unallocated_seconds"))) is not None:
+            unallocated.add(labels_of_gpu, value)
+        by_namespace = gpu.get("idle_allocated_seconds")
+        if isinstance(by_namespace, Mapping):
+            for namespace, seconds in sorted(by_namespace.items()):
+                if (value := number(seconds)) is not None:
+                    idle.add([*labels_of_gpu, str(namespace)], value)
+    yield from (allocated, idle, unallocated)
+
+
+CHECK: Check[WorkloadsData] = Check(NAME, run, section=WorkloadsConfig, metrics=metric_families)

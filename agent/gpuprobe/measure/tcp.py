@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import mmap
 import os
 import queue
 import secrets
@@ -47,8 +48,10 @@ from gpuprobe import cleanup
 HEADER = struct.Struct("!32sII")
 REPLY = struct.Struct("!QQd")
 REPLY_CPU = struct.Struct("!Iddd")
-# What one discarding recv may drop; the buffer is never written (MSG_TRUNC).
+# What one discarding recv may drop. The kernel never writes the buffer (MSG_TRUNC), so every
+# worker of every sink shares one, mapped and never touched: it costs no resident memory.
 DISCARD_BYTES = 4 * 1024 * 1024
+_DISCARD = memoryview(mmap.mmap(-1, DISCARD_BYTES))
 SEND_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT = 5.0
 PROOF_BYTES = 32  # a SHA-256 HMAC
@@ -263,12 +266,11 @@ class _SinkWorker:
 
     def _run(self) -> None:
         self._clock = ThreadClock()
-        buffer = memoryview(bytearray(DISCARD_BYTES))
         try:
             while not self.sink.closed.is_set():
                 self._take_incoming()
                 for key, _ in self.selector.select(0.05):
-                    self._readable(key.data, buffer)
+                    self._readable(key.data)
         except (OSError, ValueError):  # closed under the loop by close()
             pass
         finally:
@@ -289,9 +291,9 @@ class _SinkWorker:
             else:
                 self.selector.register(stream.conn, selectors.EVENT_READ, stream)
 
-    def _readable(self, stream: _Stream, buffer: memoryview) -> None:
+    def _readable(self, stream: _Stream) -> None:
         try:
-            n = stream.conn.recv_into(buffer, DISCARD_BYTES, socket.MSG_TRUNC)
+            n = stream.conn.recv_into(_DISCARD, DISCARD_BYTES, socket.MSG_TRUNC)
         except BlockingIOError:
             return
         except OSError:

@@ -21,7 +21,8 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gpuprobe import cleanup
 from gpuprobe.checks import xid
-from gpuprobe.checks.registry import ACTIVE, CHECKS
+from gpuprobe.checks.registry import CHECKS, active
+from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile
 from gpuprobe.errors import UsageError
@@ -31,7 +32,6 @@ from gpuprobe.kube.daemon import KubeLink, wanted
 from gpuprobe.report import CheckResult, now
 from gpuprobe.serve import grpc_server
 from gpuprobe.serve.bandwidth import PeerChannel, bandwidth_tests
-from gpuprobe.serve.executor import CheckExecutor, Ran
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.metrics_http import MetricsPage, MetricsServer
@@ -102,11 +102,12 @@ class Agent:
         self.config = config
         self.names = list(names)
         self.stopping = threading.Event()
-        passive = [n for n in self.names if n not in ACTIVE]
+        active_names = active(self.names)
+        passive = [n for n in self.names if n not in active_names]
         self.store = ReportStore(host.node_name, self.names, first=passive)
-        self.executor = CheckExecutor(host, config, CHECKS)
+        self.executor = CheckRunner(host, config, CHECKS)
         rng = rng or random.Random()
-        groups = plan(self.names, config.serve, ACTIVE, time.monotonic(), rng)
+        groups = plan(self.names, config.serve, active_names, time.monotonic(), rng)
         self.scheduler = Scheduler(
             self.executor, self.store, groups, config.serve.jitter_fraction, self.names, rng=rng
         )

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.checks.xid.findings import xid_named
 from gpuprobe.config import ServeConfig
 from gpuprobe.report import Finding
-from gpuprobe.serve.executor import CheckExecutor, Ran
 from gpuprobe.serve.state import AgentState, ReportStore
 
 log = logging.getLogger("gpuprobe.serve")
@@ -70,7 +70,7 @@ class Scheduler:
 
     def __init__(
         self,
-        executor: CheckExecutor,
+        executor: CheckRunner,
         store: ReportStore,
         groups: list[Group],
         jitter_fraction: float,

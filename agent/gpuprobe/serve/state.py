@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from gpuprobe.checks.attribution import attribute_findings
+from gpuprobe.checks.runner import Ran
 from gpuprobe.report import NodeReport, now
-from gpuprobe.serve.executor import Ran
 
 # What makes a report "changed" for WatchReports: the checks present, their statuses, and
 # each finding's identity. Messages and data (temperatures, figures) are left out, so a

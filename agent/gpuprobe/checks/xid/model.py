@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from gpuprobe.checks.xid.policy import Override, apply_xid
 from gpuprobe.checks.xid.state import XidState
@@ -24,6 +24,57 @@ XID_EVENT = "XidCriticalError"
 XIDLESS = "kernel-log (no Xid number)"
 # How many sighting times an entry keeps (for `xid.policy` count windows).
 MAX_TIMES = 256
+
+
+class XidPolicy(TypedDict, total=False):
+    """What `xid.policy` and self-clearing did to an XID (only what applies)."""
+
+    policy: str
+    ignored: bool
+    below_threshold: bool
+    recovered: str
+
+
+class XidNvlink5(TypedDict, total=False):
+    """The NVLink5 decode of an Xid 144-150's message, when it carries one."""
+
+    nvlink5: dict[str, Any]
+
+
+class XidEntry(XidPolicy, XidNvlink5):
+    """One XID in the check's `data.xids` (docs/checks.md, check `xid`)."""
+
+    gpu: int | None
+    uuid: str
+    xid: int
+    count: int
+    last_seen: str | None
+    severity: str
+    action: str
+    description: str
+    source: str
+    pci_bus_id: str | None
+    message: str
+    active: bool
+    cleared: bool
+
+
+class EventEntry(TypedDict):
+    """One critical NVML event other than an XID in the check's `data.events`."""
+
+    gpu: int | None
+    uuid: str
+    pci_bus_id: str | None
+    type: str
+    code: str
+    count: int
+    last_seen: str | None
+    severity: str
+    action: str
+    description: str
+    recovery_action: str | None
+    active: bool
+    cleared: bool
 
 
 @dataclass(frozen=True)
@@ -129,7 +180,7 @@ class Seen:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def to_data(self) -> dict[str, Any]:
+    def to_data(self) -> XidEntry:
         """The XID as an entry of the check's `data.xids`."""
         info = self.info
         return {
@@ -150,9 +201,9 @@ class Seen:
             **self._nvlink5_data(),
         }
 
-    def _policy_data(self) -> dict[str, Any]:
+    def _policy_data(self) -> XidPolicy:
         """What `xid.policy` and self-clearing did to this entry (only what applies)."""
-        data: dict[str, Any] = {}
+        data: XidPolicy = {}
         if self.override is not None:
             data["policy"] = self.override.label
         if self.ignored:
@@ -163,12 +214,12 @@ class Seen:
             data["recovered"] = self.recovered
         return data
 
-    def _nvlink5_data(self) -> dict[str, Any]:
+    def _nvlink5_data(self) -> XidNvlink5:
         """The NVLink5 decode of an Xid 144-150's message, when it carries one."""
         decoded = nvlink5.decode(self.xid, self.message) if self.is_xid else None
         return {"nvlink5": decoded.to_data()} if decoded is not None else {}
 
-    def to_event_data(self) -> dict[str, Any]:
+    def to_event_data(self) -> EventEntry:
         """A non-XID event as an entry of the check's `data.events`."""
         info = self.info
         return {

@@ -10,8 +10,8 @@ from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
-from gpuprobe.gpu.devices import Device, gpu_count, text
-from gpuprobe.gpu.pci import normalize_bus_id, nvidia_gpus
+from gpuprobe.gpu.devices import Device, gpu_count
+from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -69,10 +69,7 @@ def _gpus(host: Host) -> tuple[dict[str, Gpu], list[str]]:
     count = gpu_count(host.nvml) or 0
     for index in range(count):
         device = Device(host.nvml, index)
-        uuid = text(device.get("nvmlDeviceGetUUID")) or ""
-        pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
-        bus_id = text(pci.get("busId")) if isinstance(pci, dict) else None
-        gpu = Gpu(index, uuid, normalize_bus_id(bus_id) if bus_id else None)
+        gpu = Gpu(index, device.uuid() or "", device.pci_bus_id())
         known[str(index)] = gpu
         if gpu.pci_bus_id:
             known[kernel_log.pci_prefix(gpu.pci_bus_id)] = gpu
