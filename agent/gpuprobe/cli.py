@@ -213,7 +213,9 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text}")
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0: {text}")
     return value
 

@@ -95,7 +95,7 @@ def _read_targets_file(path: str) -> list[str]:
     if len(raw) > MAX_TARGETS_FILE_BYTES:
         raise UsageError(f"--targets @{path}: larger than {MAX_TARGETS_FILE_BYTES} bytes")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # an editor's byte-order mark is no part of a target
     except UnicodeDecodeError:
         raise UsageError(f"--targets @{path}: not UTF-8 text") from None
     lines = (line.partition("#")[0] for line in text.splitlines())

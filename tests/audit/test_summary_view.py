@@ -11,9 +11,10 @@ from gpuprobe import wire
 from gpuprobe.audit.cluster import audited
 from gpuprobe.audit.facts import DATA_KEYS, counts, skew_values
 from gpuprobe.client import Client, Credentials, Fetched, fetch_report
-from gpuprobe.report_view import SUMMARY_DATA, pick
+from gpuprobe.report_view import SUMMARY_DATA, pick, summary
 from gpuprobe.targets import parse_targets
 from gpuprobe.v1 import diagnostics_pb2 as pb
+from helpers import node_report
 from serving import in_process_agent
 
 # What NVML reads per GPU every round: the telemetry a fleet audit never needs.
@@ -96,6 +97,30 @@ def test_the_audit_reads_the_same_figures_from_either_view(
     assert audited(Fetched("t", from_summary)) == audited(Fetched("t", from_whole))
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "synthetic-h100-8gpu-healthy",
+        "synthetic-gpu-lost",
+        "synthetic-mig-mixed",
+        "synthetic-k8s-mig-single",
+        "synthetic-k8s-time-slicing",
+        "synthetic-k8s-gpu-used-without-allocation",
+        "synthetic-pods-cuda12.8-geforce-550",
+        "synthetic-pods-log-signatures",
+        "synthetic-containerd-no-nvidia-runtime",
+    ],
+)
+def test_the_audit_digests_the_summary_view_as_it_digests_the_whole_report(name: str) -> None:
+    """Against the whole report, not one filtered by the same keys: a fact the audit reads
+    that the summary view drops changes the digest and fails this."""
+    report = node_report(name)
+    whole = audited(Fetched("t", report))
+    assert audited(Fetched("t", summary(report))) == whole
+    through_the_wire = wire.report_from_proto(wire.report_to_proto(summary(report)))
+    assert audited(Fetched("t", through_the_wire)) == whole
+
+
 def test_an_agent_without_views_answers_the_whole_report_and_the_audit_reads_it(
     views: tuple[pb.NodeReport, pb.NodeReport],
 ) -> None:
@@ -126,6 +151,9 @@ def test_targets_can_be_read_from_a_file(tmp_path: Path) -> None:
     listing = tmp_path / "targets"
     listing.write_text("# the fleet\n10.0.0.7:50051, 10.0.0.8:50051\n\n[::1]:9 # local\n")
     specs = parse_targets(f"@{listing},dns:gpuprobe.gpuprobe.svc:50051")
+    with_bom = tmp_path / "exported"
+    with_bom.write_bytes("\ufeff10.0.0.9:50051\r\n".encode())
+    assert [str(s) for s in parse_targets(f"@{with_bom}")] == ["10.0.0.9:50051"]
     assert [str(s) for s in specs] == [
         "10.0.0.7:50051",
         "10.0.0.8:50051",

@@ -112,15 +112,17 @@ def usage(report: NodeReport) -> Usage | None:
 
 def _now(found: Usage, devices: list[Mapping[str, Any]]) -> None:
     """GPU-equivalents allocated, busy, allocated-idle and free now."""
-    migs: dict[Any, list[Mapping[str, Any]]] = {}
+    migs: dict[int | str, list[Mapping[str, Any]]] = {}
     for device in devices:
-        if device.get("mig"):
-            migs.setdefault(device.get("gpu"), []).append(device)
+        gpu = device.get("gpu")
+        if device.get("mig") and isinstance(gpu, int | str):
+            migs.setdefault(gpu, []).append(device)
     for device in devices:
         if device.get("mig"):
             continue
         held_whole = bool(_mappings(device.get("holders")))
-        units = migs.get(device.get("gpu")) if not held_whole else None
+        gpu = device.get("gpu")
+        units = migs.get(gpu) if not held_whole and isinstance(gpu, int | str) else None
         for unit, weight in [(m, 1.0 / len(units)) for m in units] if units else [(device, 1.0)]:
             if not _mappings(unit.get("holders")):
                 found.unallocated += weight

@@ -66,12 +66,15 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self._watched: tuple[int, pb.NodeReport | None] = (0, None)  # (change, report)
         self._response: pb.GetReportResponse | None = None
         self._summary: pb.GetReportResponse | None = None
+        self._rendered: NodeReport | None = None
         store.add_view(self._render)
 
     def _render(self, state: AgentState) -> None:
-        """Build the messages once per update; calls only hand them out."""
-        if state.report is None:
+        """Build the messages once per update of the report; calls only hand them out (an
+        update of the bandwidth results alone leaves the report, and them, as they are)."""
+        if state.report is None or state.report is self._rendered:
             return
+        self._rendered = state.report
         report = wire.report_to_proto(state.report, state.check_times)
         self._report = report
         self._watched = (state.change, report)
