@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,13 +25,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_agent(interval: float, snapshot: Path = SNAPSHOT) -> tuple[subprocess.Popen[str], int]:
-    """`gpuprobe serve` on the snapshot; returns the process and its metrics port."""
+def start_agent(
+    interval: float, snapshot: Path = SNAPSHOT, extra: Sequence[str] = ()
+) -> tuple[subprocess.Popen[str], int]:
+    """`gpuprobe serve` on the snapshot (and `extra` flags); returns the process and its
+    metrics port."""
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "gpuprobe", "serve", "--snapshot", str(snapshot)),
             *("--interval", str(interval), "--grpc-listen", "127.0.0.1:0"),
-            *("--metrics-listen", "127.0.0.1:0"),
+            *("--metrics-listen", "127.0.0.1:0", *extra),
         ],
         stderr=subprocess.PIPE,
         text=True,

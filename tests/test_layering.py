@@ -30,7 +30,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.mesh.render",
         ],
     ),
-    ("orchestration", ["gpuprobe.audit", "gpuprobe.mesh", "gpuprobe.capture"]),
+    ("orchestration", ["gpuprobe.audit", "gpuprobe.mesh", "gpuprobe.capture", "gpuprobe.kube"]),
     (
         "client library",
         [

@@ -13,7 +13,7 @@ import os
 import shutil
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from gpuprobe import __version__
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from gpuprobe.client import Credentials
     from gpuprobe.config import Config
     from gpuprobe.host import Host
+    from gpuprobe.kube.api import Access as KubeAccess
+    from gpuprobe.kube.once import NodeSignals
 
 USAGE_ERROR = 64
 
@@ -119,6 +121,12 @@ def build_parser() -> _Parser:
         help="print the effective XID policy (NVIDIA's catalog with xid.policy) and run nothing",
     )
     _add_storage_flag(check)
+    check.add_argument(
+        "--publish",
+        action="store_true",
+        help="also write the run's node conditions and events to Kubernetes",
+    )
+    _add_kubeconfig_flag(check, "for --publish (default: in-cluster credentials)")
     check.set_defaults(func=_check)
 
     capture = commands.add_parser(
@@ -158,6 +166,10 @@ def build_parser() -> _Parser:
         "audit", help="query many agents over gRPC and print a cluster report"
     )
     _add_audit_flags(audit)
+    _add_kubeconfig_flag(audit, "also show each GPU node's gpuprobe conditions and taints")
+    audit.add_argument(
+        "--config", metavar="FILE", help="gpuprobe configuration: its kubernetes section"
+    )
     audit.set_defaults(func=_audit)
 
     mesh = commands.add_parser(
@@ -264,6 +276,15 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         "--allow-unauthenticated",
         action="store_true",
         help="without a token or mTLS, let anyone call the guarded RPCs (else refused)",
+    )
+    _add_kubeconfig_flag(parser, "write node conditions, events and taints")
+
+
+def _add_kubeconfig_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help=f"Kubernetes API access from outside a pod: {what} (docs/kubernetes.md)",
     )
 
 
@@ -524,12 +545,16 @@ def _host(args: argparse.Namespace) -> Host:
 
 def _check(args: argparse.Namespace) -> int:
     from gpuprobe.checks.runner import run_checks
+    from gpuprobe.errors import UsageError
     from gpuprobe.render import render_report
-    from gpuprobe.report import exit_status
+    from gpuprobe.report import Status, exit_status
 
     config, names = _prepare(args)
     if args.explain_policy:
         return _explain_policy(args, config)
+    access = _kube_access(args.kubeconfig) if args.publish else None
+    if args.kubeconfig and not args.publish:
+        raise UsageError("--kubeconfig goes with --publish")
     host = _host(args)
     report = run_checks(host, config, names)
     if args.json:
@@ -544,7 +569,29 @@ def _check(args: argparse.Namespace) -> int:
         )
         sys.stdout.write(text)
     sys.stdout.flush()
-    return exit_status(report.status)
+    status = exit_status(report.status)
+    if access is not None:
+        from gpuprobe.kube.api import KubeError
+        from gpuprobe.kube.once import publish_once
+
+        try:
+            publish_once(report, config.kubernetes, access)
+        except KubeError as exc:
+            print(f"gpuprobe: publishing to Kubernetes failed: {exc}", file=sys.stderr)
+            return status or exit_status(Status.UNKNOWN)  # an OK run that Kubernetes did not hear
+    return status
+
+
+def _kube_access(kubeconfig: str | None) -> KubeAccess:
+    """The Kubernetes API access of a one-shot command: --kubeconfig, else in-cluster."""
+    from gpuprobe.errors import UsageError
+    from gpuprobe.kube.api import Access, KubeApi, in_cluster_available
+
+    if kubeconfig is None and not in_cluster_available():
+        raise UsageError("no Kubernetes access: give --kubeconfig (no in-cluster credentials)")
+    access = Access(kubeconfig=kubeconfig)
+    KubeApi(access, timeout=1).close()  # a broken kubeconfig is a usage error before any work
+    return access
 
 
 def _terminal_width() -> int | None:
@@ -617,6 +664,7 @@ def _serve(args: argparse.Namespace) -> int:
         allow_unauthenticated=args.allow_unauthenticated,
         tls_client_cert=args.tls_client_cert,
         tls_client_key=args.tls_client_key,
+        kubeconfig=args.kubeconfig,
     )
     return serve(host, config, names, options)
 
@@ -637,14 +685,64 @@ def _audit(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         price_per_gpu_hour=args.price_per_gpu_hour,
     )
+    from gpuprobe.kube.api import in_cluster_available
+
+    # In a pod with a service account the API is read as well (its errors shown, not fatal).
+    wants_kube = args.kubeconfig or args.config or in_cluster_available()
+    read_kube = _kube_signals(args) if wants_kube else None
     report = audit(options)
+    kube = read_kube() if read_kube is not None else None
     if args.json:
-        sys.stdout.writelines(report.json_chunks())
+        chunks = report.json_chunks()
+        if kube is not None:
+            signals = {"nodes": [n.to_dict() for n in kube[0]], "error": kube[1]}
+            chunks = _with_key(chunks, "kubernetes", signals)
+        sys.stdout.writelines(chunks)
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_cluster(report, colour=colour, width=_terminal_width()))
+        if kube is not None:
+            from gpuprobe.kube.once import render_signals
+
+            found, error = kube
+            sys.stdout.write(
+                render_signals(found) if error is None else f"\nkubernetes  not read: {error}\n"
+            )
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)
+
+
+def _with_key(chunks: Iterator[str], key: str, value: object) -> Iterator[str]:
+    """A streamed JSON object (its last chunk ending in `}` and a newline) with one more key."""
+    import json
+
+    last = None
+    for chunk in chunks:
+        if last is not None:
+            yield last
+        last = chunk
+    assert last is not None and last.endswith("}\n")
+    yield f"{last[:-2]},\n {json.dumps(key)}: {json.dumps(value)}}}\n"
+
+
+def _kube_signals(args: argparse.Namespace) -> Callable[[], tuple[list[NodeSignals], str | None]]:
+    """What `audit` reads of Kubernetes: every GPU node's gpuprobe conditions and taints, or
+    why they could not be read (the audit of the agents stands without them)."""
+    from gpuprobe.config import load_config
+    from gpuprobe.kube.api import KubeError
+    from gpuprobe.kube.once import read_signals
+
+    config = load_config(args.config).kubernetes
+    access = _kube_access(args.kubeconfig)
+
+    def read() -> tuple[list[NodeSignals], str | None]:
+        """The nodes' signals, and None; or no nodes and the error."""
+        try:
+            return read_signals(access, config), None
+        except KubeError as exc:
+            return [], str(exc)
+
+    return read
 
 
 def _credentials(args: argparse.Namespace) -> Credentials:

@@ -451,6 +451,84 @@ class ServeConfig:
         return self.active_interval_seconds if active else self.interval_seconds
 
 
+# Taints: the codes that mean "this node cannot run GPU work" when CRITICAL (an XID is CRITICAL
+# only when NVIDIA's catalog says reset or reboot: the uncontained ones).
+DEFAULT_TAINT_CODES = (
+    "GPU_LOST",
+    "DRIVER_NOT_LOADED",
+    "DRIVER_LIBRARY_MISMATCH",
+    "RUNTIME_NOT_CONFIGURED",
+    "XID",
+)
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Node conditions: type -> the checks whose findings decide it.
+DEFAULT_CONDITIONS: dict[str, tuple[str, ...]] = {
+    "GPUHardwareReady": ("driver", "gpus", "mig", "xid"),
+    "GPURuntimeReady": ("toolkit", "cdi", "device_plugin", "sharing", "workloads"),
+    "GPUNetworkReady": ("network", "rdma", "nccl"),
+    "GPUStorageReady": ("storage",),
+}
+
+
+@dataclass(frozen=True)
+class TaintConfig:
+    """The opt-in taint `gpuprobe.io/unhealthy=<CODE>:<effect>` and its fleet brake."""
+
+    enabled: bool = False
+    effect: str = "NoSchedule"
+    # Finding codes that taint the node while one of them is CRITICAL.
+    codes: tuple[str, ...] = DEFAULT_TAINT_CODES
+    # The taint goes once its codes have been clear this long.
+    clear_after_seconds: float = 300.0
+    # No new taint while at least this fraction of the selected nodes already carry it.
+    max_unhealthy_fraction: float = 0.2
+    # The nodes that run gpuprobe (the DaemonSet's nodeSelector), for the brake.
+    node_selector: str = "nvidia.com/gpu.present=true"
+
+    def __post_init__(self) -> None:
+        if self.effect not in TAINT_EFFECTS:
+            raise ConfigError(f"effect: {self.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+        if self.clear_after_seconds < 0:
+            raise ConfigError(f"clear_after_seconds: {self.clear_after_seconds:g} is negative")
+        if not 0 < self.max_unhealthy_fraction <= 1:
+            raise ConfigError(
+                f"max_unhealthy_fraction: {self.max_unhealthy_fraction:g} is not within 0-1"
+            )
+        if not self.node_selector.strip():
+            raise ConfigError("node_selector: must select the nodes that run gpuprobe")
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """Node conditions, events and taints written to the Kubernetes API (docs/kubernetes.md)."""
+
+    # auto: on when the pod has in-cluster credentials (or --kubeconfig is given).
+    enabled: bool | str = "auto"
+    # Condition type -> checks; rename the types to those a node-repair controller watches.
+    conditions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_CONDITIONS))
+    # One Event on the node when a CRITICAL or WARNING finding appears or clears.
+    events: bool = True
+    taint: TaintConfig = field(default_factory=TaintConfig)
+    # The first write of a starting agent comes at a random moment within this window, so a
+    # fleet restarting at once does not stampede the API server.
+    start_jitter_seconds: float = 30.0
+    # Each API request's own bound.
+    timeout_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.enabled not in (True, False, "auto"):
+            raise ConfigError(f"enabled: {self.enabled!r} is not auto, true or false")
+        for name, checks in self.conditions.items():
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name) or len(name) > 316:
+                raise ConfigError(f"conditions: {name!r} is not a condition type (CamelCase)")
+            if not checks:
+                raise ConfigError(f"conditions.{name}: names no check")
+        if self.start_jitter_seconds < 0:
+            raise ConfigError(f"start_jitter_seconds: {self.start_jitter_seconds:g} is negative")
+        if self.timeout_seconds <= 0:
+            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be above 0")
+
+
 # The address ranges pod networks are drawn from (RFC 1918, RFC 6598 shared space, IPv6
 # unique local): every common CNI's default pod CIDR lies within them, so the default follows
 # the DaemonSet's pod network (and, for the hostNetwork overlay, private node networks).
@@ -503,6 +581,7 @@ class Config:
     nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     # The sections of checks that have no field above, by check name: a check's record names
     # its section type, and `load_config` reads the check's key into it. Not a key itself.
     sections: Mapping[str, object] = field(default_factory=dict, metadata={"key": False})

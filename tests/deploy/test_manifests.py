@@ -32,6 +32,7 @@ from gpuprobe.config import Config, load_config
 KUBERNETES = "1.31.0"
 MODELS_VENV = Path("/opt/prometheus-operator-models")
 CUSTOM = {"ServiceMonitor", "PrometheusRule"}
+CLUSTER_SCOPED = {"Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding"}
 
 
 def kubernetes_validate() -> Any:
@@ -68,6 +69,8 @@ def test_the_kustomizations_hold_the_expected_objects() -> None:
         return sorted((d["kind"], d["metadata"]["name"]) for d in objects(name))
 
     base = [
+        ("ClusterRole", "gpuprobe-node-agent"),
+        ("ClusterRoleBinding", "gpuprobe-node-agent"),
         ("ConfigMap", "gpuprobe-dashboard"),
         ("DaemonSet", "gpuprobe"),
         ("Namespace", "gpuprobe"),
@@ -93,7 +96,7 @@ def test_the_kustomizations_hold_the_expected_objects() -> None:
     )
     for name in KUSTOMIZATIONS:
         for doc in objects(name):
-            if doc["kind"] not in ("Namespace", "PriorityClass"):
+            if doc["kind"] not in CLUSTER_SCOPED:
                 assert doc["metadata"]["namespace"] == "gpuprobe", doc["kind"]
 
 
@@ -168,6 +171,36 @@ def test_volumes_give_the_host_read_only_and_the_state_and_scratch_writable() ->
     assert mounts["scratch"]["mountPath"] == "/host/var/lib/gpuprobe/scratch"
     assert volumes["token"]["secret"]["secretName"] == "gpuprobe-token"
     assert mounts["token"]["mountPath"] == "/etc/gpuprobe/token"
+
+
+def test_the_api_token_is_projected_short_lived_and_bound_to_the_agents_role() -> None:
+    """No automounted token: a projected one (the API server's audience, an hour, renewed by
+    the kubelet) where client libraries look for it, and a ClusterRole bound to the agent's
+    ServiceAccount (its rules are held to the code in tests/kube)."""
+    docs = objects("base")
+    volumes = {v["name"]: v for v in pod()["volumes"]}
+    mounts = {m["name"]: m for m in agent()["volumeMounts"]}
+    token, ca, namespace = volumes["kube-api-access"]["projected"]["sources"]
+    assert token == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
+    assert ca["configMap"]["name"] == "kube-root-ca.crt"
+    assert namespace["downwardAPI"]["items"][0]["fieldRef"] == {"fieldPath": "metadata.namespace"}
+    assert mounts["kube-api-access"] == {
+        "name": "kube-api-access",
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+        "readOnly": True,
+    }
+    assert find(docs, "ServiceAccount")["automountServiceAccountToken"] is False
+    binding = find(docs, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": find(docs, "ClusterRole")["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod()["serviceAccountName"], "namespace": "gpuprobe"}
+    ]
+    # its own taint, NoExecute included, never evicts the agent that must see the recovery
+    assert {"key": "gpuprobe.io/unhealthy", "operator": "Exists"} in pod()["tolerations"]
 
 
 def test_the_shipped_configuration_is_valid_for_the_agent(tmp_path: Path) -> None:

@@ -22,11 +22,14 @@ from prometheus_client.process_collector import ProcessCollector
 from gpuprobe import cleanup
 from gpuprobe.checks import xid
 from gpuprobe.checks.registry import CHECKS, active
-from gpuprobe.checks.runner import CheckRunner
+from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile
 from gpuprobe.errors import UsageError
 from gpuprobe.host import Host
+from gpuprobe.kube.api import Access
+from gpuprobe.kube.daemon import KubeLink, wanted
+from gpuprobe.report import CheckResult, now
 from gpuprobe.serve import grpc_server
 from gpuprobe.serve.bandwidth import PeerChannel, bandwidth_tests
 from gpuprobe.serve.limits import RateLimiter
@@ -58,6 +61,8 @@ class ServeOptions:
     # server certificate (which then needs the clientAuth extended key usage too).
     tls_client_cert: str | None = None
     tls_client_key: str | None = None
+    # Kubernetes access from outside a pod (else in-cluster credentials, when present).
+    kubeconfig: str | None = None
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -113,6 +118,11 @@ class Agent:
         self.metrics_page = MetricsPage(report_registry, live_registry)
         self.store.add_view(self.collector.update)
         self.store.add_view(self.metrics_page.invalidate)
+        self.kube = self._kube_link(options.kubeconfig, rng)
+        if self.kube is not None:
+            live_registry.register(self.kube.collector)
+            kube = self.kube  # each new report goes to the publishing loop, which never blocks
+            self.store.add_view(lambda state: kube.loop.offer(state.report))
 
         token = TokenFile(options.token_file) if options.token_file else None
         cert_file, key_file = options.peer_certificate()
@@ -168,6 +178,8 @@ class Agent:
         self.grpc.start()
         self.http.start()
         self._thread.start()
+        if self.kube is not None:
+            self.kube.start()
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop accepting calls, end the streams, let running checks finish within `grace`
@@ -175,6 +187,8 @@ class Agent:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        if self.kube is not None:
+            self.kube.stop()
         self.health.enter_graceful_shutdown()
         self.store.wake_all()
         done = self.grpc.stop(grace)
@@ -189,6 +203,29 @@ class Agent:
             log.warning("checks abandoned at shutdown", extra={"checks": stuck, "lanes": lanes})
         cleanup.remove_all()
         done.wait(grace)
+
+    def _kube_link(self, kubeconfig: str | None, rng: random.Random) -> KubeLink | None:
+        """Node conditions, events and taints, when `kubernetes.enabled` says so."""
+        if not wanted(self.config.kubernetes, kubeconfig):
+            return None
+        try:
+            return KubeLink(
+                self.host.node_name,
+                self.config.kubernetes,
+                Access(kubeconfig=kubeconfig),
+                report_own=self._report_own,
+                rng=rng,
+            )
+        except UsageError as exc:
+            if self.config.kubernetes.enabled is True or kubeconfig is not None:
+                raise
+            # auto: credentials that do not work leave the agent as it was without them.
+            log.warning("kubernetes off", extra={"error": str(exc)})
+            return None
+
+    def _report_own(self, result: CheckResult) -> None:
+        """The agent's own result about its Kubernetes updates joins the report."""
+        self.store.update([Ran(result, now())])
 
     def _serving(self, state: AgentState) -> None:
         if state.report is not None and not self.stopping.is_set():

@@ -1,0 +1,197 @@
+"""The thin wrapper over the Kubernetes client library (lightkube): the few calls gpuprobe makes.
+
+lightkube is imported here only, and this module only when the feature is on, so an agent
+without Kubernetes access never loads it. Every failure of a call is one `KubeError` naming
+the verb and an HTTP status (or `timeout` / `unreachable`), which is what the
+`gpuprobe_kubernetes_errors_total{verb,code}` counter and the backoff need.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from gpuprobe.errors import UsageError
+
+T = TypeVar("T")
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# What `kubernetes.taint.node_selector` may say: equality and existence terms, comma-separated.
+_TERM = re.compile(r"(!?)([A-Za-z0-9./_-]+)(?:(==|=|!=)([A-Za-z0-9._-]*))?")
+
+
+class KubeError(Exception):
+    """A call to the API server failed: `verb` (get, list, patch, create) and `code` (the HTTP
+    status, `timeout` or `unreachable`)."""
+
+    def __init__(self, verb: str, code: str, message: str) -> None:
+        super().__init__(f"{verb}: {code}: {message}")
+        self.verb = verb
+        self.code = code
+        self.message = message
+
+
+def in_cluster_available(account: Path = SERVICE_ACCOUNT) -> bool:
+    """Whether this process has in-cluster credentials (a pod's service-account token and the
+    API server's address), which `kubernetes.enabled: auto` turns the feature on for."""
+    return (account / "token").is_file() and "KUBERNETES_SERVICE_HOST" in os.environ
+
+
+def parse_selector(text: str) -> dict[str, Any]:
+    """A label selector of equality and existence terms (`a=b,c!=d,e,!f`, each key once) as
+    lightkube's selector; raises UsageError on any other form."""
+    from lightkube import operators
+
+    pairs: dict[str, Any] = {}
+    for term in (t.strip() for t in text.split(",")):
+        match = _TERM.fullmatch(term)
+        if not match or (match.group(1) and match.group(3)) or match.group(2) in pairs:
+            raise UsageError(f"kubernetes.taint.node_selector: cannot read {term!r}")
+        negate, key, op, value = match.groups()
+        if negate:
+            pairs[key] = operators.not_exists()
+        elif op is None:
+            pairs[key] = None
+        elif op == "!=":
+            pairs[key] = operators.not_equal(value)
+        else:
+            pairs[key] = value
+    return pairs
+
+
+@dataclass(frozen=True)
+class Access:
+    """Where the API server is and who we are: a kubeconfig file, or a pod's service account."""
+
+    kubeconfig: str | None = None
+    account: Path = SERVICE_ACCOUNT
+    server: str | None = (
+        None  # in-cluster: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
+    )
+
+
+class KubeApi:
+    """The calls gpuprobe makes, on the node it runs on and its events, returning plain dicts."""
+
+    def __init__(self, access: Access, timeout: float) -> None:
+        import httpx2
+        import yaml
+        from lightkube import Client
+        from lightkube.config.kubeconfig import KubeConfig
+        from lightkube.config.models import Cluster, User
+        from lightkube.core.exceptions import ConfigError
+
+        try:
+            if access.kubeconfig is not None:
+                config = KubeConfig.from_file(access.kubeconfig)
+            else:
+                if access.server is None and not in_cluster_available(access.account):
+                    raise UsageError(
+                        f"kubernetes: no in-cluster credentials ({access.account}/token and "
+                        "$KUBERNETES_SERVICE_HOST); give --kubeconfig"
+                    )
+                token = access.account / "token"
+                server = access.server or _in_cluster_server()
+                config = KubeConfig.from_one(
+                    cluster=Cluster(server=server, certificate_auth=str(access.account / "ca.crt")),
+                    user=User(token_file=str(token)),
+                )
+            self._client = Client(
+                config, timeout=httpx2.Timeout(timeout), trust_env=False, field_manager="gpuprobe"
+            )
+        except (ConfigError, OSError, KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
+            where = access.kubeconfig or str(access.account)
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            raise UsageError(f"kubernetes access ({where}): {text}") from None
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._client.close()
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        """The Node object."""
+        from lightkube.resources.core_v1 import Node
+
+        return self._call("get", lambda: _plain(self._client.get(Node, name)))
+
+    def list_nodes(self, selector: str) -> list[dict[str, Any]]:
+        """The nodes a label selector picks."""
+        from lightkube.resources.core_v1 import Node
+
+        labels = parse_selector(selector)
+        return self._call(
+            "list", lambda: [_plain(n) for n in self._client.list(Node, labels=labels)]
+        )
+
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch of the node's status (conditions merge by `type`)."""
+        from lightkube.resources.core_v1 import Node
+
+        return self._call("patch", lambda: self._client.patch(Node.Status, name, patch).to_dict())
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of the node (lists replaced whole; a `metadata.resourceVersion`
+        in the patch makes it conditional: 409 when the node changed since)."""
+        from lightkube.resources.core_v1 import Node
+        from lightkube.types import PatchType
+
+        return self._call(
+            "patch",
+            lambda: _plain(self._client.patch(Node, name, patch, patch_type=PatchType.MERGE)),
+        )
+
+    def create_event(self, event: dict[str, Any]) -> None:
+        """Create an events.k8s.io/v1 Event."""
+        from lightkube.resources.events_v1 import Event
+
+        namespace = event["metadata"]["namespace"]
+        self._call(
+            "create",
+            lambda: self._client.create(cast(Event, Event.from_dict(event)), namespace=namespace),
+        )
+
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A JSON merge patch of an Event (its `series`)."""
+        from lightkube.resources.events_v1 import Event
+        from lightkube.types import PatchType
+
+        self._call(
+            "patch",
+            lambda: self._client.patch(
+                Event, name, patch, namespace=namespace, patch_type=PatchType.MERGE
+            ),
+        )
+
+    def _call(self, verb: str, call: Callable[[], T]) -> T:
+        import httpx2
+        from lightkube import ApiError
+        from lightkube.core.exceptions import ConfigError
+
+        try:
+            return call()
+        except ApiError as exc:
+            raise KubeError(
+                verb, str(exc.status.code or exc.response.status_code), str(exc)
+            ) from None
+        except httpx2.TimeoutException as exc:
+            raise KubeError(verb, "timeout", str(exc) or type(exc).__name__) from None
+        except ConfigError as exc:  # the token file vanished (a pod's token is remounted)
+            raise KubeError(verb, "401", str(exc)) from None
+        except (httpx2.HTTPError, OSError) as exc:
+            raise KubeError(verb, "unreachable", str(exc) or type(exc).__name__) from None
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    """A lightkube object as the API's JSON object."""
+    found: dict[str, Any] = obj.to_dict()
+    return found
+
+
+def _in_cluster_server() -> str:
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+    if ":" in host:
+        host = f"[{host}]"
+    return f"https://{host}:{port}"

@@ -1,0 +1,80 @@
+"""The daemon's side of the Kubernetes feature: whether it is on, and the loop and metrics that
+`gpuprobe serve` wires in (the wiring itself stays in serve/agent.py)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpuprobe.config import KubernetesConfig
+from gpuprobe.kube.api import Access, KubeApi, in_cluster_available
+from gpuprobe.kube.publisher import NodePublisher, PublishLoop
+from gpuprobe.report import CheckResult
+
+
+def wanted(config: KubernetesConfig, kubeconfig: str | None) -> bool:
+    """Whether the agent talks to Kubernetes: `enabled` true, or auto with a `--kubeconfig` or
+    in-cluster credentials."""
+    if config.enabled == "auto":
+        return kubeconfig is not None or in_cluster_available()
+    return config.enabled is True
+
+
+class KubeCollector(Collector):
+    """`gpuprobe_kubernetes_up` and `gpuprobe_kubernetes_errors_total{verb,code}`."""
+
+    def __init__(self, loop: PublishLoop) -> None:
+        self.loop = loop
+
+    def collect(self) -> Iterator[Metric]:
+        """The loop's state now (read without waiting on it)."""
+        yield GaugeMetricFamily(
+            "gpuprobe_kubernetes_up",
+            "1 when the agent's latest update of its node in the Kubernetes API succeeded",
+            value=1 if self.loop.up else 0,
+        )
+        errors = CounterMetricFamily(
+            "gpuprobe_kubernetes_errors",
+            "Failed Kubernetes API calls by verb and HTTP status (or timeout, unreachable)",
+            labels=["verb", "code"],
+        )
+        for (verb, code), count in sorted(dict(self.loop.errors).items()):
+            errors.add_metric([verb, code], count)
+        yield errors
+
+
+class KubeLink:
+    """The publisher, its loop on its own thread, and its metrics, for one agent."""
+
+    def __init__(
+        self,
+        node: str,
+        config: KubernetesConfig,
+        access: Access,
+        report_own: Callable[[CheckResult], None],
+        rng: random.Random | None = None,
+    ) -> None:
+        self.api = KubeApi(access, config.timeout_seconds)
+        publisher = NodePublisher(self.api, node, config, run=uuid.uuid4().hex[:12])
+        self.loop = PublishLoop(publisher, report_own, config, rng=rng)
+        self.collector = KubeCollector(self.loop)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self.loop.run, args=(self._stop,), name="kubernetes", daemon=True
+        )
+
+    def start(self) -> None:
+        """Start publishing (after the jittered first wait)."""
+        self._thread.start()
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Stop publishing; a call in flight is left to its own timeout."""
+        self._stop.set()
+        self.loop.offer(None)
+        self._thread.join(grace)
+        self.api.close()

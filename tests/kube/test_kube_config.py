@@ -1,0 +1,109 @@
+"""The `kubernetes` configuration section, when the feature is on, and the brake's selector."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lightkube.core.selector import build_selector
+
+from gpuprobe.config import DEFAULT_CONDITIONS, load_config
+from gpuprobe.errors import ConfigError, UsageError
+from gpuprobe.kube.api import in_cluster_available, parse_selector
+from gpuprobe.kube.daemon import wanted
+
+
+def load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return load_config(str(path)).kubernetes
+
+
+def test_the_defaults(tmp_path: Path) -> None:
+    k = load(tmp_path, "{}")
+    assert (k.enabled, k.events, k.start_jitter_seconds, k.timeout_seconds) == (
+        "auto",
+        True,
+        30,
+        10,
+    )
+    assert k.conditions == DEFAULT_CONDITIONS
+    assert k.conditions["GPURuntimeReady"] == (
+        "toolkit",
+        "cdi",
+        "device_plugin",
+        "sharing",
+        "workloads",
+    )
+    t = k.taint
+    assert (t.enabled, t.effect, t.clear_after_seconds, t.max_unhealthy_fraction) == (
+        False,
+        "NoSchedule",
+        300,
+        0.2,
+    )
+    assert t.node_selector == "nvidia.com/gpu.present=true"
+    assert t.codes == (
+        "GPU_LOST",
+        "DRIVER_NOT_LOADED",
+        "DRIVER_LIBRARY_MISMATCH",
+        "RUNTIME_NOT_CONFIGURED",
+        "XID",
+    )
+
+
+def test_enabled_takes_auto_true_or_false(tmp_path: Path) -> None:
+    assert load(tmp_path, "kubernetes: {enabled: true}").enabled is True
+    assert load(tmp_path, "kubernetes: {enabled: false}").enabled is False
+    assert load(tmp_path, "kubernetes: {enabled: auto}").enabled == "auto"
+    with pytest.raises(
+        ConfigError, match=r"kubernetes: enabled: 'yes please' is not auto, true or false"
+    ):
+        load(tmp_path, "kubernetes: {enabled: yes please}")
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "kubernetes: {taint: {effect: Evict}}",
+            "effect: 'Evict' is not one of NoSchedule, PreferNoSchedule, NoExecute",
+        ),
+        (
+            "kubernetes: {taint: {max_unhealthy_fraction: 0}}",
+            "max_unhealthy_fraction: 0 is not within 0-1",
+        ),
+        ("kubernetes: {taint: {clear_after_seconds: -1}}", "clear_after_seconds: -1 is negative"),
+        (
+            "kubernetes: {conditions: {gpu-ready: [gpus]}}",
+            "conditions: 'gpu-ready' is not a condition type",
+        ),
+        ("kubernetes: {conditions: {GPUReady: []}}", "conditions.GPUReady: names no check"),
+        ("kubernetes: {taints: {}}", "unknown key 'taints'"),
+        ("kubernetes: {timeout_seconds: 0}", "timeout_seconds: 0 must be above 0"),
+    ],
+)
+def test_bad_settings_are_named(tmp_path: Path, text: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=error.replace("(", r"\(")):
+        load(tmp_path, text)
+
+
+def test_auto_is_on_with_a_kubeconfig_or_in_cluster_credentials(tmp_path: Path) -> None:
+    auto, on, off = (
+        load(tmp_path, f"kubernetes: {{enabled: {v}}}") for v in ("auto", "true", "false")
+    )
+    assert wanted(auto, "/some/kubeconfig") and wanted(on, None)
+    assert not wanted(off, "/some/kubeconfig")
+    assert wanted(auto, None) is in_cluster_available()
+    account = tmp_path / "sa"
+    account.mkdir()
+    assert not in_cluster_available(account)
+
+
+def test_the_selector_takes_equality_and_existence_terms() -> None:
+    text = "nvidia.com/gpu.present=true,pool!=cpu,gpu,!cordoned"
+    assert build_selector(parse_selector(text)) == text  # what lightkube sends
+    assert build_selector(parse_selector("a==b")) == "a=b"
+    for bad in ("a in (b,c)", "a=b,a=c", "!a=b", ""):
+        with pytest.raises(UsageError):
+            parse_selector(bad)

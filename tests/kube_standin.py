@@ -1,0 +1,741 @@
+"""A strict stand-in for the Kubernetes API server, for the tests of gpuprobe.kube.
+
+No API server can run on these machines, so the real client library (lightkube) talks to this
+HTTPS server instead. It is as strict as the real one where gpuprobe's features reach:
+
+- it serves only the endpoints the features use (others: 404 once authorized, as the API
+  server answers for a resource it does not serve);
+- it authenticates bearer tokens (401) and authorizes every request against the ClusterRole
+  that `kubectl kustomize daemonset/` renders, bound to the agent's ServiceAccount (403);
+- it validates every object a request creates or a patch produces against Kubernetes'
+  published OpenAPI schemas (kubernetes-validate, strict: unknown fields are errors), and the
+  events API's own rules (required fields, lengths, immutable fields on update);
+- it applies patches with the API server's semantics for the content type the client sends:
+  JSON merge patch (RFC 7386) and strategic merge patch, in which `status.conditions` merge by
+  `type` and `spec.taints` (no patch strategy) is replaced whole; a `metadata.resourceVersion`
+  in a patch is a precondition (409 Conflict when stale); a status patch changes only the
+  status, a patch of the node leaves the status alone;
+- it can be told to be down (connections refused), slow, or to answer 409/429/500.
+
+Error bodies are `Status` objects, as the API server writes them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate as kv
+import yaml
+
+from certs import Pki, make_pki
+
+KUBERNETES = "1.31.0"
+SERVICE_ACCOUNT = "system:serviceaccount:gpuprobe:gpuprobe"
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+# Strategic merge keys of the lists gpuprobe's patches reach (k8s.io/api core/v1 types.go:
+# NodeStatus.Conditions `patchStrategy:"merge" patchMergeKey:"type"`; NodeSpec.Taints has no
+# patch strategy, so it is replaced).
+MERGE_KEYS = {("status", "conditions"): "type", ("status", "addresses"): "type"}
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+QUALIFIED = re.compile(r"([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+EVENT_MUTABLE = {"series", "metadata"}
+# metav1.MicroTime decodes with time.Parse(RFC3339Micro): exactly six fractional digits (a
+# plain RFC 3339 second is refused); metav1.Time with RFC 3339.
+MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
+
+
+class ApiFailure(Exception):
+    """An error response: HTTP code, Status reason and message."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+@dataclass
+class Rule:
+    """One PolicyRule of the ClusterRole."""
+
+    groups: set[str]
+    resources: set[str]
+    verbs: set[str]
+    names: set[str]
+
+    def allows(self, group: str, resource: str, verb: str, name: str | None) -> bool:
+        """RBAC's matching: group, resource (with its subresource), verb, resourceNames."""
+        return (
+            (group in self.groups or "*" in self.groups)
+            and (resource in self.resources or "*" in self.resources)
+            and (verb in self.verbs or "*" in self.verbs)
+            and (not self.names or (name is not None and name in self.names))
+        )
+
+
+def cluster_role_rules(objects: list[dict[str, Any]]) -> list[Rule]:
+    """The rules the rendered manifests grant the agent's ServiceAccount through a
+    ClusterRoleBinding (only those: an unbound role grants nothing)."""
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    rules: list[Rule] = []
+    for binding in (o for o in objects if o["kind"] == "ClusterRoleBinding"):
+        subjects = binding.get("subjects") or []
+        bound = any(
+            s["kind"] == "ServiceAccount"
+            and f"system:serviceaccount:{s['namespace']}:{s['name']}" == SERVICE_ACCOUNT
+            for s in subjects
+        )
+        role = roles.get(binding["roleRef"]["name"])
+        if bound and role is not None and binding["roleRef"]["kind"] == "ClusterRole":
+            for r in role.get("rules") or []:
+                rules.append(
+                    Rule(
+                        set(r.get("apiGroups") or []),
+                        set(r.get("resources") or []),
+                        set(r.get("verbs") or []),
+                        set(r.get("resourceNames") or []),
+                    )
+                )
+    return rules
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What the API server's request-info resolver makes of a path (apiserver/pkg/endpoints/
+    request/requestinfo.go), for authorization."""
+
+    verb: str
+    group: str
+    version: str
+    namespace: str | None
+    resource: str
+    subresource: str
+    name: str | None
+
+    @property
+    def rbac_resource(self) -> str:
+        """`resource` or `resource/subresource`, as RBAC rules name them."""
+        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+
+
+def request_info(method: str, path: str) -> RequestInfo:
+    """The request's attributes; raises ApiFailure 404 for a path that is no resource."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+    namespace = None
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    if not rest:
+        raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+    resource, name = rest[0], rest[1] if len(rest) > 1 else None
+    subresource = rest[2] if len(rest) > 2 else ""
+    verb = {
+        "GET": "get" if name else "list",
+        "POST": "create",
+        "PATCH": "patch",
+        "PUT": "update",
+        "DELETE": "delete" if name else "deletecollection",
+    }.get(method, method.lower())
+    return RequestInfo(verb, group, version, namespace, resource, subresource, name)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def strategic_merge(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
+    """Strategic merge patch for the types above: maps merge, lists with a merge key merge by
+    it (a `null` value deletes a key), other lists are replaced."""
+    if not isinstance(patch, dict):
+        if isinstance(patch, list) and path in MERGE_KEYS and isinstance(target, list):
+            key = MERGE_KEYS[path]
+            merged = [copy.deepcopy(t) for t in target]
+            for item in patch:
+                if not isinstance(item, dict) or key not in item:
+                    raise ApiFailure(
+                        422, "Invalid", f"{'.'.join(path)}: each item needs its merge key {key!r}"
+                    )
+                at = next((i for i, t in enumerate(merged) if t.get(key) == item[key]), None)
+                if at is None:
+                    merged.append(strategic_merge({}, item, (*path, "[]")))
+                else:
+                    merged[at] = strategic_merge(merged[at], item, (*path, "[]"))
+            return merged
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$"):
+            raise ApiFailure(400, "BadRequest", f"unsupported patch directive {key!r}")
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = strategic_merge(out.get(key), value, (*path, key))
+    return out
+
+
+def validate(obj: dict[str, Any]) -> None:
+    """Kubernetes' OpenAPI schema for the object's kind, strictly; 422 like the API server."""
+    try:
+        kv.validate(obj, KUBERNETES, strict=True)
+    except kv.ValidationError as exc:
+        raise ApiFailure(422, "Invalid", f"{obj.get('kind')} is invalid: {exc.message}") from None
+    except kv.utils.SchemaNotFoundError as exc:
+        raise ApiFailure(400, "BadRequest", str(exc)) from None
+
+
+def decode_times(obj: dict[str, Any]) -> None:
+    """The API server decodes time fields before anything else: a MicroTime without its six
+    fractional digits, or a Time that is not RFC 3339, is a 400 (the decoder's error)."""
+    micro = [obj.get("eventTime"), (obj.get("series") or {}).get("lastObservedTime")]
+    times = [
+        c.get(k)
+        for c in (obj.get("status") or {}).get("conditions") or []
+        for k in ("lastHeartbeatTime", "lastTransitionTime")
+    ]
+    times += [t.get("timeAdded") for t in (obj.get("spec") or {}).get("taints") or []]
+    for value, layout, name in [(v, MICRO_TIME, "RFC3339Micro") for v in micro] + [
+        (v, TIME, "RFC3339") for v in times
+    ]:
+        if value is not None and not (isinstance(value, str) and layout.fullmatch(value)):
+            raise ApiFailure(
+                400, "BadRequest", f"parsing time {json.dumps(value)} as {name}: cannot parse"
+            )
+
+
+def validate_event(event: dict[str, Any], old: dict[str, Any] | None = None) -> None:
+    """The events API's own rules (k8s pkg/apis/core/validation/events.go, v1)."""
+    problems: list[str] = []
+    name = event.get("metadata", {}).get("name", "")
+    if not DNS_SUBDOMAIN.fullmatch(name) or len(name) > 253:
+        problems.append(f"metadata.name: {name!r} is not a DNS subdomain")
+    for key in ("eventTime", "reportingController", "reportingInstance", "action", "reason"):
+        if not event.get(key):
+            problems.append(f"{key}: Required value")
+    for key in ("reportingInstance", "action", "reason"):
+        if len(str(event.get(key, ""))) > 128:
+            problems.append(f"{key}: can have at most 128 characters")
+    if not QUALIFIED.fullmatch(str(event.get("reportingController", ""))):
+        problems.append("reportingController: not a qualified name")
+    if event.get("type") not in ("Normal", "Warning"):
+        problems.append(f"type: Unsupported value: {event.get('type')!r}")
+    if len(str(event.get("note", "")).encode()) > 1024:
+        problems.append("note: can have at most 1024 bytes")
+    regarding = event.get("regarding") or {}
+    if not regarding.get("kind") or not regarding.get("name"):
+        problems.append("regarding: Required value")
+    if not regarding.get("namespace") and event["metadata"].get("namespace") not in (
+        "default",
+        "kube-system",
+    ):
+        problems.append("metadata.namespace: events of cluster-scoped objects go to default")
+    series = event.get("series")
+    if series is not None and (series.get("count", 0) < 2 or not series.get("lastObservedTime")):
+        problems.append("series: count must be at least 2, with lastObservedTime")
+    if old is not None:
+        for key in set(old) | set(event):
+            if key not in EVENT_MUTABLE and old.get(key) != event.get(key):
+                problems.append(f"{key}: field is immutable")
+    if problems:
+        raise ApiFailure(422, "Invalid", f"Event {name!r} is invalid: " + "; ".join(problems))
+
+
+def node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Node object as a kubelet registers it (the fields gpuprobe reads and writes)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+        },
+        "spec": {},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastHeartbeatTime": "2026-12-01T00:00:00Z",
+                    "lastTransitionTime": "2026-12-01T00:00:00Z",
+                }
+            ]
+        },
+    }
+
+
+@dataclass
+class Faults:
+    """What the stand-in is told to do wrong."""
+
+    delay: float = 0.0  # seconds before each answer
+    answers: list[int] = field(default_factory=list)  # forced status codes, next requests first
+    # Another writer's change, made just before the next node patch is applied (so a
+    # precondition the client read a moment ago goes stale for real).
+    interleave: Callable[[], None] | None = None
+
+
+class KubeStandIn:
+    """The API server stand-in: nodes, events, tokens, RBAC, faults, and what it was asked."""
+
+    def __init__(self, directory: Path, rules: list[Rule]) -> None:
+        self.pki: Pki = make_pki(directory)
+        self.directory = directory
+        self.rules = rules
+        self.tokens: set[str] = {"agent-token"}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.events: dict[tuple[str, str], dict[str, Any]] = {}
+        self.faults = Faults()
+        self.requests: list[tuple[float, str, str, int]] = []  # (arrival, method, path, code)
+        self.writes: list[tuple[str, str, str]] = []  # (token, resource, name) of node writes
+        self._version = 100
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.RLock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+        self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._context.load_cert_chain(self.pki.server_cert, self.pki.server_key)
+
+    # -- set-up ---------------------------------------------------------------------------
+    def add_node(self, name: str, labels: dict[str, str] | None = None, **extra: Any) -> None:
+        """Register a node (extra: `taints=[...]` and the like, under spec)."""
+        obj = node(name, labels)
+        obj["spec"].update(extra)
+        validate(obj)
+        with self._lock:
+            self._store_node(obj)
+
+    def _store_node(self, obj: dict[str, Any]) -> None:
+        self._version += 1
+        obj["metadata"]["resourceVersion"] = str(self._version)
+        obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
+        obj["metadata"].setdefault("creationTimestamp", "2026-12-01T00:00:00Z")
+        self.nodes[obj["metadata"]["name"]] = obj
+
+    def touch(self, name: str, taints: list[dict[str, Any]] | None = None) -> None:
+        """Another writer changes the node (its resourceVersion moves; taints if given)."""
+        with self._lock:
+            obj = copy.deepcopy(self.nodes[name])
+            if taints is not None:
+                obj["spec"]["taints"] = taints
+            self._store_node(obj)
+
+    def kubeconfig(self, token: str = "agent-token") -> Path:
+        """A kubeconfig file for this server (the agent's token, the stand-in's CA)."""
+        path = self.directory / f"kubeconfig-{token}"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "standin",
+                            "cluster": {
+                                "server": f"https://127.0.0.1:{self.port}",
+                                "certificate-authority": self.pki.ca,
+                            },
+                        }
+                    ],
+                    "users": [{"name": "agent", "user": {"token": token}}],
+                    "contexts": [
+                        {"name": "standin", "context": {"cluster": "standin", "user": "agent"}}
+                    ],
+                    "current-context": "standin",
+                }
+            )
+        )
+        return path
+
+    def service_account_dir(self, token: str = "agent-token") -> Path:
+        """A pod's service-account directory (token, ca.crt, namespace) for this server."""
+        account = self.directory / "serviceaccount"
+        account.mkdir(exist_ok=True)
+        (account / "token").write_text(token)
+        (account / "ca.crt").write_text(Path(self.pki.ca).read_text())
+        (account / "namespace").write_text("gpuprobe")
+        return account
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Listen on loopback (the same port again after `down`)."""
+        stand_in = self
+
+        class Handler(_Handler):
+            server_state = stand_in
+
+        server = _Server(("127.0.0.1", self.port), Handler, bind_and_activate=False)
+        server.allow_reuse_address = True
+        server.daemon_threads = True
+        server.request_queue_size = 256
+        server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.server_bind()
+        server.server_activate()
+        server.socket = self._context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
+        self.port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop listening: connections are refused until `start`."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        with self._lock:  # and the connections clients keep open: a dead server's die too
+            for connection in list(self._connections):
+                with suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+            self._connections.clear()
+
+    @contextmanager
+    def down(self) -> Iterator[None]:
+        """The API server is unreachable for the block."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
+
+    def per_second(self) -> dict[int, int]:
+        """Requests answered per whole second since the first."""
+        times = [t for t, *_ in self.requests]
+        if not times:
+            return {}
+        first = min(times)
+        counts: dict[int, int] = {}
+        for t in times:
+            counts[int(t - first)] = counts.get(int(t - first), 0) + 1
+        return counts
+
+    # -- the API ----------------------------------------------------------------------------
+    def handle(
+        self, method: str, path: str, query: dict[str, list[str]], headers: Any, body: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        """One request: authenticate, authorize, fault, route."""
+        auth = headers.get("Authorization", "")
+        if not auth.startswith("Bearer ") or auth[len("Bearer ") :] not in self.tokens:
+            raise ApiFailure(401, "Unauthorized", "Unauthorized")
+        token = auth[len("Bearer ") :]
+        info = request_info(method, path)
+        if not any(
+            r.allows(info.group, info.rbac_resource, info.verb, info.name) for r in self.rules
+        ):
+            where = (
+                f' in the namespace "{info.namespace}"'
+                if info.namespace
+                else " at the cluster scope"
+            )
+            raise ApiFailure(
+                403,
+                "Forbidden",
+                f"{info.resource}{'/' + info.subresource if info.subresource else ''} "
+                f'"{info.name or ""}" is forbidden: User "{SERVICE_ACCOUNT}" cannot {info.verb} '
+                f'resource "{info.rbac_resource}" in API group "{info.group}"{where}',
+            )
+        if self.faults.delay:
+            time.sleep(self.faults.delay)
+        with self._lock:
+            forced = self.faults.answers.pop(0) if self.faults.answers else None
+        if forced is not None:
+            reasons = {409: "Conflict", 429: "TooManyRequests", 500: "InternalError"}
+            raise ApiFailure(forced, reasons.get(forced, "InternalError"), f"forced {forced}")
+        payload = json.loads(body) if body else None
+        content_type = headers.get("Content-Type", "").split(";")[0].strip()
+        with self._lock:
+            return self._route(info, query, payload, content_type, token)
+
+    def _route(
+        self,
+        info: RequestInfo,
+        query: dict[str, list[str]],
+        payload: Any,
+        content_type: str,
+        token: str,
+    ) -> tuple[int, dict[str, Any]]:
+        key = (info.group, info.version, info.resource, info.verb, info.subresource)
+        if key == ("", "v1", "nodes", "get", "") and info.namespace is None:
+            return 200, copy.deepcopy(self._node(info.name))
+        if key == ("", "v1", "nodes", "list", "") and info.namespace is None:
+            return 200, self._list_nodes(query.get("labelSelector", [""])[0])
+        if key[:4] == ("", "v1", "nodes", "patch") and info.subresource in ("", "status"):
+            self.writes.append((token, info.rbac_resource, str(info.name)))
+            interleave = self.faults.interleave if not info.subresource else None
+            if interleave is not None:
+                self.faults.interleave = None
+                interleave()
+            return 200, self._patch_node(str(info.name), info.subresource, payload, content_type)
+        if key == ("events.k8s.io", "v1", "events", "create", "") and info.namespace:
+            return 201, self._create_event(info.namespace, payload)
+        if key == ("events.k8s.io", "v1", "events", "patch", "") and info.namespace:
+            return 200, self._patch_event(info.namespace, str(info.name), payload, content_type)
+        raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+
+    def _node(self, name: str | None) -> dict[str, Any]:
+        if name not in self.nodes:
+            raise ApiFailure(404, "NotFound", f'nodes "{name}" not found')
+        return self.nodes[name]
+
+    def _list_nodes(self, selector: str) -> dict[str, Any]:
+        items = [copy.deepcopy(n) for n in self.nodes.values() if _selects(selector, n)]
+        return {
+            "apiVersion": "v1",
+            "kind": "NodeList",
+            "metadata": {"resourceVersion": str(self._version)},
+            "items": items,
+        }
+
+    def _patch(self, old: dict[str, Any], payload: Any, content_type: str) -> dict[str, Any]:
+        if not isinstance(payload, dict):
+            raise ApiFailure(400, "BadRequest", "the patch is not a JSON object")
+        if content_type == MERGE:
+            new = merge_patch(old, payload)
+        elif content_type == STRATEGIC:
+            new = strategic_merge(old, payload)
+        else:
+            raise ApiFailure(415, "UnsupportedMediaType", f"the patch type {content_type!r}")
+        wanted = payload.get("metadata", {}).get("resourceVersion")
+        if wanted is not None and wanted != old["metadata"].get("resourceVersion"):
+            raise ApiFailure(
+                409,
+                "Conflict",
+                f"Operation cannot be fulfilled on {old['kind'].lower()}s "
+                f'"{old["metadata"]["name"]}": the object has been modified; please apply your '
+                "changes to the latest version and try again",
+            )
+        for immutable in ("name", "uid", "namespace", "creationTimestamp"):
+            if new["metadata"].get(immutable) != old["metadata"].get(immutable):
+                raise ApiFailure(422, "Invalid", f"metadata.{immutable}: field is immutable")
+        new.setdefault("apiVersion", old["apiVersion"])
+        new.setdefault("kind", old["kind"])
+        if (new["apiVersion"], new["kind"]) != (old["apiVersion"], old["kind"]):
+            raise ApiFailure(400, "BadRequest", "apiVersion and kind cannot change")
+        return new
+
+    def _patch_node(
+        self, name: str, subresource: str, payload: Any, content_type: str
+    ) -> dict[str, Any]:
+        old = self._node(name)
+        new = self._patch(old, payload, content_type)
+        # The status subresource writes only the status; the node itself everything else.
+        if subresource == "status":
+            result = copy.deepcopy(old)
+            result["status"] = new.get("status", {})
+        else:
+            result = new
+            result["status"] = copy.deepcopy(old.get("status", {}))
+        result["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        decode_times(result)
+        validate(result)
+        for condition in result.get("status", {}).get("conditions") or []:
+            if condition.get("status") not in ("True", "False", "Unknown"):
+                raise ApiFailure(422, "Invalid", f"condition status {condition.get('status')!r}")
+        for taint in result.get("spec", {}).get("taints") or []:  # validateNodeTaints
+            if taint.get("effect") not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                raise ApiFailure(422, "Invalid", f"taint effect {taint.get('effect')!r}")
+            key, value = str(taint.get("key", "")), str(taint.get("value", ""))
+            if not QUALIFIED.fullmatch(key) or len(key.rsplit("/", 1)[-1]) > 63:
+                raise ApiFailure(422, "Invalid", f"taint key {key!r}: not a qualified name")
+            if value and (not LABEL_VALUE.fullmatch(value) or len(value) > 63):
+                raise ApiFailure(422, "Invalid", f"taint value {value!r}: not a label value")
+        keys = [(t["key"], t["effect"]) for t in result.get("spec", {}).get("taints") or []]
+        if len(keys) != len(set(keys)):
+            raise ApiFailure(422, "Invalid", "spec.taints: Duplicate value")
+        if result != old:
+            self._store_node(result)
+        return copy.deepcopy(self.nodes[name])
+
+    def _create_event(self, namespace: str, payload: Any) -> dict[str, Any]:
+        if not isinstance(payload, dict):
+            raise ApiFailure(400, "BadRequest", "the body is not a JSON object")
+        event = copy.deepcopy(payload)
+        event.setdefault("metadata", {}).setdefault("namespace", namespace)
+        if event["metadata"]["namespace"] != namespace:
+            raise ApiFailure(400, "BadRequest", "the namespace of the object does not match")
+        decode_times(event)
+        validate(event)
+        validate_event(event)
+        key = (namespace, event["metadata"].get("name", ""))
+        if key in self.events:
+            raise ApiFailure(
+                409, "AlreadyExists", f'events.events.k8s.io "{key[1]}" already exists'
+            )
+        self._version += 1
+        event["metadata"]["resourceVersion"] = str(self._version)
+        self.events[key] = event
+        return copy.deepcopy(event)
+
+    def _patch_event(
+        self, namespace: str, name: str, payload: Any, content_type: str
+    ) -> dict[str, Any]:
+        old = self.events.get((namespace, name))
+        if old is None:
+            raise ApiFailure(404, "NotFound", f'events.events.k8s.io "{name}" not found')
+        new = self._patch(old, payload, content_type)
+        decode_times(new)
+        validate(new)
+        validate_event(new, old)
+        self._version += 1
+        new["metadata"]["resourceVersion"] = str(self._version)
+        self.events[(namespace, name)] = new
+        return copy.deepcopy(new)
+
+    # -- what the tests read ----------------------------------------------------------------
+    def conditions(self, name: str) -> dict[str, dict[str, Any]]:
+        """The node's conditions by type."""
+        with self._lock:
+            return {c["type"]: dict(c) for c in self.nodes[name]["status"].get("conditions", [])}
+
+    def taints(self, name: str) -> list[dict[str, Any]]:
+        """The node's taints."""
+        with self._lock:
+            return copy.deepcopy(self.nodes[name]["spec"].get("taints") or [])
+
+    def node_events(self, name: str) -> list[dict[str, Any]]:
+        """The events about a node, first occurrence first."""
+        with self._lock:
+            found = [e for e in self.events.values() if e["regarding"]["name"] == name]
+        return sorted(found, key=lambda e: str(e["eventTime"]))
+
+
+def _selects(selector: str, obj: dict[str, Any]) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if term.startswith("!"):
+            ok = term[1:] not in labels
+        elif "!=" in term:
+            k, v = term.split("!=", 1)
+            ok = labels.get(k) != v
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            ok = labels.get(k) == v
+        else:
+            ok = term in labels
+        if not ok:
+            return False
+    return True
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up (timed out, closed) is no error of the server's."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_state: KubeStandIn
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # quiet: the tests read `requests`
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server_state._lock:
+            self.server_state._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server_state._lock:
+            self.server_state._connections.discard(self.connection)
+        with suppress(OSError):
+            super().finish()
+
+    def _serve(self) -> None:
+        state = self.server_state
+        arrived = time.monotonic()  # when the request came, not when its answer went
+        url = urllib.parse.urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        try:
+            code, answer = state.handle(
+                self.command, url.path, urllib.parse.parse_qs(url.query), self.headers, body
+            )
+        except ApiFailure as failure:
+            code = failure.code
+            answer = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": failure.message,
+                "reason": failure.reason,
+                "code": failure.code,
+            }
+        except json.JSONDecodeError as exc:
+            code = 400
+            answer = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"invalid JSON: {exc}",
+                "reason": "BadRequest",
+                "code": 400,
+            }
+        data = json.dumps(answer).encode()
+        with state._lock:
+            state.requests.append((arrived, self.command, url.path, code))
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if code == 429:
+            self.send_header("Retry-After", "1")
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+
+
+def manifest_rules() -> list[Rule]:
+    """The rules `kubectl kustomize daemonset/` grants the agent."""
+    from deployment import objects
+
+    return cluster_role_rules(objects(""))
+
+
+@contextmanager
+def running(directory: Path, rules: list[Rule] | None = None) -> Iterator[KubeStandIn]:
+    """A started stand-in with the manifests' RBAC and one GPU node, `gpu-node-17`; stopped
+    on every way out."""
+    stand_in = KubeStandIn(directory, manifest_rules() if rules is None else rules)
+    stand_in.add_node("gpu-node-17", {"nvidia.com/gpu.present": "true"})
+    stand_in.start()
+    try:
+        yield stand_in
+    finally:
+        stand_in.stop()
