@@ -1,0 +1,56 @@
+"""Reading the files a user hands gpuprobe (its configuration, a snapshot's JSON): regular
+files only, and only up to a size bound.
+
+A FIFO would block the reader forever, a link to /dev/zero would grow it without end, and a
+100 MB file named by mistake would take minutes to parse: each is refused with a reason
+instead, before a byte is parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+
+class FileRefused(Exception):
+    """The file is there but is not one gpuprobe reads (not regular, or too big)."""
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The bytes of the regular file at `path` (links followed), at most `max_bytes`.
+
+    Raises FileNotFoundError when absent, OSError when unreadable, FileRefused when the path
+    is not a regular file or holds more than `max_bytes`.
+    """
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileRefused(f"not a regular file (a {_kind(mode)})")
+        chunks, size = [], 0
+        while size <= max_bytes:  # read to the end, the file may have grown since fstat
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise FileRefused(f"larger than {max_bytes} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
