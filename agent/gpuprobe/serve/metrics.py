@@ -8,6 +8,7 @@ families; a value the report lacks gives no sample, never an error.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -18,6 +19,8 @@ from prometheus_client.registry import Collector
 from gpuprobe import __version__
 from gpuprobe.report import NodeReport
 from gpuprobe.serve.state import Snapshot
+
+log = logging.getLogger("gpuprobe.serve")
 
 Renderer = Callable[[Snapshot, NodeReport], Iterable[Metric]]
 GPU_LABELS = ["gpu", "uuid"]
@@ -45,7 +48,10 @@ def render(snapshot: Snapshot, node: str) -> list[Metric]:
     if snapshot.report is None:
         return families
     for renderer in RENDERERS:
-        families.extend(renderer(snapshot, snapshot.report))
+        try:
+            families.extend(renderer(snapshot, snapshot.report))
+        except Exception:  # one part's fault costs its families, never the whole report
+            log.exception("metrics dropped", extra={"renderer": renderer.__name__})
     return families
 
 
@@ -385,8 +391,15 @@ def _number(value: Any) -> float | None:
     """A finite number (booleans as 0/1), else None."""
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
+    if isinstance(value, int | float):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond a double (10^400): no sample can say it
+            log.warning(
+                "metric value dropped", extra={"reason": "beyond a float", "value": str(value)[:40]}
+            )
+            return None
+        return number if math.isfinite(number) else None
     return None
 
 
