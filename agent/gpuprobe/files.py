@@ -25,9 +25,11 @@ def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise FileRefused(f"not a regular file (a {_kind(mode)})")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileRefused(f"not a regular file (a {_kind(st.st_mode)})")
+        if st.st_size > max_bytes:
+            raise FileRefused(f"larger than {max_bytes} bytes")
         chunks, size = [], 0
         while size <= max_bytes:  # read to the end, the file may have grown since fstat
             chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
