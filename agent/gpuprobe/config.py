@@ -459,14 +459,13 @@ def _scalar(hint: Any, value: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected an integer, got {_kind(value)}")
     if hint is float:
-        number: float | None = None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            number = _float(value)
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
         # YAML 1.1 (PyYAML) reads 1.5e9 as a string: only 1.5e+9 is a number there.
-        elif isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value):
-            number = _float(value)
-        if number is None:
+        if not numeric and not (
+            isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value)
+        ):
             raise ConfigError(f"{where}: expected a number, got {_kind(value)}")
+        number = _float(value)
         # .nan would pass every `<=` bound below it (and turn a rate limit off); .inf never
         # comes: neither is a setting.
         if not math.isfinite(number):

@@ -20,6 +20,7 @@ from gpuprobe.checks.registry import CHECKS, CheckFn
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status, now
+from gpuprobe.threads import start_thread
 
 STAGGER_SECONDS = 0.5
 
@@ -84,9 +85,9 @@ def run_checks(host: Host, config: Config, names: list[str]) -> NodeReport:
     runs = [_Run(name, CHECKS[name]) for name in names]
     for run in runs:
         run.started = time.monotonic()
-        threading.Thread(
-            target=run, args=(host, config), name=f"check-{run.name}", daemon=True
-        ).start()
+        if start_thread(run, f"check-{run.name}", (host, config)) is None:
+            run.result = failed(run.name, RuntimeError("can't start a thread for the check"))
+            run.done.set()
         run.done.wait(min(STAGGER_SECONDS, config.deadline(run.name)))
     results = []
     for run in runs:

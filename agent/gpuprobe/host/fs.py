@@ -18,6 +18,7 @@ from pathlib import Path
 
 MAX_READ_BYTES = 16 * 1024 * 1024
 
+
 def _nonblocking(path: str, flags: int) -> int:
     """Open without waiting: a FIFO planted in a snapshot's rootfs (or on the host) would
     otherwise hold the reading check until its deadline, and its thread for good."""

@@ -35,6 +35,7 @@ from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, TokenFile, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
 from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
 
@@ -132,15 +133,17 @@ class Agent:
         self.http = MetricsServer(options.metrics_listen, self.metrics_page, self.healthz)
         self.metrics_port = self.http.port
         self.tls = "mtls" if mtls else "tls" if credentials is not None else "none"
-        self._thread = threading.Thread(
-            target=self.scheduler.run, args=(self.stopping,), name="scheduler", daemon=True
-        )
 
     def start(self) -> None:
-        """Serve, and start the first round of checks."""
-        self.grpc.start()
-        self.http.start()
-        self._thread.start()
+        """Serve, and start the first round of checks; raises UsageError when the system
+        refuses the threads (a pids limit below what the agent needs to start)."""
+        try:
+            self.grpc.start()
+            self.http.start()
+        except RuntimeError as exc:
+            raise UsageError(f"cannot start serving: {exc}") from None
+        if start_thread(self.scheduler.run, "scheduler", (self.stopping,)) is None:
+            raise UsageError("cannot start the scheduler's thread (a pids limit reached?)")
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop accepting calls, end the streams, let running checks finish within `grace`

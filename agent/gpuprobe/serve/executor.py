@@ -19,6 +19,7 @@ from gpuprobe.checks.runner import STAGGER_SECONDS, failed, timed_out
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult, now
+from gpuprobe.threads import start_thread
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,10 @@ class CheckExecutor:
                 return flight, False  # still running: join it rather than start a second copy
             flight = _Flight(name, self._checks[name])
             self._flights[name] = flight
-        threading.Thread(
-            target=self._fly, args=(flight,), name=f"check-{name}", daemon=True
-        ).start()
+        if start_thread(self._fly, f"check-{name}", (flight,)) is None:
+            # Not in flight after all: forget it, so that a later round starts it afresh
+            # rather than waiting on a run that never began.
+            self._land(flight, failed(name, RuntimeError("can't start a thread for the check")))
         return flight, True
 
     def _fly(self, flight: _Flight) -> None:
@@ -108,6 +110,9 @@ class CheckExecutor:
         except Exception as exc:  # one broken check must never break the daemon
             result = failed(flight.name, exc)
         result.duration_seconds = time.monotonic() - flight.started
+        self._land(flight, result)
+
+    def _land(self, flight: _Flight, result: CheckResult) -> None:
         flight.result = result
         flight.finished_at = now()
         with self._lock:
