@@ -39,9 +39,6 @@ from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
 
-# Watch streams and RunChecks calls each hold a worker while they last.
-SPARE_WORKERS = 16
-
 
 @dataclass(frozen=True)
 class ServeOptions:
@@ -123,11 +120,8 @@ class Agent:
             clear_xid,
             self.bandwidth,
         )
-        self.grpc, self.grpc_port, self.health = grpc_server.build(
-            self.service,
-            options.grpc_listen,
-            credentials,
-            workers=config.serve.max_watchers + SPARE_WORKERS,
+        self.grpc, self.grpc_port, self.health, self.streams = grpc_server.build(
+            self.service, options.grpc_listen, credentials, config.serve.max_watchers
         )
         self.store.add_view(self._serving)
         self.http = MetricsServer(options.metrics_listen, self.metrics_page, self.healthz)

@@ -30,6 +30,7 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from gpuprobe.errors import UsageError
 from gpuprobe.serve.grpc_server import split_host_port
+from gpuprobe.serve.logs import Throttle
 from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
@@ -176,20 +177,14 @@ def read_head(sock: socket.socket, timeout: float, max_bytes: int) -> bytes | No
     return head
 
 
-_refusals_lock = threading.Lock()
-_refusals: dict[str, float] = {}
+_refusals = Throttle()
 
 
 def log_refusal(peer: str, reason: str) -> None:
     """Log a refused connection, at most once a minute per peer address."""
-    t = time.monotonic()
-    with _refusals_lock:
-        if t - _refusals.get(peer, -60.0) < 60.0:
-            return
-        if len(_refusals) > 1024:
-            _refusals.clear()
-        _refusals[peer] = t
-    log.warning("connection refused", extra={"peer": peer, "reason": reason})
+    held = _refusals.allow(peer)
+    if held is not None:
+        log.warning("connection refused", extra={"peer": peer, "reason": reason, "held_back": held})
 
 
 class MetricsPage:

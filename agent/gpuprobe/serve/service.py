@@ -20,6 +20,7 @@ from gpuprobe.report import NodeReport, now
 from gpuprobe.serve import convert
 from gpuprobe.serve.bandwidth import Bandwidth, TestRefused, peer_address
 from gpuprobe.serve.limits import RateLimiter
+from gpuprobe.serve.logs import Throttle
 from gpuprobe.serve.scheduler import Scheduler
 from gpuprobe.serve.security import Guard, caller
 from gpuprobe.serve.state import ReportStore, Snapshot
@@ -63,6 +64,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         # One outgoing bandwidth test at a time: two at once would share (and halve) the link.
         self._one_test = threading.Lock()
         self._watchers = threading.BoundedSemaphore(max_watchers)
+        self._refusals = Throttle()
         self._report: pb.NodeReport | None = None
         self._watched: tuple[int, pb.NodeReport | None] = (0, None)  # (change, report)
         self._response: pb.GetReportResponse | None = None
@@ -181,7 +183,14 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         """Abort the call unless its caller is authorised (and, if `limited`, within rate)."""
         verdict = self.guard.check(context)
         if not verdict.allowed:
-            log.warning("call refused", extra={"peer": context.peer(), "reason": verdict.reason})
+            # Once a minute per caller and reason, with the count held back since.
+            peer = context.peer()
+            held = self._refusals.allow(f"{caller(context)} {verdict.reason}")
+            if held is not None:
+                log.warning(
+                    "call refused",
+                    extra={"peer": peer, "reason": verdict.reason, "held_back": held},
+                )
             abort(context, verdict.code, verdict.reason)
         if limited:
             wait = self.limiter.allow(caller(context))
