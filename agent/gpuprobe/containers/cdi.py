@@ -275,7 +275,7 @@ def _mount(value: Any, where: str) -> str:
 def _hook(value: Any, where: str) -> tuple[str, tuple[str, ...]]:
     value = _object(value, where, HOOK_FIELDS)
     name = value.get("hookName")
-    if name not in HOOK_NAMES:
+    if not isinstance(name, str) or name not in HOOK_NAMES:  # a list is not even hashable
         raise Invalid(f"{where}.hookName {name!r} is not an OCI hook name")
     path = value.get("path")
     if not isinstance(path, str) or not path:
