@@ -124,7 +124,9 @@ class Agent:
             self.service, options.grpc_listen, credentials, config.serve.max_watchers
         )
         self.store.add_view(self._serving)
-        self.http = MetricsServer(options.metrics_listen, self.metrics_page, self.healthz)
+        self.http = MetricsServer(
+            options.metrics_listen, self.metrics_page, self.healthz, self.readyz
+        )
         self.metrics_port = self.http.port
         self.tls = "mtls" if mtls else "tls" if credentials is not None else "none"
 
@@ -165,6 +167,15 @@ class Agent:
             from grpc_health.v1 import health_pb2
 
             self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+
+    def readyz(self) -> tuple[int, str]:
+        """The `/readyz` page: 200 once the first report exists (what the gRPC health of
+        gpuprobe.v1.NodeDiagnostics says), 503 before it and while stopping."""
+        if self.stopping.is_set():
+            return 503, "stopping\n"
+        if self.store.current().report is None:
+            return 503, "not ready: the first round of checks is running\n"
+        return 200, "ready\n"
 
     def healthz(self) -> tuple[int, str]:
         """The `/healthz` page: 200 while serving (503 when stopping), and what the agent

@@ -1,5 +1,5 @@
-"""The HTTP side of the agent: Prometheus `/metrics`, and `/healthz` for the liveness probe
-and humans.
+"""The HTTP side of the agent: Prometheus `/metrics`, `/healthz` for the liveness probe and
+humans, `/readyz` for a readiness probe where the kubelet cannot use gRPC's (TLS).
 
 A WSGI server from the standard library, one thread per connection, bounded: at most
 `MAX_CONNECTIONS` connections at once and `MAX_CONNECTIONS_PER_PEER` from one address (beyond
@@ -221,15 +221,19 @@ class MetricsPage:
 
 
 class MetricsServer:
-    """`/metrics` and `/healthz` on HOST:PORT, served from a background thread."""
+    """`/metrics`, `/healthz` and `/readyz` on HOST:PORT, served from a background thread."""
 
     def __init__(
-        self, listen: str, page: MetricsPage, health: Callable[[], tuple[int, str]]
+        self,
+        listen: str,
+        page: MetricsPage,
+        health: Callable[[], tuple[int, str]],
+        ready: Callable[[], tuple[int, str]] | None = None,
     ) -> None:
         host, port = split_host_port(listen)
 
         def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-            """Route /metrics, /healthz and /."""
+            """Route /metrics, /healthz, /readyz and /."""
             path = environ.get("PATH_INFO", "")
             if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
                 return _text(start_response, 405, "use GET\n")
@@ -238,8 +242,11 @@ class MetricsServer:
             if path == "/healthz":
                 code, text = health()
                 return _text(start_response, code, text)
+            if path == "/readyz" and ready is not None:
+                code, text = ready()
+                return _text(start_response, code, text)
             if path == "/":
-                return _text(start_response, 200, "gpuprobe agent: /metrics /healthz\n")
+                return _text(start_response, 200, "gpuprobe agent: /metrics /healthz /readyz\n")
             return _text(start_response, 404, "not found: try /metrics or /healthz\n")
 
         server_class = _Server6 if ":" in host else _Server
