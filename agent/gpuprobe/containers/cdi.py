@@ -249,7 +249,7 @@ def _device_node(value: Any, where: str) -> str:
     if host_path is not None and not isinstance(host_path, str):
         raise Invalid(f"{where}.hostPath must be a string")
     node_type = value.get("type", "")
-    if node_type not in DEVICE_NODE_TYPES:
+    if not isinstance(node_type, str) or node_type not in DEVICE_NODE_TYPES:
         raise Invalid(f"device node {path!r} has an invalid type {node_type!r}")
     for key in ("major", "minor", "fileMode", "uid", "gid"):
         number = value.get(key)
