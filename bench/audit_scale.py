@@ -1,72 +1,96 @@
-"""How `gpuprobe audit` grows with the number of agents: 16, 64 and 256 real agents on
-loopback, served by a few processes (64 agents each, every agent on its own port), timed by
-hyperfine beside a bare Python start-up (the floor) and beside the same job done with an
-independent gRPC client: `buf curl` GetReport on each agent, 16 at a time (xargs -P 16).
+"""How `gpuprobe audit` grows with the fleet: 1,000 and 10,000 agents on loopback addresses.
 
-    .venv/bin/python bench/audit_scale.py --sizes 16,64,256 --runs 10
+    .venv/bin/python bench/audit_scale.py --sizes 1000,10000 --runs 5
 
-Prints a JSON object: per size the audit's and the reference's mean, min and max seconds
-and their ratio, the floor, and the machine's load average around the run. Target: the audit
-of 256 agents under 3 s on a 2-core machine.
+The fleet is bench/recorded_fleet.py: reports recorded from real agents (`gpuprobe serve`'s
+Agent on the 8-GPU snapshots), answered by one gRPC server per process on thousands of
+loopback addresses (127.1.0.1, ...), so the audit meets N distinct agents while the fleet
+costs little. Each run is the whole command, `gpuprobe audit --json --targets @FILE`, under
+/usr/bin/time: its wall time and peak RSS, and what the fleet's processes spent of the two
+cores meanwhile (CPU seconds over wall seconds × cores). Beside it, a bare Python start-up
+(the floor) and, for sizes up to --reference-max, the same job done with an independent gRPC
+client: `buf curl` GetReport on each agent, 16 at a time (xargs -P 16).
+
+Prints a JSON object. Targets: 1,000 agents under 2 s and 10,000 under 10 s on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from fleet import FleetAgent, fleet  # noqa: E402
-
+FLEET = ROOT / "bench" / "recorded_fleet.py"
 SNAPSHOTS = [
     str(ROOT / "tests" / "snapshots" / name)
-    for name in ("synthetic-h100-8gpu-healthy", "synthetic-driver-too-old")
+    for name in ("synthetic-h100-8gpu-healthy", "synthetic-h100-8gpu-idle")
 ]
 
 
-def start_agents(count: int, per_process: int, stack: contextlib.ExitStack) -> list[FleetAgent]:
-    """`count` agents over ceil(count / per_process) processes, listed round-robin across the
-    processes so that any first N of them spread over every process."""
-    groups = []
-    for k in range(0, count, per_process):
-        size = min(per_process, count - k)
-        groups.append(stack.enter_context(fleet(SNAPSHOTS, size, f"p{k // per_process}-node-")))
-    ordered = []
-    for i in range(max(len(g) for g in groups)):
-        ordered += [g[i] for g in groups if i < len(g)]
-    return ordered
+def cpu_seconds(pids: list[int]) -> float:
+    """The CPU seconds (user + system) the processes have spent so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
 
 
-def hyperfine(commands: dict[str, str], runs: int, out: Path) -> dict[str, dict[str, float]]:
-    """Time the commands (name → shell command); mean, min and max seconds of each."""
-    args = ["hyperfine", "--warmup", "1", "--runs", str(runs), "--export-json", str(out)]
-    for name, command in commands.items():
-        args += ["--command-name", name, command]
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
-    results = json.loads(out.read_text())["results"]
+def timed(command: list[str], fleet: list[int]) -> dict[str, float]:
+    """One run of `command` under /usr/bin/time: wall seconds, peak RSS, the fleet's share."""
+    with tempfile.NamedTemporaryFile("r") as out:
+        before = cpu_seconds(fleet)
+        started = time.monotonic()
+        done = subprocess.run(
+            ["/usr/bin/time", "-o", out.name, "-f", "%e %M", *command],
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "GRPC_VERBOSITY": "NONE"},
+            check=False,
+        )
+        wall = time.monotonic() - started
+        spent = cpu_seconds(fleet) - before
+        elapsed, rss_kib = out.read().split()[-2:]
+    if done.returncode not in (0, 1, 2, 3):
+        raise SystemExit(f"{command[:4]} failed with {done.returncode}")
+    cores = len(os.sched_getaffinity(0))
     return {
-        r["command"]: {k: round(r[k], 4) for k in ("mean", "stddev", "min", "max")} for r in results
+        "seconds": float(elapsed),
+        "peak_rss_mib": round(int(rss_kib) / 1024, 1),
+        "fleet_share_of_cores": round(spent / (wall * cores), 3),
+    }
+
+
+def summarize(runs: list[dict[str, float]]) -> dict[str, Any]:
+    """Median, min and max seconds; the largest peak RSS; the median fleet share."""
+    seconds = [r["seconds"] for r in runs]
+    return {
+        "median_seconds": statistics.median(seconds),
+        "min_seconds": min(seconds),
+        "max_seconds": max(seconds),
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+        "fleet_share_of_cores": statistics.median(r["fleet_share_of_cores"] for r in runs),
+        "runs": len(runs),
     }
 
 
 def check_audit(python: str, targets: str, count: int) -> None:
     """One audit first: every agent must answer, or the timings would mean nothing."""
     out = subprocess.run(
-        [python, "-m", "gpuprobe", "audit", "--json", "--targets", targets],
+        [python, "-m", "gpuprobe", "audit", "--json", "--deadline", "60", "--targets", targets],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "GRPC_VERBOSITY": "NONE"},
     )
     totals = json.loads(out.stdout)["totals"]
     if totals["reachable_nodes"] != count:
@@ -74,47 +98,56 @@ def check_audit(python: str, targets: str, count: int) -> None:
 
 
 def main() -> int:
-    """Start the agents, time the audits and the reference, print the figures."""
+    """Start the fleet, time the audits and the reference, print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="16,64,256", help="agent counts, comma-separated")
-    parser.add_argument("--per-process", type=int, default=64, help="agents per process")
-    parser.add_argument("--runs", type=int, default=10, help="hyperfine runs of each audit")
-    parser.add_argument("--reference-runs", type=int, default=3, help="runs of buf curl")
-    parser.add_argument("--no-reference", action="store_true", help="skip the buf curl runs")
+    parser.add_argument("--sizes", default="1000,10000", help="agent counts, comma-separated")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs of each audit")
+    parser.add_argument("--processes", type=int, default=2, help="the fleet's processes")
+    parser.add_argument(
+        "--reference-max", type=int, default=1000, help="largest size buf curl also runs"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    python = shlex.quote(sys.executable)
+    python = sys.executable
     buf = shutil.which("buf")
-    if shutil.which("hyperfine") is None:
-        raise SystemExit("hyperfine is not installed")
-    if buf is None and not args.no_reference:
-        raise SystemExit("buf is not installed (npm install -g @bufbuild/buf), or --no-reference")
     result: dict[str, Any] = {"load_average_before": os.getloadavg()[0], "sizes": {}}
-    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
-        agents = start_agents(max(sizes), args.per_process, stack)
-        audits, references = {"floor": f"{python} -c pass"}, {}
-        for n in sizes:
-            targets = ",".join(a.target for a in agents[:n])
-            check_audit(sys.executable, targets, n)
-            audits[f"audit {n}"] = f"{python} -m gpuprobe audit --json --targets {targets}"
-            listing = Path(tmp) / f"targets-{n}"
-            listing.write_text("\n".join(a.target for a in agents[:n]) + "\n")
-            references[f"buf curl {n}"] = (
-                f"xargs -P 16 -I@ {buf} curl --protocol grpc --http2-prior-knowledge "
-                f"http://@/gpuprobe.v1.NodeDiagnostics/GetReport -d '{{}}' < {listing} > /dev/null"
-            )
-        timed = hyperfine(audits, args.runs, Path(tmp) / "audit.json")
-        if not args.no_reference:
-            timed |= hyperfine(references, args.reference_runs, Path(tmp) / "reference.json")
-    result["floor"] = timed["floor"]
-    for n in sizes:
-        entry: dict[str, Any] = {"audit": timed[f"audit {n}"]}
-        if f"buf curl {n}" in timed:
-            entry["buf_curl_16_at_a_time"] = timed[f"buf curl {n}"]
-            entry["audit_over_buf_curl"] = round(
-                timed[f"audit {n}"]["mean"] / timed[f"buf curl {n}"]["mean"], 3
-            )
-        result["sizes"][str(n)] = entry
+    fleet = subprocess.Popen(
+        [python, str(FLEET), "--count", str(max(sizes)), "--processes", str(args.processes)]
+        + [arg for s in SNAPSHOTS for arg in ("--snapshot", s)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert fleet.stdout is not None
+        started = json.loads(fleet.stdout.readline())
+        pids, listing = started["pids"], Path(started["targets_file"])
+        everyone = listing.read_text().splitlines()
+        with tempfile.TemporaryDirectory() as tmp:
+            result["floor"] = summarize([timed([python, "-c", "pass"], pids) for _ in range(3)])
+            for n in sizes:
+                targets = Path(tmp) / f"targets-{n}"
+                targets.write_text("\n".join(everyone[:n]) + "\n")
+                check_audit(python, f"@{targets}", n)
+                audit = [python, "-m", "gpuprobe", "audit", "--json", "--deadline", "60"]
+                runs = [timed([*audit, "--targets", f"@{targets}"], pids) for _ in range(args.runs)]
+                entry: dict[str, Any] = {"audit": summarize(runs)}
+                if buf is not None and n <= args.reference_max:
+                    curl = (
+                        f"xargs -P 16 -I@ {buf} curl --protocol grpc --http2-prior-knowledge "
+                        f"http://@/gpuprobe.v1.NodeDiagnostics/GetReport -d '{{}}' "
+                        f"< {targets} > /dev/null"
+                    )
+                    reference = summarize([timed(["sh", "-c", curl], pids)])
+                    entry["buf_curl_16_at_a_time"] = reference
+                    entry["audit_over_buf_curl"] = round(
+                        entry["audit"]["median_seconds"] / reference["median_seconds"], 3
+                    )
+                result["sizes"][str(n)] = entry
+    finally:
+        if fleet.stdin is not None:
+            fleet.stdin.close()
+        fleet.wait(30)
     result["load_average_after"] = os.getloadavg()[0]
     print(json.dumps(result, indent=2))
     return 0

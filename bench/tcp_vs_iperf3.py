@@ -2,8 +2,11 @@
 
 Two network namespaces joined by a veth pair; for each case the two tools take turns
 (iperf3, gpuprobe, iperf3, gpuprobe, ...) so that both see the same machine noise, and the
-medians and their ratio are printed as a Markdown table. Cases: one stream, four streams, and
-one stream over a link capped at 1 Gbit/s with `tc qdisc ... tbf`.
+medians and their ratio are printed as a Markdown table, with each tool's CPU seconds (both
+ends together) per Gbit moved. Cases: one stream (`iperf3 -P1`), four streams (`iperf3 -P4`),
+four streams against four iperf3 processes side by side (the machine's ceiling for four
+flows: iperf3 before 3.16 drives all its streams from one thread), and one stream over a link
+capped at 1 Gbit/s with `tc qdisc ... tbf`.
 
 Run as root from the repository root:  .venv/bin/python bench/tcp_vs_iperf3.py [--rounds 5]
 """
@@ -19,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 SERVER_IP, CLIENT_IP = "10.99.0.2", "10.99.0.1"
 
@@ -47,41 +51,56 @@ def veth_pair() -> Iterator[tuple[str, str]]:
         sh("ip", "netns", "del", b, check=False)
 
 
-def iperf3(a: str, b: str, streams: int, seconds: int) -> float:
-    server = subprocess.Popen(
-        ["ip", "netns", "exec", b, "iperf3", "-s", "-1", "-p", "5299"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+@dataclass(frozen=True)
+class Run:
+    """One measurement: bytes per second received, and CPU seconds (both ends) per Gbit."""
+
+    bytes_per_second: float
+    cpu_seconds_per_gbit: float
+
+
+def iperf3(a: str, b: str, streams: int, seconds: int, processes: int = 1) -> Run:
+    """`iperf3 -P streams`, or `processes` iperf3 clients of one stream each side by side."""
+    ports = [5299 + i for i in range(processes)]
+    servers = [
+        subprocess.Popen(
+            ["ip", "netns", "exec", b, "iperf3", "-s", "-1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for port in ports
+    ]
     try:
-        for _ in range(50):
-            probe = sh(
-                "ip",
-                "netns",
-                "exec",
-                a,
-                "iperf3",
-                "-c",
-                SERVER_IP,
-                "-p",
-                "5299",
-                "-t",
-                str(seconds),
-                "-P",
-                str(streams),
-                "-O",
-                "1",
-                "-J",
-                check=False,
+        time.sleep(0.3)  # the servers start listening
+        clients = [
+            subprocess.Popen(
+                [
+                    *("ip", "netns", "exec", a, "iperf3", "-c", SERVER_IP, "-p", str(port)),
+                    *("-t", str(seconds), "-P", str(streams), "-O", "1", "-J"),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
             )
-            result = json.loads(probe.stdout)
-            if "error" not in result:
-                return float(result["end"]["sum_received"]["bits_per_second"]) / 8
-            time.sleep(0.1)  # the server is not listening yet
-        raise RuntimeError("iperf3 did not run: " + str(result.get("error")))
+            for port in ports
+        ]
+        runs = []
+        for client in clients:
+            out, _ = client.communicate()
+            result = json.loads(out)
+            if "error" in result:
+                raise RuntimeError("iperf3 did not run: " + str(result["error"]))
+            rate = float(result["end"]["sum_received"]["bits_per_second"]) / 8
+            cpu = result["end"]["cpu_utilization_percent"]
+            # Percent of one core over the test, at each end: cores busy per Gbit/s.
+            cores = (cpu["host_total"] + cpu["remote_total"]) / 100
+            runs.append(Run(rate, cores / (rate * 8 / 1e9)))
+        total = sum(r.bytes_per_second for r in runs)
+        cores_used = sum(r.cpu_seconds_per_gbit * r.bytes_per_second * 8 / 1e9 for r in runs)
+        return Run(total, cores_used / (total * 8 / 1e9))
     finally:
-        server.kill()
-        server.wait()
+        for server in servers:
+            server.kill()
+            server.wait()
 
 
 PEER = f"""
@@ -95,11 +114,11 @@ else:
     port, token = int(sys.argv[2]), bytes.fromhex(sys.argv[3])
     streams, seconds = int(sys.argv[4]), float(sys.argv[5])
     result = send("{SERVER_IP}", port, token, streams=streams, duration=seconds, warmup=1.0)
-    print(result.bytes_per_second)
+    print(json.dumps(result.to_dict()))
 """
 
 
-def gpuprobe(a: str, b: str, streams: int, seconds: int) -> float:
+def gpuprobe(a: str, b: str, streams: int, seconds: int) -> Run:
     sink = subprocess.Popen(
         ["ip", "netns", "exec", b, sys.executable, "-c", PEER, "sink", str(streams)],
         stdout=subprocess.PIPE,
@@ -122,7 +141,8 @@ def gpuprobe(a: str, b: str, streams: int, seconds: int) -> float:
             str(streams),
             str(seconds),
         )
-        return float(out.stdout.strip())
+        result = json.loads(out.stdout)
+        return Run(result["bytes_per_second"], result["cpu_seconds_per_gbit"])
     finally:
         sink.kill()
         sink.wait()
@@ -135,10 +155,11 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with veth_pair() as (a, b):
-        for name, streams, capped in (
-            ("1 stream", 1, False),
-            ("4 streams", 4, False),
-            ("1 stream, tbf 1 Gbit/s", 1, True),
+        for name, streams, processes, capped in (
+            ("1 stream (iperf3 -P1)", 1, 1, False),
+            ("4 streams (iperf3 -P4)", 4, 1, False),
+            ("4 streams (4 iperf3 processes)", 4, 4, False),
+            ("1 stream, tbf 1 Gbit/s", 1, 1, True),
         ):
             if capped:
                 sh(
@@ -160,25 +181,37 @@ def main() -> None:
                     "latency",
                     "50ms",
                 )
-            ours, theirs = [], []
+            ours: list[Run] = []
+            theirs: list[Run] = []
+            # iperf3 -P4 is one client; four processes of one stream each are the ceiling.
+            theirs_streams = streams if processes == 1 else 1
             for i in range(args.rounds):
                 # Alternate who goes first, so neither always meets a warmer machine.
                 if i % 2:
                     ours.append(gpuprobe(a, b, streams, args.seconds))
-                    theirs.append(iperf3(a, b, streams, args.seconds))
+                    theirs.append(iperf3(a, b, theirs_streams, args.seconds, processes))
                 else:
-                    theirs.append(iperf3(a, b, streams, args.seconds))
+                    theirs.append(iperf3(a, b, theirs_streams, args.seconds, processes))
                     ours.append(gpuprobe(a, b, streams, args.seconds))
-            ratios = sorted(o / t for o, t in zip(ours, theirs, strict=True))
-            rows.append((name, statistics.median(theirs), statistics.median(ours), ratios))
+            rows.append((name, theirs, ours))
     print(f"{args.rounds} rounds of {args.seconds} s per tool and case, taking turns")
-    print("| case | iperf3 median | gpuprobe median | ratio of medians | paired ratios |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, theirs, ours, ratios in rows:
-        gbit = f"{theirs * 8 / 1e9:.2f} Gbit/s | {ours * 8 / 1e9:.2f} Gbit/s"
+    print(
+        "| case | iperf3 median | gpuprobe median | ratio of medians | paired ratios "
+        "| CPU s per Gbit, iperf3 / gpuprobe |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, theirs, ours in rows:
+        t = statistics.median(r.bytes_per_second for r in theirs)
+        o = statistics.median(r.bytes_per_second for r in ours)
+        ratios = sorted(
+            x.bytes_per_second / y.bytes_per_second for x, y in zip(ours, theirs, strict=True)
+        )
         q1, _median, q3 = statistics.quantiles(ratios, n=4)
         paired = f"median {statistics.median(ratios):.3f}, quartiles {q1:.3f}–{q3:.3f}"
-        print(f"| {name} | {gbit} | {ours / theirs:.3f} | {paired} |")
+        cpu_t = statistics.median(r.cpu_seconds_per_gbit for r in theirs)
+        cpu_o = statistics.median(r.cpu_seconds_per_gbit for r in ours)
+        gbit = f"{t * 8 / 1e9:.2f} Gbit/s | {o * 8 / 1e9:.2f} Gbit/s"
+        print(f"| {name} | {gbit} | {o / t:.3f} | {paired} | {cpu_t:.4f} / {cpu_o:.4f} |")
 
 
 if __name__ == "__main__":

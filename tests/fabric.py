@@ -117,6 +117,45 @@ class Fabric:
                 check=True,
             )
 
+    def cap_flows(self, node: int, rate: str, first_port: int = 40000, ports: int = 8) -> None:
+        """Cap each TCP connection that node `node` opens at `rate`: its connections take
+        source ports from `ports` ports at `first_port` only, and an HTB class of its own
+        holds each port to `rate` (other traffic is not held). N parallel streams then move N
+        times one stream's figure, if they add up; the link, not the CPU, is their limit."""
+        ns = self.node_ns[node - 1]
+
+        def tc(*args: str) -> None:
+            subprocess.run(["ip", "netns", "exec", ns, "tc", *args], check=True)
+
+        last = first_port + ports - 1
+        subprocess.run(
+            [
+                *("ip", "netns", "exec", ns, "sysctl", "-q", "-w"),
+                f"net.ipv4.ip_local_port_range={first_port} {last}",
+            ],
+            check=True,
+        )
+        tc("qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "9999")
+        for i in range(ports):
+            classid = f"1:{10 + i}"
+            tc(
+                "class",
+                "add",
+                "dev",
+                "eth0",
+                "parent",
+                "1:",
+                "classid",
+                classid,
+                "htb",
+                "rate",
+                rate,
+            )
+            tc(
+                *("filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "u32"),
+                *("match", "ip", "sport", str(first_port + i), "0xffff", "flowid", classid),
+            )
+
     def popen(self, node: int | None, *args: str, **kwargs: object) -> subprocess.Popen[str]:
         """Start a process in node `node`'s namespace (None: the bridge namespace)."""
         ns = self.bridge_ns if node is None else self.node_ns[node - 1]

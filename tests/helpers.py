@@ -45,3 +45,24 @@ def node_report(
     if time is not None:
         report.time = time
     return report
+
+
+class FakeClock:
+    """A host clock that moves only when a test says so (`host.clock = FakeClock(...)`)."""
+
+    def __init__(self, wall: float = 1_800_000_000.0, monotonic: float = 1000.0) -> None:
+        self.now = wall
+        self.ticks = monotonic
+
+    def wall(self) -> float:
+        """The set wall time."""
+        return self.now
+
+    def monotonic(self) -> float:
+        """The set monotonic time."""
+        return self.ticks
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks on by `seconds`."""
+        self.now += seconds
+        self.ticks += seconds

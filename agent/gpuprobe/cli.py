@@ -197,7 +197,7 @@ def _add_cluster_flags(parser: argparse.ArgumentParser, deadline: float) -> None
         required=True,
         metavar="T",
         help="agents: comma-separated HOST:PORT ([V6]:PORT) and dns:NAME:PORT (every address "
-        "NAME resolves to, e.g. a headless Service)",
+        "NAME resolves to, e.g. a headless Service); @FILE reads them from FILE",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument(
@@ -515,7 +515,7 @@ def _audit(args: argparse.Namespace) -> int:
     )
     report = audit(options)
     if args.json:
-        sys.stdout.write(report.to_json() + "\n")
+        sys.stdout.writelines(report.json_chunks())
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         sys.stdout.write(render_cluster(report, colour=colour))

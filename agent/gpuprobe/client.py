@@ -18,6 +18,7 @@ the read-only ones may too.
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,17 @@ from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 
 # Reports are a few kB per check; leave room for large nodes.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+# A client makes one call or a few on each channel, and an audit makes thousands of
+# channels: no channelz bookkeeping, retries, proxy lookup, bandwidth probes or shared
+# subchannel pool, which cost CPU per channel and give a short call nothing.
+CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
+    ("grpc.enable_channelz", 0),
+    ("grpc.enable_retries", 0),
+    ("grpc.enable_http_proxy", 0),
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.use_local_subchannel_pool", 1),
+)
 # Which parts of each check's data to convert: check name → keys (None: all of it).
 DataKeys = Mapping[str, convert.Keys | None]
 
@@ -128,30 +140,40 @@ class Client:
                 key=_read_pem(key_file, "--tls-key"),
                 server_name=server_name,
             )
-        options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
+        options = [*CHANNEL_OPTIONS]
         if credentials.server_name:
             options.append(("grpc.ssl_target_name_override", credentials.server_name))
         channel_credentials = credentials.channel_credentials
+        dialled = dial_target(target)
         if channel_credentials is not None:
-            self.channel = grpc.secure_channel(target, channel_credentials, options=options)
+            self.channel = grpc.secure_channel(dialled, channel_credentials, options=options)
         else:
-            self.channel = grpc.insecure_channel(target, options=options)
+            self.channel = grpc.insecure_channel(dialled, options=options)
         self.target = target
         self.credentials = credentials
         self._stub = pb_grpc.NodeDiagnosticsStub(self.channel)  # type: ignore[no-untyped-call]
         self._metadata = credentials.metadata
 
-    def get_report_message(self, timeout: float = 10.0) -> pb.NodeReport:
-        """The agent's cached report as the proto message (with per-check times)."""
+    def get_report_message(
+        self, timeout: float = 10.0, view: pb.ReportView = pb.REPORT_VIEW_FULL
+    ) -> pb.NodeReport:
+        """The agent's cached report as the proto message (with per-check times); `view`
+        REPORT_VIEW_SUMMARY asks for its summary view (an agent without views sends the
+        whole report)."""
         response: pb.GetReportResponse = self._stub.GetReport(
-            pb.GetReportRequest(), timeout=timeout, metadata=self._metadata
+            pb.GetReportRequest(view=view), timeout=timeout, metadata=self._metadata
         )
         return response.report
 
-    def get_report(self, timeout: float = 10.0, data: DataKeys | None = None) -> NodeReport:
+    def get_report(
+        self,
+        timeout: float = 10.0,
+        data: DataKeys | None = None,
+        view: pb.ReportView = pb.REPORT_VIEW_FULL,
+    ) -> NodeReport:
         """The agent's cached report; `data` converts only the named checks' data keys
         (the rest is left empty), for tools that read a few facts of many agents."""
-        return convert.report_from_proto(self.get_report_message(timeout), data)
+        return convert.report_from_proto(self.get_report_message(timeout, view), data)
 
     def findings(self, timeout: float = 10.0) -> Iterator[tuple[str, Finding]]:
         """Each finding of the agent's cached report, with the name of its check."""
@@ -230,15 +252,30 @@ class Fetched:
     seconds: float = 0.0
 
 
+def dial_target(target: str) -> str:
+    """The gRPC target that dials `target` (host:port): an IP address goes through gRPC's
+    `ipv4:`/`ipv6:` scheme, which skips the DNS resolver a name needs (a thread hop per
+    channel); a name is dialled as it is."""
+    host, sep, _ = target.rpartition(":")
+    if not sep:
+        return target
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return target
+    return f"ipv{address.version}:{target}"
+
+
 def fetch_report(
     target: str,
     credentials: Credentials,
     timeout: float,
     data: DataKeys | None = None,
+    view: pb.ReportView = pb.REPORT_VIEW_FULL,
 ) -> Fetched:
     """GetReport from one agent within `timeout` seconds (connecting included); a failed
     call, or an answer that is not a report, comes back as `unreachable` with its reason,
-    never as an exception."""
+    never as an exception. `view` REPORT_VIEW_SUMMARY asks for the summary view."""
     started = time.monotonic()
 
     def failed(unreachable: Unreachable) -> Fetched:
@@ -246,7 +283,7 @@ def fetch_report(
 
     try:
         with Client(target, credentials=credentials) as client:
-            message = client.get_report_message(timeout)
+            message = client.get_report_message(timeout, view)
         report = convert.report_from_proto(message, data)
     except grpc.RpcError as exc:
         return failed(explain(exc, timeout, credentials.tls))

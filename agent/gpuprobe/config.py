@@ -279,6 +279,9 @@ class ServeConfig:
     calls_per_minute: float = 6.0
     # At most this many WatchReports streams at once.
     max_watchers: int = 16
+    # The most threads each end of a TCP bandwidth test uses on this node (its CPU budget);
+    # unset: one per stream, up to the cores the agent may use.
+    bandwidth_threads: int | None = None
 
     def __post_init__(self) -> None:
         positive = [
@@ -299,6 +302,10 @@ class ServeConfig:
                 raise ConfigError(f"{key}: {count} must be at least 1")
             if count > most:
                 raise ConfigError(f"{key}: {count} is more than {most}")
+        if self.bandwidth_threads is not None and not 1 <= self.bandwidth_threads <= 64:
+            raise ConfigError(
+                f"bandwidth_threads: {self.bandwidth_threads} is not between 1 and 64"
+            )
 
     def interval(self, check: str, active: bool) -> float:
         """How often the named check runs, in seconds."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuprobe.config import Config
 from gpuprobe.gpu.devices import gpu_count
+from gpuprobe.gpu.driver import kernel_module
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
@@ -25,8 +26,6 @@ def is_kubernetes_node(host: Host, config: Config) -> bool:
 
 def loaded_driver_version(host: Host) -> str | None:
     """The driver version in use: NVML's, else the loaded kernel module's; None when neither."""
-    from gpuprobe.checks.driver import kernel_module
-
     if host.nvml.init_error is None:
         try:
             version = str(host.nvml.call("nvmlSystemGetDriverVersion")).strip()

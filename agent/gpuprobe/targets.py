@@ -66,12 +66,38 @@ class Discovery:
     failures: list[DnsFailure] = field(default_factory=list)
 
 
+# A targets file: at most this many bytes (a million agents' addresses fit in it).
+MAX_TARGETS_FILE_BYTES = 64 * 1024 * 1024
+
+
 def parse_targets(text: str) -> list[TargetSpec]:
-    """The entries of a `--targets` value; raises UsageError for a malformed one."""
-    entries = [e.strip() for e in text.split(",")]
+    """The entries of a `--targets` value; raises UsageError for a malformed one. An entry
+    `@FILE` stands for the entries in FILE (whitespace, commas or newlines between them, `#`
+    to the end of a line a comment): an inventory of thousands of agents is longer than one
+    command-line argument may be."""
+    entries = []
+    for entry in (e.strip() for e in text.split(",")):
+        entries += _read_targets_file(entry[1:]) if entry.startswith("@") else [entry]
     if not any(entries):
         raise UsageError("--targets names no agent")
     return [parse_target(e) for e in entries if e]
+
+
+def _read_targets_file(path: str) -> list[str]:
+    """The entries a targets file lists; raises UsageError."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TARGETS_FILE_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"--targets @{path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_TARGETS_FILE_BYTES:
+        raise UsageError(f"--targets @{path}: larger than {MAX_TARGETS_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"--targets @{path}: not UTF-8 text") from None
+    lines = (line.partition("#")[0] for line in text.splitlines())
+    return [e for line in lines for e in line.replace(",", " ").split()]
 
 
 def parse_target(entry: str) -> TargetSpec:

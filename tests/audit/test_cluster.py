@@ -3,6 +3,7 @@ status and exit status (with --fail-on)."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -178,3 +179,22 @@ def test_only_unreachable_targets_is_unknown() -> None:
 )
 def test_exit_status_and_fail_on(status: Status, fail_on: Status | None, code: int) -> None:
     assert exit_code(status, fail_on) == code
+
+
+def test_the_streamed_json_is_the_report_with_a_node_on_each_line() -> None:
+    fetched = [
+        Fetched("10.0.0.1:50051", node("synthetic-h100-8gpu-healthy", "gpu-1"), "0.1.0"),
+        Fetched("10.0.0.2:50051", node("synthetic-driver-too-old", "gpu-2"), "0.1.0"),
+        Fetched("10.0.0.3:50051", None, unreachable=Unreachable(Failure.REFUSED, "refused")),
+    ]
+    cluster = build(fetched)
+    text = "".join(cluster.json_chunks())
+    assert json.loads(text) == cluster.to_dict()
+    lines = text.splitlines()
+    assert [json.loads(line.strip().rstrip(","))["target"] for line in lines[2:5]] == [
+        "10.0.0.1:50051",
+        "10.0.0.2:50051",
+        "10.0.0.3:50051",
+    ]
+    empty = "".join(build([]).json_chunks())
+    assert json.loads(empty) == build([]).to_dict()

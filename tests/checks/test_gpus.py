@@ -10,7 +10,7 @@ from gpuprobe.gpu import own_load
 from gpuprobe.gpu.own_load import own_gpu_test, own_gpu_test_running
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
-from helpers import codes, config, run_check, snapshot
+from helpers import FakeClock, codes, config, run_check, snapshot
 
 UUID = "GPU-5f1c{0:04x}-8e2b-4c1d-9a7e-{0:012x}"
 
@@ -204,31 +204,27 @@ def test_idle_gpus_are_a_fact_in_one_shot_check() -> None:
     assert result.data["gpus"][0]["idle_seconds"] is None
 
 
-def test_gpu_idle_fires_in_the_daemon_once_the_window_has_passed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_gpu_idle_fires_in_the_daemon_once_the_window_has_passed() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))  # one host: memory carries over
     cfg = config(gpus={"idle_window_seconds": 600})
-    now = [1_800_000_000.0]
-    monkeypatch.setattr(gpus, "clock", lambda: now[0])
+    host.clock = clock = FakeClock()
     assert gpus.run(host, cfg).findings == []
-    now[0] += 599
+    clock.advance(599)
     first = gpus.run(host, cfg)
     assert first.findings == []
     assert first.data["gpus"][6]["idle_seconds"] == 599.0
-    now[0] += 2
+    clock.advance(2)
     result = gpus.run(host, cfg)
     assert codes(result) == [("GPU_IDLE", "WARNING", "NONE", gpu(6))]
     assert result.data["gpus"][6]["idle_seconds"] == 601.0
     assert "no process and no utilization for 10 min" in result.findings[0].message
 
 
-def test_gpu_idle_clock_restarts_when_the_gpu_gets_work(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_idle_clock_restarts_when_the_gpu_gets_work() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))  # GPU 7 gets a job after one look
-    now = [1_800_000_000.0]
-    monkeypatch.setattr(gpus, "clock", lambda: now[0])
+    host.clock = clock = FakeClock()
     assert gpus.run(host, Config()).data["gpus"][7]["idle"] is True
-    now[0] += 3601
+    clock.advance(3601)
     result = gpus.run(host, Config())
     assert codes(result) == [("GPU_IDLE", "WARNING", "NONE", gpu(6))]
     busy = result.data["gpus"][7]
@@ -237,14 +233,11 @@ def test_gpu_idle_clock_restarts_when_the_gpu_gets_work(monkeypatch: pytest.Monk
     assert "GPU-5f1c0007-8e2b-4c1d-9a7e-000000000007" not in host.memory.of("gpus")["idle_since"]
 
 
-def test_gpuprobes_own_nccl_test_neither_ends_nor_starts_an_idle_stretch(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_gpuprobes_own_nccl_test_neither_ends_nor_starts_an_idle_stretch() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))  # GPU 7 is busy at the second look
-    now = [1_800_000_000.0]
-    monkeypatch.setattr(gpus, "clock", lambda: now[0])
+    host.clock = clock = FakeClock()
     assert gpus.run(host, Config()).data["gpus"][7]["idle"] is True
-    now[0] += 3601
+    clock.advance(3601)
     with own_gpu_test(host):  # the load is gpuprobe's own test, not a tenant's job
         result = gpus.run(host, Config())
     assert codes(result) == [
@@ -256,18 +249,15 @@ def test_gpuprobes_own_nccl_test_neither_ends_nor_starts_an_idle_stretch(
     assert [g["idle_seconds"] for g in facts[:6]] == [None] * 6  # busy before: still not idle
 
 
-def test_the_load_counts_as_gpuprobes_own_a_little_after_its_test_ends(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_load_counts_as_gpuprobes_own_a_little_after_its_test_ends() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))
-    ticks = [1000.0]
-    monkeypatch.setattr(own_load.time, "monotonic", lambda: ticks[0])
+    host.clock = clock = FakeClock()
     assert not own_gpu_test_running(host)
     with own_gpu_test(host):
         assert own_gpu_test_running(host)
-    ticks[0] += own_load.TRAILING_SECONDS - 0.1  # NVML's utilization sample still shows it
+    clock.advance(own_load.TRAILING_SECONDS - 0.1)  # NVML's utilization sample still shows it
     assert own_gpu_test_running(host)
-    ticks[0] += 0.2
+    clock.advance(0.2)
     assert not own_gpu_test_running(host)
 
 

@@ -13,11 +13,12 @@ import pytest
 
 from conftest import gpuprobe, require_root
 from gpuprobe.checks import xid
+from gpuprobe.checks.xid import persist
+from gpuprobe.checks.xid.state import StateError, state_path
 from gpuprobe.config import Config
-from gpuprobe.gpu.xid_state import StateError, state_path
 from gpuprobe.host import live_host, snapshot_host
 from gpuprobe.report import Status
-from helpers import codes, config, run_check, snapshot
+from helpers import FakeClock, codes, config, run_check, snapshot
 
 UUID = "GPU-5f1c{0:04x}-8e2b-4c1d-9a7e-{0:012x}"
 BOOT_ID = "3f0c5a8e-6a1d-4f0b-9a57-2b8c1e7d4f10"
@@ -113,6 +114,36 @@ def test_hardware_xids_are_critical_and_counted_once_across_kern_log_and_syslog(
     assert "nvidia-smi -r -i 2" in xid48.message
     assert xid48.message.endswith(
         "(reported until the node reboots or `gpuprobe clear-xid` clears it)"
+    )
+
+
+def test_xid_63_says_the_row_remap_is_pending_until_the_next_reset() -> None:
+    # The driver says "reset gpu to activate"; NVIDIA's catalog files 63 under IGNORE: a row
+    # was recorded for remapping and takes effect at the GPU's next reset. One instruction.
+    result = run_check("xid", "synthetic-xid-critical")
+    xid63 = next(f for f in result.findings if "Xid 63" in f.message)
+    assert (xid63.severity.value, xid63.action.value) == ("WARNING", "NONE")
+    assert "reset gpu to activate" in xid63.message  # the driver's own words, quoted
+    assert xid63.message.endswith(
+        ": row remapping is pending: the remap takes effect at the GPU's next reset "
+        "(nvidia-smi -r -i 2 once it is drained, or a reboot)"
+    )
+    assert "nothing to do" not in xid63.message
+
+
+def test_xid_63_on_a_gpu_that_retires_pages_says_so(tmp_path: Path) -> None:
+    # Before Ampere, Xid 63 is a retired page (NVIDIA, "Dynamic Page Retirement": "XID 63
+    # Dynamic Page Retirement: New retired page, reload the driver to activate.").
+    path = copy_snapshot("synthetic-h100-8gpu-healthy", tmp_path)
+    line = (
+        "NVRM: Xid (PCI:0000:ab:00): 63, Dynamic Page Retirement: New retired page, reload "
+        "the driver to activate. (0x00000000000123a0)\n"
+    )
+    (path / "rootfs/var/log/kern.log").write_text(line)
+    (finding,) = xid.run(snapshot_host(str(path)), Config()).findings
+    assert finding.message.endswith(
+        ": page retirement is pending: the retired page takes effect when the driver reloads "
+        "or the GPU resets (nvidia-smi -r -i 5 once it is drained, or a reboot)"
     )
 
 
@@ -252,20 +283,14 @@ def test_a_new_boot_clears_what_the_last_boot_left(tmp_path: Path) -> None:
     assert result.data["boot_id"] == "a-new-boot"
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
-    now = [1_800_000_000.0]
-    monkeypatch.setattr(xid, "clock", lambda: now[0])
-    yield now
-
-
-def test_warnings_expire_after_their_window_in_the_daemon(clock: list[float]) -> None:
+def test_warnings_expire_after_their_window_in_the_daemon() -> None:
     host = snapshot_host(snapshot("synthetic-xid-app"))
+    host.clock = clock = FakeClock()
     cfg = config(xid={"warning_window_seconds": 600})
     assert len(xid.run(host, cfg).findings) == 4
-    clock[0] += 600
+    clock.advance(600)
     assert len(xid.run(host, cfg).findings) == 4
-    clock[0] += 1
+    clock.advance(1)
     result = xid.run(host, cfg)
     assert result.findings == []
     assert [x["active"] for x in result.data["xids"]] == [False] * 4
@@ -274,10 +299,11 @@ def test_warnings_expire_after_their_window_in_the_daemon(clock: list[float]) ->
     )
 
 
-def test_critical_xids_are_sticky_past_the_window(clock: list[float]) -> None:
+def test_critical_xids_are_sticky_past_the_window() -> None:
     host = snapshot_host(snapshot("synthetic-xid-critical"))
+    host.clock = clock = FakeClock()
     xid.run(host, Config())
-    clock[0] += 86400
+    clock.advance(86400)
     result = xid.run(host, Config())
     assert codes(result) == [
         ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
@@ -423,7 +449,7 @@ def machine_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     sticky XID of synthetic-xid-critical made in the snapshot's own boot."""
     directory = tmp_path / "machine-state"
     directory.mkdir()
-    monkeypatch.setattr(xid, "DEFAULT_STATE_DIR", str(directory))
+    monkeypatch.setattr(persist, "DEFAULT_STATE_DIR", str(directory))
     assert (
         xid.clear(snapshot_host(snapshot("synthetic-xid-critical")), state_config(directory)) == 3
     )

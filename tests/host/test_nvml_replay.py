@@ -12,7 +12,7 @@ import pytest
 
 from conftest import SNAPSHOTS, schema
 from gpuprobe.errors import SnapshotError
-from gpuprobe.host.nvml import NvmlError, NvmlEvent, RecordingNvml, ReplayNvml
+from gpuprobe.host.nvml import NvmlError, NvmlEvent, RecordingNvml, ReplayNvml, load_record
 
 
 def record(*calls: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def test_corrupt_records_are_one_clear_error(tmp_path: Path, content: str, messa
     path = tmp_path / "nvml.json"
     path.write_bytes(content.encode("latin-1"))
     with pytest.raises(SnapshotError) as exc:
-        ReplayNvml.from_file(str(path))
+        ReplayNvml(load_record(str(path)))
     assert message in str(exc.value)
     assert "\n" not in str(exc.value)
 

@@ -381,3 +381,58 @@ def test_the_rdma_device_flag_takes_distinct_names(devices: str, message: str) -
     )
     assert done.returncode == 64
     assert done.stderr.count("\n") == 1 and message in done.stderr
+
+
+def test_a_tcp_test_reports_both_ends_cpu_and_which_end_capped_it(agents: list[str]) -> None:
+    peers, _ = identify(fetched(agents))
+    request = pb.MeasureBandwidthRequest(peer=peers[1].target, transport="tcp", streams=2)
+    request.duration.FromTimedelta(timedelta(seconds=0.5))
+    request.warmup.FromTimedelta(timedelta(seconds=0.1))
+    with connect(peers[0].target) as client:
+        response = client.measure_bandwidth(request, timeout=30)
+    threads = min(2, len(os.sched_getaffinity(0)))
+    assert response.sender_cpu.threads == threads and response.sink_cpu.threads == threads
+    assert response.sender_cpu.cpu_seconds > 0 and response.sink_cpu.cpu_seconds > 0
+    spent = response.sender_cpu.cpu_seconds + response.sink_cpu.cpu_seconds
+    assert response.cpu_seconds_per_gbit == pytest.approx(spent / (response.bytes * 8 / 1e9))
+    expected = (
+        "sender"
+        if response.sender_cpu.cpu_limited
+        else "sink"
+        if response.sink_cpu.cpu_limited
+        else ""
+    )
+    assert response.cpu_limited_side == expected
+
+
+class Answering:
+    """A client whose MeasureBandwidth answers a fixed response: which end capped the test."""
+
+    def __init__(self, side: str) -> None:
+        self.side = side
+
+    def __enter__(self) -> Answering:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def measure_bandwidth(
+        self, request: pb.MeasureBandwidthRequest, timeout: float
+    ) -> pb.MeasureBandwidthResponse:
+        return pb.MeasureBandwidthResponse(
+            peer="", transport="tcp", bytes_per_second=1e9, cpu_limited_side=self.side
+        )
+
+
+@pytest.mark.parametrize(
+    ("side", "blamed"), [("sender", ["n1", "n2"]), ("sink", ["n2", "n1"]), ("", [None, None])]
+)
+def test_the_end_that_capped_a_test_is_named_on_its_link(side: str, blamed: list[str]) -> None:
+    peers = [Peer("127.0.0.1:1", "n1"), Peer("127.0.0.1:2", "n2")]
+    options = MeshOptions(seconds=0.1, warmup=0.0, thresholds=CALM)
+    result = run_mesh(peers, options, lambda target: Answering(side))  # type: ignore[arg-type, return-value]
+    links = sorted(result.links, key=lambda link: link.source)
+    assert [(link.source, link.cpu_limited_by) for link in links] == list(
+        zip(["n1", "n2"], blamed, strict=True)
+    )

@@ -119,3 +119,50 @@ def test_an_unreachable_node_is_named_once_across_rails() -> None:
     assert [(f.code, f.resource) for f in blame(judge(failed, Thresholds()))] == [
         ("PEER_UNREACHABLE", "peer:b")
     ]
+
+
+def test_a_link_low_because_its_test_ran_out_of_cpu_is_not_called_low() -> None:
+    """d's links look low, but d's CPU capped each of d's tests: the links stay OK, and d is
+    named for its CPU, not its NIC."""
+    measured = [
+        Link(a, b, "tcp", rate, cpu_limited_by="d" if "d" in (a, b) else None)
+        for (a, b), rate in {
+            ("a", "b"): 3.0 * GB,
+            ("b", "c"): 3.0 * GB,
+            ("c", "a"): 3.0 * GB,
+            ("a", "d"): 1.0 * GB,
+            ("d", "b"): 1.1 * GB,
+        }.items()
+    ]
+    judged = judge(measured, Thresholds())
+    assert all(link.verdict == OK for link in judged)
+    assert [(link.source, link.target) for link in judged if link.cpu_capped] == [
+        ("a", "d"),
+        ("d", "b"),
+    ]
+    findings = blame(judged)
+    assert [(f.code, f.severity.value, f.action.value, f.resource) for f in findings] == [
+        ("BANDWIDTH_TEST_CPU_LIMITED", "UNKNOWN", "NONE", "peer:d")
+    ]
+    assert findings[0].message.startswith(
+        "d's CPU, not the link, capped the test of a → d at 8.0 Gbit/s, d → b at 8.8 Gbit/s (tcp)"
+    )
+    assert judged[3].to_dict()["cpu_limited_by"] == "d"
+
+
+def test_cpu_bound_tests_that_look_fine_raise_nothing() -> None:
+    """Between namespaces every test is CPU-bound; only the ones that look low are named."""
+    measured = [
+        Link(a, b, "tcp", 3.0 * GB, cpu_limited_by=a)
+        for a, b in [("a", "b"), ("b", "c"), ("c", "a")]
+    ]
+    judged = judge(measured, Thresholds())
+    assert all(link.verdict == OK and not link.cpu_capped for link in judged)
+    assert blame(judged) == []
+
+
+def test_a_link_below_the_floor_with_a_cpu_bound_test_is_not_blamed_on_the_link() -> None:
+    measured = [Link("a", "b", "tcp", 1.0 * GB, cpu_limited_by="a")]
+    judged = judge(measured, Thresholds(floor_bytes_per_second=2 * GB))
+    assert judged[0].verdict == OK and judged[0].cpu_capped
+    assert [f.code for f in blame(judged)] == ["BANDWIDTH_TEST_CPU_LIMITED"]

@@ -3,6 +3,7 @@ that never runs a check twice at once, and the store that tells watchers of chan
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -11,6 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from conftest import snapshot
+from gpuprobe.checks import xid
 from gpuprobe.checks.runner import STAGGER_SECONDS
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
@@ -263,6 +265,28 @@ def test_the_store_counts_a_change_only_when_a_status_or_finding_changes() -> No
     assert [s.change for s in (s1, s2, s3, s4, s5)] == [1, 1, 2, 2, 3]
     assert s5.report is not None and [c.name for c in s5.report.checks] == ["a", "b"]
     assert s5.runs == {"a": 4, "b": 1}
+
+
+def test_the_report_changed_line_names_each_finding_once_and_xids_by_number(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # GPU 6 has Xid 119 and Xid 154, both CRITICAL RESET_GPU on the same resource: the line
+    # must tell them apart, and say each once.
+    executor = CheckExecutor(
+        snapshot_host(snapshot("synthetic-xid-critical")), Config(), {"xid": xid.run}
+    )
+    scheduler = Scheduler(executor, ReportStore("n", ["xid"]), [], 0.0, ["xid"])
+    with caplog.at_level(logging.INFO, logger="gpuprobe.serve"):
+        scheduler.run_now(["xid"])
+    (changed,) = [r for r in caplog.records if r.getMessage() == "report changed"]
+    gpu2 = "gpu:2:GPU-5f1c0002-8e2b-4c1d-9a7e-000000000002"
+    gpu6 = "gpu:6:GPU-5f1c0006-8e2b-4c1d-9a7e-000000000006"
+    assert changed.findings == [  # type: ignore[attr-defined]
+        f"xid:XID 48:{gpu2}",
+        f"xid:XID 63:{gpu2}",
+        f"xid:XID 119:{gpu6}",
+        f"xid:XID 154:{gpu6}",
+    ]
 
 
 def test_watchers_wake_on_change_and_time_out_otherwise() -> None:

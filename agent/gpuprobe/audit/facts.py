@@ -15,36 +15,11 @@ from typing import Any
 
 from gpuprobe.client import DataKeys
 from gpuprobe.report import Action, NodeReport
+from gpuprobe.report_view import SUMMARY_DATA
 
 # The parts of the checks' data the functions below read; the audit converts only these.
-DATA_KEYS: DataKeys = {
-    "driver": {"driver_version": None, "cuda_driver_version": None},
-    "gpus": {
-        "gpus_on_pci_bus": None,
-        "gpus_seen_by_nvml": None,
-        "gpus": {"index": None, "name": None, "lost": None, "idle": None},
-    },
-    "mig": {
-        "gpus": {
-            "index": None,
-            "lost": None,
-            "mig_mode_current": None,
-            "gpu_instances": {"compute_instances": {"profile": None}},
-        }
-    },
-    "toolkit": {
-        "gpus": None,
-        "toolkit_installed": None,
-        "toolkit_config": {"mode": None},
-        "engines": {
-            "flavor": None,
-            "default_runtime": None,
-            "in_use": None,
-            "runs_gpu_containers": None,
-        },
-    },
-    "sharing": {"strategy": None, "resources": {"schedulable_units": None}},
-}
+# They are the summary view's facts, which an agent sends when asked for the summary.
+DATA_KEYS: DataKeys = SUMMARY_DATA
 # Findings whose action is one of these leave a GPU healthy: nothing to do (an idle GPU, an
 # informational XID), or the application's fault (XID 13, 31, 43: restart the app).
 HEALTHY_ACTIONS = frozenset({Action.NONE, Action.RESTART_APP})

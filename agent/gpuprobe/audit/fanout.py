@@ -11,12 +11,16 @@ time hold a thread) cost that deadline once, never once per round.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import TypeVar
 
 from gpuprobe.client import Credentials, DataKeys, Fetched, fetch_report
 from gpuprobe.unreachable import Failure, Unreachable, agents, no_answer
+from gpuprobe.v1 import diagnostics_pb2 as pb
+
+T = TypeVar("T")
 
 DEFAULT_DEADLINE_SECONDS = 5.0
 DEFAULT_CONCURRENCY = 64
@@ -30,9 +34,30 @@ def fetch_all(
     deadline: float = DEFAULT_DEADLINE_SECONDS,
     concurrency: int = DEFAULT_CONCURRENCY,
     data: DataKeys | None = None,
+    view: pb.ReportView = pb.REPORT_VIEW_FULL,
 ) -> list[Fetched]:
     """Every target's report (or why there is none), in the order of `targets`, within
     `deadline` seconds for all of them."""
+    return fetch_each(targets, credentials, _kept, deadline, concurrency, data, view)
+
+
+def _kept(fetched: Fetched) -> Fetched:
+    return fetched
+
+
+def fetch_each(
+    targets: Sequence[str],
+    credentials: Credentials,
+    each: Callable[[Fetched], T],
+    deadline: float = DEFAULT_DEADLINE_SECONDS,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    data: DataKeys | None = None,
+    view: pb.ReportView = pb.REPORT_VIEW_FULL,
+) -> list[T]:
+    """What `each` makes of every target's report (or of why there is none), in the order of
+    `targets`, within `deadline` seconds for all of them. `each` runs in the thread that
+    fetched the report, as soon as it came: a caller that keeps only a digest of each report
+    never holds thousands of whole reports at once."""
     if not targets:
         return []
     end = time.monotonic() + deadline
@@ -43,7 +68,7 @@ def fetch_all(
         if left <= 0:
             return Fetched(target, None, unreachable=not_asked(deadline, workers))
         whole = left >= deadline - LATE
-        fetched = fetch_report(target, credentials, left, data)
+        fetched = fetch_report(target, credentials, left, data, view)
         if fetched.unreachable and fetched.unreachable.failure == Failure.TIMEOUT:
             # name the deadline the operator gave; a target asked late had only part of it
             late = None if whole else (left, workers)
@@ -51,7 +76,7 @@ def fetch_all(
         return fetched
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="audit") as pool:
-        return list(pool.map(ask, targets))
+        return list(pool.map(lambda target: each(ask(target)), targets))
 
 
 def not_asked(deadline: float, workers: int) -> Unreachable:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpuprobe.audit.cluster import ClusterReport, build
+from gpuprobe.audit.cluster import ClusterReport, audited, build_from
 from gpuprobe.audit.facts import DATA_KEYS
-from gpuprobe.audit.fanout import DEFAULT_CONCURRENCY, DEFAULT_DEADLINE_SECONDS, fetch_all
+from gpuprobe.audit.fanout import DEFAULT_CONCURRENCY, DEFAULT_DEADLINE_SECONDS, fetch_each
 from gpuprobe.client import Credentials
 from gpuprobe.targets import Resolver, TargetSpec, discover
+from gpuprobe.v1 import diagnostics_pb2 as pb
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,14 @@ def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterRep
     """Resolve the targets, ask every agent for its report, and build the cluster report.
     Takes at most one deadline for DNS plus one for the agents, however many."""
     found = discover(options.targets, options.deadline, resolver)
-    fetched = fetch_all(
-        found.addresses, options.credentials, options.deadline, options.concurrency, DATA_KEYS
+    # Each agent's summary view, digested as it comes: the audit holds no whole report.
+    nodes = fetch_each(
+        found.addresses,
+        options.credentials,
+        audited,
+        options.deadline,
+        options.concurrency,
+        DATA_KEYS,
+        pb.REPORT_VIEW_SUMMARY,
     )
-    return build(fetched, found.failures)
+    return build_from(nodes, found.failures)

@@ -41,7 +41,6 @@ from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "cdi"
 SPEC_SUFFIXES = (".json", ".yaml")
-CDI_DEVICE_LIST_STRATEGIES = ("cdi-annotations", "cdi-cri")
 # The device plugin's own CDI kind and spec file (k8s-device-plugin internal/cdi: vendor
 # k8s.device-plugin.nvidia.com, class gpu, saved as /var/run/cdi/<vendor>-<class>.json).
 PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprobe.config import Config
+from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
     DevicePluginConfig,
@@ -70,8 +71,8 @@ def run(host: Host, config: Config) -> CheckResult:
     findings: list[Finding] = []
     plugin = None
     loaded = device_plugin_config(host, config)
-    if isinstance(loaded, Finding):
-        findings.append(loaded)
+    if isinstance(loaded, FileProblem):
+        findings.append(config_invalid(loaded))
     elif loaded is not None:
         plugin = loaded
         data["config"] = plugin.to_data()
@@ -89,6 +90,19 @@ def run(host: Host, config: Config) -> CheckResult:
     if plugin:
         summary += f" (MIG strategy {plugin.mig_strategy}, sharing {plugin.sharing_strategy})"
     return CheckResult(NAME, summary, findings, data)
+
+
+def config_invalid(problem: FileProblem) -> Finding:
+    """CONFIG_INVALID for the plugin's configuration file: it cannot be read or parsed, or a
+    value has the wrong type."""
+    why = problem.problem.removeprefix("is invalid: ").removeprefix("is ")
+    return Finding(
+        "CONFIG_INVALID",
+        Severity.WARNING,
+        f"the NVIDIA device plugin configuration {problem.path} is invalid: {why}",
+        Action.FIX_CONFIG,
+        f"file:{problem.path}",
+    )
 
 
 def _not_registered(socket_dir: str, kubelet_socket: bool) -> Finding:

@@ -8,73 +8,22 @@ table in `gpuprobe.gpu.cuda`).
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Any
 
 from gpuprobe.config import Config
 from gpuprobe.gpu import cuda
+from gpuprobe.gpu.driver import KernelModule, kernel_module, library_versions
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
-from gpuprobe.host.fs import HostFS
 from gpuprobe.host.nvml import NvmlError
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status
 
 NAME = "driver"
-MODULE_VERSION_FILE = "/proc/driver/nvidia/version"
-# Where libnvidia-ml lies on Debian/Ubuntu, RHEL-likes, arm64, and in the GPU Operator's
-# driver container (its root is mounted at /run/nvidia/driver on the host).
-LIBRARY_DIRS = (
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-    "/usr/lib",
-    "/run/nvidia/driver/usr/lib/x86_64-linux-gnu",
-    "/run/nvidia/driver/usr/lib/aarch64-linux-gnu",
-    "/run/nvidia/driver/usr/lib64",
-)
-_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
 # nvmlInit errors that only a present driver gives: the library reached the loaded kernel
 # module (LibRmVersionMismatch: it read the module's version; NoPermission: /dev/nvidiactl
 # exists but is closed to the agent). The module loads only when it finds an NVIDIA GPU, so
 # GPUs are there even when the PCI bus is not in view (a snapshot of nvml.json alone).
 DRIVER_ANSWERED = frozenset({"LibRmVersionMismatch", "NoPermission"})
-
-
-@dataclass(frozen=True)
-class KernelModule:
-    """The loaded NVIDIA kernel module: its version, and whether it is the open one."""
-
-    version: str
-    open: bool
-
-
-def kernel_module(fs: HostFS) -> KernelModule | None:
-    """The loaded module from /proc/driver/nvidia/version; None when it is not loaded.
-
-    The first line reads `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ...` or
-    `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build ...`.
-    """
-    text = fs.try_read_text(MODULE_VERSION_FILE)
-    if not text:
-        return None
-    first = text.splitlines()[0]
-    _, _, after = first.partition("Kernel Module")
-    match = _VERSION.search(after)
-    if match is None:
-        return None
-    return KernelModule(match.group(0), open=" Open " in first)
-
-
-def library_versions(fs: HostFS) -> list[str]:
-    """The versions of every `libnvidia-ml.so.<version>` file in the usual library dirs."""
-    found = set()
-    for directory in LIBRARY_DIRS:
-        for path in fs.glob(f"{directory}/libnvidia-ml.so.*.*"):
-            suffix = path.rsplit("libnvidia-ml.so.", 1)[1]
-            if _VERSION.fullmatch(suffix):
-                found.add(suffix)
-    return sorted(found, key=cuda.parse_version)
 
 
 def run(host: Host, config: Config) -> CheckResult:

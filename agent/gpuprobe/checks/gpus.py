@@ -4,7 +4,8 @@ Counts the NVIDIA GPUs on the PCI bus (the ground truth), holds NVML's count and
 expected count against it, and lists each GPU's identity: index, UUID, name, serial, PCI bus
 id, memory, persistence and compute mode. A GPU NVML reports lost is named while the others
 are still reported. Each GPU's health (ECC, remapped rows, PCIe, NVLink, fabric, clock event
-reasons, temperature, power, load, processes) is read and judged by `gpuprobe.gpu.health`.
+reasons, temperature, power, load, processes) is read by `gpuprobe.gpu.health` and judged
+by `gpuprobe.checks.gpu_health`.
 
 Idle GPUs: the check remembers (in `host.memory`) since when each GPU has been idle, so the
 daemon raises GPU_IDLE once one stays idle past `gpus.idle_window_seconds`; a one-shot check
@@ -13,13 +14,12 @@ has no history and only reports idleness in `data`.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
+from gpuprobe.checks.gpu_health import health_findings, idle_finding
 from gpuprobe.config import Config
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
-from gpuprobe.gpu.health import FABRIC_MANAGER, health_findings, idle_finding, read_health
+from gpuprobe.gpu.health import FABRIC_MANAGER, read_health
 from gpuprobe.gpu.own_load import own_gpu_test_running
 from gpuprobe.gpu.pci import PciDevice, normalize_bus_id, nvidia_devices
 from gpuprobe.host import Host
@@ -27,8 +27,6 @@ from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_
 
 NAME = "gpus"
 COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "ExclusiveProcess"}
-# The idle clock (seconds); tests replace it to step through time.
-clock: Callable[[], float] = time.time
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -171,7 +169,7 @@ def _track_idle(host: Host, gpus: list[dict[str, Any]], frozen: bool) -> None:
     While gpuprobe's own NCCL test runs, the GPUs count as they were before it: the test's
     load neither ends an idle stretch nor starts one."""
     since: dict[str, float] = host.memory.of(NAME).setdefault("idle_since", {})
-    now = clock()
+    now = host.clock.wall()
     for facts in gpus:
         key = facts.get("uuid") or f"index:{facts['index']}"
         idle = facts.get("idle")

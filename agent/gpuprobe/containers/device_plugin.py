@@ -21,8 +21,9 @@ A resource name without a prefix gets the plugin's `nvidia.com/` (k8s-device-plu
 indexes, MIG indexes (`0:1`) or UUIDs (`api/config/v1/replicas.go`). MPS wins over
 time-slicing when both are given (`api/config/v1/sharing.go`).
 
-Any bytes are accepted: a file that cannot be parsed or has wrong types gives a
-`CONFIG_INVALID` finding naming the file (with line and column where YAML gives them).
+Any bytes are accepted: a file that cannot be read or parsed, or has wrong types, gives a
+`FileProblem` naming the file (with line and column where YAML gives them), which the
+`device_plugin` check reports as CONFIG_INVALID.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem, Invalid, parse_yaml
 from gpuprobe.host import Host
 from gpuprobe.host.agentfiles import AgentFile, read_agent_file
-from gpuprobe.report import Action, Finding, Severity
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 RESOURCE_PREFIX = "nvidia.com/"
@@ -104,24 +104,13 @@ class DevicePluginConfig:
         }
 
 
-def invalid(path: str, problem: str) -> Finding:
-    """The CONFIG_INVALID finding for the plugin's configuration file."""
-    return Finding(
-        "CONFIG_INVALID",
-        Severity.WARNING,
-        f"the NVIDIA device plugin configuration {path} is invalid: {problem}",
-        Action.FIX_CONFIG,
-        f"file:{path}",
-    )
-
-
 @dataclass(frozen=True)
 class PluginConfigFile:
     """The device plugin's configuration file and what it gave: the configuration, or the
-    CONFIG_INVALID finding that says why it cannot be used."""
+    problem that says why it cannot be used."""
 
     path: str
-    result: DevicePluginConfig | Finding
+    result: DevicePluginConfig | FileProblem
 
 
 def device_plugin_file(host: Host, config: Config) -> PluginConfigFile | None:
@@ -139,33 +128,28 @@ def device_plugin_file(host: Host, config: Config) -> PluginConfigFile | None:
     return PluginConfigFile(file.path, _from_file(file))
 
 
-def device_plugin_config(host: Host, config: Config) -> DevicePluginConfig | Finding | None:
-    """The plugin configuration the node runs with, or the CONFIG_INVALID finding that says
-    why it cannot be used; None when none is given (`device_plugin_file` without the path)."""
+def device_plugin_config(host: Host, config: Config) -> DevicePluginConfig | FileProblem | None:
+    """The plugin configuration the node runs with, or the problem that says why it cannot be
+    used; None when none is given (`device_plugin_file` without the path)."""
     file = device_plugin_file(host, config)
     return None if file is None else file.result
 
 
-def load_device_plugin_config(path: str) -> DevicePluginConfig | Finding:
-    """The plugin configuration in `path`, or the CONFIG_INVALID finding that says why not."""
-    return _from_file(read_agent_file(path))
-
-
-def _from_file(file: AgentFile) -> DevicePluginConfig | Finding:
+def _from_file(file: AgentFile) -> DevicePluginConfig | FileProblem:
     if file.content is None:
-        return invalid(file.path, f"cannot be read ({file.error})")
+        return FileProblem(file.path, f"cannot be read ({file.error})")
     return parse_device_plugin_config(file.path, file.content)
 
 
-def parse_device_plugin_config(path: str, raw: bytes) -> DevicePluginConfig | Finding:
-    """Parse the plugin configuration's bytes; any bytes give a config or a finding."""
+def parse_device_plugin_config(path: str, raw: bytes) -> DevicePluginConfig | FileProblem:
+    """Parse the plugin configuration's bytes; any bytes give a config or a FileProblem."""
     doc = parse_yaml(path, raw)
     if isinstance(doc, FileProblem):
-        return invalid(path, doc.problem.removeprefix("is "))
+        return doc
     try:
         return _build(path, {} if doc is None else doc)
     except Invalid as exc:
-        return invalid(path, str(exc))
+        return FileProblem(path, f"is invalid: {exc}")
 
 
 def _build(path: str, doc: Any) -> DevicePluginConfig:

@@ -1,4 +1,5 @@
-"""NVML's critical events other than XIDs, and the finding each one raises (check `xid`).
+"""NVML's critical events other than XIDs: what each type means, the code, severity and action
+it is given (the `xid` check reports them), and what to read when one is drained.
 
 An event names only its GPU and its type (nvml.h: `eventData` is 0 for every type but
 XidCriticalError), so a GpuRecoveryAction event is judged by the GPU's recovery action field
@@ -72,15 +73,6 @@ EVENTS = {
         _C,
         Action.RESET_GPU,
     ),
-}
-
-ADVICE = {
-    Action.RESET_GPU: "drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the "
-    "GPU if it recurs",
-    Action.REBOOT_NODE: "drain and reboot the node; inspect the GPU if it happens again",
-    Action.DRAIN_NODE: "drain the GPU's peer-to-peer (NVLink) work, as the driver asks",
-    Action.HARDWARE_INSPECTION: "take the GPU out of service; have it inspected or replaced",
-    Action.FIX_CONFIG: "recover the GPU's IMEX domain, as the driver asks",
 }
 
 

@@ -3,7 +3,6 @@ the agent's processes, which says nothing about whether they are paid for and un
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,7 +24,7 @@ def own_gpu_test(host: Host) -> Iterator[None]:
         yield
     finally:
         memory[_KEY] -= 1
-        memory[_ENDED] = time.monotonic()
+        memory[_ENDED] = host.clock.monotonic()
 
 
 def own_gpu_test_running(host: Host) -> bool:
@@ -35,4 +34,4 @@ def own_gpu_test_running(host: Host) -> bool:
     if memory.get(_KEY, 0):
         return True
     ended = memory.get(_ENDED)
-    return ended is not None and time.monotonic() - ended < TRAILING_SECONDS
+    return ended is not None and host.clock.monotonic() - ended < TRAILING_SECONDS

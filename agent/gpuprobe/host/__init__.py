@@ -1,8 +1,9 @@
 """The host: the only door through which checks see the node.
 
-A `Host` bundles the host's files (`HostFS`), NVML, its processes and its network links. It
-is built live (`live_host`), from a node snapshot (`snapshot_host`), or live with recording
-on (`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look past it.
+A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links and
+the clock the checks read (`host.clock`, which a test may replace). It is built live
+(`live_host`), from a node snapshot (`snapshot_host`), or live with recording on
+(`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look past it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from gpuprobe.errors import SnapshotError
 from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, AgentFile, load_agent_file
+from gpuprobe.host.clock import Clock, SystemClock
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.jsonfile import read_json
 from gpuprobe.host.netlink import (
@@ -65,6 +67,8 @@ class Host:
     # The device plugin's configuration as a snapshot (or capture) holds it; None: read the
     # file `device_plugin.config_file` names, if any.
     device_plugin_config: AgentFile | None = None
+    # What checks read the time from (wall and monotonic); tests step a fake one through time.
+    clock: Clock = field(default_factory=SystemClock)
 
     @property
     def is_snapshot(self) -> bool:

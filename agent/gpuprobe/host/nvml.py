@@ -18,7 +18,7 @@ import ctypes
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -411,11 +411,6 @@ class ReplayNvml:
         ]
         self._lock = threading.Lock()
 
-    @classmethod
-    def from_file(cls, path: str) -> ReplayNvml:
-        """Load nvml.json; raises SnapshotError naming the file and the fault."""
-        return cls(load_record(path))
-
     @property
     def init_error(self) -> str | None:
         """The recorded nvmlInit error, or None."""
@@ -611,10 +606,3 @@ class RecordingNvml:
                 "calls": list(self._calls),
                 "events": [e.to_dict() for e in self._events],
             }
-
-
-def devices(nvml: Nvml) -> Iterator[int]:
-    """The device indices NVML counts (none when NVML failed to initialise)."""
-    if nvml.init_error is not None:
-        return iter(())
-    return iter(range(int(nvml.call("nvmlDeviceGetCount"))))

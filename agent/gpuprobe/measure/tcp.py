@@ -7,25 +7,36 @@ byte and time bounds. The sending agent runs `send()`: N parallel streams, each 
 and reports it back on that stream when the sender is done, so the figure is what was
 received, as iperf3 reports it.
 
+Both ends spread their streams over worker threads (at most `threads`, the test's CPU budget;
+by default one per stream up to the cores this process may use). The data never passes
+through Python: the sender hands a memory file's pages to the socket with `sendfile`, and the
+sink discards what arrives inside the kernel (`recv` with `MSG_TRUNC`, which TCP sockets on
+Linux take to mean "drop these bytes"). Both system calls release the interpreter lock, so
+the workers run on as many cores as they are given. Each worker times its own CPU, so a test
+can tell whether the link or the machines' CPUs set its figure.
+
 Wire format, per stream: the sender writes a 40-byte header (32-byte token, u32 warm-up in
 milliseconds, u32 stream index), then data until it shuts its side down; the sink answers
-with 24 bytes (u64 bytes received, u64 bytes received after the warm-up, f64 seconds of the
-window after the warm-up) and closes.
+with 52 bytes (u64 bytes received, u64 bytes received after the warm-up, f64 seconds of the
+window after the warm-up; then u32 the sink's worker, and that worker's f64 CPU seconds, f64
+seconds it wanted a CPU, f64 wall seconds) and closes. A sender reads the first 24 bytes alone
+from a sink that sends no more (an agent of the earlier version), and an earlier sender reads
+only those.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hmac
-import io
 import os
+import queue
 import secrets
 import selectors
 import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,13 +44,104 @@ from gpuprobe import cleanup
 
 HEADER = struct.Struct("!32sII")
 REPLY = struct.Struct("!QQd")
-RECV_BYTES = 256 * 1024
+REPLY_CPU = struct.Struct("!Iddd")
+# What one discarding recv may drop; the buffer is never written (MSG_TRUNC).
+DISCARD_BYTES = 4 * 1024 * 1024
 SEND_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT = 5.0
+# A worker that spent this share of its wall time on a CPU or waiting for one (runnable, with
+# the cores busy) was held back by the CPU: the test, not the link, set the pace. Measured
+# between two network namespaces (bench/tcp_vs_iperf3.py's veth link): tests of a link that
+# capped each flow kept their busiest thread at or below 0.1, tests of the bare veth link
+# (CPU-bound by nature) kept one end's at or above 0.69.
+CPU_LIMITED_SHARE = 0.6
+MAX_THREADS = 64
 
 
 class BandwidthError(Exception):
     """A bandwidth test that could not run or finish: refused, unreachable, or cut."""
+
+
+def default_threads(streams: int) -> int:
+    """Worker threads for `streams` streams: one each, up to the cores this process may use."""
+    return max(1, min(streams, len(os.sched_getaffinity(0)), MAX_THREADS))
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """The CPU one end of a test spent: its workers' CPU seconds over their wall time."""
+
+    cpu_seconds: float
+    wall_seconds: float
+    threads: int
+    # The largest share of its wall time that any one worker was on a CPU or waiting to be.
+    busiest_share: float
+
+    @property
+    def limited(self) -> bool:
+        """Whether this end ran out of CPU: one of its workers never waited on the network,
+        only on the CPU (running, or runnable while the cores were busy elsewhere)."""
+        return self.busiest_share >= CPU_LIMITED_SHARE
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as report data."""
+        return {
+            "cpu_seconds": round(self.cpu_seconds, 6),
+            "wall_seconds": round(self.wall_seconds, 6),
+            "threads": self.threads,
+            "busiest_thread_cpu_share": round(self.busiest_share, 4),
+            "cpu_limited": self.limited,
+        }
+
+
+@dataclass(frozen=True)
+class WorkerCpu:
+    """One worker thread's CPU seconds, the seconds it wanted a CPU (on one, or runnable and
+    waiting for one), and its wall seconds."""
+
+    cpu_seconds: float
+    wanted_seconds: float
+    wall_seconds: float
+
+
+class ThreadClock:
+    """The calling thread's CPU time and run-queue wait since it was made.
+
+    Linux's per-thread schedstat (`/proc/thread-self/schedstat`: nanoseconds on a CPU,
+    nanoseconds runnable but waiting, timeslices) tells a thread that was slow because it
+    waited for the network from one that was slow because the cores were busy. Without it
+    (no schedstats in the kernel) the CPU time alone stands for both.
+    """
+
+    def __init__(self) -> None:
+        self._wall = time.monotonic()
+        self._cpu, self._wanted = self._read()
+
+    @staticmethod
+    def _read() -> tuple[float, float]:
+        try:
+            with open("/proc/thread-self/schedstat", "rb") as f:
+                running, waiting, *_ = (int(v) for v in f.read().split())
+            return running / 1e9, (running + waiting) / 1e9
+        except (OSError, ValueError):
+            cpu = time.thread_time()
+            return cpu, cpu
+
+    def figures(self) -> WorkerCpu:
+        """What the thread has spent since the clock was made."""
+        cpu, wanted = self._read()
+        return WorkerCpu(cpu - self._cpu, wanted - self._wanted, time.monotonic() - self._wall)
+
+
+def cpu_use(workers: Sequence[WorkerCpu]) -> CpuUse:
+    """The CPU use of one end from its workers' figures."""
+    shares = [w.wanted_seconds / w.wall_seconds for w in workers if w.wall_seconds > 0]
+    return CpuUse(
+        cpu_seconds=sum(w.cpu_seconds for w in workers),
+        wall_seconds=max((w.wall_seconds for w in workers), default=0.0),
+        threads=len(workers),
+        busiest_share=min(1.0, max(shares, default=0.0)),
+    )
 
 
 @dataclass(frozen=True)
@@ -58,16 +160,38 @@ class StreamResult:
 
 @dataclass(frozen=True)
 class BandwidthResult:
-    """A finished test: the total received rate and each stream's."""
+    """A finished test: the total received rate, each stream's, and what each end's CPU did."""
 
     streams: tuple[StreamResult, ...]
     duration_seconds: float
     warmup_seconds: float
+    sender_cpu: CpuUse | None = None
+    # None: the sink is an agent of a version that does not report its CPU.
+    sink_cpu: CpuUse | None = None
 
     @property
     def bytes_per_second(self) -> float:
         """The sum of the streams' rates (they ran side by side)."""
         return sum(s.bytes_per_second for s in self.streams)
+
+    @property
+    def limited_by(self) -> str | None:
+        """ "sender" or "sink" when that end's CPU capped the test (the sender first: it does
+        the most work); None when neither ran out, so the link set the figure."""
+        if self.sender_cpu is not None and self.sender_cpu.limited:
+            return "sender"
+        if self.sink_cpu is not None and self.sink_cpu.limited:
+            return "sink"
+        return None
+
+    @property
+    def cpu_seconds_per_gbit(self) -> float | None:
+        """Both ends' CPU seconds per Gbit moved (equally: cores busy per Gbit/s)."""
+        if self.sender_cpu is None or self.sink_cpu is None:
+            return None
+        gbit = sum(s.bytes_received for s in self.streams) * 8 / 1e9
+        cpu = self.sender_cpu.cpu_seconds + self.sink_cpu.cpu_seconds
+        return cpu / gbit if gbit > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
         """The result as report data."""
@@ -79,6 +203,10 @@ class BandwidthResult:
             ],
             "duration_seconds": self.duration_seconds,
             "warmup_seconds": self.warmup_seconds,
+            "sender_cpu": self.sender_cpu.to_dict() if self.sender_cpu else None,
+            "sink_cpu": self.sink_cpu.to_dict() if self.sink_cpu else None,
+            "cpu_seconds_per_gbit": self.cpu_seconds_per_gbit,
+            "limited_by": self.limited_by,
         }
 
 
@@ -103,18 +231,91 @@ class _Stream:
     conn: socket.socket
     opened: float
     header: bytes = b""
-    accepted: bool = False
     window_start: float = 0.0
     window_end: float = 0.0
     total: int = 0
     window: int = 0
 
 
+class _SinkWorker:
+    """One receiving thread: discards what its streams carry and answers each at its end."""
+
+    def __init__(self, index: int, sink: TcpSink) -> None:
+        self.index = index
+        self.sink = sink
+        self.incoming: queue.SimpleQueue[_Stream] = queue.SimpleQueue()
+        self.selector = selectors.DefaultSelector()
+        self.thread = threading.Thread(target=self._run, name=f"tcp-sink-{index}", daemon=True)
+        self._clock: ThreadClock | None = None
+
+    def _run(self) -> None:
+        self._clock = ThreadClock()
+        buffer = memoryview(bytearray(DISCARD_BYTES))
+        try:
+            while not self.sink.closed.is_set():
+                self._take_incoming()
+                for key, _ in self.selector.select(0.05):
+                    self._readable(key.data, buffer)
+        except (OSError, ValueError):  # closed under the loop by close()
+            pass
+        finally:
+            self._take_incoming()
+            for key in list(self.selector.get_map().values()):
+                with contextlib.suppress(OSError):
+                    key.fileobj.close()  # type: ignore[union-attr]
+            self.selector.close()
+
+    def _take_incoming(self) -> None:
+        while True:
+            try:
+                stream = self.incoming.get_nowait()
+            except queue.Empty:
+                return
+            if self.sink.closed.is_set():
+                stream.conn.close()
+            else:
+                self.selector.register(stream.conn, selectors.EVENT_READ, stream)
+
+    def _readable(self, stream: _Stream, buffer: memoryview) -> None:
+        try:
+            n = stream.conn.recv_into(buffer, DISCARD_BYTES, socket.MSG_TRUNC)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.selector.unregister(stream.conn)
+            stream.conn.close()
+            return
+        if n == 0:
+            self._reply(stream)
+            return
+        now = time.monotonic()
+        stream.total += n
+        if now >= stream.window_start:
+            stream.window += n
+            stream.window_end = now
+        self.sink.received(n)
+
+    def _reply(self, stream: _Stream) -> None:
+        self.selector.unregister(stream.conn)
+        seconds = max(0.0, stream.window_end - stream.window_start)
+        assert self._clock is not None  # made first thing in the worker's thread
+        spent = self._clock.figures()
+        reply = REPLY.pack(stream.total, stream.window, seconds) + REPLY_CPU.pack(
+            self.index, spent.cpu_seconds, spent.wanted_seconds, spent.wall_seconds
+        )
+        with contextlib.suppress(OSError):
+            stream.conn.setblocking(True)
+            stream.conn.settimeout(HEADER_TIMEOUT)
+            stream.conn.sendall(reply)
+        stream.conn.close()
+        self.sink.finished()
+
+
 class TcpSink:
     """A one-time, token-guarded, byte- and time-bounded receiver for one peer's streams.
 
-    One thread serves the listener and every stream through a selector, as iperf3 does: on a
-    busy node, threads per stream would compete for the cores the transfer needs.
+    One thread accepts connections and reads their headers; each accepted stream is handed
+    to one of at most `threads` worker threads, which discard its data in the kernel.
     """
 
     def __init__(
@@ -124,6 +325,7 @@ class TcpSink:
         streams: int,
         max_bytes: int,
         max_seconds: float,
+        threads: int | None = None,
     ) -> None:
         self.token = secrets.token_bytes(32)
         self.allowed_peer = allowed_peer
@@ -131,9 +333,12 @@ class TcpSink:
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
         self.stats = SinkStats()
-        self._closed = threading.Event()
+        self.closed = threading.Event()
+        self._lock = threading.Lock()
         self._finished = 0
-        self._buffer = memoryview(bytearray(RECV_BYTES))
+        self._all_finished = threading.Event()
+        count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
+        self._workers = [_SinkWorker(i, self) for i in range(count)]
         family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -145,6 +350,8 @@ class TcpSink:
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._forget = cleanup.on_exit(self.close)
         self._thread = threading.Thread(target=self._serve, name="tcp-sink", daemon=True)
+        for worker in self._workers:
+            worker.thread.start()
         self._thread.start()
 
     @property
@@ -152,10 +359,26 @@ class TcpSink:
         """The token as the peer will be told it."""
         return self.token.hex()
 
+    def received(self, n: int) -> None:
+        """Count `n` bytes a worker received; past the byte bound the streams are cut."""
+        with self._lock:
+            self.stats.bytes_received += n
+            over = self.stats.bytes_received > self.max_bytes
+        if over:
+            self._stop("byte bound")  # the streams are cut, with no reply
+
+    def finished(self) -> None:
+        """A worker answered one stream."""
+        with self._lock:
+            self._finished += 1
+            done = self._finished >= self.streams
+        if done:
+            self._all_finished.set()
+
     def _serve(self) -> None:
         deadline = time.monotonic() + self.max_seconds
         try:
-            while not self._closed.is_set() and self._finished < self.streams:
+            while not self.closed.is_set() and not self._all_finished.is_set():
                 now = time.monotonic()
                 if now >= deadline:
                     self._stop("time bound")
@@ -164,7 +387,7 @@ class TcpSink:
                     if key.data is None:
                         self._accept()
                     else:
-                        self._readable(key.data)
+                        self._read_header(key.data)
                 self._expire_headers()
         except (OSError, ValueError):  # closed under the loop by close()
             pass
@@ -183,29 +406,6 @@ class TcpSink:
                 continue
             conn.setblocking(False)
             self._selector.register(conn, selectors.EVENT_READ, _Stream(conn, time.monotonic()))
-
-    def _readable(self, stream: _Stream) -> None:
-        if not stream.accepted:
-            self._read_header(stream)
-            return
-        try:
-            n = stream.conn.recv_into(self._buffer)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._drop(stream)
-            return
-        if n == 0:
-            self._reply(stream)
-            return
-        now = time.monotonic()
-        stream.total += n
-        if now >= stream.window_start:
-            stream.window += n
-            stream.window_end = now
-        self.stats.bytes_received += n
-        if self.stats.bytes_received > self.max_bytes:
-            self._stop("byte bound")  # the streams are cut, with no reply
 
     def _read_header(self, stream: _Stream) -> None:
         try:
@@ -229,27 +429,19 @@ class TcpSink:
             self.stats.refuse("reused")
             self._drop(stream)
         else:
-            self.stats.accepted += 1
-            stream.accepted = True
+            self._selector.unregister(stream.conn)
             stream.window_start = stream.window_end = time.monotonic() + warmup_ms / 1000.0
+            worker = self._workers[self.stats.accepted % len(self._workers)]
+            self.stats.accepted += 1
+            worker.incoming.put(stream)
 
     def _expire_headers(self) -> None:
         now = time.monotonic()
         for key in list(self._selector.get_map().values()):
             stream = key.data
-            if stream is not None and not stream.accepted and now - stream.opened > HEADER_TIMEOUT:
+            if stream is not None and now - stream.opened > HEADER_TIMEOUT:
                 self.stats.refuse("no header")
                 self._drop(stream)
-
-    def _reply(self, stream: _Stream) -> None:
-        self._selector.unregister(stream.conn)
-        seconds = max(0.0, stream.window_end - stream.window_start)
-        with contextlib.suppress(OSError):
-            stream.conn.setblocking(True)
-            stream.conn.settimeout(HEADER_TIMEOUT)
-            stream.conn.sendall(REPLY.pack(stream.total, stream.window, seconds))
-        stream.conn.close()
-        self._finished += 1
 
     def _drop(self, stream: _Stream) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -257,23 +449,27 @@ class TcpSink:
         stream.conn.close()
 
     def _stop(self, why: str) -> None:
-        if self.stats.stopped is None:
-            self.stats.stopped = why
-        self._closed.set()
+        with self._lock:
+            if self.stats.stopped is None:
+                self.stats.stopped = why
+        self.closed.set()
 
     def _close_all(self) -> None:
         for key in list(self._selector.get_map().values()):
             with contextlib.suppress(OSError):
                 key.fileobj.close()  # type: ignore[union-attr]
         self._selector.close()
-        self._closed.set()
+        self.closed.set()
+        for worker in self._workers:
+            if worker.thread is not threading.current_thread():
+                worker.thread.join(2)
         self._forget()
 
     def close(self) -> None:
-        """Stop accepting and cut every stream (the serving thread closes them)."""
+        """Stop accepting and cut every stream (the serving threads close them)."""
         self._stop("closed")
         if threading.current_thread() is not self._thread:
-            self._thread.join(2)
+            self._thread.join(3)
 
     def wait(self, timeout: float) -> bool:
         """Wait until the sink has finished; True if it did."""
@@ -285,13 +481,17 @@ def _same_address(address: str, allowed: str) -> bool:
     return address.removeprefix("::ffff:") == allowed.removeprefix("::ffff:")
 
 
-def _recv_exact(conn: socket.socket, size: int) -> bytes:
+def _recv_reply(conn: socket.socket) -> bytes:
+    """The sink's answer: 52 bytes, or the 24 an agent of the earlier version sends."""
+    size = REPLY.size + REPLY_CPU.size
     data = bytearray()
     while len(data) < size:
         chunk = conn.recv(size - len(data))
         if not chunk:
-            raise BandwidthError("connection closed early")
+            break
         data += chunk
+    if len(data) not in (REPLY.size, size):
+        raise BandwidthError("connection closed early")
     return bytes(data)
 
 
@@ -303,11 +503,13 @@ def send(
     duration: float = 10.0,
     warmup: float = 1.0,
     connect_timeout: float = 5.0,
+    threads: int | None = None,
 ) -> BandwidthResult:
     """Send to a sink over `streams` parallel connections; the rate the sink received.
 
-    One thread drives every stream through a selector, as iperf3 does. Raises BandwidthError
-    when the sink cannot be reached, refuses us, or cuts the test.
+    The streams are driven by at most `threads` worker threads (the test's CPU budget;
+    default: one per stream up to this process's cores). Raises BandwidthError when the sink
+    cannot be reached, refuses us, or cuts the test.
     """
     conns: list[socket.socket] = []
     try:
@@ -318,15 +520,26 @@ def send(
                 raise BandwidthError(f"cannot reach the sink at {host}:{port}: {exc}") from None
             conns.append(conn)
             conn.sendall(HEADER.pack(token, int(warmup * 1000), index))
+        count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
         with _zeros() as zeros:
-            _pump(conns, zeros.fileno(), time.monotonic() + warmup + duration)
+            end = time.monotonic() + warmup + duration
+            sender = _run_workers(
+                [conns[i::count] for i in range(count)], lambda part: _pump(part, zeros, end)
+            )
         results = []
+        sink_workers: dict[int, WorkerCpu] = {}
         for conn in conns:
             conn.shutdown(socket.SHUT_WR)
             conn.setblocking(True)
             conn.settimeout(connect_timeout + 10)
-            total, window, seconds = REPLY.unpack(_recv_exact(conn, REPLY.size))
+            reply = _recv_reply(conn)
+            total, window, seconds = REPLY.unpack_from(reply)
             results.append(StreamResult(total, window, seconds))
+            if len(reply) > REPLY.size:
+                worker, cpu, wanted, wall = REPLY_CPU.unpack_from(reply, REPLY.size)
+                # A worker answers each of its streams in turn: its last answer counts most.
+                if worker not in sink_workers or wall > sink_workers[worker].wall_seconds:
+                    sink_workers[worker] = WorkerCpu(cpu, wanted, wall)
     except (OSError, BandwidthError) as exc:
         if isinstance(exc, BandwidthError) and str(exc).startswith("cannot reach"):
             raise
@@ -336,7 +549,43 @@ def send(
     finally:
         for conn in conns:
             conn.close()
-    return BandwidthResult(tuple(results), duration, warmup)
+    sink = cpu_use(list(sink_workers.values())) if sink_workers else None
+    return BandwidthResult(tuple(results), duration, warmup, cpu_use(sender), sink)
+
+
+def _run_workers(
+    parts: list[list[socket.socket]], work: Callable[[list[socket.socket]], None]
+) -> list[WorkerCpu]:
+    """Run `work` on each part in a thread of its own; each thread's CPU and wall time.
+    Raises the first error a worker met, once all have stopped."""
+    figures: list[WorkerCpu | None] = [None] * len(parts)
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        clock = ThreadClock()
+        try:
+            work(parts[i])
+        except BaseException as exc:  # handed to the caller below
+            errors.append(exc)
+        finally:
+            figures[i] = clock.figures()
+
+    threads = [
+        threading.Thread(target=worker, args=(i,), name=f"tcp-send-{i}", daemon=True)
+        for i in range(len(parts))
+    ]
+    started: list[threading.Thread] = []
+    try:
+        for thread in threads:
+            thread.start()
+            started.append(thread)
+    except RuntimeError as exc:  # no thread could be started: the machine is out of them
+        errors.append(BandwidthError(f"cannot start a sending thread: {exc}"))
+    for thread in started:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return [f for f in figures if f is not None]
 
 
 def _pump(conns: list[socket.socket], zeros: int, end: float) -> None:
@@ -351,16 +600,16 @@ def _pump(conns: list[socket.socket], zeros: int, end: float) -> None:
             selector.register(conn, selectors.EVENT_WRITE)
         while (now := time.monotonic()) < end:
             ready = selector.select(min(1.0, end - now))
-            if not ready and time.monotonic() < end:
-                continue
             for key, _ in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.sendfile(key.fd, zeros, 0, SEND_BYTES)
 
 
 @contextlib.contextmanager
-def _zeros() -> Iterator[io.BufferedReader]:
+def _zeros() -> Iterator[int]:
     fd = os.memfd_create("gpuprobe-tcp-payload")
-    os.ftruncate(fd, SEND_BYTES)
-    with os.fdopen(fd, "rb") as f:
-        yield f
+    try:
+        os.ftruncate(fd, SEND_BYTES)
+        yield fd
+    finally:
+        os.close(fd)

@@ -183,12 +183,14 @@ def _measure(
         if hasattr(exc, "code") and exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidTest(f"{source.node} refused the test: {_details(exc)}") from None
         return _failed(source, target, options.transport, exc, device or None)
+    ends = {"sender": source.node, "sink": target.node}
     return Link(
         source.node,
         target.node,
         options.transport,
         response.bytes_per_second,
         device=device or None,
+        cpu_limited_by=ends.get(response.cpu_limited_side),
     )
 
 

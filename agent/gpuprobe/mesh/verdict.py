@@ -7,7 +7,9 @@ noise). The typical rate is the median over nodes of each node's median link: in
 cluster a slow node touches half of all links, which would drag a plain median of links
 down to its level. A node whose links
 are low with two or more distinct partners is the culprit; a link low with one partner only
-points at the path between the two.
+points at the path between the two. A link that would be low, but whose test ran out of CPU
+at one end (the test, not the link, set its figure), is not called LOW: the node whose CPU
+capped it is named instead.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class Link:
     blamed: str | None = None
     unavailable: bool = False
     device: str | None = None  # RDMA: the device (rail) both ends tested on
+    # TCP: the node whose CPU capped the test (None: the link set the figure, or unknown).
+    cpu_limited_by: str | None = None
+    # Judged low, but the test was capped by cpu_limited_by's CPU: not the link's fault.
+    cpu_capped: bool = False
 
     @property
     def rail(self) -> tuple[str, str | None]:
@@ -55,6 +61,8 @@ class Link:
             d["device"] = self.device
         if self.error:
             d["error"] = self.error
+        if self.cpu_limited_by:
+            d["cpu_limited_by"] = self.cpu_limited_by
         return d
 
 
@@ -87,7 +95,10 @@ def judge(links: list[Link], thresholds: Thresholds) -> list[Link]:
             judged.append(replace(link, verdict=FAILED))
             continue
         low = _low(link.bytes_per_second, by_rail.get(link.rail, []), thresholds)
-        judged.append(replace(link, verdict=LOW if low else OK))
+        if low and link.cpu_limited_by:
+            judged.append(replace(link, verdict=OK, cpu_capped=True))
+        else:
+            judged.append(replace(link, verdict=LOW if low else OK))
     return judged
 
 
@@ -164,6 +175,7 @@ def _blame(links: list[Link]) -> list[Finding]:
                 f"peer:{link.source}",
             )
         )
+    findings += _cpu_capped(links)
     findings += [unreachable_finding(node, why) for node, why in sorted(unreachable.items())]
     findings += [
         Finding(
@@ -176,6 +188,32 @@ def _blame(links: list[Link]) -> list[Finding]:
         for node, why in sorted(unavailable.items())
         if node not in unreachable
     ]
+    return findings
+
+
+def _cpu_capped(links: list[Link]) -> list[Finding]:
+    """BANDWIDTH_TEST_CPU_LIMITED for each node whose CPU capped tests that look low."""
+    capped: dict[str, list[Link]] = defaultdict(list)
+    for link in links:
+        if link.cpu_capped and link.cpu_limited_by:
+            capped[link.cpu_limited_by].append(link)
+    findings = []
+    for node, its in sorted(capped.items()):
+        named = ", ".join(
+            f"{link.source} → {link.target} at {(link.bytes_per_second or 0) * 8 / 1e9:.1f} Gbit/s"
+            for link in its
+        )
+        findings.append(
+            Finding(
+                "BANDWIDTH_TEST_CPU_LIMITED",
+                Severity.UNKNOWN,
+                f"{node}'s CPU, not the link, capped the test of {named} ({its[0].transport}): "
+                "the link's own rate is unknown; test again while the node is less busy, or "
+                "give the test more threads (serve.bandwidth_threads)",
+                Action.NONE,
+                f"peer:{node}",
+            )
+        )
     return findings
 
 

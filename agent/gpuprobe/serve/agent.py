@@ -101,7 +101,9 @@ class Agent:
             cert_file=options.tls_cert if options.tls_client_ca else None,
             key_file=options.tls_key if options.tls_client_ca else None,
         )
-        self.bandwidth = Bandwidth(host, peers, self.store, config.rdma.test)
+        self.bandwidth = Bandwidth(
+            host, peers, self.store, config.rdma.test, config.serve.bandwidth_threads
+        )
         mtls = options.tls_client_ca is not None
         self.guard = Guard(token, mtls=mtls, open_mode=options.allow_unauthenticated)
         credentials = None

@@ -101,6 +101,17 @@ def seconds(duration: Any, default: float, limit: float) -> float:
     return float(value)
 
 
+def test_cpu(cpu: tcp.CpuUse) -> pb.TestCpu:
+    """One end's CPU figures as the response carries them."""
+    return pb.TestCpu(
+        cpu_seconds=cpu.cpu_seconds,
+        wall_seconds=cpu.wall_seconds,
+        threads=cpu.threads,
+        busiest_thread_cpu_share=cpu.busiest_share,
+        cpu_limited=cpu.limited,
+    )
+
+
 class Bandwidth:
     """The work of OpenBandwidthSink and MeasureBandwidth on one agent."""
 
@@ -110,11 +121,15 @@ class Bandwidth:
         peer_channel: PeerChannel,
         store: ReportStore,
         rdma_test: RdmaTestConfig | None = None,
+        tcp_threads: int | None = None,
     ) -> None:
         self.host = host
         self.peer_channel = peer_channel
         self.links = LinkBook(store)
         self.rdma_test = rdma_test or RdmaTestConfig()
+        # The most threads each end of a TCP test uses here (None: one per stream, up to
+        # the cores): the test's CPU budget on this node.
+        self.tcp_threads = tcp_threads
 
     def _refuse_if_busy(self, force: bool) -> None:
         if force:
@@ -154,7 +169,7 @@ class Bandwidth:
         streams = valid_streams(request.streams)
         max_bytes = request.max_bytes or int(BYTES_PER_SECOND_BOUND * lifetime)
         bind = "::" if ":" in caller else "0.0.0.0"
-        sink = tcp.TcpSink(bind, caller, streams, max_bytes, lifetime)
+        sink = tcp.TcpSink(bind, caller, streams, max_bytes, lifetime, self.tcp_threads)
         return sink.port, sink.token_hex
 
     def _rdma_server(self, request: pb.OpenBandwidthSinkRequest, lifetime: float) -> int:
@@ -252,7 +267,13 @@ class Bandwidth:
         sink = self._open(request, sink_request, timeout=10)
         try:
             result = tcp.send(
-                host, sink.port, bytes.fromhex(sink.ticket), streams, duration, warmup
+                host,
+                sink.port,
+                bytes.fromhex(sink.ticket),
+                streams,
+                duration,
+                warmup,
+                threads=self.tcp_threads,
             )
         except tcp.BandwidthError as exc:
             raise TestRefused(
@@ -265,7 +286,12 @@ class Bandwidth:
             bytes_per_second=result.bytes_per_second,
             bytes=sum(s.bytes_received for s in result.streams),
             stream_bytes_per_second=[s.bytes_per_second for s in result.streams],
+            cpu_limited_side=result.limited_by or "",
+            cpu_seconds_per_gbit=result.cpu_seconds_per_gbit or 0.0,
         )
+        for side, cpu in (("sender_cpu", result.sender_cpu), ("sink_cpu", result.sink_cpu)):
+            if cpu is not None:
+                getattr(response, side).CopyFrom(test_cpu(cpu))
         window = max((s.window_seconds for s in result.streams), default=0.0)
         response.elapsed.FromTimedelta(timedelta(seconds=window))
         return response

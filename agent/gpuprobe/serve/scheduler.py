@@ -17,7 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpuprobe.checks.xid.findings import xid_named
 from gpuprobe.config import ServeConfig
+from gpuprobe.report import Finding
 from gpuprobe.serve.executor import CheckExecutor, Ran
 from gpuprobe.serve.state import ReportStore, Snapshot
 from gpuprobe.threads import start_thread
@@ -151,6 +153,16 @@ def _log_round(ran: list[Ran], before: Snapshot, after: Snapshot) -> None:
             extra={
                 "status": after.report.status.value,
                 "checks": {c.name: c.status.value for c in after.report.checks},
-                "findings": [f"{c}:{f.code}:{f.resource}" for c, f in after.report.findings()],
+                "findings": list(
+                    dict.fromkeys(_finding_key(c, f) for c, f in after.report.findings())
+                ),
             },
         )
+
+
+def _finding_key(check: str, finding: Finding) -> str:
+    """A finding as the "report changed" line names it: `check:CODE:resource`, an XID's code
+    with its number (`xid:XID 119:gpu:6:...`), as one GPU may have raised several."""
+    number = xid_named(finding)
+    code = finding.code if number is None else f"{finding.code} {number}"
+    return f"{check}:{code}:{finding.resource}"

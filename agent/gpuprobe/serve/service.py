@@ -15,7 +15,8 @@ from typing import Any, NoReturn
 
 import grpc
 
-from gpuprobe.gpu.xid_state import StateError
+from gpuprobe import report_view
+from gpuprobe.checks.xid.state import StateError
 from gpuprobe.report import NodeReport, now
 from gpuprobe.serve import convert
 from gpuprobe.serve.bandwidth import Bandwidth, TestRefused, peer_address
@@ -68,6 +69,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self._report: pb.NodeReport | None = None
         self._watched: tuple[int, pb.NodeReport | None] = (0, None)  # (change, report)
         self._response: pb.GetReportResponse | None = None
+        self._summary: pb.GetReportResponse | None = None
         store.add_view(self._render)
 
     def _render(self, snapshot: Snapshot) -> None:
@@ -78,12 +80,16 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self._report = report
         self._watched = (snapshot.change, report)
         self._response = pb.GetReportResponse(report=report)
+        summary = convert.report_to_proto(
+            report_view.summary(snapshot.report), snapshot.check_times
+        )
+        self._summary = pb.GetReportResponse(report=summary)
 
     # --- read-only -----------------------------------------------------------------------
 
     def GetReport(self, request: pb.GetReportRequest, context: Any) -> pb.GetReportResponse:
-        """The cached report."""
-        response = self._response
+        """The cached report, whole or its summary view."""
+        response = self._summary if request.view == pb.REPORT_VIEW_SUMMARY else self._response
         if response is None:
             abort(context, grpc.StatusCode.UNAVAILABLE, "the first round of checks is running")
         return response

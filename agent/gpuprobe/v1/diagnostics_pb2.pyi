@@ -39,6 +39,12 @@ class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACTION_HARDWARE_INSPECTION: _ClassVar[Action]
     ACTION_CHECK_NETWORK: _ClassVar[Action]
     ACTION_CHECK_STORAGE: _ClassVar[Action]
+
+class ReportView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPORT_VIEW_UNSPECIFIED: _ClassVar[ReportView]
+    REPORT_VIEW_FULL: _ClassVar[ReportView]
+    REPORT_VIEW_SUMMARY: _ClassVar[ReportView]
 STATUS_UNSPECIFIED: Status
 STATUS_OK: Status
 STATUS_WARNING: Status
@@ -58,6 +64,9 @@ ACTION_FIX_CONFIG: Action
 ACTION_HARDWARE_INSPECTION: Action
 ACTION_CHECK_NETWORK: Action
 ACTION_CHECK_STORAGE: Action
+REPORT_VIEW_UNSPECIFIED: ReportView
+REPORT_VIEW_FULL: ReportView
+REPORT_VIEW_SUMMARY: ReportView
 
 class NodeReport(_message.Message):
     __slots__ = ("node", "time", "status", "checks", "agent_version")
@@ -106,8 +115,10 @@ class Finding(_message.Message):
     def __init__(self, code: _Optional[str] = ..., severity: _Optional[_Union[Severity, str]] = ..., message: _Optional[str] = ..., action: _Optional[_Union[Action, str]] = ..., resource: _Optional[str] = ...) -> None: ...
 
 class GetReportRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("view",)
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    view: ReportView
+    def __init__(self, view: _Optional[_Union[ReportView, str]] = ...) -> None: ...
 
 class GetReportResponse(_message.Message):
     __slots__ = ("report",)
@@ -174,7 +185,7 @@ class MeasureBandwidthRequest(_message.Message):
     def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., streams: _Optional[int] = ..., warmup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., rdma_device: _Optional[str] = ..., peer_rdma_device: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class MeasureBandwidthResponse(_message.Message):
-    __slots__ = ("peer", "transport", "bytes_per_second", "bytes", "elapsed", "stream_bytes_per_second", "source")
+    __slots__ = ("peer", "transport", "bytes_per_second", "bytes", "elapsed", "stream_bytes_per_second", "source", "sender_cpu", "sink_cpu", "cpu_limited_side", "cpu_seconds_per_gbit")
     PEER_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +193,10 @@ class MeasureBandwidthResponse(_message.Message):
     ELAPSED_FIELD_NUMBER: _ClassVar[int]
     STREAM_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SENDER_CPU_FIELD_NUMBER: _ClassVar[int]
+    SINK_CPU_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMITED_SIDE_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_PER_GBIT_FIELD_NUMBER: _ClassVar[int]
     peer: str
     transport: str
     bytes_per_second: float
@@ -189,7 +204,25 @@ class MeasureBandwidthResponse(_message.Message):
     elapsed: _duration_pb2.Duration
     stream_bytes_per_second: _containers.RepeatedScalarFieldContainer[float]
     source: str
-    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., bytes_per_second: _Optional[float] = ..., bytes: _Optional[int] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stream_bytes_per_second: _Optional[_Iterable[float]] = ..., source: _Optional[str] = ...) -> None: ...
+    sender_cpu: TestCpu
+    sink_cpu: TestCpu
+    cpu_limited_side: str
+    cpu_seconds_per_gbit: float
+    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., bytes_per_second: _Optional[float] = ..., bytes: _Optional[int] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stream_bytes_per_second: _Optional[_Iterable[float]] = ..., source: _Optional[str] = ..., sender_cpu: _Optional[_Union[TestCpu, _Mapping]] = ..., sink_cpu: _Optional[_Union[TestCpu, _Mapping]] = ..., cpu_limited_side: _Optional[str] = ..., cpu_seconds_per_gbit: _Optional[float] = ...) -> None: ...
+
+class TestCpu(_message.Message):
+    __slots__ = ("cpu_seconds", "wall_seconds", "threads", "busiest_thread_cpu_share", "cpu_limited")
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WALL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
+    BUSIEST_THREAD_CPU_SHARE_FIELD_NUMBER: _ClassVar[int]
+    CPU_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    cpu_seconds: float
+    wall_seconds: float
+    threads: int
+    busiest_thread_cpu_share: float
+    cpu_limited: bool
+    def __init__(self, cpu_seconds: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., threads: _Optional[int] = ..., busiest_thread_cpu_share: _Optional[float] = ..., cpu_limited: _Optional[bool] = ...) -> None: ...
 
 class OpenBandwidthSinkRequest(_message.Message):
     __slots__ = ("transport", "duration", "max_bytes", "streams", "rdma_device", "message_bytes", "queue_pairs", "test_seconds", "force")

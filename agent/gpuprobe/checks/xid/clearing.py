@@ -1,0 +1,44 @@
+"""Clearing sticky XIDs: what `gpuprobe clear-xid` and the agent's ClearXid RPC do."""
+
+from __future__ import annotations
+
+from gpuprobe.checks.xid import state as xid_state
+from gpuprobe.checks.xid.model import NAME
+from gpuprobe.checks.xid.observation import observe
+from gpuprobe.checks.xid.persist import state_dir
+from gpuprobe.config import Config
+from gpuprobe.host import Host
+
+
+def clear(host: Host, config: Config, gpu: int | None = None) -> int:
+    """Clear the sticky (critical) XIDs reported now, on one GPU index or all; returns how many.
+
+    The clearing is saved in the state file, so it holds for later runs, other processes and
+    agent restarts, until an XID grows again or the node reboots. Raises StateError (one
+    line) when the state directory is missing or read-only, or its file is corrupt. A snapshot
+    without a configured state directory keeps the clearing in this process's memory only.
+    """
+    directory = state_dir(host, config)
+    with xid_state.LOCK:
+        seen = observe(host, config, directory)
+        if seen.state_error:
+            raise xid_state.StateError(seen.state_error)
+        targets = [
+            x
+            for x in seen.xids
+            if x.active and x.info.critical and (gpu is None or x.gpu.index == gpu)
+        ]
+        state = seen.state or xid_state.XidState()
+        if state.boot_id != seen.boot_id:
+            state = xid_state.XidState(seen.boot_id)
+        marks = {x.key: {"count": x.count, "last_seen": x.last_seen} for x in targets}
+        state.cleared.update(marks)
+        for key in marks:
+            state.sticky.pop(key, None)
+        if directory is not None:
+            xid_state.save(directory, state)  # first, so a failure changes nothing
+        memory = host.memory.of(NAME)
+        memory.setdefault("cleared", {}).update(marks)
+        for key in marks:
+            memory.setdefault("sticky", {}).pop(key, None)
+        return len(targets)

@@ -1,0 +1,133 @@
+"""What the XID check says: one finding per active XID or event, and the check's summary."""
+
+from __future__ import annotations
+
+import re
+
+from gpuprobe.checks.xid.model import Seen
+from gpuprobe.gpu.nvml_events import EventInfo
+from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo
+from gpuprobe.report import Action, Finding, Severity, gpu_resource
+
+# How an XID finding's message names its XID (see `finding`): "GPU 6 (...): Xid 119, ...".
+_XID_NAMED = re.compile(r": Xid (\d+), ")
+# Xid 63: a memory row recorded for remapping (or a page for retirement), pending a reset.
+REMAP_RECORDED = 63
+# What to do about a critical NVML event, by its action (`{gpu}`: ` -i <index>` when known).
+EVENT_ADVICE = {
+    Action.RESET_GPU: "drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the "
+    "GPU if it recurs",
+    Action.REBOOT_NODE: "drain and reboot the node; inspect the GPU if it happens again",
+    Action.DRAIN_NODE: "drain the GPU's peer-to-peer (NVLink) work, as the driver asks",
+    Action.HARDWARE_INSPECTION: "take the GPU out of service; have it inspected or replaced",
+    Action.FIX_CONFIG: "recover the GPU's IMEX domain, as the driver asks",
+}
+
+
+def finding(x: Seen) -> Finding:
+    """The finding of one active XID or critical NVML event."""
+    info = x.info
+    where = f"GPU {x.gpu.index}" if x.gpu.index is not None else "a GPU"
+    if x.gpu.pci_bus_id:
+        where += f" ({x.gpu.pci_bus_id})"
+    times = f"{x.count} time{'s' if x.count != 1 else ''}"
+    last = f", last at {x.last_seen}" if x.last_seen else ""
+    sticky = (
+        " (reported until the node reboots or `gpuprobe clear-xid` clears it)"
+        if info.critical
+        else ""
+    )
+    resource = gpu_resource(x.gpu.index, x.gpu.uuid) if x.gpu.index is not None else "node"
+    if isinstance(info, EventInfo):
+        gpu = f" -i {x.gpu.index}" if x.gpu.index is not None else ""
+        advice = EVENT_ADVICE.get(info.action, "").format(gpu=gpu)
+        action = f" ({x.message})" if x.message else ""
+        return Finding(
+            info.code,
+            info.severity,
+            f"{where}: NVML event {x.event}{action}, {info.description}, seen {times} this "
+            f"boot{last}: {advice}{sticky}",
+            info.action,
+            resource,
+        )
+    said = f' ("{_short(x.message)}")' if x.message else ""
+    return Finding(
+        "XID",
+        info.severity,
+        f"{where}: Xid {x.xid}, {info.description}, seen {times} this boot{last}{said}: "
+        f"{_advice(info, x.gpu.index, x.message)}{sticky}",
+        info.action,
+        resource,
+    )
+
+
+def xid_named(found: Finding) -> int | None:
+    """The XID an XID finding is about (None for any other finding)."""
+    if found.code != "XID":
+        return None
+    match = _XID_NAMED.search(found.message)
+    return int(match.group(1)) if match else None
+
+
+def _advice(info: XidInfo, index: int | None, message: str) -> str:
+    gpu = f" -i {index}" if index is not None else ""
+    if info.bucket == "UNKNOWN":
+        return f"look it up in NVIDIA's Xid catalog ({CATALOG_URL})"
+    if info.xid == REMAP_RECORDED:
+        return _pending_until_reset(gpu, message)
+    return {
+        Action.RESTART_APP: (
+            "restart the application that hit it and reset the GPU when convenient"
+            if info.severity is Severity.CRITICAL
+            else "restart the application that hit it; the GPU itself stays usable"
+        ),
+        Action.RESET_GPU: (
+            f"drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the GPU "
+            "if it recurs"
+        ),
+        Action.REBOOT_NODE: "drain and reboot the node; inspect the GPU if it happens again",
+        Action.DRAIN_NODE: "drain the node's peer-to-peer (NVLink) work, as the driver asks",
+        Action.NONE: "informational: nothing to do unless it repeats",
+    }.get(info.action, "see NVIDIA's Xid catalog")
+
+
+def _pending_until_reset(gpu: str, message: str) -> str:
+    """Xid 63: a row was recorded for remapping (Ampere and newer) or a page for retirement
+    (older GPUs, "Dynamic Page Retirement" in the driver's text); either takes effect only
+    when the GPU is reset (NVIDIA, "Row Remapping": "requires a GPU reset to take effect")."""
+    how = f"(nvidia-smi -r{gpu} once it is drained, or a reboot)"
+    if "page retirement" in message.lower():
+        return (
+            "page retirement is pending: the retired page takes effect when the driver reloads "
+            f"or the GPU resets {how}"
+        )
+    return f"row remapping is pending: the remap takes effect at the GPU's next reset {how}"
+
+
+def _short(message: str, limit: int = 120) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
+def summary(xids: list[Seen], active: list[Seen]) -> str:
+    """The check's one-line summary: the active XIDs and events, most severe first."""
+    if not xids:
+        return "no XID errors this boot"
+    if not active:
+        return f"no active XID ({len(xids)} seen this boot: cleared, or warnings past their window)"
+    shown = [
+        (f"Xid {x.xid}" if x.is_xid else x.event)
+        + f" on GPU {x.gpu.index if x.gpu.index is not None else '?'}"
+        + (f" (x{x.count})" if x.count > 1 else "")
+        for x in sorted(
+            active, key=lambda x: (not x.info.critical, x.gpu.index or 0, x.xid, x.event)
+        )
+    ]
+    more = f" and {len(shown) - 4} more" if len(shown) > 4 else ""
+    active_xids = sum(1 for x in active if x.is_xid)
+    counted = [
+        f"{n} active {what}{'s' if n != 1 else ''}"
+        for n, what in ((active_xids, "XID"), (len(active) - active_xids, "NVML event"))
+        if n
+    ]
+    return f"{' and '.join(counted)}: {', '.join(shown[:4])}{more}"

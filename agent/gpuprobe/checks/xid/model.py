@@ -1,0 +1,186 @@
+"""The XID check's record model: a GPU as XIDs name it, one XID (or critical NVML event) seen
+on it this boot, and one look at the node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuprobe.checks.xid.state import XidState
+from gpuprobe.gpu import nvml_events
+from gpuprobe.gpu.nvml_events import EventInfo
+from gpuprobe.gpu.xid_catalog import XidInfo, classify
+from gpuprobe.report import format_time
+
+# The check's name, and the key of what it keeps in `host.memory`.
+NAME = "xid"
+# The event type of an XID, whichever source saw it.
+XID_EVENT = "XidCriticalError"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU as XIDs name it: NVML index, UUID and PCI address, whichever are known."""
+
+    index: int | None
+    uuid: str
+    pci_bus_id: str | None
+
+    @property
+    def ident(self) -> str:
+        """What keys this GPU's XIDs across runs and boots: its UUID, else its address."""
+        return self.uuid or self.pci_bus_id or f"index:{self.index}"
+
+
+@dataclass
+class Seen:
+    """One XID (or other critical NVML event: `event`, with `xid` 0) on one GPU this boot: how
+    often, when last, from which source, and its verdict. A GpuRecoveryAction event's
+    `message` is the recovery action the GPU's field named when the event was drained."""
+
+    gpu: Gpu
+    xid: int
+    count: int
+    last_seen: str | None
+    source: str
+    message: str = ""
+    active: bool = True
+    cleared: bool = False
+    event: str = XID_EVENT
+
+    @property
+    def is_xid(self) -> bool:
+        """Whether this is an XID (not another NVML event)."""
+        return self.event == XID_EVENT
+
+    @property
+    def key(self) -> str:
+        """The key in memory and in the state file: `<gpu ident>|<xid>` for an XID,
+        `<gpu ident>|<event type>` for another event."""
+        return f"{self.gpu.ident}|{self.xid if self.is_xid else self.event}"
+
+    @property
+    def info(self) -> XidInfo | EventInfo:
+        """The catalog's verdict on this XID, or the verdict on the event type."""
+        if self.is_xid:
+            return classify(self.xid, self.message)
+        verdict = nvml_events.info(self.event, self.message)
+        if verdict is None:  # an entry that no run of this version wrote
+            raise ValueError(f"no verdict on NVML event type {self.event}")
+        return verdict
+
+    def to_entry(self) -> dict[str, Any]:
+        """The XID as kept in memory and in the state file."""
+        return {
+            "gpu": self.gpu.index,
+            "uuid": self.gpu.uuid,
+            "pci_bus_id": self.gpu.pci_bus_id,
+            "xid": self.xid,
+            "count": self.count,
+            "last_seen": self.last_seen,
+            "source": self.source,
+            "message": self.message,
+            "event": self.event,
+        }
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> Seen | None:
+        """Read an XID back from memory or the state file (None for a malformed entry)."""
+        try:
+            index = entry.get("gpu")
+            pci = entry.get("pci_bus_id")
+            gpu = Gpu(
+                None if index is None else int(index),
+                str(entry.get("uuid") or ""),
+                None if pci is None else str(pci),
+            )
+            event = str(entry.get("event") or XID_EVENT)
+            if event != XID_EVENT and event not in nvml_events.EVENTS:
+                return None
+            return cls(
+                gpu,
+                int(entry["xid"]),
+                int(entry["count"]),
+                time_text(entry.get("last_seen")),
+                str(entry.get("source") or "kernel-log"),
+                str(entry.get("message") or ""),
+                event=event,
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def to_data(self) -> dict[str, Any]:
+        """The XID as an entry of the check's `data.xids`."""
+        info = self.info
+        return {
+            "gpu": self.gpu.index,
+            "uuid": self.gpu.uuid,
+            "xid": self.xid,
+            "count": self.count,
+            "last_seen": self.last_seen,
+            "severity": info.severity.value,
+            "action": info.action.value,
+            "description": info.description,
+            "source": self.source,
+            "pci_bus_id": self.gpu.pci_bus_id,
+            "message": self.message,
+            "active": self.active,
+            "cleared": self.cleared,
+        }
+
+    def to_event_data(self) -> dict[str, Any]:
+        """A non-XID event as an entry of the check's `data.events`."""
+        info = self.info
+        return {
+            "gpu": self.gpu.index,
+            "uuid": self.gpu.uuid,
+            "pci_bus_id": self.gpu.pci_bus_id,
+            "type": self.event,
+            "code": self.code,
+            "count": self.count,
+            "last_seen": self.last_seen,
+            "severity": info.severity.value,
+            "action": info.action.value,
+            "description": info.description,
+            "recovery_action": (self.message or None)
+            if self.event == nvml_events.RECOVERY
+            else None,
+            "active": self.active,
+            "cleared": self.cleared,
+        }
+
+    @property
+    def code(self) -> str:
+        """The finding code: XID, or the event type's."""
+        info = self.info
+        return info.code if isinstance(info, EventInfo) else "XID"
+
+
+@dataclass
+class Observation:
+    """Everything one look at the node found: the boot, the XIDs, where they came from."""
+
+    boot_id: str | None
+    xids: list[Seen]
+    sources: dict[str, Any] = field(default_factory=dict)
+    state: XidState | None = None
+    state_error: str | None = None
+
+
+def later(a: str | None, b: str | None) -> str | None:
+    """The later of two RFC 3339 times as format_time writes them (None is unknown)."""
+    if a is None or b is None:
+        return a or b
+    return max(a, b)
+
+
+def time_text(value: Any) -> str | None:
+    """An RFC 3339 time as format_time writes it, from a state or memory entry (else None)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return format_time(stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC))

@@ -1,0 +1,84 @@
+"""One look at the node for the XID check: both sources, what was remembered, the verdicts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuprobe.checks.xid import events, kernel, sticky
+from gpuprobe.checks.xid import state as xid_state
+from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
+from gpuprobe.config import Config
+from gpuprobe.gpu import kernel_log
+from gpuprobe.gpu.devices import Device, gpu_count, text
+from gpuprobe.gpu.pci import normalize_bus_id, nvidia_gpus
+from gpuprobe.host import Host
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def observe(host: Host, config: Config, directory: str | None) -> Observation:
+    """Read both sources and the state (in `directory`, this host's `state_dir`), and judge
+    each XID active, cleared or past."""
+    now = datetime.fromtimestamp(host.clock.wall(), UTC)
+    boot_id = (host.fs.try_read_text(BOOT_ID) or "").strip() or None
+    memory = host.memory.of(NAME)
+    if "boot_id" in memory and memory["boot_id"] != boot_id:
+        memory.clear()  # rebooted: what the last boot left behind is gone
+    memory["boot_id"] = boot_id
+    gpus, pci_order = _gpus(host)
+    sources: dict[str, Any] = {}
+    seen: dict[str, Seen] = {}
+    for x in events.drain(host, gpus, memory, sources, now):
+        seen[x.key] = x
+    for x in kernel.read(host, config, gpus, pci_order, sources, now):
+        _merge(seen, x)
+    observation = Observation(boot_id, [], sources)
+    try:
+        observation.state = xid_state.load(directory) if directory is not None else None
+    except xid_state.StateError as exc:
+        observation.state_error = str(exc)
+    state = observation.state
+    same_boot = state is not None and state.boot_id == boot_id
+    remembered = [*memory.get("sticky", {}).values()]
+    if same_boot and state is not None:
+        remembered += list(state.sticky.values())
+    for entry in remembered:
+        kept = Seen.from_entry(entry)
+        if kept is not None:
+            _merge(seen, kept)
+    saved = dict(state.cleared) if same_boot and state is not None else {}
+    cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
+    sticky.judge(list(seen.values()), cleared, memory, config, now)
+    observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid, x.event))
+    return observation
+
+
+def _gpus(host: Host) -> tuple[dict[str, Gpu], list[str]]:
+    """The GPUs NVML knows, by NVML index (as text) and by PCI address (`0000:3a:00`), and
+    the NVIDIA GPUs on the PCI bus in address order (NVML's default order)."""
+    known: dict[str, Gpu] = {}
+    count = gpu_count(host.nvml) or 0
+    for index in range(count):
+        device = Device(host.nvml, index)
+        uuid = text(device.get("nvmlDeviceGetUUID")) or ""
+        pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
+        bus_id = text(pci.get("busId")) if isinstance(pci, dict) else None
+        gpu = Gpu(index, uuid, normalize_bus_id(bus_id) if bus_id else None)
+        known[str(index)] = gpu
+        if gpu.pci_bus_id:
+            known[kernel_log.pci_prefix(gpu.pci_bus_id)] = gpu
+    return known, sorted(d.address for d in nvidia_gpus(host.fs))
+
+
+def _merge(seen: dict[str, Seen], x: Seen) -> None:
+    """Fold another sighting of an XID in: the larger count, the later time, events first."""
+    old = seen.get(x.key)
+    if old is None:
+        seen[x.key] = x
+        return
+    old.count = max(old.count, x.count)
+    old.last_seen = later(old.last_seen, x.last_seen)
+    old.message = old.message or x.message
+    if x.source == "nvml-event":
+        old.source = "nvml-event"

@@ -1,0 +1,43 @@
+"""Where the XID check keeps its state, and what the live daemon writes there each run."""
+
+from __future__ import annotations
+
+from gpuprobe.checks.xid import state as xid_state
+from gpuprobe.checks.xid.model import Observation
+from gpuprobe.config import Config
+from gpuprobe.host import Host
+
+# The live node's state directory when `xid.state_dir` is not configured.
+DEFAULT_STATE_DIR = "/var/lib/gpuprobe"
+
+
+def state_dir(host: Host, config: Config) -> str | None:
+    """The state directory this host uses: the configured one, else the live default; None
+    for a snapshot without one (its replay must not read this machine's state)."""
+    if config.xid.state_dir is not None:
+        return config.xid.state_dir
+    return None if host.is_snapshot else DEFAULT_STATE_DIR
+
+
+def save_sticky(host: Host, seen: Observation, directory: str | None) -> str | None:
+    """Keep the live daemon's sticky XIDs in the state file (never from a snapshot); returns
+    why the file could not be written, if it could not."""
+    if (
+        host.is_snapshot
+        or directory is None
+        or not xid_state.writable(directory)
+        or seen.state_error
+    ):
+        return None
+    sticky = {x.key: x.to_entry() for x in seen.xids if x.active and x.info.critical}
+    state = seen.state or xid_state.XidState()
+    if state.boot_id != seen.boot_id:
+        state = xid_state.XidState(seen.boot_id)
+    elif state.sticky == sticky:
+        return None
+    state.sticky = sticky
+    try:
+        xid_state.save(directory, state)
+    except xid_state.StateError as exc:
+        return str(exc)
+    return None

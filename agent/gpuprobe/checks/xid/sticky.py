@@ -1,0 +1,69 @@
+"""The XID check's state machine: each XID seen this boot is active, cleared or past.
+
+A critical XID (or critical NVML event) is sticky: active from the first sighting until an
+operator's clearing covers it (nothing new since, in count and time) or the node reboots. A
+warning XID stays active for `xid.warning_window_seconds` after it last grew. A clearing no
+longer covers an XID that grew again.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from gpuprobe.checks.xid.model import Seen, time_text
+from gpuprobe.config import Config
+
+
+def judge(
+    xids: list[Seen],
+    cleared: dict[str, dict[str, Any]],
+    memory: dict[str, Any],
+    config: Config,
+    now: datetime,
+) -> None:
+    """Mark each XID cleared or active, and remember the critical ones as sticky."""
+    grew: dict[str, list[Any]] = memory.setdefault("grew", {})
+    sticky: dict[str, dict[str, Any]] = memory.setdefault("sticky", {})
+    stamp = now.timestamp()
+    for x in xids:
+        mark = cleared.get(x.key)
+        x.cleared = mark is not None and _covers(mark, x)
+        last = grew.get(x.key)
+        if last is None or x.count > last[0]:
+            grew[x.key] = [x.count, stamp]
+        if x.info.critical:
+            x.active = not x.cleared
+            if x.active:
+                sticky[x.key] = x.to_entry()
+            else:
+                sticky.pop(x.key, None)
+        else:
+            recent = stamp - grew[x.key][1] <= config.xid.warning_window_seconds
+            x.active = not x.cleared and recent
+
+
+def newest_clearings(
+    saved: dict[str, dict[str, Any]], remembered: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The clearings in force: the state file's, each replaced by this process's memory's
+    when that one covers as many sightings or more."""
+    cleared = dict(saved)
+    for key, mark in remembered.items():
+        if key not in cleared or mark_count(mark) >= mark_count(cleared[key]):
+            cleared[key] = mark
+    return cleared
+
+
+def _covers(mark: dict[str, Any], x: Seen) -> bool:
+    """Whether a clearing still covers the XID: nothing new since (count and time)."""
+    if x.count > mark_count(mark):
+        return False
+    last = time_text(mark.get("last_seen"))
+    return x.last_seen is None or last is None or x.last_seen <= last
+
+
+def mark_count(mark: dict[str, Any]) -> int:
+    """A clearing's count (-1 when the state file holds no whole number there)."""
+    count = mark.get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) else -1

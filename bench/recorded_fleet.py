@@ -1,0 +1,171 @@
+"""A fleet of recorded agents for audit benchmarks: thousands of loopback addresses, a few
+processes, each answering GetReport with a report recorded from a real agent.
+
+    python bench/recorded_fleet.py --count 10000 --processes 2 \\
+        --snapshot tests/snapshots/synthetic-h100-8gpu-healthy
+
+First it starts one real agent (`gpuprobe serve`'s Agent, as tests/fleet.py does) per snapshot
+and records its GetReport answers, the whole report and the summary view. Then each of
+`--processes` processes listens on its share of the addresses 127.1.0.1, 127.1.0.2, ... (one
+gRPC server per process, one port on each address) and answers every GetReport with a
+recorded answer, the node named after the address asked (`fleet-node-000042`). It prints one
+JSON line `{"targets_file": ..., "count": N, "pids": [...]}` and serves until its stdin closes.
+So an audit of 10,000 agents meets 10,000 distinct agents and real answers, while the fleet
+itself costs a fraction of what 10,000 agents would: what is measured is the audit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from concurrent import futures
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PORT = 50051
+PLACEHOLDER = "fleet-node-XXXXXX"
+PER_OCTET = 250
+
+
+def address(i: int) -> str:
+    """The `i`-th agent's loopback address (127.1.0.1 onwards, 250 per third octet)."""
+    high, low = divmod(i, PER_OCTET)
+    return f"127.{1 + high // 256}.{high % 256}.{low + 1}"
+
+
+def index_of(host: str) -> int:
+    """The agent index whose address `host` (host:port as the caller dialled it) is."""
+    _, second, third, fourth = host.rpartition(":")[0].split(".")
+    return ((int(second) - 1) * 256 + int(third)) * PER_OCTET + int(fourth) - 1
+
+
+def record(snapshots: Sequence[str]) -> list[dict[str, str]]:
+    """Each snapshot's GetReport answers (whole and summary view), recorded from a real
+    agent, with the node name replaced by PLACEHOLDER (base64 of the serialized response)."""
+    sys.path.insert(0, str(ROOT / "agent"))
+    sys.path.insert(0, str(ROOT / "tests"))
+    import grpc
+
+    from fleet import fleet
+    from gpuprobe.v1 import diagnostics_pb2 as pb
+
+    recorded = []
+    with fleet(snapshots, len(snapshots)) as agents:
+        for agent in agents:
+            answers = {}
+            with grpc.insecure_channel(agent.target) as channel:
+                call = channel.unary_unary(
+                    "/gpuprobe.v1.NodeDiagnostics/GetReport",
+                    request_serializer=pb.GetReportRequest.SerializeToString,
+                    response_deserializer=pb.GetReportResponse.FromString,
+                )
+                for view, name in (
+                    (pb.REPORT_VIEW_FULL, "full"),
+                    (pb.REPORT_VIEW_SUMMARY, "summary"),
+                ):
+                    response = call(pb.GetReportRequest(view=view), timeout=30)
+                    response.report.node = PLACEHOLDER
+                    raw = response.SerializeToString()
+                    assert raw.count(PLACEHOLDER.encode()) == 1, "the node name is not unique"
+                    answers[name] = base64.b64encode(raw).decode()
+            recorded.append(answers)
+    return recorded
+
+
+def serve_share(recorded_file: str, count: int, share: int, shares: int) -> int:
+    """Serve the addresses i with i % shares == share, until stdin closes."""
+    import grpc
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    recorded = json.loads(Path(recorded_file).read_text())
+    answers = [{k: base64.b64decode(v) for k, v in r.items()} for r in recorded]
+    placeholder = PLACEHOLDER.encode()
+
+    def get_report(request: bytes, context: grpc.ServicerContext) -> bytes:
+        # The caller's :authority (the address it dialled) names the agent. grpc's Python
+        # server keeps it on the call's private event; the bench needs it to answer as that
+        # agent, and nothing in gpuprobe reads it.
+        host = context._rpc_event.call_details.host.decode()  # type: ignore[attr-defined]
+        i = index_of(host)
+        # GetReportRequest: field 1 (view) varint; 2 is the summary view.
+        view = "summary" if request == b"\x08\x02" else "full"
+        return answers[i % len(answers)][view].replace(placeholder, f"fleet-node-{i:06d}".encode())
+
+    handler = grpc.method_handlers_generic_handler(
+        "gpuprobe.v1.NodeDiagnostics",
+        {"GetReport": grpc.unary_unary_rpc_method_handler(get_report)},
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=[handler])
+    for i in range(share, count, shares):
+        server.add_insecure_port(f"{address(i)}:{PORT}")
+    server.start()
+    print("ready", flush=True)
+    sys.stdin.read()
+    server.stop(0)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Record the answers, start the serving processes, print where they listen."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, required=True, help="how many agents")
+    parser.add_argument("--processes", type=int, default=2, help="serving processes")
+    parser.add_argument("--snapshot", action="append", help="a snapshot directory (repeatable)")
+    parser.add_argument("--share", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--recorded", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.share is not None:
+        return serve_share(args.recorded, args.count, args.share, args.processes)
+    snapshots = args.snapshot or [str(ROOT / "tests/snapshots/synthetic-h100-8gpu-healthy")]
+    with tempfile.TemporaryDirectory(prefix="gpuprobe-fleet-") as tmp:
+        recorded = Path(tmp) / "recorded.json"
+        recorded.write_text(json.dumps(record(snapshots)))
+        targets = Path(tmp) / "targets"
+        targets.write_text("".join(f"{address(i)}:{PORT}\n" for i in range(args.count)))
+        children = [
+            subprocess.Popen(
+                [
+                    *(sys.executable, __file__, "--count", str(args.count)),
+                    *("--processes", str(args.processes), "--share", str(k)),
+                    *("--recorded", str(recorded)),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "GRPC_VERBOSITY": "NONE"},
+            )
+            for k in range(args.processes)
+        ]
+        try:
+            for child in children:
+                assert child.stdout is not None
+                if child.stdout.readline().strip() != "ready":
+                    raise SystemExit(f"a serving process exited ({child.wait()})")
+            pids = [c.pid for c in children]
+            print(json.dumps({"targets_file": str(targets), "count": args.count, "pids": pids}))
+            sys.stdout.flush()
+            threading.Thread(target=sys.stdin.read, daemon=True).run()
+        finally:
+            for child in children:
+                if child.stdin is not None:
+                    child.stdin.close()
+            for child in children:
+                try:
+                    child.wait(10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

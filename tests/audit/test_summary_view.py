@@ -1,0 +1,134 @@
+"""The summary view of GetReport: what a fleet audit reads, without per-GPU telemetry, and
+the audit's figures from it the same as from the whole report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuprobe.audit.cluster import audited
+from gpuprobe.audit.facts import DATA_KEYS, counts, skew_values
+from gpuprobe.client import Client, Credentials, Fetched, fetch_report
+from gpuprobe.report_view import SUMMARY_DATA, pick
+from gpuprobe.serve import convert
+from gpuprobe.targets import parse_targets
+from gpuprobe.v1 import diagnostics_pb2 as pb
+from serving import in_process_agent
+
+# What NVML reads per GPU every round: the telemetry a fleet audit never needs.
+TELEMETRY = {
+    "temperature_celsius",
+    "power_watts",
+    "utilization_gpu_percent",
+    "utilization_memory_percent",
+    "memory_used_bytes",
+    "clock_event_reasons",
+    "ecc_corrected_volatile",
+    "nvlinks",
+}
+
+
+def keys_of(value: object) -> set[str]:
+    """Every mapping key anywhere inside `value`."""
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in keys_of(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in keys_of(v)}
+    return set()
+
+
+def allowed(keys: object) -> set[str]:
+    """Every key a DataKeys tree names."""
+    if not isinstance(keys, dict):
+        return set()
+    return set(keys) | {k for v in keys.values() for k in allowed(v)}
+
+
+@pytest.fixture(scope="module")
+def views() -> tuple[pb.NodeReport, pb.NodeReport]:
+    with (
+        in_process_agent("synthetic-h100-8gpu-healthy") as agent,
+        Client(f"127.0.0.1:{agent.grpc_port}") as client,
+    ):
+        whole = client.get_report_message(10)
+        summary = client.get_report_message(10, pb.REPORT_VIEW_SUMMARY)
+    return whole, summary
+
+
+def test_the_summary_view_carries_no_per_gpu_telemetry(
+    views: tuple[pb.NodeReport, pb.NodeReport],
+) -> None:
+    whole, summary = views
+    full_data = convert.report_from_proto(whole).check("gpus")
+    assert full_data is not None
+    full_gpu_keys = keys_of(full_data.data["gpus"])
+    assert TELEMETRY & full_gpu_keys, "the whole report should carry the GPUs' telemetry"
+    report = convert.report_from_proto(summary)
+    for check in report.checks:
+        assert keys_of(check.data) <= allowed(SUMMARY_DATA.get(check.name, {})), check.name
+    gpus = report.check("gpus")
+    assert gpus is not None
+    # `lost` is in a GPU's data only when it is lost
+    assert [set(g) for g in gpus.data["gpus"]] == [{"index", "name", "idle"}] * 8
+    assert summary.ByteSize() * 4 < whole.ByteSize()
+
+
+def test_the_summary_view_keeps_every_check_status_summary_and_finding(
+    views: tuple[pb.NodeReport, pb.NodeReport],
+) -> None:
+    whole, summary = views
+    assert summary.node == whole.node and summary.status == whole.status
+    assert [(c.name, c.status, c.summary, list(c.findings)) for c in summary.checks] == [
+        (c.name, c.status, c.summary, list(c.findings)) for c in whole.checks
+    ]
+    assert [c.time for c in summary.checks] == [c.time for c in whole.checks]
+
+
+def test_the_audit_reads_the_same_figures_from_either_view(
+    views: tuple[pb.NodeReport, pb.NodeReport],
+) -> None:
+    whole, summary = views
+    from_whole = convert.report_from_proto(whole, DATA_KEYS)
+    from_summary = convert.report_from_proto(summary, DATA_KEYS)
+    assert skew_values(from_summary) == skew_values(from_whole)
+    assert counts(from_summary) == counts(from_whole)
+    assert audited(Fetched("t", from_summary)) == audited(Fetched("t", from_whole))
+
+
+def test_an_agent_without_views_answers_the_whole_report_and_the_audit_reads_it(
+    views: tuple[pb.NodeReport, pb.NodeReport],
+) -> None:
+    """An agent of the version before views ignores the field it does not know and sends
+    the whole report; the audit picks the same facts out of it."""
+    whole, _ = views
+    picked = convert.report_from_proto(whole, DATA_KEYS)
+    for check in picked.checks:
+        keys = SUMMARY_DATA.get(check.name)
+        full = convert.report_from_proto(whole).check(check.name)
+        assert full is not None
+        assert check.data == (pick(full.data, keys) if keys else {})
+
+
+def test_fetch_report_asks_for_the_view_it_is_given() -> None:
+    with in_process_agent("synthetic-h100-8gpu-healthy") as agent:
+        target = f"127.0.0.1:{agent.grpc_port}"
+        whole = fetch_report(target, Credentials(), 10)
+        summary = fetch_report(target, Credentials(), 10, view=pb.REPORT_VIEW_SUMMARY)
+    assert whole.report is not None and summary.report is not None
+    gpus_whole, gpus_summary = whole.report.check("gpus"), summary.report.check("gpus")
+    assert gpus_whole is not None and gpus_summary is not None
+    assert TELEMETRY & keys_of(gpus_whole.data)
+    assert not TELEMETRY & keys_of(gpus_summary.data)
+
+
+def test_targets_can_be_read_from_a_file(tmp_path: Path) -> None:
+    listing = tmp_path / "targets"
+    listing.write_text("# the fleet\n10.0.0.7:50051, 10.0.0.8:50051\n\n[::1]:9 # local\n")
+    specs = parse_targets(f"@{listing},dns:gpuprobe.gpuprobe.svc:50051")
+    assert [str(s) for s in specs] == [
+        "10.0.0.7:50051",
+        "10.0.0.8:50051",
+        "[::1]:9",
+        "dns:gpuprobe.gpuprobe.svc:50051",
+    ]
