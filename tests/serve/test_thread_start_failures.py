@@ -170,3 +170,20 @@ def test_the_daemon_recovers_after_a_pids_limit_was_reached(tmp_path: Path) -> N
                 s.close()
             proc.kill()
             proc.wait()
+
+
+def test_a_storage_job_refused_its_thread_stops_the_others_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """The storage test's jobs: one refused its thread stops those started, which are joined
+    before their buffers close (closing them under a running job raised BufferError)."""
+    from gpuprobe import cleanup
+    from gpuprobe.measure.throughput import MeasureError, Plan, measure
+
+    mib = 1024 * 1024
+    with threads_refused("storage-job-2", 1), pytest.raises(MeasureError) as err:
+        measure(tmp_path, Plan(mib, 8 * mib, 4, 60.0), "node-a")
+    assert str(err.value) == "start: cannot start a thread per job"
+    assert os.listdir(tmp_path) == []
+    assert cleanup.pending() == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("storage-job-")]
