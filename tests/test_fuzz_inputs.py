@@ -296,8 +296,26 @@ def cdi_spec_with(edit: dict[str, Any]) -> bytes:
         ("CDI spec", cdi_spec_with({"mounts": [{"hostPath": "x" * 300, "containerPath": "/x"}]})),
         # sysfs: an InfiniBand rate of 250,000 digits (the rate pattern backtracked for minutes).
         ("InfiniBand port rate", b"9" * 250_000),
+        # YAML and TOML nested past the parsers' stack: a RecursionError caught inside
+        # PyYAML ended the process ("Cannot recover from stack overflow").
+        (
+            "device-plugin.json",
+            json.dumps({"config_file": "/c.yaml", "content": "- " * 3000}).encode(),
+        ),
+        ("config", b"serve:\n  intervals: " + b"[" * 3000 + b"\n"),
+        ("config", b"a:\n" + b"".join(b" " * i + b"- x:\n" for i in range(0, 3000, 2))),
+        ("containerd config", b"a = " + b"[" * 3000 + b"]" * 3000 + b"\n"),
     ],
-    ids=["cdi-hook-name-list", "cdi-node-type-list", "cdi-relative-host-path", "ib-rate-digits"],
+    ids=[
+        "cdi-hook-name-list",
+        "cdi-node-type-list",
+        "cdi-relative-host-path",
+        "ib-rate-digits",
+        "device-plugin-yaml-deep",
+        "config-flow-deep",
+        "config-block-deep",
+        "containerd-toml-deep",
+    ],
 )
 def test_what_fuzzing_found_stays_fixed(kind_name: str, data: bytes) -> None:
     kind = next(k for k in KINDS if k.name == kind_name)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpuprobe.errors import ConfigError
-from gpuprobe.files import FileRefused, read_regular
+from gpuprobe.files import MAX_NESTING, FileRefused, nesting_depth, read_regular
 
 # Active checks measure for a while: their deadline is at least this unless set per check.
 ACTIVE_DEADLINES: dict[str, float] = {"storage": 120.0}
@@ -351,6 +351,8 @@ def load_config(path: str | None) -> Config:
 
     try:
         text = read_regular(path, MAX_CONFIG_BYTES).decode("utf-8")
+        if nesting_depth(text) > MAX_NESTING:
+            raise RecursionError  # refused before PyYAML recurses into it
         raw = yaml.safe_load(text)
     except OSError as exc:
         raise ConfigError(f"config {path}: {exc.strerror or exc}") from None

@@ -56,3 +56,37 @@ def _kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "socket"
     return "special file"
+
+
+# Deeper than any configuration, CDI spec or snapshot file is written (they nest a dozen levels
+# at most). PyYAML's and tomllib's parsers recurse per level; deep enough, a RecursionError
+# caught mid-way can turn into a fatal "Cannot recover from stack overflow": such a text is
+# refused before it reaches them.
+MAX_NESTING = 64
+
+
+def nesting_depth(text: str) -> int:
+    """An upper bound on how deep a YAML, JSON or TOML text nests: flow brackets (`[`, `{`,
+    counted even inside strings, so never under) plus block levels (indentation, and `- `
+    items opening on one line). Linear in the text."""
+    deepest = flow = 0
+    indents: list[int] = []
+    for line in text.splitlines():
+        stripped = line.lstrip(" ")
+        if stripped and not stripped.startswith("#"):
+            indent = len(line) - len(stripped)
+            while indents and indents[-1] >= indent:
+                indents.pop()
+            indents.append(indent)
+            dashes = 0
+            while stripped.startswith("- ") or stripped == "-":
+                dashes += 1
+                stripped = stripped[2:].lstrip(" ")
+            deepest = max(deepest, flow + len(indents) + dashes)
+        for char in line:
+            if char in "[{":
+                flow += 1
+                deepest = max(deepest, flow + len(indents))
+            elif char in "]}" and flow:
+                flow -= 1
+    return deepest
