@@ -2,6 +2,7 @@
 
     python bench/serve_resources.py --interval 10 --duration 600    # memory target (≤ 80 MiB)
     python bench/serve_resources.py --interval 60 --duration 600    # CPU target (< 1 %)
+    python bench/serve_resources.py --snapshot synthetic-k8s-mig-single  # with attribution
 
 Serves the 8-GPU snapshot `synthetic-h100-8gpu-healthy` at the given check interval while
 both it and node_exporter are scraped every 15 s (Prometheus' default), then prints RSS at
@@ -16,7 +17,7 @@ import os
 import time
 import urllib.request
 
-from agents import cpu_seconds, rss_bytes, start_agent, start_node_exporter, stop
+from agents import SNAPSHOT, cpu_seconds, rss_bytes, start_agent, start_node_exporter, stop
 
 MIB = 1024 * 1024
 
@@ -27,9 +28,10 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=10)
     parser.add_argument("--duration", type=float, default=600)
     parser.add_argument("--scrape-every", type=float, default=15)
+    parser.add_argument("--snapshot", default=SNAPSHOT.name, help="a snapshot under tests/")
     args = parser.parse_args()
 
-    agent, agent_port = start_agent(args.interval)
+    agent, agent_port = start_agent(args.interval, SNAPSHOT.parent / args.snapshot)
     exporter, exporter_port = start_node_exporter()
     try:
         time.sleep(5)  # past start-up and the first round
@@ -53,6 +55,7 @@ def main() -> None:
                 "cpu_percent_of_one_core": round(100 * (cpu_seconds(p.pid) - cpu0) / elapsed, 3),
             }
         result["run"] = {
+            "snapshot": args.snapshot,
             "interval_seconds": args.interval,
             "duration_seconds": round(elapsed, 1),
             "scrape_every_seconds": args.scrape_every,

@@ -404,6 +404,34 @@ def idle_panels() -> list[Any]:
     ]
 
 
+def allocation_panels() -> list[Any]:
+    """Who holds the GPUs, and how much of what they hold sits idle (the workloads check)."""
+    idle = f"rate(gpuprobe_gpu_idle_allocated_seconds_total{{{GPU}}}[$__rate_interval])"
+    allocated = f"rate(gpuprobe_gpu_allocated_seconds_total{{{GPU}}}[$__rate_interval])"
+    return [
+        timeseries.Panel()
+        .title("Idle allocated GPUs by namespace")
+        .description(
+            "GPUs held by pods but idle (NVML utilization at or below the idle threshold), "
+            "summed by the holders' namespace: GPU-seconds per second, i.e. GPUs. Over a range, "
+            "increase(gpuprobe_gpu_idle_allocated_seconds_total[...]) / 3600 is GPU-hours."
+        )
+        .datasource(DATASOURCE)
+        .with_target(query(f"sum by (namespace) ({on_node(idle)})", legend="{{namespace}}"))
+        .with_target(query(f"sum({on_node(allocated)})", ref="B", legend="allocated (all)"))
+        .unit("short")
+        .min(0)
+        .span(10)
+        .height(8),
+        table_panel(
+            "GPU allocation by node",
+            "Each GPU and MIG device the kubelet gave a pod: node, GPU, MIG device, namespace, "
+            "pod, container and resource (from the PodResources API).",
+            instant(on_node(f"gpuprobe_gpu_allocation_info{{{GPU}}}")),
+        ).span(14),
+    ]
+
+
 def variables() -> list[Any]:
     """Data source, cluster, node, GPU, and the transport of the peer matrix."""
 
@@ -458,6 +486,7 @@ def build_dashboard() -> dict[str, Any]:
         ("MIG layout", mig_panels()),
         ("Links and storage", link_and_storage_panels()),
         ("Idle GPUs", idle_panels()),
+        ("GPU allocation", allocation_panels()),
     ]
     for title, panels in rows:
         board = board.with_row(dashboard.Row(title))

@@ -15,11 +15,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 
 from conftest import snapshot
+from gpuprobe import wire
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
-from gpuprobe.serve import convert
 from gpuprobe.serve.security import bearer
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
@@ -75,7 +75,7 @@ def standin(behaviour: Behaviour | None, ports: int = 1, workers: int = 16) -> I
 def report_of(snapshot_name: str, node: str | None = None) -> pb.GetReportResponse:
     """The GetReport answer an agent on this snapshot would give."""
     report = run_checks(snapshot_host(snapshot(snapshot_name), node), Config(), list(CHECKS))
-    return pb.GetReportResponse(report=convert.report_to_proto(report))
+    return pb.GetReportResponse(report=wire.report_to_proto(report))
 
 
 def hangs(release: threading.Event) -> Behaviour:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+import pytest
+
 from conftest import snapshot
+from gpuprobe.checks import registry
+from gpuprobe.checks.record import Check, CheckFn
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config, build
@@ -21,7 +27,24 @@ def config(**sections: Any) -> Config:
 def run_check(name: str, snapshot_name: str, cfg: Config | None = None) -> CheckResult:
     """Run one check on a committed snapshot."""
     host = snapshot_host(snapshot(snapshot_name))
-    return CHECKS[name](host, cfg or Config())
+    return CHECKS[name].run(host, cfg or Config())
+
+
+def as_record(name: str, run: CheckFn) -> Check[Any]:
+    """A record that runs `run` as the check `name`: the registered check's record with its
+    function replaced (its deadline and the rest kept), or a bare record for a new name."""
+    known = registry.CHECKS.get(name)
+    return replace(known, run=run) if known is not None else Check(name, run)
+
+
+def records(runs: Mapping[str, CheckFn]) -> dict[str, Check[Any]]:
+    """Records for a runner: each function as the check of its name (see `as_record`)."""
+    return {name: as_record(name, run) for name, run in runs.items()}
+
+
+def use_check(monkeypatch: pytest.MonkeyPatch, name: str, run: CheckFn) -> None:
+    """Register `run` as the check `name` (replacing or adding it) for one test."""
+    monkeypatch.setitem(registry.CHECKS, name, as_record(name, run))
 
 
 def codes(result: CheckResult) -> list[tuple[str, str, str, str]]:

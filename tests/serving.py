@@ -16,18 +16,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conftest import snapshot
-from gpuprobe.checks.registry import ACTIVE, CHECKS
-from gpuprobe.config import Config
+from gpuprobe.checks.registry import CHECKS, active
+from gpuprobe.config import BandwidthConfig, Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.serve.agent import Agent, ServeOptions
 from gpuprobe.serve.service import ClearXid
 
 # The checks a fresh agent has run: the active ones (storage, NCCL) first run after a random
 # part of their jitter window, so its first reports hold only these.
-PASSIVE = [name for name in CHECKS if name not in ACTIVE]
+PASSIVE = [name for name in CHECKS if name not in active(CHECKS)]
 
 LOOPBACK = {"grpc_listen": "127.0.0.1:0", "metrics_listen": "127.0.0.1:0"}
 LOOPBACK_FLAGS = ("--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+# Agents on loopback test bandwidth toward each other there (the default peer networks, the
+# private ranges of pod networks, leave loopback out).
+LOOPBACK_PEERS = BandwidthConfig(peer_networks=("127.0.0.0/8", "::1/128"))
 
 
 @dataclass
@@ -125,7 +128,7 @@ def in_process_agent(
     host = snapshot_host(snapshot(snapshot_name), node_name)
     agent = Agent(
         host,
-        config or Config(),
+        config or Config(bandwidth=LOOPBACK_PEERS),
         names or list(CHECKS),
         ServeOptions(**{**LOOPBACK, **options}),
         clear_xid=clear_xid,

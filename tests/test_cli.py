@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
+import re
+import shutil
+import struct
 import subprocess
 import sys
+import tempfile
+import termios
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from conftest import SNAPSHOTS, gpuprobe, schema, snapshot
+from gpuprobe.checks.registry import CHECKS, active
+from gpuprobe.render import render_report
+from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity
 
 EXIT = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 
@@ -88,11 +98,18 @@ def corrupt_snapshot(tmp_path: Path) -> str:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["check", "--bogus"], "unrecognized arguments: --bogus"),
+        (["check", "--bogus"], "unrecognized arguments: --bogus (see gpuprobe check --help)"),
         (["check", "--only", "driver,warp"], "unknown check 'warp'"),
-        (["check", "--only", ","], "names no check"),
-        (["check", "--expect-gpus", "many"], "not a whole number"),
+        (["check", "--only", ","], "names no check (see gpuprobe check --help)"),
+        (["check", "--expect-gpus", "many"], "not a whole number: 'many' (see gpuprobe check"),
+        (["capture", "/tmp/x", "--bogus"], "--bogus (see gpuprobe capture --help)"),
         (["check", "--snapshot", "/nonexistent/snap"], "/nonexistent/snap: not a directory"),
+        (
+            ["check", "--snapshot", str(SNAPSHOTS)],  # the folder of snapshots, not one
+            f"snapshot {SNAPSHOTS}: not a node snapshot: it holds none of snapshot.json, "
+            "nvml.json, rootfs/ (what gpuprobe capture writes)",
+        ),
+        (["check", "--snapshot", "EMPTY"], "holds none of snapshot.json, nvml.json, rootfs/"),
         (["check", "--config", "/nonexistent.yaml"], "config /nonexistent.yaml: No such file"),
         (["check", "--root", "/nonexistent"], "--root /nonexistent: not a directory"),
         (["check", "--snapshot", "CORRUPT"], "nvml.json: line 1 column"),
@@ -102,7 +119,9 @@ def corrupt_snapshot(tmp_path: Path) -> str:
     ],
 )
 def test_usage_errors_exit_64_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
-    args = [corrupt_snapshot(tmp_path) if a == "CORRUPT" else a for a in args]
+    (tmp_path / "empty").mkdir()
+    named = {"CORRUPT": corrupt_snapshot(tmp_path), "EMPTY": str(tmp_path / "empty")}
+    args = [named.get(a, a) for a in args]
     out = gpuprobe(*args)
     assert out.returncode == 64
     assert out.stdout == ""
@@ -118,38 +137,81 @@ def test_help_and_version() -> None:
     assert gpuprobe("--version").stdout.startswith("gpuprobe ")
 
 
-def on_a_terminal(*args: str, no_color: bool) -> str:
-    """What `gpuprobe` prints when its stdout is a terminal (a pseudo-terminal here)."""
-    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+def test_check_help_names_every_check_only_takes_and_the_exit_statuses() -> None:
+    out = gpuprobe("check", "--help")
+    assert out.returncode == 0
+    listing = out.stdout.split("checks (--only takes them, comma-separated;", 1)[1]
+    names = listing.split("):\n", 1)[1].split("\n  (", 1)[0]
+    assert [n.strip() for n in names.replace("\n", " ").split(",")] == list(CHECKS)
+    assert f"({' and '.join(sorted(active(CHECKS)))} are active" in out.stdout
+    exits = " ".join(out.stdout.split("exit status:", 1)[1].split())
+    assert (
+        exits == "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the worst check's status), 64 usage error"
+    )
+    assert "nccl and storage are active" in gpuprobe("capture", "--help").stdout
+
+
+def test_a_replayed_snapshot_shows_when_it_was_captured(tmp_path: Path) -> None:
+    out = gpuprobe("check", "--snapshot", snapshot("synthetic-gpu-lost"))
+    header = out.stdout.splitlines()[0]
+    assert header == "node synthetic-gpu-lost  snapshot captured 2026-11-29 21:00:00Z  CRITICAL"
+    bare = tmp_path / "bare"
+    shutil.copytree(snapshot("synthetic-gpu-lost"), bare, symlinks=True)
+    (bare / "snapshot.json").unlink()
+    out = gpuprobe("check", "--snapshot", str(bare))
+    assert out.stdout.splitlines()[0] == "node bare  snapshot, capture time unknown  CRITICAL"
+
+
+def test_a_snapshot_with_a_bad_capture_time_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    shutil.copytree(snapshot("synthetic-gpu-lost"), bad, symlinks=True)
+    meta = json.loads((bad / "snapshot.json").read_text())
+    for value in ("yesterday", 1764450000, "2026-11-29T21:00:00"):
+        (bad / "snapshot.json").write_text(json.dumps({**meta, "captured_at": value}))
+        out = gpuprobe("check", "--snapshot", str(bad))
+        assert (out.returncode, out.stdout) == (64, "")
+        assert out.stderr == (
+            f"gpuprobe: {bad / 'snapshot.json'}: captured_at {value!r} is not an RFC 3339 time\n"
+        )
+
+
+def test_the_live_header_shows_the_time_of_the_run() -> None:
+    before = datetime.now(UTC).replace(microsecond=0)
+    header = gpuprobe("check", "--only", "driver").stdout.splitlines()[0]
+    shown = datetime.strptime(header.split("  ")[1], "%Y-%m-%d %H:%M:%SZ").replace(tzinfo=UTC)
+    assert before <= shown <= datetime.now(UTC)
+
+
+def on_a_terminal(*args: str, no_color: bool, columns: int = 0, status: int = 2) -> str:
+    """What `gpuprobe` prints when its stdout is a terminal (a pseudo-terminal here, of
+    `columns` columns when given), read while it runs (a full terminal would block it)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
     if no_color:
         env["NO_COLOR"] = "1"
     leader, follower = pty.openpty()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpuprobe", *args],
-            stdout=follower,
-            stderr=subprocess.PIPE,
-            env=env,
-            timeout=60,
-            check=False,
-        )
-        os.close(follower)
-        follower = -1
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the terminal's other side is closed and drained
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(leader)
-        if follower != -1:
+    if columns:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    chunks = []
+    with tempfile.TemporaryFile() as stderr:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gpuprobe", *args], stdout=follower, stderr=stderr, env=env
+            )
             os.close(follower)
-    assert proc.returncode == 2, proc.stderr
-    return b"".join(chunks).decode()
+            follower = -1
+            try:
+                while chunk := os.read(leader, 65536):
+                    chunks.append(chunk)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                pass
+            proc.wait(timeout=60)
+        finally:
+            os.close(leader)
+            if follower != -1:
+                os.close(follower)
+        stderr.seek(0)
+        assert proc.returncode == status, stderr.read()
+    return b"".join(chunks).decode().replace("\r\n", "\n")
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color() -> None:
@@ -160,3 +222,70 @@ def test_colour_only_on_a_terminal_and_never_with_no_color() -> None:
     plain = on_a_terminal("check", "--snapshot", lost, no_color=True)
     assert "\033[" not in plain
     assert plain.splitlines()[0].endswith("  CRITICAL")
+
+
+def test_findings_are_wrapped_to_the_terminal_with_a_hanging_indent() -> None:
+    xid = snapshot("synthetic-xid-critical")
+    piped = untimed(gpuprobe("check", "--snapshot", xid, env={"COLUMNS": "80"}).stdout)
+    wrapped = untimed(on_a_terminal("check", "--snapshot", xid, no_color=True, columns=80))
+    assert max(len(line) for line in piped.splitlines()) > 300  # a pipe gets whole lines
+    assert max(len(line) for line in wrapped.splitlines()) <= 80
+    assert wrapped.split() == piped.split()  # the same words, only the line breaks differ
+    lines = wrapped.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(" " * 12 + "GPU 2 (0000"))
+    end = lines.index("            action: RESET_GPU", start)
+    assert end - start > 3
+    assert all(line.startswith(" " * 12) and line[12] != " " for line in lines[start:end])
+    xid_line = next(i for i, line in enumerate(lines) if line.startswith("CRITICAL  xid  "))
+    assert lines[xid_line + 1].startswith(" " * 25) and lines[xid_line + 1][25] != " "
+    # The colours do not count toward the width.
+    coloured = on_a_terminal("check", "--snapshot", xid, no_color=False, columns=80)
+    assert untimed(re.sub("\033\\[[0-9;]*m", "", coloured)) == wrapped
+    # --json on a terminal is the JSON report, unwrapped.
+    report = on_a_terminal("check", "--json", "--snapshot", xid, no_color=True, columns=80)
+    assert json.loads(report)["checks"][3]["findings"][0]["message"].startswith("GPU 2 (")
+
+
+def untimed(text: str) -> str:
+    """The report without its check durations (they differ from run to run)."""
+    return re.sub(r"\(\d+\.\d\d s\)", "(s)", text)
+
+
+def test_render_wraps_to_the_width_it_is_given() -> None:
+    report = NodeReport(
+        "n1",
+        datetime(2026, 11, 29, 21, tzinfo=UTC),
+        [
+            CheckResult(
+                "toolkit",
+                "containerd 2.0: " + "a very long summary " * 6,
+                [
+                    Finding(
+                        "RUNTIME_MISSING",
+                        Severity.CRITICAL,
+                        "word " * 30 + "/a/path/that/is/longer/than/the/line/ever/could/be/made",
+                        Action.FIX_CONFIG,
+                        "file:/etc/containerd/config.toml",
+                    )
+                ],
+            )
+        ],
+    )
+    assert render_report(report, width=60).splitlines() == [
+        "node n1  2026-11-29 21:00:00Z  CRITICAL",
+        "",
+        "CRITICAL  toolkit        containerd 2.0: a very long summary",
+        "                         a very long summary a very long",
+        "                         summary a very long summary a very",
+        "                         long summary a very long summary",
+        "                         (0.00 s)",
+        "          CRITICAL RUNTIME_MISSING on",
+        "            file:/etc/containerd/config.toml",
+        "            word word word word word word word word word",
+        "            word word word word word word word word word",
+        "            word word word word word word word word word",
+        "            word word word",
+        "            /a/path/that/is/longer/than/the/line/ever/could/be/made",  # never split
+        "            action: FIX_CONFIG",
+    ]
+    assert len(render_report(report).splitlines()) == 6

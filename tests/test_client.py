@@ -3,8 +3,11 @@ reports fetched whole or by selected data keys, findings iterated, failures as v
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from certs import make_pki
@@ -128,3 +131,31 @@ def test_findings_of_an_agent() -> None:
             ),
         )
     ]
+
+
+def test_watch_reports_ends_quietly_at_its_timeout() -> None:
+    """docs/grpc.md's loop `for report in agent.watch_reports(timeout=600)`: the loop ends
+    when the time is up, with no DEADLINE_EXCEEDED."""
+    with (
+        in_process_agent() as agent,
+        Client(f"127.0.0.1:{agent.grpc_port}") as client,
+    ):
+        started = time.monotonic()
+        reports = list(client.watch_reports(timeout=1.0))
+        took = time.monotonic() - started
+    assert [r.node for r in reports] == ["synthetic-h100-8gpu-healthy"]
+    assert 1.0 <= took < 3
+
+
+def test_watch_reports_raises_when_the_agent_never_answers() -> None:
+    """A port that takes the connection and never answers (listening, never accepting): no
+    first report within the timeout is an error, not an empty watch."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with (
+            Client(f"127.0.0.1:{silent.getsockname()[1]}") as client,
+            pytest.raises(grpc.RpcError) as err,
+        ):
+            next(client.watch_reports(timeout=0.5))
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuprobe.checks.registry import CHECKS
 from gpuprobe.config import Config, load_config
 from gpuprobe.errors import ConfigError
 
@@ -30,8 +31,8 @@ def test_a_full_file(tmp_path: Path) -> None:
             "gpus:\n  expect: 8\n",
         )
     )
-    assert config.checks.deadline("storage") == 120.0
-    assert config.checks.deadline("gpus") == 5.0
+    assert CHECKS["storage"].deadline(config) == 120.0
+    assert CHECKS["gpus"].deadline(config) == 5.0
     assert config.driver.min_version == "550.54.15"
     assert config.driver.required_cuda == ("12.4", "13.0")
     assert config.gpus.expect == 8

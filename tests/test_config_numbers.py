@@ -75,7 +75,7 @@ def test_sensible_numbers_still_load(tmp_path: Path) -> None:
     assert config.serve.interval_seconds == 0.5
     assert config.serve.calls_per_minute == 1500.0
     assert config.checks.deadline("gpus") == 31622400.0
-    assert config.deadline("storage") == 600.0
+    assert config.checks.deadlines["storage"] == 600.0
 
 
 def test_only_a_regular_file_of_bounded_size_is_read(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import gpuprobe
+from gpuprobe.checks.registry import CHECKS
 from gpuprobe.config import Config, StorageConfig, load_config
 from gpuprobe.errors import ConfigError
 
@@ -77,12 +78,12 @@ def test_mistakes_are_one_clear_line(tmp_path: Path, text: str, message: str) ->
 
 
 def test_the_storage_check_gets_a_longer_deadline_unless_told(tmp_path: Path) -> None:
-    assert Config().checks.deadline("storage") == 120.0
-    assert Config().checks.deadline("gpus") == 10.0
+    assert CHECKS["storage"].deadline(Config()) == 120.0
+    assert CHECKS["gpus"].deadline(Config()) == 10.0
     raised = load_config(write(tmp_path, "checks: {deadline_seconds: 300}\n"))
-    assert raised.checks.deadline("storage") == 300.0
+    assert CHECKS["storage"].deadline(raised) == 300.0
     told = load_config(write(tmp_path, "checks: {deadlines: {storage: 30}}\n"))
-    assert told.checks.deadline("storage") == 30.0
+    assert CHECKS["storage"].deadline(told) == 30.0
 
 
 def test_storage_path_flags_add_to_the_configured_paths(tmp_path: Path) -> None:

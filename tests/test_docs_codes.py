@@ -36,6 +36,8 @@ def test_every_raised_code_has_a_row_in_the_code_table() -> None:
         ("network", "synthetic-ndr-fabric-healthy"),
         ("rdma", "synthetic-ndr-fabric-healthy"),
         ("xid", "synthetic-nvml-critical-events"),
+        ("workloads", "synthetic-k8s-mig-mixed"),
+        ("pods", "synthetic-pods-log-signatures"),
     ],
 )
 def test_data_keys_are_documented_in_the_checks_section(check: str, snapshot_name: str) -> None:

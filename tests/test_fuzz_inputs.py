@@ -30,18 +30,18 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from conftest import ROOT, snapshot
-from gpuprobe.checks.registry import ACTIVE, CHECKS
+from gpuprobe import wire
+from gpuprobe.checks.registry import sections
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import load_config
 from gpuprobe.errors import UsageError
 from gpuprobe.host import snapshot_host
 from gpuprobe.render import render_report
-from gpuprobe.serve import convert
 from gpuprobe.serve.metrics import ReportCollector
-from gpuprobe.serve.state import Snapshot
+from gpuprobe.serve.state import AgentState
+from serving import PASSIVE
 
 EXAMPLES = int(os.environ.get("GPUPROBE_FUZZ_EXAMPLES", "8"))
-PASSIVE = [name for name in CHECKS if name not in ACTIVE]
 CONFIG = "config.yaml"  # the kind that is not a snapshot file
 # A configuration touching every section, so that mutations reach every converter.
 CONFIG_TEXT = (ROOT / "daemonset" / "base" / "config.yaml").read_text() + (
@@ -229,7 +229,7 @@ def original(kind: Kind) -> bytes:
 def judge(directory: Path, config_path: Path | None) -> None:
     """Do what `check --snapshot` and the daemon do; assert nothing crashed."""
     try:
-        config = load_config(str(config_path) if config_path else None)
+        config = load_config(str(config_path) if config_path else None, sections())
         host = snapshot_host(str(directory))
     except UsageError as exc:  # a clear one-line refusal is the right answer
         assert str(exc) and "\n" not in str(exc), repr(exc)
@@ -247,9 +247,9 @@ def judge(directory: Path, config_path: Path | None) -> None:
     registry = CollectorRegistry()
     collector = ReportCollector(host.node_name)
     registry.register(collector)
-    collector.update(Snapshot(report, {}, version=1, change=1))
+    collector.update(AgentState(report, {}, version=1, change=1))
     generate_latest(registry)
-    convert.report_to_proto(report, {})
+    wire.report_to_proto(report, {})
 
 
 def test_the_unmutated_inputs_pass_the_judge() -> None:

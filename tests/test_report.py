@@ -13,6 +13,7 @@ from gpuprobe.report import (
     CheckResult,
     Finding,
     NodeReport,
+    PodRef,
     Severity,
     Status,
     exit_status,
@@ -67,6 +68,22 @@ def test_round_trip_through_json_keeps_everything() -> None:
     report = NodeReport("n", datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), [check])
     again = NodeReport.from_dict(report.to_dict())
     assert again.to_dict() == report.to_dict()
+
+
+def test_a_finding_names_its_pods_only_when_it_has_some() -> None:
+    pods = (PodRef("training", "llama-7b-0", "trainer"), PodRef("infer", "vllm-5d8f"))
+    finding = Finding("XID", Severity.CRITICAL, "m", Action.RESET_GPU, "gpu:3:GPU-5f1c", pods)
+    assert finding.to_dict()["pods"] == [
+        {"namespace": "training", "pod": "llama-7b-0", "container": "trainer"},
+        {"namespace": "infer", "pod": "vllm-5d8f", "container": ""},
+    ]
+    assert "pods" not in remap_pending().to_dict()
+    assert Finding.from_dict(finding.to_dict()) == finding
+    check = CheckResult("xid", "s", [finding, remap_pending()])
+    report = NodeReport("n", datetime(2026, 1, 2, tzinfo=UTC), [check])
+    jsonschema.validate(report.to_dict(), schema("report.schema.json"))
+    assert str(pods[0]) == "training/llama-7b-0 (container trainer)"
+    assert str(pods[1]) == "infer/vllm-5d8f"
 
 
 @pytest.mark.parametrize(

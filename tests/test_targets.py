@@ -69,6 +69,26 @@ def test_a_list_of_hosts_addresses_and_dns_names() -> None:
         ("dns:[::1]:50051", "--targets: 'dns:[::1]:50051': dns: takes a name, not an address"),
         ("no de:50051", "--targets: 'no de:50051': not a host name or address"),
         ("a/b:50051", "--targets: 'a/b:50051': not a host name or address"),
+        (
+            "http://127.0.0.1:45489",
+            "--targets: 'http://127.0.0.1:45489' is a URL; a target is HOST:PORT, not a URL: "
+            "127.0.0.1:45489",
+        ),
+        (
+            "grpc://[fd00::7]:50051/",
+            "--targets: 'grpc://[fd00::7]:50051/' is a URL; a target is HOST:PORT, not a URL: "
+            "[fd00::7]:50051",
+        ),
+        (
+            "https://gpu-node-1/metrics",
+            "--targets: 'https://gpu-node-1/metrics' is a URL; a target is HOST:PORT, not a URL "
+            "(the agent's gRPC port: 50051 in the DaemonSet)",
+        ),
+        (
+            "http://node:99999",
+            "--targets: 'http://node:99999' is a URL; a target is HOST:PORT, not a URL "
+            "(the agent's gRPC port: 50051 in the DaemonSet)",
+        ),
     ],
 )
 def test_malformed_entries_are_usage_errors(text: str, message: str) -> None:

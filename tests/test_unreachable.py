@@ -3,7 +3,9 @@ called: refused, timed out, unauthorised, TLS mismatches, not ready, not an agen
 
 from __future__ import annotations
 
+import http.server
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +15,6 @@ import grpc
 import pytest
 
 from certs import Pki, make_pki
-from gpuprobe.checks import registry
 from gpuprobe.client import Credentials, fetch_report
 from gpuprobe.config import Config
 from gpuprobe.host import Host
@@ -22,6 +23,7 @@ from gpuprobe.serve.agent import Agent
 from gpuprobe.unreachable import Failure, Unreachable, explain
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from grpc_standins import fails, hangs, report_of, standin, wants_token
+from helpers import use_check
 from serving import in_process_agent
 
 
@@ -85,11 +87,78 @@ def test_plaintext_to_a_tls_agent(pki: Pki) -> None:
 
 
 def test_tls_to_a_plaintext_agent(pki: Pki) -> None:
+    """gRPC says `SSL_ERROR_SSL: ... WRONG_VERSION_NUMBER`: the answer to our TLS hello was
+    not TLS."""
     with in_process_agent() as agent:
         got = why(f"127.0.0.1:{agent.grpc_port}", Credentials.load(ca_file=pki.ca))
+    assert got == Unreachable(
+        Failure.TLS,
+        "it does not speak TLS: call it without --tls-ca (a plain-text agent), or check the port",
+    )
+
+
+@pytest.fixture
+def web_server() -> Iterator[http.server.ThreadingHTTPServer]:
+    """A real HTTP/1.1 server on loopback (Python's own), as a web port given as a target."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+class _Quiet(http.server.BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_an_http1_server_is_not_an_agent(web_server: http.server.ThreadingHTTPServer) -> None:
+    """gRPC says `Failed parsing HTTP/2 (Expected SETTINGS frame as the first frame, got
+    frame type 79)`: an HTTP/1 answer to the HTTP/2 preface."""
+    got = why(f"127.0.0.1:{web_server.server_address[1]}")
+    assert got == Unreachable(
+        Failure.NOT_AN_AGENT,
+        "it does not speak gRPC (HTTP/2): an HTTP/1 server, such as an agent's /metrics port "
+        "(the gRPC port is another), or one that wants TLS (--tls-ca)",
+    )
+
+
+def test_an_agents_metrics_port_given_as_its_grpc_target() -> None:
+    with in_process_agent() as agent:
+        got = why(f"127.0.0.1:{agent.metrics_port}")
+    assert got.failure == Failure.NOT_AN_AGENT
+    assert "such as an agent's /metrics port" in got.reason
+
+
+def test_tls_to_an_http1_server(web_server: http.server.ThreadingHTTPServer, pki: Pki) -> None:
+    got = why(f"127.0.0.1:{web_server.server_address[1]}", Credentials.load(ca_file=pki.ca))
     assert got.failure == Failure.TLS
-    assert got.reason.startswith("TLS handshake failed: Tls handshake failed")
-    assert "WRONG_VERSION_NUMBER" in got.reason
+    assert got.reason.startswith("it does not speak TLS: call it without --tls-ca")
+
+
+def test_tls_to_an_https_server_without_http2(pki: Pki) -> None:
+    """gRPC says `Cannot check peer: missing selected ALPN property.`: the handshake held but
+    the server did not choose h2."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.server_cert, pki.server_key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        got = why(f"127.0.0.1:{server.server_address[1]}", Credentials.load(ca_file=pki.ca))
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert got == Unreachable(
+        Failure.NOT_AN_AGENT,
+        "it speaks TLS but not gRPC (HTTP/2): an HTTPS server, not an agent's gRPC port",
+    )
 
 
 def test_an_agent_certificate_from_another_ca(pki: Pki, tmp_path: Path) -> None:
@@ -136,7 +205,7 @@ def starting_agent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
         release.wait(30)
         return CheckResult("slow", "done")
 
-    monkeypatch.setitem(registry.CHECKS, "slow", slow)
+    use_check(monkeypatch, "slow", slow)
     with in_process_agent(names=["slow"], wait=False) as agent:
         try:
             yield agent

@@ -3,6 +3,7 @@
 Runs every check once against the live host with recording on, then writes what they saw:
 the NVML calls and answers (nvml.json), the host files they read (rootfs/), the process list
 (processes.json), the device plugin's configuration when one is given (device-plugin.json),
+the kubelet's PodResources answers when the node has its socket (podresources.json),
 and the live report itself (report.json, to compare a replay with).
 Replaying the snapshot with `gpuprobe check --snapshot DIR` gives the same findings.
 """
@@ -14,7 +15,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpuprobe import __version__
 from gpuprobe.config import Config
@@ -24,6 +25,7 @@ from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, agent_file_bytes, read_
 from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
 from gpuprobe.host.netlink import RecordingNetlink
 from gpuprobe.host.nvml import RecordingNvml
+from gpuprobe.host.podresources import PODRESOURCES_FILE, RecordingPodResources
 from gpuprobe.host.processes import to_json
 from gpuprobe.host.writetree import WriteTree
 from gpuprobe.report import NodeReport, format_time, now
@@ -135,6 +137,10 @@ def write_snapshot(tree: WriteTree, host: Host, report: NodeReport) -> None:
         _write_json(tree, "netlink.json", links.to_json())
     if host.device_plugin_config is not None:
         tree.write(DEVICE_PLUGIN_FILE, agent_file_bytes(host.device_plugin_config))
+    if isinstance(host.podresources, RecordingPodResources) and host.podresources.last:
+        answer = host.podresources.last
+        if not answer.absent:  # nothing for an absent socket, as the contract says
+            _write_json(tree, PODRESOURCES_FILE, answer.to_json())
     rootfs = tree.subtree("rootfs")
     try:
         copy_tree(host.fs, rootfs)
@@ -199,14 +205,23 @@ def _entries(real: Path) -> list[str]:
         return []
 
 
+def _tail(src: BinaryIO) -> bytes:
+    """The last 16 MiB of a file; procfs files (/proc/<pid>/cgroup) cannot seek from their
+    end (EINVAL) and are read from their start instead. At most 16 MiB either way: a device
+    (a link to /dev/zero) has no end."""
+    try:
+        size = src.seek(0, os.SEEK_END)
+    except OSError:
+        return src.read(MAX_READ_BYTES)
+    src.seek(max(0, size - MAX_READ_BYTES))
+    return src.read(MAX_READ_BYTES)
+
+
 def _copy_file(tree: WriteTree, real: Path, dest: str) -> None:
     try:
-        # Non-blocking: a FIFO on the host would hold capture for ever; bounded: a device
-        # (a link to /dev/zero) has no end.
+        # Non-blocking: a FIFO on the host would hold capture for ever.
         with open(real, "rb", opener=_nonblocking) as src:
-            size = src.seek(0, os.SEEK_END)
-            src.seek(max(0, size - MAX_READ_BYTES))
-            data = src.read(MAX_READ_BYTES)
+            data = _tail(src)
     except OSError:
         return  # absent or unreadable (write-only sysfs files): no content to keep
     kind = tree.kind(dest)

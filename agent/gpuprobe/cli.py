@@ -8,9 +8,12 @@ them, so `gpuprobe --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import shutil
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from gpuprobe import __version__
@@ -21,15 +24,59 @@ if TYPE_CHECKING:
     from gpuprobe.host import Host
 
 USAGE_ERROR = 64
-MAX_TEST_SECONDS = 120  # what an agent's MeasureBandwidth accepts
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that ends a usage error with one line and exit status 64."""
+    """argparse that ends a usage error with one line, pointing at the help of the command
+    it belongs to, and exit status 64; a help epilog may be made only when asked for."""
+
+    lazy_epilog: Callable[[], str] | None = None
+    commands: dict[str, _Parser] | None = None  # the top-level parser's subcommands
 
     def error(self, message: str) -> NoReturn:
-        print(f"gpuprobe: {message} (see gpuprobe --help)", file=sys.stderr)
+        print(f"gpuprobe: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(USAGE_ERROR)
+
+    def parse_command_line(self, argv: Sequence[str] | None) -> argparse.Namespace:
+        """The parsed arguments; a flag no command knows is the named command's error, so
+        the message points at that command's help."""
+        args, extras = self.parse_known_args(argv)
+        if extras:
+            owner = (self.commands or {}).get(getattr(args, "command", ""), self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return args
+
+    def format_help(self) -> str:
+        if self.lazy_epilog is not None:
+            self.epilog = self.lazy_epilog()
+        return super().format_help()
+
+
+EXIT_STATUS_HELP = (
+    "exit status: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the worst check's status), "
+    f"{USAGE_ERROR} usage error"
+)
+
+
+def _checks_help(exit_status: bool) -> Callable[[], str]:
+    """The epilog of a command that takes `--only`: the check names (and its exit status)."""
+
+    def epilog() -> str:
+        # Imported only when help is asked for: the checks are most of the program.
+        from gpuprobe.checks.registry import CHECKS
+
+        names = textwrap.fill(
+            ", ".join(CHECKS), width=78, initial_indent="  ", subsequent_indent="  "
+        )
+        active = " and ".join(name for name, check in CHECKS.items() if check.active)
+        text = (
+            "checks (--only takes them, comma-separated; docs/checks.md tells what each\n"
+            f"holds the node to):\n{names}\n  ({active} are active: they load the node while "
+            "they measure)"
+        )
+        return f"{text}\n\n{textwrap.fill(EXIT_STATUS_HELP, 78)}" if exit_status else text
+
+    return epilog
 
 
 def _positive_int(text: str) -> int:
@@ -49,7 +96,7 @@ def _check_list(text: str) -> list[str]:
     return names
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     """The argument parser of every command."""
     parser = _Parser(
         prog="gpuprobe",
@@ -59,14 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     check = commands.add_parser(
-        "check", help="run every check once on this node and print the report"
+        "check",
+        help="run every check once on this node and print the report",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    check.lazy_epilog = _checks_help(exit_status=True)
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
+    check.add_argument(
+        "--explain-policy",
+        action="store_true",
+        help="print the effective XID policy (NVIDIA's catalog with xid.policy) and run nothing",
+    )
     _add_storage_flag(check)
     check.set_defaults(func=_check)
 
-    capture = commands.add_parser("capture", help="write a node snapshot of this host to DIR")
+    capture = commands.add_parser(
+        "capture",
+        help="write a node snapshot of this host to DIR",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    capture.lazy_epilog = _checks_help(exit_status=False)
     capture.add_argument("directory", metavar="DIR", help="an empty or new directory")
     _add_check_flags(capture, snapshot=False)
     capture.set_defaults(func=_capture)
@@ -84,8 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     clear_xid.set_defaults(func=_clear_xid)
 
     serve = commands.add_parser(
-        "serve", help="the agent daemon: periodic checks, gRPC API, Prometheus /metrics"
+        "serve",
+        help="the agent daemon: periodic checks, gRPC API, Prometheus /metrics",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    serve.lazy_epilog = _checks_help(exit_status=False)
     _add_check_flags(serve)
     _add_storage_flag(serve)
     _add_serve_flags(serve)
@@ -102,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_mesh_flags(mesh)
     mesh.set_defaults(func=_mesh)
+    parser.commands = {
+        name: sub for name, sub in commands.choices.items() if isinstance(sub, _Parser)
+    }
     return parser
 
 
@@ -135,7 +201,9 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text}")
+    if not value > 0:
         raise argparse.ArgumentTypeError(f"must be above 0: {text}")
     return value
 
@@ -182,6 +250,15 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
         "--tls-client-ca",
         metavar="FILE",
         help="require client certificates signed by this CA (mTLS); they authorise too",
+    )
+    parser.add_argument(
+        "--tls-client-cert",
+        metavar="FILE",
+        help="mTLS: the client certificate this agent presents to its peers in bandwidth "
+        "tests (default: --tls-cert, which then needs the clientAuth key usage)",
+    )
+    parser.add_argument(
+        "--tls-client-key", metavar="FILE", help="mTLS: the key of --tls-client-cert"
     )
     parser.add_argument(
         "--allow-unauthenticated",
@@ -241,6 +318,23 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="how many agents to ask at once (default 64)",
     )
+    parser.add_argument(
+        "--price-per-gpu-hour",
+        type=_price,
+        metavar="PRICE",
+        help="what a GPU-hour costs: the usage totals show the idle and unallocated cost",
+    )
+
+
+def _price(text: str) -> float:
+    """--price-per-gpu-hour: a finite number of 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a price: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a price of 0 or more: {text!r}")
+    return value
 
 
 def _rdma_devices(text: str) -> tuple[str, ...]:
@@ -343,7 +437,7 @@ def _fail_on(text: str) -> str:
 
 
 def _streams(text: str) -> int:
-    from gpuprobe.serve.bandwidth import MAX_STREAMS
+    from gpuprobe.measure.bandwidth import MAX_STREAMS
 
     value = _at_least_one(text)
     if value > MAX_STREAMS:
@@ -363,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gpuprobe import cleanup
     from gpuprobe.errors import UsageError
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command_line(argv)
     if threading_main():
         # SIGTERM ends serve with 0 from its first moment (serve() then installs its orderly
         # stop); the one-shot commands end with 143, as a process SIGTERM killed.
@@ -388,11 +482,11 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     """The configuration with flag overrides, and the checks to run."""
     import dataclasses
 
-    from gpuprobe.checks.registry import CHECKS, resolve
+    from gpuprobe.checks.registry import CHECKS, resolve, sections
     from gpuprobe.config import load_config
     from gpuprobe.errors import UsageError
 
-    config = load_config(args.config)
+    config = load_config(args.config, sections())
     if args.expect_gpus is not None:
         config = dataclasses.replace(
             config, gpus=dataclasses.replace(config.gpus, expect=args.expect_gpus)
@@ -434,24 +528,50 @@ def _check(args: argparse.Namespace) -> int:
     from gpuprobe.report import exit_status
 
     config, names = _prepare(args)
-    report = run_checks(_host(args), config, names)
+    if args.explain_policy:
+        return _explain_policy(args, config)
+    host = _host(args)
+    report = run_checks(host, config, names)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:
-        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_report(report, colour=colour))
+        text = render_report(
+            report,
+            colour=sys.stdout.isatty() and "NO_COLOR" not in os.environ,
+            width=_terminal_width(),
+            replayed=host.is_snapshot,
+            captured_at=host.captured_at,
+        )
+        sys.stdout.write(text)
     sys.stdout.flush()
     return exit_status(report.status)
 
 
+def _terminal_width() -> int | None:
+    """The columns to wrap the report to: the terminal's, or None (no wrapping) when the
+    output is not a terminal (a pipe or a file gets whole lines, for grep)."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _explain_policy(args: argparse.Namespace, config: Config) -> int:
+    import json
+
+    from gpuprobe.checks.xid import explain_policy
+    from gpuprobe.checks.xid.policy import render
+
+    explained = explain_policy(_host(args), config)
+    sys.stdout.write(json.dumps(explained, indent=1) + "\n" if args.json else render(explained))
+    return 0
+
+
 def _capture(args: argparse.Namespace) -> int:
     from gpuprobe.capture import capture
-    from gpuprobe.checks.registry import ACTIVE
+    from gpuprobe.checks.registry import active
 
     config, names = _prepare(args)
     if args.only is None:
         # Active checks load the node and are never replayed: a snapshot has no use for them.
-        names = [name for name in names if name not in ACTIVE]
+        names = [name for name in names if name not in active(names)]
     report = capture(args.directory, config, names, args.root, args.node_name)
     print(
         f"gpuprobe: wrote the snapshot of {report.node} to {args.directory} "
@@ -461,10 +581,11 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _clear_xid(args: argparse.Namespace) -> int:
+    from gpuprobe.checks.registry import sections
     from gpuprobe.checks.xid import clear
     from gpuprobe.config import load_config
 
-    config = load_config(args.config)
+    config = load_config(args.config, sections())
     cleared = clear(_host(args), config, args.gpu)
     where = f" on GPU {args.gpu}" if args.gpu is not None else ""
     print(f"gpuprobe: cleared {cleared} sticky finding{'s' if cleared != 1 else ''}{where}")
@@ -494,6 +615,8 @@ def _serve(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         allow_unauthenticated=args.allow_unauthenticated,
+        tls_client_cert=args.tls_client_cert,
+        tls_client_key=args.tls_client_key,
     )
     return serve(host, config, names, options)
 
@@ -512,13 +635,14 @@ def _audit(args: argparse.Namespace) -> int:
         credentials=_credentials(args),
         deadline=args.deadline,
         concurrency=args.concurrency,
+        price_per_gpu_hour=args.price_per_gpu_hour,
     )
     report = audit(options)
     if args.json:
         sys.stdout.writelines(report.json_chunks())
     else:
         colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_cluster(report, colour=colour))
+        sys.stdout.write(render_cluster(report, colour=colour, width=_terminal_width()))
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)
 
@@ -540,23 +664,11 @@ def _mesh(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     import json
 
-    from gpuprobe.audit.fanout import fetch_all
-    from gpuprobe.client import Client
-    from gpuprobe.errors import UsageError
     from gpuprobe.mesh.render import render_mesh
-    from gpuprobe.mesh.run import MeshOptions, identify, run_mesh
-    from gpuprobe.mesh.verdict import Thresholds, unreachable_finding
+    from gpuprobe.mesh.run import MeshOptions, mesh
+    from gpuprobe.mesh.verdict import Thresholds
     from gpuprobe.report import exit_status
-    from gpuprobe.targets import discover, parse_targets
 
-    if args.transport == "rdma" and not args.rdma_device:
-        raise UsageError("--transport rdma needs --rdma-device")
-    if args.seconds + args.warmup > MAX_TEST_SECONDS:
-        raise UsageError(f"--seconds and --warmup: at most {MAX_TEST_SECONDS} s together")
-    credentials = _credentials(args)
-    found = discover(parse_targets(args.targets), args.deadline)
-    peers, unreachable = identify(fetch_all(found.addresses, credentials, args.deadline))
-    unreachable = [unreachable_finding(str(f.spec), f.reason) for f in found.failures] + unreachable
     floor = args.floor_gbps * 1e9 / 8 if args.floor_gbps else None
     options = MeshOptions(
         transport=args.transport,
@@ -569,11 +681,10 @@ def _mesh(args: argparse.Namespace) -> int:
         force=args.force,
         thresholds=Thresholds(floor, args.mad_k, args.min_drop),
     )
-    result = run_mesh(peers, options, lambda target: Client(target, credentials=credentials))
-    result.findings = unreachable + result.findings
+    result = mesh(args.targets, _credentials(args), options, args.deadline)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
     else:
-        sys.stdout.write(render_mesh(result))
+        sys.stdout.write(render_mesh(result, width=_terminal_width()))
     sys.stdout.flush()
     return exit_status(result.status)

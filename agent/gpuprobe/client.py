@@ -29,16 +29,17 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gpuprobe import wire
+from gpuprobe.credentials import read_pem, read_token
 from gpuprobe.errors import UsageError
 from gpuprobe.report import Finding, NodeReport
-from gpuprobe.serve import convert
-from gpuprobe.serve.security import read_pem, read_token
 from gpuprobe.unreachable import Failure, Unreachable, explain
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 
 # Reports are a few kB per check; leave room for large nodes.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+GET_REPORT = "/gpuprobe.v1.NodeDiagnostics/GetReport"
 # A client makes one call or a few on each channel, and an audit makes thousands of
 # channels: no channelz bookkeeping, retries, proxy lookup, bandwidth probes or shared
 # subchannel pool, which cost CPU per channel and give a short call nothing.
@@ -51,7 +52,7 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.use_local_subchannel_pool", 1),
 )
 # Which parts of each check's data to convert: check name → keys (None: all of it).
-DataKeys = Mapping[str, convert.Keys | None]
+DataKeys = Mapping[str, wire.Keys | None]
 
 
 def read_token_file(path: str) -> str:
@@ -151,8 +152,13 @@ class Client:
             self.channel = grpc.insecure_channel(dialled, options=options)
         self.target = target
         self.credentials = credentials
-        self._stub = pb_grpc.NodeDiagnosticsStub(self.channel)  # type: ignore[no-untyped-call]
         self._metadata = credentials.metadata
+
+    @cached_property
+    def _stub(self) -> Any:
+        """The API's stub, made on first use: it registers every RPC with the channel, which
+        an audit's thousands of one-call channels need not pay for."""
+        return pb_grpc.NodeDiagnosticsStub(self.channel)  # type: ignore[no-untyped-call]
 
     def get_report_message(
         self, timeout: float = 10.0, view: pb.ReportView = pb.REPORT_VIEW_FULL
@@ -160,7 +166,12 @@ class Client:
         """The agent's cached report as the proto message (with per-check times); `view`
         REPORT_VIEW_SUMMARY asks for its summary view (an agent without views sends the
         whole report)."""
-        response: pb.GetReportResponse = self._stub.GetReport(
+        call = self.channel.unary_unary(
+            GET_REPORT,
+            request_serializer=pb.GetReportRequest.SerializeToString,
+            response_deserializer=pb.GetReportResponse.FromString,
+        )
+        response: pb.GetReportResponse = call(
             pb.GetReportRequest(view=view), timeout=timeout, metadata=self._metadata
         )
         return response.report
@@ -173,7 +184,7 @@ class Client:
     ) -> NodeReport:
         """The agent's cached report; `data` converts only the named checks' data keys
         (the rest is left empty), for tools that read a few facts of many agents."""
-        return convert.report_from_proto(self.get_report_message(timeout, view), data)
+        return wire.report_from_proto(self.get_report_message(timeout, view), data)
 
     def findings(self, timeout: float = 10.0) -> Iterator[tuple[str, Finding]]:
         """Each finding of the agent's cached report, with the name of its check."""
@@ -184,14 +195,26 @@ class Client:
         response = self._stub.RunChecks(
             pb.RunChecksRequest(checks=list(checks)), timeout=timeout, metadata=self._metadata
         )
-        return convert.report_from_proto(response.report)
+        return wire.report_from_proto(response.report)
 
     def watch_reports(self, timeout: float | None = None) -> Iterator[NodeReport]:
-        """The report now, then each changed report, until `timeout` or the agent stops."""
-        for response in self._stub.WatchReports(
+        """The report now, then each changed report, until `timeout` seconds have passed (the
+        iterator then ends) or the agent stops. An agent that sends not even its first report
+        within `timeout` raises, as any call would (DEADLINE_EXCEEDED)."""
+        stream = self._stub.WatchReports(
             pb.WatchReportsRequest(), timeout=timeout, metadata=self._metadata
-        ):
-            yield convert.report_from_proto(response.report)
+        )
+        answered = False
+        try:
+            for response in stream:
+                answered = True
+                yield wire.report_from_proto(response.report)
+        except grpc.RpcError as exc:
+            # The stream's deadline is the watch's length: reaching it is the end asked for.
+            if not (answered and _code(exc) == grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise
+        finally:
+            stream.cancel()  # a consumer that stops early must not leave the stream open
 
     def clear_findings(
         self, gpu: int | None = None, timeout: float = 30.0
@@ -199,12 +222,14 @@ class Client:
         """Forget sticky XID findings of one GPU (all when None); how many, and the report."""
         request = pb.ClearFindingsRequest() if gpu is None else pb.ClearFindingsRequest(gpu=gpu)
         response = self._stub.ClearFindings(request, timeout=timeout, metadata=self._metadata)
-        return int(response.cleared), convert.report_from_proto(response.report)
+        return int(response.cleared), wire.report_from_proto(response.report)
 
     def measure_bandwidth(
         self, request: pb.MeasureBandwidthRequest, timeout: float = 60.0
     ) -> pb.MeasureBandwidthResponse:
-        """Have the agent measure its bandwidth toward the peer the request names."""
+        """Have the agent measure its bandwidth toward the peer the request names, sending to
+        the sink in `request.sink` (opened on the peer with `open_bandwidth_sink` for this
+        agent's address). A failure names the side at fault: `wire.failed_side(error)`."""
         response: pb.MeasureBandwidthResponse = self._stub.MeasureBandwidth(
             request, timeout=timeout, metadata=self._metadata
         )
@@ -213,7 +238,8 @@ class Client:
     def open_bandwidth_sink(
         self, request: pb.OpenBandwidthSinkRequest, timeout: float = 10.0
     ) -> pb.OpenBandwidthSinkResponse:
-        """Ask the agent for a one-time sink for a test from this caller (agents call this)."""
+        """Ask the agent for a one-time sink for a test from `request.sender` (default: this
+        caller); hand the answer to the sender's `measure_bandwidth` as `sink`."""
         response: pb.OpenBandwidthSinkResponse = self._stub.OpenBandwidthSink(
             request, timeout=timeout, metadata=self._metadata
         )
@@ -284,12 +310,17 @@ def fetch_report(
     try:
         with Client(target, credentials=credentials) as client:
             message = client.get_report_message(timeout, view)
-        report = convert.report_from_proto(message, data)
+        report = wire.report_from_proto(message, data)
     except grpc.RpcError as exc:
         return failed(explain(exc, timeout, credentials.tls))
     except Exception as exc:  # an answer this client cannot read: one target, not the audit
         return failed(Unreachable(Failure.ERROR, f"unreadable answer: {type(exc).__name__}: {exc}"))
     return Fetched(target, report, message.agent_version, None, time.monotonic() - started)
+
+
+def _code(error: grpc.RpcError) -> grpc.StatusCode | None:
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
 
 
 def _read_pem(path: str | None, flag: str) -> bytes | None:

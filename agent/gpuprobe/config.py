@@ -8,21 +8,19 @@ docs/configuration.md for every key.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpuprobe.errors import ConfigError
 from gpuprobe.files import MAX_NESTING, FileRefused, nesting_depth, read_regular
 
-# Active checks measure for a while: their deadline is at least this unless set per check.
-ACTIVE_DEADLINES: dict[str, float] = {"storage": 120.0}
-# The nccl check's deadline is its test's timeout plus this (starting, killing, reading the
-# table), so the test's own timeout, not the check's deadline, ends a slow run.
-NCCL_DEADLINE_MARGIN = 15.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,11 +31,13 @@ class ChecksConfig:
     # Per-check deadlines, e.g. {"storage": 120}.
     deadlines: dict[str, float] = field(default_factory=dict)
 
-    def deadline(self, check: str) -> float:
-        """The deadline of one check, in seconds."""
+    def deadline(self, check: str, least: float = 0.0) -> float:
+        """The deadline of one check, in seconds: as set in `deadlines`, else
+        `deadline_seconds` or the `least` the check needs (its record says), whichever is
+        longer."""
         if check in self.deadlines:
             return self.deadlines[check]
-        return max(self.deadline_seconds, ACTIVE_DEADLINES.get(check, 0.0))
+        return max(self.deadline_seconds, least)
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,44 @@ class GpusConfig:
 
 
 @dataclass(frozen=True)
-class DevicePluginSection:
-    """Where the NVIDIA device plugin is seen from."""
+class WorkloadsConfig:
+    """Where the `workloads` check asks the kubelet, and when an allocated GPU is idle."""
+
+    # The kubelet's PodResources socket (a host path).
+    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    # Deadline of each PodResources call: a hung kubelet costs this, then ALLOCATION_UNKNOWN.
+    timeout_seconds: float = 2.0
+    # Whether the node must answer PodResources; None: where /var/lib/kubelet/pod-resources
+    # exists (a kubelet's node). False: a missing socket is never a finding.
+    expect_kubelet: bool | None = None
+    # An allocated GPU (or MIG device) with no process and utilization at or below this, for
+    # longer than the window, raises GPU_ALLOCATED_IDLE (in the daemon, which has history).
+    idle_utilization_percent: float = 1.0
+    idle_window_seconds: float = 1800.0
+    # Where the daemon keeps its allocated / idle / unallocated seconds across restarts
+    # (workload-accounting.json); None: in memory only, from zero at each start.
+    state_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.socket.startswith("/"):
+            raise ConfigError(f"socket: {self.socket!r} is not an absolute host path")
+        if not 0 < self.timeout_seconds <= 60:
+            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be in (0, 60]")
+        if not 0 <= self.idle_utilization_percent <= 100:
+            raise ConfigError(
+                f"idle_utilization_percent: {self.idle_utilization_percent:g} must be 0 to 100"
+            )
+        if not self.idle_window_seconds > 0:  # NaN too
+            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
+
+
+@dataclass(frozen=True)
+class DevicePluginPaths:
+    """Where the NVIDIA device plugin is seen from: its config file and its sockets.
+
+    (The plugin's own configuration, read from `config_file`, is
+    `gpuprobe.containers.device_plugin.DevicePluginConfig`.)
+    """
 
     # The plugin's own config.yaml mounted into the agent (e.g. its ConfigMap); not a host path.
     config_file: str | None = None
@@ -133,6 +169,105 @@ class StorageConfig:
                 raise ConfigError(f"{key}: {value} is not positive")
 
 
+_SEVERITIES = ("WARNING", "CRITICAL")
+_ACTIONS = (
+    "NONE", "RESTART_APP", "RESET_GPU", "REBOOT_NODE", "DRAIN_NODE", "FIX_CONFIG",
+    "HARDWARE_INSPECTION", "CHECK_NETWORK", "CHECK_STORAGE",
+)  # fmt: skip
+_NUMBERS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_VERSION_BOUND = re.compile(r"^\s*(>=|<=|==|>|<)\s*(\d+(?:\.\d+)*)\s*$")
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """A dotted driver version as numbers (`550.54.15` → (550, 54, 15)); () when not one."""
+    parts = version.strip().split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
+
+
+@dataclass(frozen=True)
+class XidPolicyRule:
+    """One override of the built-in verdict on an XID or SXid number (or range): its severity,
+    action, or ignoring it; only under a driver version range; only once it was seen `count`
+    times within `window_seconds` (this boot when unset). docs/configuration.md, xid.policy."""
+
+    xid: int | str | None = None
+    sxid: int | str | None = None
+    severity: str | None = None
+    action: str | None = None
+    ignore: bool = False
+    driver: str | None = None
+    count: int = 1
+    window_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.xid is None) == (self.sxid is None):
+            raise ConfigError("name one of xid or sxid (a number or a range such as 144-150)")
+        self.numbers()  # validates the number or range
+        if self.severity is not None and self.severity not in _SEVERITIES:
+            raise ConfigError(f"severity: {self.severity!r} is not one of {', '.join(_SEVERITIES)}")
+        if self.action is not None and self.action not in _ACTIONS:
+            raise ConfigError(f"action: {self.action!r} is not one of {', '.join(_ACTIONS)}")
+        if self.driver is not None:
+            self.driver_bounds()
+        if self.count < 1:
+            raise ConfigError(f"count: {self.count} is below 1")
+        if self.window_seconds is not None and self.window_seconds <= 0:
+            raise ConfigError(f"window_seconds: {self.window_seconds:g} must be above 0")
+        if self.window_seconds is not None and self.count == 1:
+            raise ConfigError("window_seconds: needs a count above 1 to count within it")
+        if self.ignore and (self.severity or self.action):
+            raise ConfigError("ignore: an ignored number takes no severity or action")
+        if not (self.ignore or self.severity or self.action or self.count > 1):
+            raise ConfigError("says nothing: give severity, action, ignore or a count above 1")
+
+    @property
+    def kind(self) -> str:
+        """`xid` or `sxid`."""
+        return "xid" if self.xid is not None else "sxid"
+
+    def numbers(self) -> range:
+        """The XID or SXid numbers the rule covers."""
+        value = self.xid if self.xid is not None else self.sxid
+        if isinstance(value, int):
+            if value < 0:
+                raise ConfigError(f"{self.kind}: {value} is negative")
+            return range(value, value + 1)
+        match = _NUMBERS.match(str(value))
+        if match is None:
+            raise ConfigError(f"{self.kind}: {value!r} is not a number or a range like 144-150")
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) else low
+        if high < low:
+            raise ConfigError(f"{self.kind}: {value!r} ends below its start")
+        return range(low, high + 1)
+
+    def driver_bounds(self) -> list[tuple[str, tuple[int, ...]]]:
+        """The version bounds: `>=550.54.15,<560` → [(">=", (550, 54, 15)), ("<", (560,))]."""
+        bounds = []
+        for part in (self.driver or "").split(","):
+            match = _VERSION_BOUND.match(part)
+            if match is None:
+                raise ConfigError(
+                    f"driver: {self.driver!r} is not a version range like >=550.54.15,<560"
+                )
+            bounds.append((match.group(1), version_tuple(match.group(2))))
+        return bounds
+
+    def applies_to_driver(self, version: str | None) -> bool:
+        """Whether the rule holds for this driver version (a rule with a range holds for no
+        driver when the version is unknown)."""
+        if self.driver is None:
+            return True
+        have = version_tuple(version or "")
+        if not have:
+            return False
+        tests = {
+            ">=": have.__ge__, ">": have.__gt__, "<=": have.__le__, "<": have.__lt__,
+            "==": have.__eq__,
+        }  # fmt: skip
+        return all(tests[op](bound) for op, bound in self.driver_bounds())
+
+
 @dataclass(frozen=True)
 class XidConfig:
     """Where the `xid` check reads XIDs from and keeps its state."""
@@ -155,6 +290,12 @@ class XidConfig:
     # In the daemon, a WARNING XID (an application's) stays reported this long after it was
     # last seen to grow; critical XIDs stay until a reboot or a clear.
     warning_window_seconds: float = 3600.0
+    # Overrides of the built-in verdicts (NVIDIA's XID and SXid catalogs), first match wins.
+    policy: tuple[XidPolicyRule, ...] = ()
+    # PCIe AER: correctable errors on one device rising faster than this (per hour, over the
+    # daemon's rounds within aer_window_seconds) are a marginal link.
+    aer_correctable_per_hour: float = 60.0
+    aer_window_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.state_dir is not None and not self.state_dir:
@@ -168,6 +309,8 @@ class XidConfig:
             raise ConfigError(
                 f"warning_window_seconds: {self.warning_window_seconds:g} must be above 0"
             )
+        if self.aer_correctable_per_hour <= 0 or self.aer_window_seconds <= 0:
+            raise ConfigError("aer_correctable_per_hour and aer_window_seconds must be above 0")
 
 
 @dataclass(frozen=True)
@@ -314,6 +457,44 @@ class ServeConfig:
         return self.active_interval_seconds if active else self.interval_seconds
 
 
+# The address ranges pod networks are drawn from (RFC 1918, RFC 6598 shared space, IPv6
+# unique local): every common CNI's default pod CIDR lies within them, so the default follows
+# the DaemonSet's pod network (and, for the hostNetwork overlay, private node networks).
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+
+
+@dataclass(frozen=True)
+class BandwidthConfig:
+    """Where and how much an agent takes part in peer-to-peer bandwidth tests."""
+
+    # The networks peer agents' addresses must lie in: this agent sends test traffic only to,
+    # and opens sinks only for, addresses within them.
+    peer_networks: tuple[str, ...] = PRIVATE_NETWORKS
+    # How many sinks may be open at once (beyond: RESOURCE_EXHAUSTED).
+    max_sinks: int = 4
+
+    def __post_init__(self) -> None:
+        for network in self.peer_networks:
+            try:
+                ipaddress.ip_network(network)
+            except ValueError:
+                raise ConfigError(
+                    f"peer_networks: {network!r} is not a network (address/prefix)"
+                ) from None
+        if not 1 <= self.max_sinks <= 64:
+            raise ConfigError(f"max_sinks: {self.max_sinks} is not between 1 and 64")
+
+    def allows(self, address: str) -> bool:
+        """Whether `address` (an IP address) lies within the peer networks."""
+        try:
+            ip = ipaddress.ip_address(address.split("%")[0])
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        return any(ip in ipaddress.ip_network(n) for n in self.peer_networks)
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole configuration."""
@@ -321,21 +502,23 @@ class Config:
     checks: ChecksConfig = field(default_factory=ChecksConfig)
     driver: DriverConfig = field(default_factory=DriverConfig)
     gpus: GpusConfig = field(default_factory=GpusConfig)
-    device_plugin: DevicePluginSection = field(default_factory=DevicePluginSection)
+    device_plugin: DevicePluginPaths = field(default_factory=DevicePluginPaths)
     xid: XidConfig = field(default_factory=XidConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     rdma: RdmaConfig = field(default_factory=RdmaConfig)
     nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    # The sections of checks that have no field above, by check name: a check's record names
+    # its section type, and `load_config` reads the check's key into it. Not a key itself.
+    sections: Mapping[str, object] = field(default_factory=dict, metadata={"key": False})
+    bandwidth: BandwidthConfig = field(default_factory=BandwidthConfig)
+    workloads: WorkloadsConfig = field(default_factory=WorkloadsConfig)
 
-    def deadline(self, check: str) -> float:
-        """The deadline of one check, in seconds: `checks.deadlines` when set there; for
-        `nccl`, at least `nccl.timeout_seconds` plus a margin."""
-        deadline = self.checks.deadline(check)
-        if check == "nccl" and check not in self.checks.deadlines:
-            return max(deadline, self.nccl.timeout_seconds + NCCL_DEADLINE_MARGIN)
-        return deadline
+    def section(self, name: str, kind: type[T]) -> T:
+        """The named check's section: as configured, else `kind`'s defaults."""
+        value = getattr(self, name) if name in _SECTION_FIELDS else self.sections.get(name)
+        return value if isinstance(value, kind) else kind()
 
 
 # A configuration is a page or two of YAML: a file far bigger is a wrong path (and PyYAML
@@ -343,8 +526,15 @@ class Config:
 MAX_CONFIG_BYTES = 1024 * 1024
 
 
-def load_config(path: str | None) -> Config:
-    """The configuration in `path` (defaults when None); raises ConfigError."""
+_SECTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Config) if f.name != "sections")
+
+
+def load_config(path: str | None, sections: Mapping[str, type[Any]] | None = None) -> Config:
+    """The configuration in `path` (defaults when None); raises ConfigError.
+
+    `sections` are the section types of checks that `Config` has no field for, by check name
+    (the registry's `sections()`): their keys are read into `Config.sections`.
+    """
     if path is None:
         return Config()
     import yaml
@@ -371,10 +561,48 @@ def load_config(path: str | None) -> Config:
         raise ConfigError(f"config {path}:{where} {problem}") from None
     if raw is None:
         return Config()
-    return build(Config, raw, f"config {path}")
+    where = f"config {path}"
+    extra = {k: v for k, v in (sections or {}).items() if k not in _SECTION_FIELDS}
+    try:
+        if not isinstance(raw, dict) or not extra.keys() & raw.keys():
+            return build(Config, raw, where)
+        rest = {k: v for k, v in raw.items() if k not in extra}
+        read = {k: build(extra[k], raw[k], f"{where}: {k}") for k in extra if k in raw}
+        return dataclasses.replace(build(Config, rest, where), sections=read)
+    except ConfigError as exc:
+        raise ConfigError(_with_line(str(exc), path)) from None
 
 
-T = TypeVar("T")
+def _with_line(message: str, path: str) -> str:
+    """An `xid: policy[i]` error with the line of its rule in the file: `config F: line 7:
+    xid: policy[0]: ...` (a typo in an override names where it is)."""
+    prefix = f"config {path}: "
+    match = re.match(r"xid: policy\[(\d+)\]", message[len(prefix) :])
+    if not message.startswith(prefix) or match is None:
+        return message
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            root = yaml.compose(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return message
+    node = _child(_child(root, "xid"), "policy")
+    index = int(match.group(1))
+    if not isinstance(node, yaml.SequenceNode) or index >= len(node.value):
+        return message
+    line = node.value[index].start_mark.line + 1
+    return f"{prefix}line {line}: {message[len(prefix) :]}"
+
+
+def _child(node: Any, key: str) -> Any:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        for name, value in node.value:
+            if isinstance(name, yaml.ScalarNode) and name.value == key:
+                return value
+    return None
 
 
 def build(cls: type[T], raw: Any, where: str) -> T:
@@ -382,7 +610,11 @@ def build(cls: type[T], raw: Any, where: str) -> T:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping, got {_kind(raw)}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {
+        f.name
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.metadata.get("key", True)
+    }
     unknown = sorted(str(k) for k in raw if k not in fields)
     if unknown:
         known = ", ".join(sorted(fields))
@@ -440,8 +672,15 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     if origin in (types.UnionType, typing.Union):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, where)
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _convert(inner[0], value, where)
+        for member in inner:  # int | str: the first that takes the value
+            try:
+                return _convert(member, value, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected a number or a string, got {_kind(value)}")
     if dataclasses.is_dataclass(hint):
         return build(hint, value, where)  # type: ignore[arg-type]
     if origin is tuple:

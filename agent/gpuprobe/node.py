@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuprobe.config import Config
-from gpuprobe.gpu.devices import gpu_count
+from gpuprobe.gpu.devices import driver_version, gpu_count
 from gpuprobe.gpu.driver import kernel_module
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
@@ -28,7 +28,7 @@ def loaded_driver_version(host: Host) -> str | None:
     """The driver version in use: NVML's, else the loaded kernel module's; None when neither."""
     if host.nvml.init_error is None:
         try:
-            version = str(host.nvml.call("nvmlSystemGetDriverVersion")).strip()
+            version = driver_version(host.nvml)
         except NvmlError:
             version = ""
         if version:

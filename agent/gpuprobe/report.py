@@ -75,25 +75,54 @@ def gpu_resource(index: int, uuid: str | None) -> str:
     return f"gpu:{index}:{uuid or ''}"
 
 
+@dataclass(frozen=True, order=True)
+class PodRef:
+    """A workload a finding affects: a container of a pod (container empty when unknown)."""
+
+    namespace: str
+    pod: str
+    container: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        """The pod as the contract's `{"namespace", "pod", "container"}` object."""
+        return {"namespace": self.namespace, "pod": self.pod, "container": self.container}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PodRef:
+        """Read a pod back from its JSON object."""
+        return cls(str(d["namespace"]), str(d["pod"]), str(d.get("container") or ""))
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.pod}"
+        return f"{where} (container {self.container})" if self.container else where
+
+
 @dataclass(frozen=True)
 class Finding:
-    """One thing wrong on the node, on one resource, with the repair to try first."""
+    """One thing wrong on the node, on one resource, with the repair to try first.
+
+    `pods` names the workloads it affects (empty when none or unknown).
+    """
 
     code: str
     severity: Severity
     message: str
     action: Action = Action.NONE
     resource: str = "node"
+    pods: tuple[PodRef, ...] = ()
 
-    def to_dict(self) -> dict[str, str]:
-        """The finding as the contract's JSON object."""
-        return {
+    def to_dict(self) -> dict[str, Any]:
+        """The finding as the contract's JSON object (`pods` only when there are some)."""
+        d: dict[str, Any] = {
             "code": self.code,
             "severity": self.severity.value,
             "message": self.message,
             "action": self.action.value,
             "resource": self.resource,
         }
+        if self.pods:
+            d["pods"] = [p.to_dict() for p in self.pods]
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Finding:
@@ -104,6 +133,7 @@ class Finding:
             message=str(d["message"]),
             action=Action(d["action"]),
             resource=str(d["resource"]),
+            pods=tuple(PodRef.from_dict(p) for p in d.get("pods") or ()),
         )
 
 
@@ -118,7 +148,8 @@ class CheckResult:
     name: str
     summary: str
     findings: list[Finding] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)
+    # The check's facts: its TypedDict (defined beside the check), a plain dict when read back.
+    data: Mapping[str, Any] = field(default_factory=dict)
     duration_seconds: float = 0.0
     floor: Status = Status.OK
 

@@ -48,6 +48,33 @@ SUMMARY_DATA: dict[str, DataKeys] = {
         },
     },
     "sharing": {"strategy": None, "resources": {"schedulable_units": None}},
+    # The audit's usage totals (gpuprobe.audit.usage): who holds each device now, and the
+    # idle accounting's GPU-seconds.
+    "workloads": {
+        "kubelet": {"state": None},
+        "devices": {
+            "gpu": None,
+            "mig": {"uuid": None},
+            "holders": {"namespace": None},
+            "processes": {"pid": None},
+        },
+        "accounting": {
+            "since": None,
+            "gpus": {
+                "gpu": None,
+                "allocated_seconds": None,
+                "busy_seconds": None,
+                "idle_allocated_seconds": None,  # by namespace
+                "unallocated_seconds": None,
+            },
+        },
+    },
+    # The audit's workload failures (gpuprobe.audit.facts): pods failing for GPU reasons,
+    # images that need a newer driver.
+    "pods": {
+        "containers": {"namespace": None, "image": None, "cuda_required": None, "verdict": None},
+        "failures": {"namespace": None, "pod": None, "cause": None},
+    },
 }
 
 

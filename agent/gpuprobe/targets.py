@@ -16,9 +16,11 @@ bounded by `timeout`; the resolver can be swapped (`resolver=`) so tests never n
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -93,7 +95,7 @@ def _read_targets_file(path: str) -> list[str]:
     if len(raw) > MAX_TARGETS_FILE_BYTES:
         raise UsageError(f"--targets @{path}: larger than {MAX_TARGETS_FILE_BYTES} bytes")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # an editor's byte-order mark is no part of a target
     except UnicodeDecodeError:
         raise UsageError(f"--targets @{path}: not UTF-8 text") from None
     lines = (line.partition("#")[0] for line in text.splitlines())
@@ -102,6 +104,8 @@ def _read_targets_file(path: str) -> list[str]:
 
 def parse_target(entry: str) -> TargetSpec:
     """One `host:port`, `[v6]:port` or `dns:NAME:PORT`; raises UsageError."""
+    if _URL.match(entry):
+        raise UsageError(_not_a_url(entry))
     dns = entry.startswith(DNS_PREFIX)
     rest = entry.removeprefix(DNS_PREFIX) if dns else entry
     host, sep, port_text = rest.rpartition(":")
@@ -120,6 +124,24 @@ def parse_target(entry: str) -> TargetSpec:
     if any(c.isspace() for c in host) or "/" in host:
         raise UsageError(f"--targets: {entry!r}: not a host name or address")
     return TargetSpec(host, int(port_text), dns)
+
+
+# `http://host:port/...`: what a browser or curl would take, pasted where gRPC wants host:port.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _not_a_url(entry: str) -> str:
+    """The usage error for a URL given as a target, with the host:port it may have meant."""
+    try:
+        parts = urllib.parse.urlsplit(entry)
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.hostname and port:
+        meant = f": {join_host_port(parts.hostname, port)}"
+    else:
+        meant = " (the agent's gRPC port: 50051 in the DaemonSet)"
+    return f"--targets: {entry!r} is a URL; a target is HOST:PORT, not a URL{meant}"
 
 
 def discover(

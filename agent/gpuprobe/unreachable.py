@@ -89,6 +89,28 @@ def explain(error: grpc.RpcError, timeout: float, tls: bool) -> Unreachable:
         return Unreachable(Failure.NOT_READY, f"the agent has no report yet: {details}")
     if "errors resolving" in lowered or "dns resolution failed" in lowered:
         return Unreachable(Failure.UNAVAILABLE, f"the host name does not resolve: {details}")
+    if "wrong_version_number" in lowered:
+        # Our ClientHello was answered by something that is not TLS: a plain-text gRPC
+        # agent, or a plain HTTP/1 server.
+        return Unreachable(
+            Failure.TLS,
+            "it does not speak TLS: call it without --tls-ca (a plain-text agent), or check "
+            "the port",
+        )
+    if "failed parsing http/2" in lowered:
+        # The first bytes back were not an HTTP/2 SETTINGS frame: "HTTP/1.1 400 ..." from a
+        # web server (an agent's /metrics port), or a TLS server's alert.
+        return Unreachable(
+            Failure.NOT_AN_AGENT,
+            "it does not speak gRPC (HTTP/2): an HTTP/1 server, such as an agent's /metrics "
+            "port (the gRPC port is another), or one that wants TLS (--tls-ca)",
+        )
+    if "missing selected alpn" in lowered:
+        # The TLS handshake held, but the server did not agree to HTTP/2 (ALPN h2).
+        return Unreachable(
+            Failure.NOT_AN_AGENT,
+            "it speaks TLS but not gRPC (HTTP/2): an HTTPS server, not an agent's gRPC port",
+        )
     if any(word in lowered for word in _TLS_WORDS):
         return Unreachable(Failure.TLS, f"TLS handshake failed: {cause}")
     if "socket closed" in lowered and "failed to connect" in lowered:

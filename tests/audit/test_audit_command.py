@@ -363,7 +363,7 @@ def test_the_token_and_the_client_certificate_open_the_guarded_targets(cluster: 
     out = gpuprobe("audit", "--targets", cluster.healthy, "--json", "--tls-ca", str(pki / "ca.crt"))
     node = out.json()["nodes"][0]
     assert (out.returncode, node["failure"]) == (3, "tls")
-    assert node["reason"].startswith("TLS handshake failed: ")
+    assert node["reason"].startswith("it does not speak TLS: call it without --tls-ca")
 
 
 def test_dns_discovery_through_the_system_resolver(cluster: Cluster) -> None:
@@ -395,27 +395,30 @@ def test_dns_discovery_through_the_system_resolver(cluster: Cluster) -> None:
         ),
         (
             ["--targets", "a:1", "--deadline", "0"],
-            "gpuprobe: argument --deadline: must be above 0: 0 (see gpuprobe --help)",
+            "gpuprobe: argument --deadline: must be above 0: 0 (see gpuprobe audit --help)",
         ),
         (
             # past gRPC's range a deadline is already expired: healthy agents would time out
             ["--targets", "a:1", "--deadline", "1e10"],
-            "gpuprobe: argument --deadline: at most 3600 s, not 1e10 (see gpuprobe --help)",
+            "gpuprobe: argument --deadline: at most 3600 s, not 1e10 (see gpuprobe audit --help)",
         ),
         (
             ["--targets", "a:1", "--deadline", "3600.5"],
-            "gpuprobe: argument --deadline: at most 3600 s, not 3600.5 (see gpuprobe --help)",
+            "gpuprobe: argument --deadline: at most 3600 s, not 3600.5 (see gpuprobe audit --help)",
         ),
         (
             ["--targets", "a:1", "--concurrency", "0"],
-            "gpuprobe: argument --concurrency: must be at least 1: 0 (see gpuprobe --help)",
+            "gpuprobe: argument --concurrency: must be at least 1: 0 (see gpuprobe audit --help)",
         ),
         (
             ["--targets", "a:1", "--fail-on", "UNKNOWN"],
             "gpuprobe: argument --fail-on: WARNING or CRITICAL, not 'UNKNOWN' "
-            "(see gpuprobe --help)",
+            "(see gpuprobe audit --help)",
         ),
-        ([], "gpuprobe: the following arguments are required: --targets (see gpuprobe --help)"),
+        (
+            [],
+            "gpuprobe: the following arguments are required: --targets (see gpuprobe audit --help)",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_64(args: list[str], message: str) -> None:

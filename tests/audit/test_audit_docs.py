@@ -9,6 +9,7 @@ import subprocess
 from conftest import ROOT, require_tool
 from gpuprobe.audit.cluster import build
 from gpuprobe.audit.facts import SKEW_FIELDS
+from gpuprobe.audit.usage import Usage
 from gpuprobe.cli import build_parser
 from gpuprobe.unreachable import Failure
 from serving import in_process_agent
@@ -38,11 +39,16 @@ def test_every_failure_skew_field_and_total_is_documented() -> None:
         f.value for f in Failure
     ]
     skew, totals_part = json_section.split("- `totals`", 1)
+    totals_part, usage_part = totals_part.split("- `usage`", 1)
     assert re.findall(r"^  \| `([a-z_]+)` \|", skew, re.M)[1:] == list(SKEW_FIELDS)
     totals = set()
     for keys in re.findall(r"^  \| (`[a-z_]+`(?:, `[a-z_]+`)*) \|", totals_part, re.M):
         totals |= set(re.findall(r"`([a-z_]+)`", keys))
     assert totals == set(build([]).totals.to_dict())
+    usage = set()
+    for keys in re.findall(r"^  \| (`[a-z_]+`(?:, `[a-z_]+`)*) \|", usage_part, re.M):
+        usage |= set(re.findall(r"`([a-z_]+)`", keys))
+    assert usage == set(Usage().to_dict(price=1.0)) - {"since"}
 
 
 def test_the_buf_curl_and_jq_example() -> None:

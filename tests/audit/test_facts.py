@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, SNAPSHOTS
+from gpuprobe import wire
 from gpuprobe.audit.facts import DATA_KEYS, SKEW_FIELDS, Counts, counts, skew_values
 from gpuprobe.config import Config
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, now
-from gpuprobe.serve import convert
 from helpers import config, node_report
 
 TIME_SLICING = config(
@@ -144,7 +144,7 @@ def test_facts_of_a_snapshot(
 def test_the_audits_data_keys_hold_everything_the_facts_read(name: str) -> None:
     cfg = TIME_SLICING if "k8s" in name or "time-slicing" in name else None
     whole = report(name, cfg)
-    through = convert.report_from_proto(convert.report_to_proto(whole), DATA_KEYS)
+    through = wire.report_from_proto(wire.report_to_proto(whole), DATA_KEYS)
     assert skew_values(through) == skew_values(whole)
     assert counts(through) == counts(whole)
     assert through.findings() == whole.findings()

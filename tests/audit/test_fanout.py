@@ -9,8 +9,10 @@ import socket
 import threading
 import time
 
-from gpuprobe.audit.fanout import DEFAULT_CONCURRENCY, fetch_all
-from gpuprobe.client import Credentials
+from gpuprobe.audit.fanout import DEFAULT_CONCURRENCY, fetch_all, fetch_each
+from gpuprobe.audit.run import AuditOptions, audit
+from gpuprobe.client import Credentials, Fetched
+from gpuprobe.targets import parse_targets
 from gpuprobe.unreachable import Failure
 from grpc_standins import hangs, report_of, standin
 
@@ -118,3 +120,32 @@ def test_answers_come_back_in_the_order_of_the_targets() -> None:
 
 def test_no_targets() -> None:
     assert fetch_all([], Credentials()) == []
+
+
+def test_a_device_of_an_odd_shape_is_passed_over_not_a_crash() -> None:
+    """GetReport needs no token: anything listening at a target can answer anything. A
+    workloads device whose `gpu` is a list once ended the whole audit with a traceback."""
+    response = report_of("synthetic-k8s-mig-single", node="odd")
+    workloads = next(c for c in response.report.checks if c.name == "workloads")
+    devices = workloads.data.fields["devices"].list_value.values
+    devices[0].struct_value.fields["gpu"].list_value.values.add().number_value = 1
+    healthy = report_of("synthetic-h100-8gpu-healthy", node="fine")
+    with standin(lambda context: response) as odd, standin(lambda context: healthy) as fine:
+        report = audit(
+            AuditOptions(parse_targets(f"{odd.targets[0]},{fine.targets[0]}"), deadline=5)
+        )
+    assert [(n.node, n.reachable) for n in report.nodes] == [("odd", True), ("fine", True)]
+
+
+def test_a_digest_that_raises_becomes_an_unreadable_target() -> None:
+    response = report_of("synthetic-h100-8gpu-healthy", node="answering")
+
+    def digest(fetched: Fetched) -> str:
+        if fetched.report is not None:
+            raise ValueError("no such fact")
+        assert fetched.unreachable is not None
+        return f"{fetched.unreachable.failure.value}: {fetched.unreachable.reason}"
+
+    with standin(lambda context: response) as server:
+        got = fetch_each(server.targets, Credentials(), digest, 5)
+    assert got == ["error: unreadable report: ValueError: no such fact"]

@@ -56,5 +56,26 @@ def test_colour_marks_the_statuses() -> None:
         [Fetched("10.0.0.1:50051", node_report("synthetic-h100-8gpu-healthy", "gpu-1"))]
     )
     text = render_cluster(cluster, colour=True)
-    assert text.startswith("cluster \033[32mOK\033[0m  1 targets")
+    assert text.startswith("cluster \033[32mOK\033[0m  1 target: 1 reachable")
     assert "\033[32mOK      \033[0m  gpu-1" in text
+
+
+def test_one_of_each_is_counted_in_the_singular() -> None:
+    cluster = build(
+        [Fetched("10.0.0.3:50051", node_report("synthetic-mig-single", "gpu-3"))],
+    )
+    lines = render_cluster(cluster).splitlines()
+    assert lines[0] == "cluster OK  1 target: 1 reachable, 0 unreachable, 1 healthy"
+    assert lines[-1].startswith("totals  1 node (1 reachable, 1 healthy), ")
+
+
+def test_findings_wrap_to_the_width_given_with_a_hanging_indent() -> None:
+    cluster = build([Fetched("10.0.0.3:50051", node_report("synthetic-xid-critical", "gpu-3"))])
+    whole = render_cluster(cluster)
+    wrapped = render_cluster(cluster, width=80)
+    assert max(len(line) for line in whole.splitlines()) > 300
+    assert max(len(line) for line in wrapped.splitlines()) <= 80
+    assert wrapped.split() == whole.split()  # the same words, only the line breaks differ
+    lines = wrapped.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(" " * 12 + "GPU 2 (0000"))
+    assert lines[start + 1].startswith(" " * 12) and lines[start + 1][12] != " "

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from gpuprobe import wire
 from gpuprobe.audit.cluster import audited
 from gpuprobe.audit.facts import DATA_KEYS, counts, skew_values
 from gpuprobe.client import Client, Credentials, Fetched, fetch_report
-from gpuprobe.report_view import SUMMARY_DATA, pick
-from gpuprobe.serve import convert
+from gpuprobe.report_view import SUMMARY_DATA, pick, summary
 from gpuprobe.targets import parse_targets
 from gpuprobe.v1 import diagnostics_pb2 as pb
+from helpers import node_report
 from serving import in_process_agent
 
 # What NVML reads per GPU every round: the telemetry a fleet audit never needs.
@@ -60,11 +61,11 @@ def test_the_summary_view_carries_no_per_gpu_telemetry(
     views: tuple[pb.NodeReport, pb.NodeReport],
 ) -> None:
     whole, summary = views
-    full_data = convert.report_from_proto(whole).check("gpus")
+    full_data = wire.report_from_proto(whole).check("gpus")
     assert full_data is not None
     full_gpu_keys = keys_of(full_data.data["gpus"])
     assert TELEMETRY & full_gpu_keys, "the whole report should carry the GPUs' telemetry"
-    report = convert.report_from_proto(summary)
+    report = wire.report_from_proto(summary)
     for check in report.checks:
         assert keys_of(check.data) <= allowed(SUMMARY_DATA.get(check.name, {})), check.name
     gpus = report.check("gpus")
@@ -89,11 +90,35 @@ def test_the_audit_reads_the_same_figures_from_either_view(
     views: tuple[pb.NodeReport, pb.NodeReport],
 ) -> None:
     whole, summary = views
-    from_whole = convert.report_from_proto(whole, DATA_KEYS)
-    from_summary = convert.report_from_proto(summary, DATA_KEYS)
+    from_whole = wire.report_from_proto(whole, DATA_KEYS)
+    from_summary = wire.report_from_proto(summary, DATA_KEYS)
     assert skew_values(from_summary) == skew_values(from_whole)
     assert counts(from_summary) == counts(from_whole)
     assert audited(Fetched("t", from_summary)) == audited(Fetched("t", from_whole))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "synthetic-h100-8gpu-healthy",
+        "synthetic-gpu-lost",
+        "synthetic-mig-mixed",
+        "synthetic-k8s-mig-single",
+        "synthetic-k8s-time-slicing",
+        "synthetic-k8s-gpu-used-without-allocation",
+        "synthetic-pods-cuda12.8-geforce-550",
+        "synthetic-pods-log-signatures",
+        "synthetic-containerd-no-nvidia-runtime",
+    ],
+)
+def test_the_audit_digests_the_summary_view_as_it_digests_the_whole_report(name: str) -> None:
+    """Against the whole report, not one filtered by the same keys: a fact the audit reads
+    that the summary view drops changes the digest and fails this."""
+    report = node_report(name)
+    whole = audited(Fetched("t", report))
+    assert audited(Fetched("t", summary(report))) == whole
+    through_the_wire = wire.report_from_proto(wire.report_to_proto(summary(report)))
+    assert audited(Fetched("t", through_the_wire)) == whole
 
 
 def test_an_agent_without_views_answers_the_whole_report_and_the_audit_reads_it(
@@ -102,10 +127,10 @@ def test_an_agent_without_views_answers_the_whole_report_and_the_audit_reads_it(
     """An agent of the version before views ignores the field it does not know and sends
     the whole report; the audit picks the same facts out of it."""
     whole, _ = views
-    picked = convert.report_from_proto(whole, DATA_KEYS)
+    picked = wire.report_from_proto(whole, DATA_KEYS)
     for check in picked.checks:
         keys = SUMMARY_DATA.get(check.name)
-        full = convert.report_from_proto(whole).check(check.name)
+        full = wire.report_from_proto(whole).check(check.name)
         assert full is not None
         assert check.data == (pick(full.data, keys) if keys else {})
 
@@ -126,6 +151,9 @@ def test_targets_can_be_read_from_a_file(tmp_path: Path) -> None:
     listing = tmp_path / "targets"
     listing.write_text("# the fleet\n10.0.0.7:50051, 10.0.0.8:50051\n\n[::1]:9 # local\n")
     specs = parse_targets(f"@{listing},dns:gpuprobe.gpuprobe.svc:50051")
+    with_bom = tmp_path / "exported"
+    with_bom.write_bytes("\ufeff10.0.0.9:50051\r\n".encode())
+    assert [str(s) for s in parse_targets(f"@{with_bom}")] == ["10.0.0.9:50051"]
     assert [str(s) for s in specs] == [
         "10.0.0.7:50051",
         "10.0.0.8:50051",

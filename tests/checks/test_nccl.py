@@ -11,6 +11,7 @@ import pytest
 
 from conftest import ROOT
 from gpuprobe.checks import nccl
+from gpuprobe.checks.registry import CHECKS
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
 from gpuprobe.gpu.own_load import own_gpu_test_running
@@ -87,15 +88,14 @@ def test_busy_gpus_keep_the_test_from_running(tmp_path: Path) -> None:
 
 
 def test_the_deadline_follows_the_test_timeout() -> None:
-    assert Config().deadline("nccl") == 315.0  # nccl.timeout_seconds 300 plus 15
-    assert config(nccl={"timeout_seconds": 30}).deadline("nccl") == 45.0
-    assert (
-        config(nccl={"timeout_seconds": 1}, checks={"deadline_seconds": 20}).deadline("nccl")
-        == 20.0
-    )
+    assert CHECKS["nccl"].deadline(Config()) == 315.0  # nccl.timeout_seconds 300 plus 15
+    assert CHECKS["nccl"].deadline(config(nccl={"timeout_seconds": 30})) == 45.0
+    raised = config(nccl={"timeout_seconds": 1}, checks={"deadline_seconds": 20})
+    assert CHECKS["nccl"].deadline(raised) == 20.0
     told = config(nccl={"timeout_seconds": 600}, checks={"deadlines": {"nccl": 100}})
-    assert told.deadline("nccl") == 100.0
-    assert Config().deadline("gpus") == 10.0 and Config().deadline("storage") == 120.0
+    assert CHECKS["nccl"].deadline(told) == 100.0
+    assert CHECKS["gpus"].deadline(Config()) == 10.0
+    assert CHECKS["storage"].deadline(Config()) == 120.0
     with pytest.raises(ConfigError, match="timeout_seconds: 0 must be above 0"):
         config(nccl={"timeout_seconds": 0})
 

@@ -10,12 +10,12 @@ import pytest
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.checks import registry
-from gpuprobe.checks.registry import CheckFn
+from gpuprobe.checks.record import CheckFn
 from gpuprobe.checks.runner import STAGGER_SECONDS, run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import CheckResult, Status
-from helpers import config
+from helpers import config, use_check
 
 
 def hanging_snapshot(tmp_path: Path, delay: float) -> Path:
@@ -72,7 +72,7 @@ def test_an_exception_becomes_an_unknown_result_naming_it(monkeypatch: pytest.Mo
     def broken(host: object, cfg: Config) -> CheckResult:
         raise KeyError("busId")
 
-    monkeypatch.setitem(registry.CHECKS, "gpus", broken)
+    use_check(monkeypatch, "gpus", broken)
     host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
     report = run_checks(host, Config(), ["driver", "gpus"])
     gpus = report.check("gpus")
@@ -110,7 +110,7 @@ def recording(times: dict[str, tuple[float, float]], name: str, seconds: float) 
 def test_quick_checks_run_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     times: dict[str, tuple[float, float]] = {}
     for name in ("driver", "gpus", "mig"):
-        monkeypatch.setitem(registry.CHECKS, name, recording(times, name, 0.05))
+        use_check(monkeypatch, name, recording(times, name, 0.05))
     host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
     run_checks(host, Config(), ["driver", "gpus", "mig"])
     assert times["driver"][1] <= times["gpus"][0]
@@ -121,8 +121,8 @@ def test_a_slow_check_holds_the_next_back_only_for_the_stagger(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     times: dict[str, tuple[float, float]] = {}
-    monkeypatch.setitem(registry.CHECKS, "driver", recording(times, "driver", 2.0))
-    monkeypatch.setitem(registry.CHECKS, "gpus", recording(times, "gpus", 0.0))
+    use_check(monkeypatch, "driver", recording(times, "driver", 2.0))
+    use_check(monkeypatch, "gpus", recording(times, "gpus", 0.0))
     host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
     report = run_checks(host, Config(), ["driver", "gpus"])
     waited = times["gpus"][0] - times["driver"][0]

@@ -103,15 +103,22 @@ def test_mps_daemon_running_but_gpus_left_in_default(tmp_path: Path) -> None:
     )
 
 
-def test_without_a_plugin_configuration_sharing_is_unknown(tmp_path: Path) -> None:
+def test_without_a_plugin_configuration_the_summary_says_what_is_known(tmp_path: Path) -> None:
     copy = tmp_path / "node"
     shutil.copytree(snapshot("synthetic-mps-daemon-running"), copy)
     (copy / "device-plugin.json").unlink()
     result = sharing.run(snapshot_host(str(copy)), Config())
     assert result.findings == []
     assert result.summary == (
-        "sharing unknown: no device plugin configuration given (device_plugin.config_file); "
-        "MPS control daemon running (pid 4242)"
+        "8 GPUs in compute mode ExclusiveProcess; MPS control daemon running (pid 4242); "
+        "sharing not judged: no device plugin configuration given (device_plugin.config_file)"
+    )
+    shutil.copytree(snapshot("synthetic-time-slicing-exclusive-gpu"), tmp_path / "mixed")
+    (tmp_path / "mixed/device-plugin.json").unlink()
+    mixed = sharing.run(snapshot_host(str(tmp_path / "mixed")), Config())
+    assert mixed.summary.startswith(
+        "8 GPUs in compute modes Default (6), ExclusiveProcess (1), Prohibited (1); "
+        "sharing not judged: "
     )
 
 

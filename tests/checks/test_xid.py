@@ -113,7 +113,7 @@ def test_hardware_xids_are_critical_and_counted_once_across_kern_log_and_syslog(
     assert "Double Bit ECC Error" in xid48.message
     assert "nvidia-smi -r -i 2" in xid48.message
     assert xid48.message.endswith(
-        "(reported until the node reboots or `gpuprobe clear-xid` clears it)"
+        "(reported until a reboot or a reset is seen, or `gpuprobe clear-xid` clears it)"
     )
 
 
@@ -222,7 +222,7 @@ def test_critical_nvml_events_other_than_xids_raise_the_codes_of_their_faults() 
         "GPU 7 (0000:db:00.0): NVML event GpuRecoveryAction (NODE_REBOOT), a recovery action "
         "event: the driver asks for a node reboot, seen 1 time this boot, last at "
         "2026-11-29T18:40:00Z: drain and reboot the node; inspect the GPU if it happens again "
-        "(reported until the node reboots or `gpuprobe clear-xid` clears it)"
+        "(reported until a reboot or a reset is seen, or `gpuprobe clear-xid` clears it)"
     )
 
 

@@ -49,6 +49,7 @@ class Agent:
     flags: tuple[str, ...] = ()
 
 
+LOOPBACK_PEERS = "bandwidth: {peer_networks: [127.0.0.0/8]}\n"
 AGENTS = {
     "healthy": Agent("synthetic-h100-8gpu-healthy"),
     "remap-pending": Agent("synthetic-remap-pending"),
@@ -68,6 +69,10 @@ AGENTS = {
     # GPU_IDLE needs the daemon's memory of how long a GPU has been idle.
     "idle": Agent("synthetic-gpus-idle", "gpus: {idle_window_seconds: 1}\n", interval=1),
     "nvml-hang": Agent("synthetic-nvml-hang", "checks: {deadline_seconds: 1}\n", interval=2),
+    # GPU_ALLOCATED_IDLE too: GPU 6 held by a notebook pod with nothing running.
+    "allocated-idle": Agent(
+        "synthetic-k8s-gpus-by-uuid", "workloads: {idle_window_seconds: 1}\n", interval=1
+    ),
     # The storage check measures a directory of its own: 8 MiB against an unreachable floor,
     # and /proc, where no file can be created (its GPUs are idle, so the tests run; a
     # snapshot's path missing here is not measured, and no fault).
@@ -84,8 +89,9 @@ AGENTS = {
         interval=2,
     ),
     # Two agents that test the link between them (no GPUs: nothing holds the test back).
-    "link-a": Agent("kvm-epyc-nogpu", flags=("--allow-unauthenticated",)),
-    "link-b": Agent("kvm-epyc-nogpu", flags=("--allow-unauthenticated",)),
+    # They are on loopback, outside the default peer networks (the pod networks' ranges).
+    "link-a": Agent("kvm-epyc-nogpu", LOOPBACK_PEERS, flags=("--allow-unauthenticated",)),
+    "link-b": Agent("kvm-epyc-nogpu", LOOPBACK_PEERS, flags=("--allow-unauthenticated",)),
     # Scraped, then stopped: `up` turns 0.
     "stopped": Agent("synthetic-h100-8gpu-healthy"),
 }
@@ -116,6 +122,7 @@ ALERT_NODES: dict[str, set[str]] = {
     "GpuprobeRowRemapFailure": {"remap-failure"},
     "GpuprobeEccUncorrectable": {"ecc-uncorrectable"},
     "GpuprobeGpuIdle": {"idle"},
+    "GpuprobeGpuAllocatedIdle": {"allocated-idle"},
     "GpuprobeStorageThroughputLow": {"storage-slow"},
     "GpuprobeStorageUnavailable": {"storage-missing"},
 }
@@ -149,6 +156,9 @@ PANEL_DATA: dict[str, tuple[set[str], bool]] = {
     "MIG profiles per GPU/A": ({"mig-mixed"}, True),
     "Idle GPUs/A": ({"idle"}, True),
     "Idle GPUs by node/A": ({"idle"}, True),
+    "Idle allocated GPUs by namespace/A": ({"allocated-idle"}, True),
+    "Idle allocated GPUs by namespace/B": ({"allocated-idle"}, False),
+    "GPU allocation by node/A": ({"allocated-idle"}, True),
     "variable:cluster": ({"healthy"}, False),
     "variable:node": ({"healthy"}, False),
     "variable:gpu": ({"healthy"}, False),
@@ -223,10 +233,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             nodes = {r["metric"]["node"] for r in server.query("gpuprobe_node_status")}
             findings = {r["metric"]["code"] for r in server.query("gpuprobe_finding")}
             wanted = {"GPU_IDLE", "CHECK_TIMEOUT", "STORAGE_THROUGHPUT_LOW", "STORAGE_UNAVAILABLE"}
+            wanted.add("GPU_ALLOCATED_IDLE")
             return nodes == set(AGENTS) and wanted <= findings
 
         wait(scraped, "every agent's report in Prometheus")
-        measure_link(served["link-a"], served["link-b"])
+        link_a, link_b = served["link-a"].grpc_target, served["link-b"].grpc_target
+        assert measure_link(link_a, link_b, link_b, "127.0.0.1").bytes_per_second > 0
         wait(
             lambda: server.query('gpuprobe_peer_bandwidth_bytes_per_second{peer="link-b"}'),
             "link-a's bandwidth toward link-b in Prometheus",
@@ -238,13 +250,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(server, served)
 
 
-def measure_link(source: ServeProcess, target: ServeProcess) -> None:
-    """Have `source` measure its bandwidth toward `target` (one short TCP test)."""
-    request = pb.MeasureBandwidthRequest(peer=target.grpc_target, streams=1)
-    request.duration.FromTimedelta(timedelta(seconds=0.5))
-    request.warmup.FromTimedelta(timedelta(seconds=0.1))
-    with Client(source.grpc_target) as client:
-        assert client.measure_bandwidth(request, timeout=30).bytes_per_second > 0
+def measure_link(
+    source: str,
+    target: str,
+    peer: str,
+    sender: str,
+    seconds: float = 0.5,
+    token: str | None = None,
+) -> pb.MeasureBandwidthResponse:
+    """What the mesh does for one link: a sink on `target` (gRPC address) for the sender's
+    address `sender`, then `source` (gRPC address) sends to it, naming the peer `peer`."""
+    sink_request = pb.OpenBandwidthSinkRequest(transport="tcp", streams=1, sender=sender)
+    sink_request.duration.FromTimedelta(timedelta(seconds=seconds + 15))
+    with Client(target, token=token) as receiver:
+        sink = receiver.open_bandwidth_sink(sink_request)
+    request = pb.MeasureBandwidthRequest(peer=peer, streams=1, sink=sink)
+    request.duration.FromTimedelta(timedelta(seconds=seconds))
+    request.warmup.FromTimedelta(timedelta(seconds=0.2))
+    with Client(source, token=token) as client:
+        return client.measure_bandwidth(request, timeout=30)
 
 
 def test_every_rule_expression_selects_exactly_its_nodes(cluster: Cluster) -> None:
@@ -309,6 +333,11 @@ def test_alert_descriptions_name_what_the_agent_found(cluster: Cluster) -> None:
     ecc = by_node[("GpuprobeEccUncorrectable", "ecc-uncorrectable")]
     assert re.search(r"has had \d+ uncorrectable ECC errors", ecc), ecc
     assert "NVML sees 7." in by_node[("GpuprobeGpuCountMismatch", "fallen-off-bus")]
+    held = by_node[("GpuprobeGpuAllocatedIdle", "allocated-idle")]
+    assert held.startswith(
+        "gpu:6:GPU-5f1c0006-8e2b-4c1d-9a7e-000000000006 on node allocated-idle is held by "
+        "research/notebook-alice and has had no process"
+    ), held
 
 
 def test_every_dashboard_query_evaluates_and_shows_its_condition(cluster: Cluster) -> None:
@@ -391,15 +420,16 @@ def test_link_bandwidth_low_fires_on_the_throttled_link(tmp_path: Path) -> None:
     with Fabric(3) as net:
         net.slow(3, f"{CAP_BITS_PER_SECOND / 1e6:.0f}mbit")
         fabric_agents(net, token)
-        grpc = {node: net.forward(node, FABRIC_GRPC_PORT) for node in (1, 2)}
+        grpc = {node: net.forward(node, FABRIC_GRPC_PORT) for node in (1, 2, 3)}
         for source, target in FABRIC_LINKS:
-            request = pb.MeasureBandwidthRequest(
-                peer=f"{net.address(target)}:{FABRIC_GRPC_PORT}", streams=1
+            response = measure_link(
+                f"127.0.0.1:{grpc[source]}",
+                f"127.0.0.1:{grpc[target]}",
+                f"{net.address(target)}:{FABRIC_GRPC_PORT}",
+                net.address(source),
+                seconds=1,
+                token=FABRIC_TOKEN,
             )
-            request.duration.FromTimedelta(timedelta(seconds=1))
-            request.warmup.FromTimedelta(timedelta(seconds=0.2))
-            with Client(f"127.0.0.1:{grpc[source]}", token=FABRIC_TOKEN) as client:
-                response = client.measure_bandwidth(request, timeout=30)
             assert (response.peer, response.transport) == (f"fabric-{target}", "tcp")
         targets = {f"fabric-{n}": net.forward(n, FABRIC_METRICS_PORT) for n in (1, 2, 3)}
         with prometheus(targets, {"groups": rule_groups()}) as server:

@@ -90,3 +90,87 @@ def test_boot_time_from_proc_stat() -> None:
     assert boot_time("cpu 1 2 3\n") is None
     assert boot_time("btime soon\n") is None
     assert boot_time(None) is None
+
+
+# --- faults the driver logs without an XID number, and SXids ---------------------------------
+
+
+def _log(*lines: str) -> str:
+    return "".join(
+        f"2026-11-29T{clock}.104217+00:00 gpu-node-17 kernel: {text}\n" for clock, text in lines
+    )
+
+
+def test_a_multi_line_fallen_off_the_bus_message_is_xid_79_for_its_gpu() -> None:
+    text = _log(
+        ("20:58:01", "NVRM: The NVIDIA GPU 0000:5d:00.0"),
+        ("20:58:01", "NVRM: (PCI ID: 10de:2330) installed in this system has"),
+        ("20:58:01", "NVRM: fallen off the bus and is not responding to commands."),
+    )
+    (xid,) = read_stream([text], boot=BOOT, now=NOW).xids
+    assert (xid.pci, xid.xid, xid.logged_xid) == ("0000:5d:00", 79, False)
+    assert xid.message == (
+        "The NVIDIA GPU 0000:5d:00.0 (PCI ID: 10de:2330) installed in this system has "
+        "fallen off the bus and is not responding to commands."
+    )
+    assert xid.time == datetime(2026, 11, 29, 20, 58, 1, 104217, tzinfo=UTC)
+
+
+def test_the_two_line_and_one_line_variants_are_read_too() -> None:
+    text = _log(
+        ("20:58:01", "NVRM: The NVIDIA GPU 0000:05:00.0 (PCI ID: 10de:2f04)"),
+        ("20:58:01", "NVRM: fallen off the bus and is not responding to commands."),
+        ("20:58:02", "nvidia 0000:05:00.0: probe with driver nvidia failed with error -1"),
+        ("21:00:00", "NVRM: GPU 0000:29:00.0: GPU has fallen off the bus."),
+    )
+    found = read_stream([text], boot=BOOT, now=NOW).xids
+    assert [(x.pci, x.xid, x.logged_xid) for x in found] == [
+        ("0000:05:00", 79, False),
+        ("0000:29:00", 79, False),
+    ]
+
+
+def test_an_xid_less_line_beside_the_numbered_xid_counts_once() -> None:
+    text = _log(
+        ("20:58:01", "NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, GPU has "
+                     "fallen off the bus."),
+        ("20:58:01", "NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus."),
+    )  # fmt: skip
+    (xid,) = read_stream([text], boot=BOOT, now=NOW).xids
+    assert (xid.xid, xid.logged_xid) == (79, True)
+
+
+def test_rm_init_adapter_failed_is_the_gpu_initialization_error() -> None:
+    text = _log(
+        ("09:12:00", "NVRM: GPU 0000:3a:00.0: RmInitAdapter failed! (0x62:0x65:2522)"),
+        ("09:12:00", "NVRM: GPU 0000:3a:00.0: rm_init_adapter failed, device minor number 2"),
+        # An old driver names no PCI address: no GPU to tie it to.
+        ("09:13:00", "NVRM: RmInitAdapter failed! (0x30:0xffffffff:720)"),
+    )
+    (xid,) = read_stream([text], boot=BOOT, now=NOW).xids
+    assert (xid.pci, xid.xid, xid.message, xid.logged_xid) == (
+        "0000:3a:00",
+        143,
+        "RmInitAdapter failed! (0x62:0x65:2522)",
+        False,
+    )
+
+
+def test_sxid_lines_with_their_switch_word_and_port_detail_lines_skipped() -> None:
+    text = (
+        "[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Fatal, Link 30 LTSSM "
+        "Fault Up\n"
+        "[131453.740754] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Severity 1 Engine "
+        "instance 30 Sub-engine instance 00\n"
+        "[131453.740758] nvidia-nvswitch0: SXid (PCI:0000:a9:00.0): 20034, Data {0x50610002, "
+        "0x10100030, 0x00000000, 0x10100030, 0x00000000, 0x00000000, 0x00000000, 0x00000000}\n"
+        "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted "
+        "PRIV error (First)\n"
+    )
+    log = read_stream([text], boot=None, now=NOW)
+    assert log.xids == []
+    assert [(s.pci, s.device, s.sxid, s.fatal, s.link) for s in log.sxids] == [
+        ("0000:a9:00.0", "nvidia-nvswitch0", 20034, True, 30),
+        ("0000:05:00.0", "nvidia-nvswitch3", 12028, False, 32),
+    ]
+    assert log.sxids[0].message == "Link 30 LTSSM Fault Up"

@@ -80,7 +80,7 @@ def test_every_entry_follows_its_buckets_verdict() -> None:
 
 
 def test_the_exceptions_are_the_documented_ones() -> None:
-    assert sorted(BUCKET_EXCEPTIONS) == [94, 154]
+    assert sorted(BUCKET_EXCEPTIONS) == [94, 154, 164, 165, 168]
     assert (CATALOG[94].bucket, CATALOG[94].severity) == ("RESTART_APP", Severity.CRITICAL)
     assert CATALOG[154].bucket == "XID_154"
 
@@ -90,8 +90,51 @@ def test_the_catalogs_buckets_are_kept_as_it_files_them() -> None:
     assert buckets == {43: "IGNORE", 69: "RESTART_APP", 157: "IGNORE", 159: "CHECK_UVM"}
 
 
-def test_xid_61_unused_on_ampere_and_newer_is_not_in_the_catalog() -> None:
-    assert classify(61).bucket == "UNKNOWN"
+# Every number NVIDIA's catalog names (analyzing-xid-catalog.html, the XIDs sheet): 1 to 172
+# without a gap, the codes "Unused" on Ampere and newer included.
+CATALOG_NUMBERS = list(range(1, 173))
+
+
+def test_the_table_holds_every_number_the_catalog_names_and_no_other() -> None:
+    assert sorted(CATALOG) == CATALOG_NUMBERS
+
+
+@pytest.mark.parametrize(
+    ("xid", "mnemonic", "bucket"),
+    [
+        (1, "ROBUST_CHANNEL_FIFO_ERROR_FIFO_METHOD", "CONTACT_SUPPORT"),
+        (54, "SILENT_RUNNING_PWR_REDUCED_CLOCKING", "CHECK_MECHANICALS"),
+        (61, "PMU_BREAKPOINT", "CONTACT_SUPPORT"),
+        (78, "VGPU_START_ERROR", "UPDATE_SWFW"),
+        (79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "RESTART_BM"),
+        (121, "C2C_ERROR", "IGNORE"),
+        (137, "NVLINK_PRIV_ERR", "IGNORE"),
+        (149, "NVLINK_NETIR_ERROR", "WORKFLOW_NVLINK5_ERR"),
+        (160, "CHANNEL_RETIREMENT_EVENT", "IGNORE"),
+        (167, "PCIE_FATAL_TIMEOUT", "UNSPECIFIED"),
+        (172, "UNCORRECTABLE_SRAM_ERROR", "UNSPECIFIED"),
+    ],
+)
+def test_entries_keep_the_catalogs_mnemonic_and_bucket(
+    xid: int, mnemonic: str, bucket: str
+) -> None:
+    assert (CATALOG[xid].mnemonic, CATALOG[xid].bucket) == (mnemonic, bucket)
+
+
+def test_an_unused_code_asks_a_person_to_look_not_for_a_drain() -> None:
+    info = classify(61)
+    assert (info.severity, info.action) == (Severity.WARNING, Action.HARDWARE_INSPECTION)
+
+
+def test_firmware_internal_codes_are_in_the_catalog_now() -> None:
+    # They used to come out as "not in gpuprobe's XID catalog".
+    for xid in (37, 38, 66, 67, 121, 137, 141, 160, 161):
+        info = classify(xid)
+        assert (info.bucket, info.severity, info.action) == (
+            "IGNORE",
+            Severity.WARNING,
+            Action.NONE,
+        )
 
 
 @pytest.mark.parametrize(

@@ -173,3 +173,32 @@ def test_the_sweep_the_arguments_ask_for(args: tuple[str, ...], largest: int | N
 def test_the_header_states_the_sweep() -> None:
     header = "# nThread 1 nGpus 4 minBytes 8 maxBytes 134217728 step: 8(factor) warmup iters: 5\n"
     assert expected_largest(("-e", "1G"), header) == 2**27
+
+
+def test_the_old_layout_without_root_and_with_a_float_error_is_read_by_its_header() -> None:
+    # Releases before the `root` column (12 fields, `error` the largest error as a float):
+    # the columns are found by the header line, not by counting.
+    text = (FIXTURES / "all_reduce_perf-old-layout.txt").read_text()
+    result = parse_output(text)
+    assert [r.size_bytes for r in result.rows] == [2**23, 2**24, 2**25, 2**26, 2**27]
+    assert result.largest.out_of_place_busbw == pytest.approx(254.94e9)
+    assert result.largest.in_place_busbw == pytest.approx(255.08e9)
+    assert result.largest.out_of_place_algbw == pytest.approx(145.68e9)
+    assert result.rows[0].wrong is None  # a float error is no count
+    assert (result.out_of_bounds, result.wrong_values) == (0, 0)
+    assert result.average_busbw == pytest.approx(212.519e9)
+
+
+def test_the_old_layouts_wrong_values_come_from_its_footer() -> None:
+    text = (FIXTURES / "all_reduce_perf-old-layout.txt").read_text()
+    broken = text.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 12 FAILED")
+    assert parse_output(broken).wrong_values == 12
+
+
+def test_both_layouts_name_their_columns_in_the_header() -> None:
+    from gpuprobe.measure.nccl import header_columns
+
+    new = header_columns((FIXTURES / "all_reduce_perf-8xh100.txt").read_text())
+    old = header_columns((FIXTURES / "all_reduce_perf-old-layout.txt").read_text())
+    assert new is not None and len(new) == 13 and new[4] == "root" and new[8] == "#wrong"
+    assert old is not None and len(old) == 12 and "root" not in old and old[7] == "error"

@@ -21,10 +21,12 @@ from gpuprobe.measure.tcp import (
     REPLY,
     BandwidthError,
     BandwidthResult,
+    NotASink,
     StreamResult,
     TcpSink,
     WorkerCpu,
     cpu_use,
+    proof,
     send,
 )
 
@@ -141,7 +143,7 @@ def test_an_unreachable_sink_fails_within_the_bound() -> None:
         probe.bind((LOOPBACK, 0))
         port = probe.getsockname()[1]  # bound but not listening: connection refused
         started = time.monotonic()
-        with pytest.raises(BandwidthError, match="cannot reach the sink"):
+        with pytest.raises(BandwidthError, match="nothing proved to be the sink"):
             send(LOOPBACK, port, b"t" * 32, streams=2, duration=1, connect_timeout=1)
     assert time.monotonic() - started < 5
 
@@ -212,15 +214,20 @@ def test_the_sender_is_named_before_the_sink_when_both_ran_out_of_cpu() -> None:
     assert BandwidthResult(streams, 1, 0, idle, None).cpu_seconds_per_gbit is None
 
 
-def test_a_sink_of_the_earlier_version_answering_without_its_cpu_is_read() -> None:
-    """An agent of the version before sends the 24-byte answer alone."""
+def test_a_sink_answering_without_its_cpu_is_read() -> None:
+    """A sink that proves itself and then sends the 24-byte answer alone (no CPU figures)."""
     listener = socket.create_server((LOOPBACK, 0))
     port = listener.getsockname()[1]
+    token = b"t" * 32
 
     def earlier_sink() -> None:
         conn, _ = listener.accept()
         with conn:
-            received = 0
+            header = b""
+            while len(header) < HEADER.size:
+                header += conn.recv(HEADER.size - len(header))
+            conn.sendall(proof(token, header))
+            received = HEADER.size
             while chunk := conn.recv(1 << 20):
                 received += len(chunk)
             conn.sendall(REPLY.pack(received, received - HEADER.size, 0.5))
@@ -228,7 +235,7 @@ def test_a_sink_of_the_earlier_version_answering_without_its_cpu_is_read() -> No
     thread = threading.Thread(target=earlier_sink, daemon=True)
     thread.start()
     try:
-        result = send(LOOPBACK, port, b"t" * 32, streams=1, duration=0.3, warmup=0.0)
+        result = send(LOOPBACK, port, token, streams=1, duration=0.3, warmup=0.0)
     finally:
         listener.close()
     thread.join(5)
@@ -292,3 +299,34 @@ def test_a_test_over_a_bare_veth_link_is_capped_by_a_cpu() -> None:
         data = between_namespaces(net, 1)
     assert data["limited_by"] in ("sender", "sink")
     assert data[f"{data['limited_by']}_cpu"]["cpu_limited"] is True
+
+
+def test_no_data_goes_to_a_listener_that_does_not_prove_to_be_the_sink() -> None:
+    """A foreign service at the port (here one answering 32 wrong bytes) gets the header, then
+    the connection closes: not one byte of data."""
+    listener = socket.create_server((LOOPBACK, 0))
+    port = listener.getsockname()[1]
+    received: list[int] = []
+
+    def impostor() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(2)
+            total = 0
+            try:
+                while chunk := conn.recv(1 << 20):
+                    total += len(chunk)
+                    conn.sendall(b"x" * 32)
+            except OSError:
+                pass
+            received.append(total)
+
+    thread = threading.Thread(target=impostor, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(NotASink, match=f"nothing proved to be the sink at {LOOPBACK}:{port}"):
+            send(LOOPBACK, port, b"t" * 32, streams=2, duration=0.5, warmup=0.0)
+    finally:
+        thread.join(5)
+        listener.close()
+    assert received == [HEADER.size]

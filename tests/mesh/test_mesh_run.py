@@ -10,7 +10,6 @@ from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
-import grpc
 import pytest
 
 from conftest import ROOT, gpuprobe, require_tool
@@ -18,16 +17,16 @@ from gpuprobe.audit.fanout import fetch_all
 from gpuprobe.client import Client, Credentials
 from gpuprobe.config import Config, RdmaTestConfig
 from gpuprobe.errors import ConfigError
+from gpuprobe.measure.bandwidth import Reason, Refused, SinkRequest, rdma_options
 from gpuprobe.mesh.render import render_mesh
 from gpuprobe.mesh.run import InvalidTest, MeshOptions, Peer, identify, run_mesh
 from gpuprobe.mesh.verdict import FAILED, OK, Thresholds
-from gpuprobe.serve.bandwidth import TestRefused as Refused
-from gpuprobe.serve.bandwidth import rdma_options
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import config
 from serving import in_process_agent
 
 TOKEN = "mesh-token"
+LOOPBACK = {"peer_networks": ["127.0.0.0/8"]}
 CALM = Thresholds(min_relative_drop=0.95)  # loopback figures swing with the machine's load
 
 
@@ -126,9 +125,10 @@ def test_a_sender_without_a_usable_rdma_device_is_unavailable_not_its_peer(
         peers, _ = identify(fetched(targets))
         options = MeshOptions(transport="rdma", rdma_devices=("mlx5_0",), seconds=1, force=True)
         result = run_mesh(peers, options, connect)
+    # The mesh opens the receiver's sink first: there its ib_write_bw server cannot start.
     assert [(link.source, link.blamed, link.unavailable) for link in result.links] == [
-        ("node-a", "node-a", True),
-        ("node-b", "node-b", True),
+        ("node-a", "node-b", True),
+        ("node-b", "node-a", True),
     ]
     assert [(f.code, f.severity.value, f.resource) for f in result.findings] == [
         ("BANDWIDTH_TEST_UNAVAILABLE", "UNKNOWN", "peer:node-a"),
@@ -196,7 +196,7 @@ def test_a_bad_local_gid_index_is_this_nodes_fault_found_before_the_peer_is_aske
     with (
         in_process_agent(
             "synthetic-ndr-fabric-healthy",
-            config(rdma={"test": {"gid_index": gid_index}}),
+            config(rdma={"test": {"gid_index": gid_index}}, bandwidth=LOOPBACK),
             token_file=str(token),
             node_name="node-a",
         ) as a,
@@ -228,15 +228,16 @@ def test_a_bad_local_gid_index_is_this_nodes_fault_found_before_the_peer_is_aske
     assert [line for line in lines if "127.0.0.1" in line or f"-x {gid_index}" in line] == []
 
 
-def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes_own(
+def test_rdma_parameters_travel_with_the_sink_and_the_gid_index_is_each_nodes_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = stand_in_perftest(tmp_path, monkeypatch)
     token = tmp_path / "token"
     token.write_text(TOKEN)
-    # The snapshot's ports have GID 0 only: node-a names it, node-b leaves it to perftest.
-    sender = config(rdma={"test": {"message_bytes": 65536, "queue_pairs": 4, "gid_index": 0}})
-    receiver = config()
+    # The snapshot's ports have GID 0 only: node-a names it, node-b leaves it to perftest. The
+    # server side (node-b) runs with its own size and queue pairs and says so in the sink.
+    sender = config(rdma={"test": {"gid_index": 0}}, bandwidth=LOOPBACK)
+    receiver = config(rdma={"test": {"message_bytes": 65536, "queue_pairs": 4}}, bandwidth=LOOPBACK)
     with (
         in_process_agent(
             "synthetic-ndr-fabric-healthy", sender, token_file=str(token), node_name="node-a"
@@ -245,8 +246,17 @@ def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes
             "synthetic-ndr-fabric-healthy", receiver, token_file=str(token), node_name="node-b"
         ) as b,
     ):
+        sink_request = pb.OpenBandwidthSinkRequest(
+            transport="rdma", rdma_device="mlx5_0", test_seconds=2, force=True, sender="127.0.0.1"
+        )
+        with connect(f"127.0.0.1:{b.grpc_port}") as client:
+            sink = client.open_bandwidth_sink(sink_request)
         request = pb.MeasureBandwidthRequest(
-            peer=f"127.0.0.1:{b.grpc_port}", transport="rdma", rdma_device="mlx5_0", force=True
+            peer=f"127.0.0.1:{b.grpc_port}",
+            transport="rdma",
+            rdma_device="mlx5_0",
+            force=True,
+            sink=sink,
         )
         request.duration.FromTimedelta(timedelta(seconds=2))
         with connect(f"127.0.0.1:{a.grpc_port}") as client:
@@ -257,9 +267,10 @@ def test_rdma_parameters_travel_with_the_request_and_the_gid_index_is_each_nodes
         re.sub(r"-p \d+", "-p PORT", re.sub(r"--out_json_file=\S+", "--out_json_file=F", line))
         for line in calls.read_text().splitlines()
     ]
+    assert (sink.message_bytes, sink.queue_pairs, sink.test_seconds) == (65536, 4, 2)
     assert called == [
-        f"{shared} -x 0",  # node-a tries its own device first
-        shared,  # node-b's server: node-a's size and queue pairs, its own (no) GID index
+        shared,  # node-b's server: its size and queue pairs, its own (no) GID index
+        f"{shared} -x 0",  # node-a tries its own device before it sends
         f"{shared} -x 0 --out_json --out_json_file=F 127.0.0.1",  # node-a's client
     ]
 
@@ -281,17 +292,15 @@ def test_rdma_test_settings_are_bounded() -> None:
 
 
 def test_a_sink_refuses_rdma_buffers_beyond_the_bound_in_all() -> None:
-    request = pb.OpenBandwidthSinkRequest(message_bytes=2**30, queue_pairs=3)
+    request = SinkRequest(message_bytes=2**30, queue_pairs=3)
     with pytest.raises(Refused) as refused:
         rdma_options("mlx5_0", 18600, request, RdmaTestConfig())
-    assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.reason == Reason.INVALID
     assert str(refused.value) == (
         "1073741824 bytes per message, 3 queue pairs: at most 1073741824 and 256, "
         "4294967296 bytes registered in all (twice their product)"
     )
-    fits = rdma_options(
-        "mlx5_0", 18600, pb.OpenBandwidthSinkRequest(queue_pairs=64), RdmaTestConfig()
-    )
+    fits = rdma_options("mlx5_0", 18600, SinkRequest(queue_pairs=64), RdmaTestConfig())
     assert (fits.message_bytes, fits.queue_pairs) == (8 * 2**20, 64)
 
 
@@ -385,7 +394,13 @@ def test_the_rdma_device_flag_takes_distinct_names(devices: str, message: str) -
 
 def test_a_tcp_test_reports_both_ends_cpu_and_which_end_capped_it(agents: list[str]) -> None:
     peers, _ = identify(fetched(agents))
-    request = pb.MeasureBandwidthRequest(peer=peers[1].target, transport="tcp", streams=2)
+    with connect(peers[1].target) as client:
+        sink = client.open_bandwidth_sink(
+            pb.OpenBandwidthSinkRequest(transport="tcp", streams=2, sender="127.0.0.1")
+        )
+    request = pb.MeasureBandwidthRequest(
+        peer=peers[1].target, transport="tcp", streams=2, sink=sink
+    )
     request.duration.FromTimedelta(timedelta(seconds=0.5))
     request.warmup.FromTimedelta(timedelta(seconds=0.1))
     with connect(peers[0].target) as client:
@@ -406,7 +421,8 @@ def test_a_tcp_test_reports_both_ends_cpu_and_which_end_capped_it(agents: list[s
 
 
 class Answering:
-    """A client whose MeasureBandwidth answers a fixed response: which end capped the test."""
+    """A client whose MeasureBandwidth answers a fixed response: which end capped the test
+    (and whose OpenBandwidthSink answers a sink)."""
 
     def __init__(self, side: str) -> None:
         self.side = side
@@ -416,6 +432,11 @@ class Answering:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+    def open_bandwidth_sink(
+        self, request: pb.OpenBandwidthSinkRequest, timeout: float
+    ) -> pb.OpenBandwidthSinkResponse:
+        return pb.OpenBandwidthSinkResponse(address="127.0.0.1", port=9, ticket="ab" * 32)
 
     def measure_bandwidth(
         self, request: pb.MeasureBandwidthRequest, timeout: float

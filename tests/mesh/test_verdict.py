@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpuprobe.mesh.render import render_mesh
+from gpuprobe.mesh.run import MeshResult
 from gpuprobe.mesh.verdict import FAILED, LOW, OK, Link, Thresholds, blame, judge
 
 GB = 1e9
@@ -121,6 +123,36 @@ def test_an_unreachable_node_is_named_once_across_rails() -> None:
     ]
 
 
+def test_two_nodes_both_ways_low_cannot_be_blamed() -> None:
+    """Two agents, each direction below the floor: no third node says which end (or the
+    path) is slow, so the finding says the pair is low and that blame cannot be assigned."""
+    measured = links({("a", "b"): 0.5 * GB, ("b", "a"): 0.6 * GB})
+    findings = blame(judge(measured, Thresholds(floor_bytes_per_second=1 * GB)))
+    assert [(f.code, f.severity.value, f.resource) for f in findings] == [
+        ("LINK_BANDWIDTH_LOW", "WARNING", "peer:a")
+    ]
+    assert findings[0].message == (
+        "the pair a ↔ b (tcp) is low, with too few other peers to compare: blame cannot be "
+        "assigned between the two nodes and the path; add a third agent to the mesh"
+    )
+    assert "fine with others" not in findings[0].message
+
+
+def test_a_low_pair_whose_other_links_failed_cannot_be_blamed() -> None:
+    """Three nodes, but c could not be tested: a and b have no good link elsewhere."""
+    measured = [
+        *judge(links({("a", "b"): 0.5 * GB}), Thresholds(floor_bytes_per_second=1 * GB)),
+        Link("a", "c", "tcp", None, FAILED, "connection refused", "c"),
+        Link("b", "c", "tcp", None, FAILED, "connection refused", "c"),
+    ]
+    findings = blame(measured)
+    assert [(f.code, f.resource) for f in findings] == [
+        ("LINK_BANDWIDTH_LOW", "peer:a"),
+        ("PEER_UNREACHABLE", "peer:c"),
+    ]
+    assert findings[0].message.startswith("the pair a ↔ b (tcp) is low, with too few other")
+
+
 def test_a_link_low_because_its_test_ran_out_of_cpu_is_not_called_low() -> None:
     """d's links look low, but d's CPU capped each of d's tests: the links stay OK, and d is
     named for its CPU, not its NIC."""
@@ -166,3 +198,17 @@ def test_a_link_below_the_floor_with_a_cpu_bound_test_is_not_blamed_on_the_link(
     judged = judge(measured, Thresholds(floor_bytes_per_second=2 * GB))
     assert judged[0].verdict == OK and judged[0].cpu_capped
     assert [f.code for f in blame(judged)] == ["BANDWIDTH_TEST_CPU_LIMITED"]
+
+
+def test_the_mesh_findings_wrap_to_the_width_given() -> None:
+    measured = links({("a", "b"): 0.5 * GB, ("b", "a"): 0.6 * GB})
+    judged = judge(measured, Thresholds(floor_bytes_per_second=1 * GB))
+    text = render_mesh(MeshResult(judged, blame(judged)), width=60)
+    assert text.splitlines()[-5:] == [
+        "  WARNING LINK_BANDWIDTH_LOW on peer:a",
+        "    the pair a ↔ b (tcp) is low, with too few other peers to",
+        "    compare: blame cannot be assigned between the two nodes",
+        "    and the path; add a third agent to the mesh",
+        "    action: CHECK_NETWORK",
+    ]
+    assert len(render_mesh(MeshResult(judged, blame(judged))).splitlines()) == 9

@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 from gpuprobe import cleanup
-from gpuprobe.checks import registry
 from gpuprobe.client import Client
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
-from helpers import config
+from helpers import config, use_check
 from serving import in_process_agent, wait_for
 
 
@@ -35,7 +34,7 @@ def test_stop_removes_temporary_data_of_a_check_still_running(
         time.sleep(60)  # a throughput test that SIGTERM interrupts
         return CheckResult("storage", "done")
 
-    monkeypatch.setitem(registry.CHECKS, "storage", storage)
+    use_check(monkeypatch, "storage", storage)
     # storage is an active check: without jitter its first run starts at once.
     cfg = config(serve={"jitter_fraction": 0})
     with in_process_agent(config=cfg, names=["driver", "storage"], wait=False) as agent:

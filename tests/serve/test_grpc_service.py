@@ -19,7 +19,7 @@ from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity
 from gpuprobe.v1 import diagnostics_pb2 as pb
-from helpers import config
+from helpers import config, use_check
 from serving import PASSIVE, in_process_agent, wait_for
 
 TOKEN = "s3cret-token"
@@ -131,7 +131,7 @@ def test_watch_reports_sends_the_report_then_each_change(
             )
         return CheckResult("flaky", "one NIC", findings, data={"reading": 1})
 
-    monkeypatch.setitem(registry.CHECKS, "flaky", flaky)
+    use_check(monkeypatch, "flaky", flaky)
     cfg = config(serve={"interval_seconds": 3600})
     with (
         in_process_agent(config=cfg, names=["driver", "flaky"], token_file=token_file) as agent,
@@ -191,7 +191,7 @@ def test_clear_findings_calls_the_clearer_and_reruns_the_xid_check(
         count = sum(len(seen.pop(g)) for g in gone)
         return count
 
-    monkeypatch.setitem(registry.CHECKS, "xid", xid)
+    use_check(monkeypatch, "xid", xid)
     cfg = config(serve={"interval_seconds": 3600})
     with (
         in_process_agent(
@@ -251,7 +251,7 @@ def test_before_the_first_report_get_report_is_unavailable_and_health_not_servin
         release.wait(20)
         return CheckResult("slow", "done")
 
-    monkeypatch.setitem(registry.CHECKS, "slow", slow)
+    use_check(monkeypatch, "slow", slow)
     with (
         in_process_agent(names=["slow"], wait=False) as agent,
         Client(f"127.0.0.1:{agent.grpc_port}") as client,
@@ -278,7 +278,7 @@ def test_get_report_answers_while_the_first_storage_test_still_runs(
         release.wait(30)  # a throughput test that takes minutes
         return CheckResult("storage", "measured")
 
-    monkeypatch.setitem(registry.CHECKS, "storage", storage)
+    use_check(monkeypatch, "storage", storage)
     # Without jitter the storage test starts at once, along with the passive round.
     cfg = config(serve={"jitter_fraction": 0, "interval_seconds": 0.1})
     names = ["driver", "gpus", "storage"]

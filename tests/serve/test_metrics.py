@@ -11,10 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import require_tool
 from gpuprobe import __version__
+from gpuprobe.checks.runner import Ran
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
-from gpuprobe.serve.executor import Ran
 from gpuprobe.serve.metrics import RENDERERS, ReportCollector
-from gpuprobe.serve.state import LinkResult, ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, LinkResult, ReportStore
 
 T = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
 UUID0 = "GPU-5f1c0000-8e2b-4c1d-9a7e-000000000000"
@@ -153,11 +153,81 @@ def report() -> NodeReport:
                 floor=Status.UNKNOWN,
             ),
             CheckResult("mig", "MIG on 1 of 2 GPUs: 2 MIG devices", data={"gpus": MIG_GPUS}),
+            CheckResult("workloads", "2 of 3 MIG devices and GPUs allocated", data=WORKLOADS),
         ],
     )
 
 
-def scrape(snapshot: Snapshot, node: str = "gpu-node-17") -> str:
+# The workloads check's data: GPU 0's MIG device held by a pod, GPU 1 time-sliced between two
+# containers (twice the same one: one series), and the accounting's totals.
+WORKLOADS = {
+    "devices": [
+        {"resource": "gpu:0:" + UUID0, "gpu": 0, "uuid": UUID0, "holders": []},
+        {
+            "resource": "mig:0:1:0",
+            "gpu": 0,
+            "uuid": UUID0,
+            "mig": {"uuid": "MIG-1", "gi": 1, "ci": 0},
+            "holders": [
+                {
+                    "namespace": "ml",
+                    "pod": "a",
+                    "container": "c",
+                    "resource": "nvidia.com/mig-3g.40gb",
+                }
+            ],
+        },
+        {
+            "resource": "gpu:1:" + UUID1,
+            "gpu": 1,
+            "uuid": UUID1,
+            "holders": [
+                {
+                    "namespace": "dev",
+                    "pod": "b",
+                    "container": "j",
+                    "resource": "nvidia.com/gpu.shared",
+                },
+                {
+                    "namespace": "dev",
+                    "pod": "b",
+                    "container": "j",
+                    "resource": "nvidia.com/gpu.shared",
+                },
+                {
+                    "namespace": "dev",
+                    "pod": "d",
+                    "container": "j",
+                    "resource": "nvidia.com/gpu.shared",
+                },
+            ],
+        },
+    ],
+    "accounting": {
+        "since": "2026-11-29T08:00:00Z",
+        "gpus": [
+            {
+                "gpu": 0,
+                "uuid": UUID0,
+                "allocated_seconds": 1800.0,
+                "busy_seconds": 1800.0,
+                "idle_allocated_seconds": {"ml": 0.0},
+                "unallocated_seconds": 1800.0,
+            },
+            {
+                "gpu": 1,
+                "uuid": UUID1,
+                "allocated_seconds": 3600.0,
+                "busy_seconds": 600.0,
+                "idle_allocated_seconds": {"dev": 3000.0},
+                "unallocated_seconds": 0.0,
+            },
+        ],
+    },
+}
+
+
+def scrape(snapshot: AgentState, node: str = "gpu-node-17") -> str:
     registry = CollectorRegistry()
     collector = ReportCollector(node)
     registry.register(collector)
@@ -174,8 +244,8 @@ def samples(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     return found
 
 
-def full_snapshot() -> Snapshot:
-    return Snapshot(
+def full_snapshot() -> AgentState:
+    return AgentState(
         report=report(),
         check_times={"driver": T, "gpus": T, "xid": T, "storage": T},
         version=4,
@@ -193,6 +263,40 @@ def g(gpu: str, uuid: str, **extra: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted({"gpu": gpu, "uuid": uuid, **extra}.items()))
 
 
+def test_workload_metrics_join_holders_and_count_gpu_seconds() -> None:
+    s = samples(scrape(full_snapshot()))
+    holder = ("mig", "namespace", "pod", "container", "resource")
+    assert s["gpuprobe_gpu_allocation_info"] == {
+        g(
+            "0",
+            UUID0,
+            **dict(zip(holder, ("MIG-1", "ml", "a", "c", "nvidia.com/mig-3g.40gb"), strict=True)),
+        ): 1.0,
+        g(
+            "1",
+            UUID1,
+            **dict(zip(holder, ("", "dev", "b", "j", "nvidia.com/gpu.shared"), strict=True)),
+        ): 1.0,
+        g(
+            "1",
+            UUID1,
+            **dict(zip(holder, ("", "dev", "d", "j", "nvidia.com/gpu.shared"), strict=True)),
+        ): 1.0,
+    }
+    assert s["gpuprobe_gpu_allocated_seconds_total"] == {
+        g("0", UUID0): 1800.0,
+        g("1", UUID1): 3600.0,
+    }
+    assert s["gpuprobe_gpu_unallocated_seconds_total"] == {
+        g("0", UUID0): 1800.0,
+        g("1", UUID1): 0.0,
+    }
+    assert s["gpuprobe_gpu_idle_allocated_seconds_total"] == {
+        g("0", UUID0, namespace="ml"): 0.0,
+        g("1", UUID1, namespace="dev"): 3000.0,
+    }
+
+
 def test_report_metrics() -> None:
     s = samples(scrape(full_snapshot()))
     assert s["gpuprobe_agent_info"] == {(("node", "gpu-node-17"), ("version", __version__)): 1.0}
@@ -205,6 +309,7 @@ def test_report_metrics() -> None:
         (("check", "xid"),): 0.0,
         (("check", "storage"),): 3.0,
         (("check", "mig"),): 0.0,
+        (("check", "workloads"),): 0.0,
     }
     assert s["gpuprobe_check_duration_seconds"][(("check", "gpus"),)] == 0.25
     assert s["gpuprobe_check_timestamp_seconds"][(("check", "xid"),)] == T.timestamp()
@@ -306,13 +411,13 @@ def test_mig_device_metrics_from_the_mig_check_data() -> None:
 
 
 def test_before_the_first_report_only_the_agent_is_described() -> None:
-    s = samples(scrape(Snapshot(report=None)))
+    s = samples(scrape(AgentState(report=None)))
     assert list(s) == ["gpuprobe_agent_info"]
 
 
 def test_a_report_without_gpus_driver_xid_storage_data_gives_no_such_samples() -> None:
     bare = NodeReport("n", T, [CheckResult("gpus", "no GPU", data={"gpus_seen_by_nvml": None})])
-    s = samples(scrape(Snapshot(report=bare, runs={"gpus": 1})))
+    s = samples(scrape(AgentState(report=bare, runs={"gpus": 1})))
     assert s["gpuprobe_gpus"] == {(): 0.0}  # NVML could not start: it sees none
     assert "gpuprobe_gpu_info" not in s
     assert not any(

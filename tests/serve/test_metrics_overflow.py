@@ -11,10 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuprobe import wire
 from gpuprobe.report import CheckResult, NodeReport
-from gpuprobe.serve import convert
 from gpuprobe.serve.metrics import ReportCollector
-from gpuprobe.serve.state import Snapshot
+from gpuprobe.serve.state import AgentState
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HUGE = 10**400
@@ -47,7 +47,7 @@ def test_an_inexpressible_value_is_dropped_from_its_series_only(
     collector = ReportCollector("gpu-node-17")
     registry.register(collector)
     with caplog.at_level(logging.WARNING, logger="gpuprobe.serve"):
-        collector.update(Snapshot(huge_report(), {"gpus": T}, version=1, change=1))
+        collector.update(AgentState(huge_report(), {"gpus": T}, version=1, change=1))
     text = generate_latest(registry).decode()
     found = {
         (s.name, s.labels.get("gpu")): s.value
@@ -72,12 +72,12 @@ def test_a_renderer_that_fails_costs_only_its_families(
 ) -> None:
     from gpuprobe.serve import metrics
 
-    def broken(snapshot: Snapshot, report: NodeReport) -> list[object]:
+    def broken(snapshot: AgentState, report: NodeReport) -> list[object]:
         raise OverflowError("int too large to convert to float")
 
     monkeypatch.setattr(metrics, "RENDERERS", (broken, *metrics.RENDERERS))
     with caplog.at_level(logging.ERROR, logger="gpuprobe.serve"):
-        families = metrics.render(Snapshot(huge_report(), {}, version=1, change=1), "n")
+        families = metrics.render(AgentState(huge_report(), {}, version=1, change=1), "n")
     names = {f.name for f in families}
     assert {"gpuprobe_node_status", "gpuprobe_gpu_temperature_celsius"} <= names
     (record,) = [r for r in caplog.records if r.getMessage() == "metrics dropped"]
@@ -85,7 +85,7 @@ def test_a_renderer_that_fails_costs_only_its_families(
 
 
 def test_getreport_carries_an_inexpressible_integer_as_its_text() -> None:
-    message = convert.report_to_proto(huge_report(), {})
+    message = wire.report_to_proto(huge_report(), {})
     gpus = message.checks[1].data["gpus"]
     assert gpus[0]["power_watts"] == str(HUGE)
     assert gpus[1]["power_watts"] == 312.5

@@ -13,14 +13,13 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks import xid
-from gpuprobe.checks.runner import STAGGER_SECONDS
+from gpuprobe.checks.runner import STAGGER_SECONDS, CheckRunner, Ran
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
-from gpuprobe.serve.executor import CheckExecutor, Ran
 from gpuprobe.serve.scheduler import Group, Scheduler, plan
 from gpuprobe.serve.state import ReportStore
-from helpers import config
+from helpers import config, records
 from serving import wait_for
 
 T = datetime(2026, 11, 29, 21, 0, tzinfo=UTC)
@@ -80,7 +79,7 @@ def counting_checks() -> tuple[dict[str, int], dict[str, object]]:
 def test_rounds_fall_due_by_interval_with_jitter_inside_its_bounds() -> None:
     counts, checks = counting_checks()
     clock = FakeClock()
-    executor = CheckExecutor(host(), Config(), checks)  # type: ignore[arg-type]
+    executor = CheckRunner(host(), Config(), records(checks))
     store = ReportStore("n", ["fast", "slow"])
     groups = [Group(10, ["fast"], 0.0), Group(100, ["slow"], 0.0)]
     scheduler = Scheduler(executor, store, groups, 0.1, ["fast", "slow"], clock, random.Random(3))
@@ -112,7 +111,7 @@ def test_rounds_fall_due_by_interval_with_jitter_inside_its_bounds() -> None:
 
 def test_the_scheduler_thread_runs_rounds_and_stops_promptly() -> None:
     counts, checks = counting_checks()
-    executor = CheckExecutor(host(), Config(), checks)  # type: ignore[arg-type]
+    executor = CheckRunner(host(), Config(), records(checks))
     store = ReportStore("n", ["fast", "slow"])
     now = time.monotonic()
     groups = [Group(0.05, ["fast"], now), Group(3600, ["slow"], now)]
@@ -138,9 +137,9 @@ def test_passive_rounds_go_on_and_publish_while_an_active_check_hangs() -> None:
         release.wait(30)
         return CheckResult("storage", "measured")
 
-    executor = CheckExecutor(
-        host(), config(checks={"deadline_seconds": 60}), {**checks, "storage": storage}
-    )  # type: ignore[arg-type]
+    executor = CheckRunner(
+        host(), config(checks={"deadline_seconds": 60}), records({**checks, "storage": storage})
+    )
     order = ["fast", "slow", "storage"]
     store = ReportStore("n", order)
     now = time.monotonic()
@@ -182,7 +181,8 @@ def test_stop_joins_the_lanes_and_names_one_left_in_a_stuck_round() -> None:
         release.wait(30)
         return CheckResult("storage", "measured")
 
-    executor = CheckExecutor(host(), config(checks={"deadline_seconds": 60}), {"storage": storage})
+    cfg = config(checks={"deadline_seconds": 60})
+    executor = CheckRunner(host(), cfg, records({"storage": storage}))
     store = ReportStore("n", ["storage"])
     groups = [Group(3600, ["storage"], time.monotonic(), active=True)]
     scheduler = Scheduler(executor, store, groups, 0.0, ["storage"])
@@ -212,7 +212,8 @@ def test_a_hung_check_is_joined_not_started_again() -> None:
         release.wait(30)
         return CheckResult("hangs", "finally")
 
-    executor = CheckExecutor(host(), config(checks={"deadline_seconds": 0.2}), {"hangs": hangs})
+    cfg = config(checks={"deadline_seconds": 0.2})
+    executor = CheckRunner(host(), cfg, records({"hangs": hangs}))
     try:
         for _ in range(3):
             (ran,) = executor.run(["hangs"])
@@ -240,7 +241,7 @@ def test_the_callers_deadline_cuts_a_run_short_and_exceptions_become_unknown() -
     def broken(h: Host, c: Config) -> CheckResult:
         raise ValueError("bad reading")
 
-    executor = CheckExecutor(host(), Config(), {"slow": slow, "broken": broken})
+    executor = CheckRunner(host(), Config(), records({"slow": slow, "broken": broken}))
     slow_ran, broken_ran = executor.run(["slow", "broken"], within=0.2)
     assert [f.code for f in slow_ran.result.findings] == ["CHECK_TIMEOUT"]
     assert slow_ran.timed_out
@@ -272,8 +273,8 @@ def test_the_report_changed_line_names_each_finding_once_and_xids_by_number(
 ) -> None:
     # GPU 6 has Xid 119 and Xid 154, both CRITICAL RESET_GPU on the same resource: the line
     # must tell them apart, and say each once.
-    executor = CheckExecutor(
-        snapshot_host(snapshot("synthetic-xid-critical")), Config(), {"xid": xid.run}
+    executor = CheckRunner(
+        snapshot_host(snapshot("synthetic-xid-critical")), Config(), records({"xid": xid.run})
     )
     scheduler = Scheduler(executor, ReportStore("n", ["xid"]), [], 0.0, ["xid"])
     with caplog.at_level(logging.INFO, logger="gpuprobe.serve"):
@@ -350,7 +351,7 @@ def test_the_executor_runs_checks_in_turn_and_a_stuck_one_holds_nothing_back() -
 
     checks = {"a": make("a", 0.05), "b": make("b", 0.05), "stuck": make("stuck", 0)}
     cfg = config(checks={"deadlines": {"stuck": 1}})
-    executor = CheckExecutor(host(), cfg, checks)  # type: ignore[arg-type]
+    executor = CheckRunner(host(), cfg, records(checks))
     try:
         executor.run(["a", "b"])
         assert times["a"][1] <= times["b"][0]  # in turn

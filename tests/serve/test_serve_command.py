@@ -40,7 +40,13 @@ def normalize(text: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "name", ["synthetic-h100-8gpu-healthy", "synthetic-gpu-lost", "kvm-epyc-nogpu"]
+    "name",
+    [
+        "synthetic-h100-8gpu-healthy",
+        "synthetic-gpu-lost",
+        "kvm-epyc-nogpu",
+        "synthetic-k8s-ecc-on-training-gpu",
+    ],
 )
 def test_metrics_match_the_golden_file_and_pass_promtool(name: str) -> None:
     """Rewrite the golden files with GPUPROBE_UPDATE_GOLDEN=1 after an intended change."""
@@ -198,7 +204,7 @@ def test_the_grpc_port_in_use_is_a_one_line_usage_error() -> None:
         (["--grpc-listen", "nonsense"], "gpuprobe: 'nonsense' is not HOST:PORT\n"),
         (
             ["--interval", "0"],
-            "gpuprobe: argument --interval: must be above 0: 0 (see gpuprobe --help)\n",
+            "gpuprobe: argument --interval: must be above 0: 0 (see gpuprobe serve --help)\n",
         ),
         (
             ["--token-file", "/nonexistent/token"],

@@ -11,9 +11,10 @@ import pytest
 
 from certs import Pki, make_pki
 from gpuprobe.client import Client
+from gpuprobe.credentials import TokenFile, read_token
 from gpuprobe.errors import UsageError
 from gpuprobe.serve.agent import ServeOptions
-from gpuprobe.serve.security import TokenFile, bearer, read_token, server_credentials
+from gpuprobe.serve.security import bearer, server_credentials
 from serving import in_process_agent
 
 TOKEN = "0123456789abcdef"

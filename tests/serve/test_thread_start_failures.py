@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from conftest import require, require_root, snapshot
-from gpuprobe.checks.runner import run_checks
+from gpuprobe.checks.runner import CheckRunner, run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
 from gpuprobe.report import CheckResult
-from gpuprobe.serve.executor import CheckExecutor
+from helpers import records
 from serving import LOOPBACK_FLAGS, wait_for
 
 REFUSED = "can't start new thread"
@@ -59,7 +59,7 @@ def ok(host: Host, config: Config) -> CheckResult:
 
 
 def test_a_check_whose_thread_was_refused_runs_again_next_round() -> None:
-    executor = CheckExecutor(host(), Config(), {"a": ok})  # type: ignore[dict-item]
+    executor = CheckRunner(host(), Config(), records({"a": ok}))
     with threads_refused("check-", 1) as refused:
         (first,) = executor.run(["a"])
     assert refused == ["check-a"]

@@ -14,8 +14,10 @@ from the previous boot. Variants change one thing each.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,6 +123,8 @@ class Node:
     links: list[dict[str, Any]] | None = None
     symlinks: dict[str, str] = field(default_factory=dict)
     device_plugin: str | None = None  # the device plugin's config.yaml, as the agent read it
+    podresources: dict[str, Any] | None = None  # the kubelet's answers (podresources.json)
+    directories: set[str] = field(default_factory=set)  # empty host directories
 
     def file(self, path: str, content: str = "") -> Node:
         """A host file (an empty one stands for a socket or device node)."""
@@ -187,10 +191,14 @@ class Node:
         if self.device_plugin is not None:
             entry = {"config_file": DEVICE_PLUGIN_CONFIG, "content": self.device_plugin}
             _write_json(target / "device-plugin.json", entry)
+        if self.podresources is not None:
+            _write_json(target / "podresources.json", self.podresources)
         for path, content in sorted(self.files.items()):
             dest = target / "rootfs" / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(content, encoding="utf-8")
+        for path in sorted(self.directories):
+            (target / "rootfs" / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
         for path, link_target in sorted(self.symlinks.items()):
             dest = target / "rootfs" / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -293,13 +301,18 @@ def health_calls(node: Node, i: int) -> None:
     node.call("nvmlDeviceGetMigMode", [i], [0, 0])
 
 
-def fabric_info(state: int, status: int = 0) -> dict[str, Any]:
-    """nvmlDeviceGetGpuFabricInfoV's struct (nvmlGpuFabricInfo_v2_t) with a fabric state."""
+def fabric_info(
+    state: int, status: int = 0, cluster: list[int] | None = None, clique: int = 0
+) -> dict[str, Any]:
+    """nvmlDeviceGetGpuFabricInfoV's struct (nvmlGpuFabricInfo_v2_t) with a fabric state. A
+    single-node NVLink system (an HGX board behind its own NVSwitches) names no cluster: a
+    zero cluster UUID and clique 0, as `nvidia-smi -q` prints them there; a multi-node NVLink
+    domain member (GB200 NVL72) names its domain's."""
     return {
         "version": 0x02000024,
-        "clusterUuid": [0x5E, 0x21, 0x9C, 0x04] + [0] * 12,
+        "clusterUuid": cluster or [0] * 16,
         "status": status,
-        "cliqueId": 32766,
+        "cliqueId": clique,
         "state": state,
         "healthMask": 0,
     }
@@ -685,8 +698,11 @@ def variants() -> list[Node]:
         + health_variants()
         + mig_variants()
         + xid_variants()
+        + fault_variants()
         + container_variants()
         + fabric_variants()
+        + workload_variants()
+        + pod_failure_variants()
     )
 
 
@@ -979,6 +995,273 @@ def xid_variants() -> list[Node]:
         {"device": 2, "type": "DoubleBitEccError", "data": 0, "time": "2026-11-29T18:50:00Z"},
     ]
     nodes.append(node)
+    return nodes
+
+
+# --- Faults beyond the plain XID: NVLink5, XID-less, SXid, PCIe AER, IMEX, recoveries ------
+# Kernel-log lines in the shapes NVIDIA's catalog and Fabric Manager guide give and public bug
+# reports show (GB200/B200 NVLink5 lines from leptonai/gpud and TensorRT-LLM issue 4816, the
+# fallen-off-the-bus and RmInitAdapter messages from NVIDIA's driver, SXids from the Fabric
+# Manager guide and Red Hat solution 6619941); sysfs AER files in the kernel's format.
+
+B200_NAME = "NVIDIA B200"
+GB200_NAME = "NVIDIA GB200"
+GB200_GPUS = 4  # a GB200 NVL72 compute tray: two superchips, four GPUs
+NVL72_CLUSTER = [0x7C, 0x3A, 0x91, 0x5E, 0x2D, 0x40, 0x4B, 0x18, 0x9F, 0x06, 0x33, 0xA1, 0x52, 0xC8,
+                 0x7E, 0x14]  # fmt: skip
+NVL72_CLIQUE = 32766
+IMEX_CONFIG = "/etc/nvidia-imex/config.cfg"
+IMEX_NODES = "/etc/nvidia-imex/nodes_config.cfg"
+
+
+def log_line(clock: str, text: str) -> str:
+    """A kernel line of the capture day in rsyslog's RFC 3339 format."""
+    return f"{stamp(clock)} {text}\n"
+
+
+def b200(name: str) -> Node:
+    """An HGX B200 8-GPU node (driver 570.124.06, CUDA 12.8): the H100 board's layout."""
+    node = hgx_h100(name, driver="570.124.06", cuda=12080)
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetName", [i], ret=B200_NAME)
+    return node
+
+
+def gb200(name: str, imex: bool) -> Node:
+    """A GB200 NVL72 compute tray: four GPUs in the rack's multi-node NVLink domain (no
+    NVSwitch on its own PCI bus), with or without its IMEX daemon and channel."""
+    node = hgx_h100(name, driver="570.124.06", cuda=12080)
+    gone = H100_PCI[GB200_GPUS:]
+    node.files = {
+        p: c
+        for p, c in node.files.items()
+        if not any(f"/sys/bus/pci/devices/{a}/" in p for a in gone + NVSWITCH_PCI)
+    }
+    node.drop_calls(
+        lambda c: (
+            c["fn"].startswith("nvmlDevice") and bool(c["args"]) and c["args"][0] >= GB200_GPUS
+        )
+    )
+    node.replace_call("nvmlDeviceGetCount", [], ret=GB200_GPUS)
+    for i in range(GB200_GPUS):
+        node.replace_call("nvmlDeviceGetName", [i], ret=GB200_NAME)
+        node.replace_call(
+            "nvmlDeviceGetGpuFabricInfoV", [i], ret=fabric_info(3, 0, NVL72_CLUSTER, NVL72_CLIQUE)
+        )
+    node.processes = [training_process(i) for i in range(GB200_GPUS)]
+    node.file(
+        IMEX_CONFIG,
+        "# NVIDIA IMEX config (package default, node file set)\n"
+        "DAEMONIZE=1\nLOG_LEVEL=4\nSERVER_PORT=50000\n"
+        f"IMEX_NODE_CONFIG_FILE={IMEX_NODES}\nIMEX_CMD_PORT=50005\nIMEX_CMD_ENABLED=1\n",
+    )
+    node.file(IMEX_NODES, "".join(f"10.114.8.{11 + i}\n" for i in range(18)))
+    if imex:
+        node.processes.append(
+            {
+                "pid": 3301,
+                "name": "nvidia-imex",
+                "cmdline": ["/usr/bin/nvidia-imex", "-c", IMEX_CONFIG],
+            }
+        )
+        node.file("/dev/nvidia-caps-imex-channels/channel0")
+    return node
+
+
+def sysfs_device(node: Node, path: str, vendor: str, device: str, class_code: str) -> Node:
+    """A PCI function where the kernel keeps it (`/sys/devices/pci0000:36/.../0000:3a:00.0`),
+    linked from /sys/bus/pci/devices/<address> as the kernel does."""
+    address = path.rsplit("/", 1)[1]
+    for key in ("vendor", "device", "class"):
+        node.files.pop(f"/sys/bus/pci/devices/{address}/{key}", None)
+    node.file(f"{path}/vendor", vendor + "\n")
+    node.file(f"{path}/device", device + "\n")
+    node.file(f"{path}/class", class_code + "\n")
+    return node.symlink(f"/sys/bus/pci/devices/{address}", f"../../..{path[len('/sys') :]}")
+
+
+def aer_files(
+    node: Node,
+    path: str,
+    correctable: dict[str, int],
+    nonfatal: dict[str, int],
+    fatal: dict[str, int],
+) -> Node:
+    """A device's AER counter files in the kernel's format (every name, zero unless given)."""
+    cor = [
+        "RxErr",
+        "BadTLP",
+        "BadDLLP",
+        "Rollover",
+        "Timeout",
+        "NonFatalErr",
+        "CorrIntErr",
+        "HeaderOF",
+    ]
+    unc = ["Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF",
+           "MalfTLP", "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP",
+           "AtomicOpBlocked", "TLPBlockedErr", "PoisonTLPBlocked"]  # fmt: skip
+    for name, names, counts, total in (
+        ("aer_dev_correctable", cor, correctable, "TOTAL_ERR_COR"),
+        ("aer_dev_nonfatal", unc, nonfatal, "TOTAL_ERR_NONFATAL"),
+        ("aer_dev_fatal", unc, fatal, "TOTAL_ERR_FATAL"),
+    ):
+        lines = [f"{n} {counts.get(n, 0)}" for n in names] + [f"{total} {sum(counts.values())}"]
+        node.file(f"{path}/{name}", "\n".join(lines) + "\n")
+    return node
+
+
+# GPU 2's PCIe path on the synthetic board: root port, a PCIe switch's two ports, the GPU.
+GPU2_PATH = "/sys/devices/pci0000:36/0000:36:02.0/0000:37:00.0/0000:38:02.0/0000:3a:00.0"
+NVSWITCH1_PATH = "/sys/devices/pci0000:00/0000:00:03.0/0000:06:00.0"
+
+
+def fault_variants() -> list[Node]:
+    """NVLink5 XIDs, faults without an XID number, SXids, PCIe AER, IMEX and recoveries."""
+    nodes = []
+    base_log = kernel_log()
+    a = H100_PCI
+
+    # HGX B200: NVLink5 XIDs with their unit, Fatal/Nonfatal word and error status. GPU 1's
+    # link went down (reset the GPU), GPU 2 logged a bit error rate event and GPU 4 a remap
+    # event without registers (both to ignore), GPU 6 a non-fatal then a fatal SAW error.
+    node = b200("synthetic-b200-nvlink5-xids")
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + xid_line(a[1], 149, "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 "
+                   "0x00000000 0x00000000 0x00000000 0x00000000)", "17:02:11")
+        + xid_line(a[2], 149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 0x00000001 "
+                   "0x00000000 0x00000000 0x00000000 0x00000000)", "17:10:40")
+        + xid_line(a[4], 145, "RLW_REMAP Nonfatal XC0 i0 Link 02", "17:15:03")
+        + xid_line(a[6], 144, "SAW_MVB Nonfatal XC0 i0 Link 00 (0x00000001 0x00000004 "
+                   "0x00000000 0x00000000)", "18:00:00")
+        + xid_line(a[6], 144, "SAW_MVB Fatal XC0 i0 Link 00 (0x00000001 0x00000002 0x00000000 "
+                   "0x00000000)", "18:00:01"),
+    )  # fmt: skip
+    nodes.append(node)
+
+    # GPU 3 (0000:5d:00.0) fell off the bus and the driver said so without an XID number.
+    node = without_gpu(hgx_h100("synthetic-gpu-fallen-off-bus-no-xid"), 3)
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + log_line("20:58:01", "NVRM: The NVIDIA GPU 0000:5d:00.0")
+        + log_line("20:58:01", "NVRM: (PCI ID: 10de:2330) installed in this system has")
+        + log_line("20:58:01", "NVRM: fallen off the bus and is not responding to commands.")
+        + log_line(
+            "20:58:02", "nvidia 0000:5d:00.0: probe with driver nvidia failed with error -1"
+        ),
+    )
+    nodes.append(node)
+
+    # GPU 5 (0000:ab:00.0) failed to initialize: on the PCI bus, not in NVML.
+    node = without_gpu(hgx_h100("synthetic-rm-init-adapter-failed"), 5)
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + log_line("08:00:13", "NVRM: GPU 0000:ab:00.0: RmInitAdapter failed! (0x62:0x65:2522)")
+        + log_line("08:00:13", "NVRM: GPU 0000:ab:00.0: rm_init_adapter failed, device minor "
+                   "number 5"),
+    )  # fmt: skip
+    nodes.append(node)
+
+    # NVSwitch 0 (0000:05:00.0) logged a fatal SXid 20034 on port 30 with its detail lines;
+    # NVSwitch 2 a non-fatal 12028.
+    node = hgx_h100("synthetic-nvswitch-sxid")
+    s0, s2 = NVSWITCH_PCI[0], NVSWITCH_PCI[2]
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + log_line("19:44:05", f"nvidia-nvswitch2: SXid (PCI:{s2}): 12028, Non-fatal, Link 32 "
+                   "egress non-posted PRIV error (First)")
+        + log_line("19:44:05", f"nvidia-nvswitch2: SXid (PCI:{s2}): 12028, Severity 0 Engine "
+                   "instance 32 Sub-engine instance 00")
+        + log_line("20:31:17", f"nvidia-nvswitch0: SXid (PCI:{s0}): 20034, Fatal, Link 30 LTSSM "
+                   "Fault Up")
+        + log_line("20:31:17", f"nvidia-nvswitch0: SXid (PCI:{s0}): 20034, Severity 1 Engine "
+                   "instance 30 Sub-engine instance 00")
+        + log_line("20:31:17", f"nvidia-nvswitch0: SXid (PCI:{s0}): 20034, Data {{0x50610002, "
+                   "0x10100030, 0x00000000, 0x10100030, 0x00000000, 0x00000000, 0x00000000, "
+                   "0x00000000}"),
+    )  # fmt: skip
+    nodes.append(node)
+
+    # PCIe AER: GPU 2 sits below a root port and a PCIe switch; it counts correctable errors,
+    # the switch's downstream port a non-fatal completion timeout; NVSwitch 1 a fatal one.
+    node = hgx_h100("synthetic-pcie-aer")
+    nvidia_gpu = ("0x10de", "0x2330", "0x030200")
+    bridge = ("0x1000", "0xc030", "0x060400")  # Broadcom PEX89000 switch port
+    root_port = ("0x8086", "0x352a", "0x060400")
+    parts = GPU2_PATH.split("/")
+    for depth, ids in ((4, root_port), (5, bridge), (6, bridge), (7, nvidia_gpu)):
+        sysfs_device(node, "/".join(parts[: depth + 1]), *ids)
+    aer_files(node, "/".join(parts[:5]), {}, {}, {})
+    aer_files(node, "/".join(parts[:6]), {}, {}, {})
+    aer_files(node, "/".join(parts[:7]), {}, {"CmpltTO": 1}, {})
+    aer_files(node, GPU2_PATH, {"RxErr": 12, "BadTLP": 3}, {}, {})
+    sysfs_device(node, NVSWITCH1_PATH, "0x10de", "0x22a3", "0x068000")
+    aer_files(node, NVSWITCH1_PATH, {}, {}, {"SDES": 1})
+    nodes.append(node)
+
+    # GB200 NVL72 compute trays: the IMEX daemon and its channel there, or neither.
+    nodes.append(gb200("synthetic-gb200-imex-running", imex=True))
+    nodes.append(gb200("synthetic-gb200-imex-missing", imex=False))
+
+    # GPU 2's double-bit ECC error asked for a reset (Xid 154); later the driver logged the
+    # recovery action back to None: the GPU was reset.
+    node = hgx_h100("synthetic-xid-reset-logged")
+    node.file(
+        "/var/log/kern.log",
+        base_log
+        + xid_line(a[2], 48, "pid=41002, name=python3, An uncorrectable double bit error (DBE) "
+                   "has been detected on GPU in the framebuffer at partition 6, subpartition 0.",
+                   "14:22:51")
+        + xid_line(a[2], 154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset "
+                   "Required)", "14:22:52")
+        + xid_line(a[2], 154, "GPU recovery action changed from 0x1 (GPU Reset Required) to "
+                   "0x0 (None)", "15:10:07"),
+    )  # fmt: skip
+    nodes.append(node)
+
+    # GPU 7's uncontained memory error (Xid 95): its recovery action field asks for a GPU reset
+    # in the first read and reads NONE from the second on (a reset between the daemon's
+    # rounds); the -stuck variant keeps asking.
+    for name, reads in (
+        ("synthetic-recovery-field-reset", [1, 0]),
+        ("synthetic-recovery-field-stuck", [1]),
+    ):
+        node = hgx_h100(name)
+        node.drop_calls(lambda c: c["fn"] == "nvmlDeviceGetFieldValues" and c["args"][0] == 7)
+        for value in reads:
+            node.call("nvmlDeviceGetFieldValues", [7, [230]], [field_value(230, value)])
+        node.file(
+            "/var/log/kern.log",
+            base_log + xid_line(a[7], 95, "pid=41007, name=python3, Uncontained: FBHUB. RST: Yes, "
+                                "D-RST: No", "16:20:00"),
+        )  # fmt: skip
+        nodes.append(node)
+
+    # GPU 3 fell off the bus (Xid 79): NVML cannot read it at first, and answers again with the
+    # same UUID later (-back; a reset or rescan brought it back); -gone stays lost.
+    for name, back in (
+        ("synthetic-gpu-lost-and-back", True),
+        ("synthetic-gpu-lost-and-gone", False),
+    ):
+        node = hgx_h100(name)
+        pci_info = next(
+            c for c in node.calls if c["fn"] == "nvmlDeviceGetPciInfo" and c["args"] == [3]
+        )
+        node.drop_calls(lambda c: c["fn"] == "nvmlDeviceGetPciInfo" and c["args"] == [3])
+        node.call("nvmlDeviceGetPciInfo", [3], error="GpuIsLost")
+        if back:
+            node.call("nvmlDeviceGetPciInfo", [3], pci_info["ret"])
+        node.file(
+            "/var/log/kern.log",
+            base_log + xid_line(a[3], 79, "pid='<unknown>', name=<unknown>, GPU has fallen off "
+                                "the bus.", "20:58:01"),
+        )  # fmt: skip
+        nodes.append(node)
     return nodes
 
 
@@ -1346,6 +1629,949 @@ def container_variants() -> list[Node]:
     set_compute_mode(node, 3, range(2, 3))
     set_compute_mode(node, 2, range(6, 7))
     nodes.append(node)
+    return nodes
+
+
+# --- workloads: the kubelet's PodResources answers, GPU processes' cgroups, pods' log dirs ---
+
+PODRESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+NO_INSTANCE = 0xFFFFFFFF
+# The pods every node runs that hold no device (List names every pod on the node).
+SYSTEM_PODS = [
+    ("kube-system", "kube-proxy-x7k2p", "kube-proxy"),
+    ("gpu-operator", "nvidia-device-plugin-daemonset-4xq9z", "nvidia-device-plugin"),
+]
+
+
+def pod_uid(n: int) -> str:
+    """A stable, made-up pod UID."""
+    return f"7c1e{n:04x}-2d4b-4a8e-9f3c-{n:012x}"
+
+
+def container_id(pod: str, container: str) -> str:
+    """A stable, made-up 64-hex container ID."""
+    return hashlib.sha256(f"{pod}/{container}".encode()).hexdigest()
+
+
+def cgroup_file(shape: str, uid: str, cid: str, qos: str = "burstable") -> str:
+    """/proc/<pid>/cgroup of a container's process, in the shape each setup writes."""
+    under = f"kubepods-{qos}" if qos else "kubepods"
+    systemd = f"/kubepods.slice/{under}.slice/{under}-pod{uid.replace('-', '_')}.slice"
+    cgroupfs = f"/kubepods/{qos}/pod{uid}" if qos else f"/kubepods/pod{uid}"
+    if shape == "v2-systemd-containerd":
+        return f"0::{systemd}/cri-containerd-{cid}.scope\n"
+    if shape == "v2-systemd-crio":
+        return f"0::{systemd}/crio-{cid}.scope\n"
+    if shape == "v1-cgroupfs-containerd":  # Ubuntu 20.04 style: every hierarchy, then 0::/
+        controllers = [
+            "pids",
+            "hugetlb",
+            "net_cls,net_prio",
+            "cpuset",
+            "memory",
+            "perf_event",
+            "freezer",
+            "devices",
+            "cpu,cpuacct",
+            "blkio",
+        ]
+        lines = [f"{12 - i}:{c}:{cgroupfs}/{cid}" for i, c in enumerate(controllers)]
+        return "\n".join([*lines, "2:rdma:/", f"1:name=systemd:{cgroupfs}/{cid}", "0::/"]) + "\n"
+    raise ValueError(shape)
+
+
+@dataclass
+class Pod:
+    """A pod on the node: its devices (resource, IDs), DRA claims (JSON mapping), and the
+    pids of its GPU processes."""
+
+    namespace: str
+    name: str
+    n: int
+    container: str = "main"
+    devices: list[tuple[str, list[str]]] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    pids: tuple[int, ...] = ()
+
+    @property
+    def uid(self) -> str:
+        return pod_uid(self.n)
+
+    @property
+    def cid(self) -> str:
+        return container_id(f"{self.namespace}/{self.name}", self.container)
+
+
+def canonical(content: dict[str, Any]) -> dict[str, Any]:
+    """podresources.json content exactly as MessageToDict writes the kubelet's answers."""
+    from google.protobuf import json_format
+
+    from gpuprobe.kubelet.podresources.v1 import api_pb2
+
+    listed = json_format.ParseDict(content["list"], api_pb2.ListPodResourcesResponse())
+    out = {"list": json_format.MessageToDict(listed)}
+    if "allocatable" in content:
+        allocatable = api_pb2.AllocatableResourcesResponse()
+        out["allocatable"] = json_format.MessageToDict(
+            json_format.ParseDict(content["allocatable"], allocatable)
+        )
+    return out
+
+
+def on_kubelet(
+    node: Node,
+    pods: list[Pod],
+    allocatable: list[tuple[str, list[str]]],
+    shape: str = "v2-systemd-containerd",
+) -> Node:
+    """The kubelet's socket and answers for these pods, their log directories with each
+    container's first log, and each GPU process's cgroup."""
+    node.file(PODRESOURCES_SOCKET)
+    entries = []
+    for namespace, name, container in SYSTEM_PODS:
+        entries.append({"name": name, "namespace": namespace, "containers": [{"name": container}]})
+    for pod in pods:
+        container: dict[str, Any] = {"name": pod.container}
+        if pod.devices:
+            container["devices"] = [
+                {"resourceName": r, "deviceIds": ids, "topology": {"nodes": [{"ID": "0"}]}}
+                for r, ids in pod.devices
+            ]
+        if pod.claims:
+            container["dynamicResources"] = pod.claims
+        entries.append({"name": pod.name, "namespace": pod.namespace, "containers": [container]})
+        # The kubelet's log directory of the pod, with its container's (empty) first log: git
+        # keeps no empty directory, and the kubelet makes the log as the container starts.
+        log = f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{pod.container}/0.log"
+        node.files.setdefault(log, "")
+        node.file(f"/var/log/containers/{pod.name}_{pod.namespace}_{pod.container}-{pod.cid}.log")
+        for pid in pod.pids:
+            node.file(f"/proc/{pid}/cgroup", cgroup_file(shape, pod.uid, pod.cid))
+    devices = [{"resourceName": r, "deviceIds": ids} for r, ids in allocatable]
+    node.podresources = canonical(
+        {"list": {"podResources": entries}, "allocatable": {"devices": devices}}
+    )
+    return node
+
+
+def gpu_processes(node: Node, gpu: int, procs: list[tuple[int, int, int]]) -> Node:
+    """GPU `gpu` runs these processes (pid, gpu instance, compute instance; NO_INSTANCE
+    outside MIG), each a python3 in processes.json."""
+    entries = [
+        {"pid": pid, "usedGpuMemory": 536870912, "gpuInstanceId": gi, "computeInstanceId": ci}
+        for pid, gi, ci in procs
+    ]
+    node.replace_call("nvmlDeviceGetComputeRunningProcesses", [gpu], ret=entries)
+    known = {p["pid"] for p in node.processes}
+    for pid, _, _ in procs:
+        if pid not in known:
+            node.processes.append(
+                {"pid": pid, "name": "python3", "cmdline": ["python3", "serve.py"]}
+            )
+    return node
+
+
+def utilization_sample(stamp_us: int, percent: int) -> dict[str, Any]:
+    """One nvmlDeviceGetSamples sample as pynvml returns it: the value union read as every
+    member (the unsigned int the driver wrote; the union's other bytes zero)."""
+    raw = struct.pack("<Q", percent)
+    union = {
+        "dVal": struct.unpack("<d", raw)[0],
+        "uiVal": percent,
+        "ulVal": percent,
+        "ullVal": percent,
+        "sllVal": percent,
+        "siVal": percent,
+        "usVal": percent,
+    }
+    return {"timeStamp": stamp_us, "sampleValue": union}
+
+
+def sample_series(node: Node, gpu: int, rounds: list[list[tuple[int, int]]]) -> Node:
+    """nvmlDeviceGetSamples(gpu, GPU utilization, 0) answering each round's buffer in turn
+    ((seconds after the base time, percent) pairs; value type 1, unsigned int)."""
+    base = 1795939200 * 1_000_000  # µs, 2026-11-29T08:00:00Z
+    for samples in rounds:
+        buffer = [utilization_sample(base + int(t * 1_000_000), v) for t, v in samples]
+        node.call("nvmlDeviceGetSamples", [gpu, 1, 0], [1, buffer])
+    return node
+
+
+def whole_gpu_pods() -> list[Pod]:
+    """A 4-GPU training pod, two inference pods, an idle notebook, one GPU free."""
+    uuids = [gpu_uuid(i) for i in range(8)]
+    return [
+        Pod(
+            "ml-team",
+            "llama-pretrain-0",
+            1,
+            "trainer",
+            [("nvidia.com/gpu", uuids[0:4])],
+            pids=(41000, 41001, 41002, 41003),
+        ),
+        Pod(
+            "inference",
+            "vllm-7d9f8-kq2xp",
+            2,
+            "vllm",
+            [("nvidia.com/gpu", [uuids[4]])],
+            pids=(41004,),
+        ),
+        Pod(
+            "inference",
+            "vllm-7d9f8-mw5tz",
+            3,
+            "vllm",
+            [("nvidia.com/gpu", [uuids[5]])],
+            pids=(41005,),
+        ),
+        Pod("research", "notebook-alice", 4, "jupyter", [("nvidia.com/gpu", [uuids[6]])]),
+    ]
+
+
+def workload_variants() -> list[Node]:
+    """Pods on GPUs (check `workloads`, and every GPU finding naming its pods)."""
+    nodes = []
+    uuids = [gpu_uuid(i) for i in range(8)]
+
+    # Whole GPUs by UUID (the device plugin's default DEVICE_ID_STRATEGY): GPUs 6 (held by a
+    # notebook) and 7 (free) have no process.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-gpus-by-uuid"), 6), 7)
+    nodes.append(on_kubelet(node, whole_gpu_pods(), [("nvidia.com/gpu", uuids)]))
+
+    # The same pods with DEVICE_ID_STRATEGY=index, on cgroup v1 with the cgroupfs driver.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-gpus-by-index"), 6), 7)
+    pods = whole_gpu_pods()
+    for pod in pods:
+        pod.devices = [(r, [str(uuids.index(i)) for i in ids]) for r, ids in pod.devices]
+    indices = [str(i) for i in range(8)]
+    nodes.append(on_kubelet(node, pods, [("nvidia.com/gpu", indices)], "v1-cgroupfs-containerd"))
+
+    # GPU 5 is the inference pod's, but a privileged debug pod (no GPU asked for; it sees every
+    # GPU) runs a process on it too.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-gpu-used-without-allocation"), 6), 7)
+    pods = [*whole_gpu_pods(), Pod("research", "debug-shell-bob", 5, "shell", pids=(52001,))]
+    gpu_processes(node, 5, [(41005, NO_INSTANCE, NO_INSTANCE), (52001, NO_INSTANCE, NO_INSTANCE)])
+    nodes.append(on_kubelet(node, pods, [("nvidia.com/gpu", uuids)]))
+
+    # The training pod's GPU 2 reports uncorrectable ECC errors: the finding names the pod.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-ecc-on-training-gpu"), 6), 7)
+    node.replace_call("nvmlDeviceGetTotalEccErrors", [2, 1, 0], ret=3)
+    node.replace_call("nvmlDeviceGetTotalEccErrors", [2, 1, 1], ret=3)
+    nodes.append(on_kubelet(node, whole_gpu_pods(), [("nvidia.com/gpu", uuids)]))
+
+    # Time-slicing with renameByDefault: GPU 0 shared as nvidia.com/gpu.shared replicas by
+    # three CRI-O pods (one of them idle), the rest free.
+    node = gpu_k8s_node("synthetic-k8s-time-slicing")
+    device_plugin_config(node, "time-slicing-renamed.yaml")
+    for i in range(1, 8):
+        idle(node, i)
+    pods = [
+        Pod(
+            "dev",
+            f"notebook-{who}",
+            10 + n,
+            "jupyter",
+            [("nvidia.com/gpu.shared", [f"{uuids[0]}::{replica}"])],
+            pids=pids,
+        )
+        for n, (who, replica, pids) in enumerate(
+            [("ana", 0, (43001,)), ("ben", 3, (43002,)), ("cho", 7, ())]
+        )
+    ]
+    gpu_processes(node, 0, [(43001, NO_INSTANCE, NO_INSTANCE), (43002, NO_INSTANCE, NO_INSTANCE)])
+    replicas = [f"{u}::{r}" for u in uuids for r in range(10)]
+    nodes.append(on_kubelet(node, pods, [("nvidia.com/gpu.shared", replicas)], "v2-systemd-crio"))
+
+    # MIG, mixed strategy: GPU 0 split (3g.40gb, 2g.20gb, two 1g.10gb), three of its MIG
+    # devices held by pods (the 2g.20gb one idle); GPUs 1-7 whole and free.
+    node = gpu_k8s_node("synthetic-k8s-mig-mixed")
+    mig_layout(
+        node,
+        0,
+        [
+            mig("3g.40gb", gi=2, start=4),
+            mig("2g.20gb", gi=3, start=0),
+            mig("1g.10gb", gi=9, start=2),
+            mig("1g.10gb", gi=10, start=3),
+        ],
+    )
+    for i in range(1, 8):
+        idle(node, i)
+    pods = [
+        Pod(
+            "ml-team",
+            "finetune-3g",
+            20,
+            "trainer",
+            [("nvidia.com/mig-3g.40gb", [mig_uuid(0, 0)])],
+            pids=(44001,),
+        ),
+        Pod("ml-team", "eval-2g", 21, "eval", [("nvidia.com/mig-2g.20gb", [mig_uuid(0, 1)])]),
+        Pod(
+            "inference",
+            "embed-1g",
+            22,
+            "server",
+            [("nvidia.com/mig-1g.10gb", [mig_uuid(0, 2)])],
+            pids=(44003,),
+        ),
+    ]
+    gpu_processes(node, 0, [(44001, 2, 0), (44003, 9, 0)])
+    allocatable = [
+        ("nvidia.com/mig-3g.40gb", [mig_uuid(0, 0)]),
+        ("nvidia.com/mig-2g.20gb", [mig_uuid(0, 1)]),
+        ("nvidia.com/mig-1g.10gb", [mig_uuid(0, 2), mig_uuid(0, 3)]),
+        ("nvidia.com/gpu", uuids[1:]),
+    ]
+    nodes.append(on_kubelet(node, pods, allocatable))
+
+    # The same MIG layout, but the inference pod's process runs in the 2g.20gb device (GPU
+    # instance 3), which the kubelet gave the eval pod, and a debug pod's in the free 1g.10gb.
+    node = gpu_k8s_node("synthetic-k8s-mig-used-without-allocation")
+    mig_layout(
+        node,
+        0,
+        [
+            mig("3g.40gb", gi=2, start=4),
+            mig("2g.20gb", gi=3, start=0),
+            mig("1g.10gb", gi=9, start=2),
+            mig("1g.10gb", gi=10, start=3),
+        ],
+    )
+    for i in range(1, 8):
+        idle(node, i)
+    strays = [*pods, Pod("research", "debug-shell-bob", 23, "shell", pids=(52001,))]
+    gpu_processes(node, 0, [(44001, 2, 0), (44003, 3, 0), (52001, 10, 0)])
+    nodes.append(on_kubelet(node, strays, allocatable))
+
+    # MIG, single strategy: every GPU split into seven 1g.10gb, each MIG device handed out as
+    # nvidia.com/gpu by its MIG UUID to its own pod (56 pods), each running one process.
+    node = gpu_k8s_node("synthetic-k8s-mig-single")
+    pods = []
+    for gpu in range(8):
+        mig_layout(node, gpu, [mig("1g.10gb", gi=7 + s, start=s) for s in range(7)])
+        procs = []
+        for slot in range(7):
+            n = 100 + gpu * 7 + slot
+            pid = 45000 + gpu * 10 + slot
+            pods.append(
+                Pod(
+                    "inference",
+                    f"embed-{gpu}-{slot}",
+                    n,
+                    "server",
+                    [("nvidia.com/gpu", [mig_uuid(gpu, slot)])],
+                    pids=(pid,),
+                )
+            )
+            procs.append((pid, 7 + slot, 0))
+        gpu_processes(node, gpu, procs)
+    node.processes = [p for p in node.processes if not 41000 <= p["pid"] < 41008]
+    migs = [mig_uuid(g, s) for g in range(8) for s in range(7)]
+    nodes.append(on_kubelet(node, pods, [("nvidia.com/gpu", migs)]))
+
+    # DRA (NVIDIA's DRA driver): two claims, their devices named in the driver's transient
+    # claim CDI spec, which gives each container its GPU's /dev/nvidia<minor>.
+    node = gpu_k8s_node("synthetic-k8s-dra-claims")
+    for i in range(8):
+        node.call("nvmlDeviceGetMinorNumber", [i], i)
+    for i in range(2, 8):
+        idle(node, i)
+    claim_uid = "dab5ab50-d59a-42a6-af16-cfd4628c0f7a"
+    pods = []
+    for n, (gpu, claim) in enumerate([(0, "single-gpu"), (1, "single-gpu-2")]):
+        cdi_name = f"k8s.gpu.nvidia.com/claim={claim_uid[:-1]}{n}-gpu-{gpu}"
+        resource = {
+            "cdiDevices": [{"name": cdi_name}],
+            "driverName": "gpu.nvidia.com",
+            "poolName": "synthetic-k8s-dra-claims",
+            "deviceName": f"gpu-{gpu}",
+        }
+        claims = [{"claimName": claim, "claimNamespace": "gpu-test", "claimResources": [resource]}]
+        pods.append(
+            Pod("gpu-test", f"pod{n + 1}", 30 + n, "ctr", claims=claims, pids=(41000 + gpu,))
+        )
+        spec = {
+            "cdiVersion": "0.5.0",
+            "kind": "k8s.gpu.nvidia.com/claim",
+            "devices": [
+                {
+                    "name": f"{claim_uid[:-1]}{n}-gpu-{gpu}",
+                    "containerEdits": {
+                        "deviceNodes": [{"path": f"/dev/nvidia{gpu}", "major": 195, "minor": gpu}]
+                    },
+                }
+            ],
+            "containerEdits": {
+                "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+                "deviceNodes": [{"path": "/dev/nvidia-uvm"}, {"path": "/dev/nvidiactl"}],
+            },
+        }
+        node.file(
+            f"/var/run/cdi/k8s.gpu.nvidia.com-claim_{claim_uid[:-1]}{n}.yaml",
+            yaml.safe_dump(spec, sort_keys=False),
+        )
+    nodes.append(on_kubelet(node, pods, []))
+
+    # Utilization samples over three rounds a minute apart: the notebook's GPU 6 is busy a
+    # quarter of the second minute (15 of 60 one-second samples at 80 %), then the buffer
+    # holds nothing new; the inference GPU 4 is busy throughout; GPU 7 is free.
+    node = idle(idle(gpu_k8s_node("synthetic-k8s-utilization-samples"), 6), 7)
+    first = [(t, 0) for t in range(-5, 1)]
+    second = first + [(t, 80 if t > 45 else 0) for t in range(1, 61)]
+    sample_series(node, 6, [first, second])
+    sample_series(node, 4, [[(t, 97) for t in range(-5, 1)], [(t, 97) for t in range(-5, 61)]])
+    nodes.append(on_kubelet(node, whole_gpu_pods(), [("nvidia.com/gpu", uuids)]))
+
+    # DRA with MIG: GPU 0 split (3g.40gb as GPU instance 2, 1g.10gb as 9), a claim on the
+    # 3g.40gb device. The claim spec gives the container the parent's /dev/nvidia0 and the
+    # MIG device's GPU- and compute-instance capabilities, whose minors the driver lists in
+    # /proc/driver/nvidia-caps/mig-minors.
+    node = gpu_k8s_node("synthetic-k8s-dra-mig")
+    for i in range(8):
+        node.call("nvmlDeviceGetMinorNumber", [i], i)
+    mig_layout(node, 0, [mig("3g.40gb", gi=2, start=4), mig("1g.10gb", gi=9, start=2)])
+    for i in range(1, 8):
+        idle(node, i)
+    gpu_processes(node, 0, [(46001, 2, 0)])
+    minors, lines = {}, ["config 1", "monitor 2"]
+    for gpu in range(8):  # the driver's numbering: every GPU, GPU instance, compute instance
+        for gi in range(15):
+            minors[(gpu, gi, None)] = 3 + len(lines) - 2
+            lines.append(f"gpu{gpu}/gi{gi}/access {minors[(gpu, gi, None)]}")
+            for ci in range(8):
+                minors[(gpu, gi, ci)] = 3 + len(lines) - 2
+                lines.append(f"gpu{gpu}/gi{gi}/ci{ci}/access {minors[(gpu, gi, ci)]}")
+    node.file("/proc/driver/nvidia-caps/mig-minors", "\n".join(lines) + "\n")
+    claim_uid = "c8593c85-440d-4156-b199-aea592ff83df"
+    device = "gpu-0-mig-3g40gb-9-4"
+    cdi_name = f"k8s.gpu.nvidia.com/claim={claim_uid}-{device}"
+    spec = {
+        "cdiVersion": "0.5.0",
+        "kind": "k8s.gpu.nvidia.com/claim",
+        "devices": [
+            {
+                "name": f"{claim_uid}-{device}",
+                "containerEdits": {
+                    "deviceNodes": [
+                        {"path": "/dev/nvidia0", "major": 195, "minor": 0},
+                        {"path": f"/dev/nvidia-caps/nvidia-cap{minors[(0, 2, None)]}"},
+                        {"path": f"/dev/nvidia-caps/nvidia-cap{minors[(0, 2, 0)]}"},
+                    ]
+                },
+            }
+        ],
+        "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]},
+    }
+    node.file(
+        f"/var/run/cdi/k8s.gpu.nvidia.com-claim_{claim_uid}.yaml",
+        yaml.safe_dump(spec, sort_keys=False),
+    )
+    resource = {
+        "cdiDevices": [{"name": cdi_name}],
+        "driverName": "gpu.nvidia.com",
+        "poolName": "synthetic-k8s-dra-mig",
+        "deviceName": device,
+    }
+    claims = [{"claimName": "mig-3g", "claimNamespace": "gpu-test", "claimResources": [resource]}]
+    pods = [Pod("gpu-test", "mig-pod", 40, "ctr", claims=claims, pids=(46001,))]
+    nodes.append(on_kubelet(node, pods, []))
+
+    # The kubelet refused the PodResources call (it was restarting).
+    node = gpu_k8s_node("synthetic-k8s-podresources-refused")
+    node.file(PODRESOURCES_SOCKET)
+    node.podresources = {"error": "UNAVAILABLE"}
+    nodes.append(node)
+    return nodes
+
+
+# --- pods: running containers' OCI specs and the kubelet's CRI logs (check `pods`) ---
+
+CONTAINERD_TASKS = "/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+CRIO_CONTAINERS = "/run/containers/storage/overlay-containers"
+# NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.8.0-*-ubuntu24.04, as its Dockerfile sets it.
+CUDA_12_8_REQUIRE = "cuda>=12.8 " + " ".join(
+    f"brand={brand},driver>={branch},driver<{branch + 1}"
+    for branch in (470, 535, 550, 560, 565)
+    for brand in (
+        "unknown", "grid", "tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "vapps",
+        "vpc", "vcs", "vws", "cloudgaming",
+    )
+)  # fmt: skip
+CUDA_12_8_ENV = {
+    "PATH": "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:"
+    "/usr/sbin:/usr/bin:/sbin:/bin",
+    "NVARCH": "x86_64",
+    "NVIDIA_REQUIRE_CUDA": CUDA_12_8_REQUIRE,
+    "NV_CUDA_CUDART_VERSION": "12.8.57-1",
+    "NV_CUDA_COMPAT_PACKAGE": "cuda-compat-12-8",
+    "CUDA_VERSION": "12.8.0",
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    "NV_CUDA_LIB_VERSION": "12.8.0-1",
+    "NV_NVTX_VERSION": "12.8.55-1",
+    "NV_LIBNPP_VERSION": "12.3.3.65-1",
+    "NV_LIBCUBLAS_VERSION": "12.8.3.14-1",
+    "NCCL_VERSION": "2.25.1-1",
+}
+# The 12.2.2 image of the legacy kind (CUDA_VERSION without NVIDIA_REQUIRE_CUDA), as images
+# built FROM an old ubuntu with the toolkit copied in carry it.
+LEGACY_12_2_ENV = {
+    "PATH": "/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "CUDA_VERSION": "12.2.2",
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+}
+KUBE_ENV = {
+    "KUBERNETES_SERVICE_HOST": "10.96.0.1",
+    "KUBERNETES_SERVICE_PORT": "443",
+    "KUBERNETES_PORT": "tcp://10.96.0.1:443",
+}
+# When the logs' lines were written: minutes before the snapshot (21:00:00).
+LOG_DAY = "2026-11-29"
+H100_BRAND = 14  # NVML_BRAND_NVIDIA: data-center GPUs of the Hopper generation
+
+
+@dataclass
+class GpuContainer:
+    """A pod's one container: its image and env, what the kubelet gave it, its log files
+    (name → CRI lines), and which runtime runs it."""
+
+    pod: Pod
+    image: str
+    env: dict[str, str]
+    gpus: list[int]
+    logs: dict[str, list[str]] = field(default_factory=dict)
+    runtime: str = "containerd"
+    running: bool = True
+
+
+def cri(clock: str, text: str, stream: str = "stderr", tag: str = "F") -> str:
+    """One CRI log line at `clock` (hh:mm:ss.fraction) on the log day."""
+    return f"{LOG_DAY}T{clock}Z {stream} {tag} {text}"
+
+
+def with_gpu_brand(node: Node, brand: int, name: str, capability: tuple[int, int]) -> Node:
+    """Every GPU answers nvmlDeviceGetBrand, its name and nvmlDeviceGetCudaComputeCapability."""
+    for i in range(len(H100_PCI)):
+        node.call("nvmlDeviceGetBrand", [i], brand)
+        node.call("nvmlDeviceGetCudaComputeCapability", [i], list(capability))
+        node.call("nvmlDeviceGetMinorNumber", [i], i)
+        if name != H100_NAME:
+            node.replace_call("nvmlDeviceGetName", [i], ret=name)
+    return node
+
+
+def oci_spec(c: GpuContainer) -> dict[str, Any]:
+    """The container's OCI runtime spec as its runtime writes config.json."""
+    pod = c.pod
+    env = {**c.env, **KUBE_ENV, "HOSTNAME": pod.name}
+    if c.gpus:  # the device plugin's envvar strategy overrides the image's "all"
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(gpu_uuid(i) for i in c.gpus)
+    devices = [
+        {"path": f"/dev/nvidia{i}", "type": "c", "major": 195, "minor": i, "fileMode": 438,
+         "uid": 0, "gid": 0}
+        for i in c.gpus
+    ]  # fmt: skip
+    allowed = [{"allow": False, "access": "rwm"}] + [
+        {"allow": True, "type": "c", "major": 195, "minor": i, "access": "rw"} for i in c.gpus
+    ]
+    uid = pod.uid.replace("-", "_")
+    if c.runtime == "containerd":
+        annotations = {
+            "io.kubernetes.cri.container-name": pod.container,
+            "io.kubernetes.cri.container-type": "container",
+            "io.kubernetes.cri.image-name": c.image,
+            "io.kubernetes.cri.sandbox-id": container_id(pod.name, "pause"),
+            "io.kubernetes.cri.sandbox-name": pod.name,
+            "io.kubernetes.cri.sandbox-namespace": pod.namespace,
+            "io.kubernetes.cri.sandbox-uid": pod.uid,
+        }
+        root = "rootfs"
+        cgroups = f"kubepods-burstable-pod{uid}.slice:cri-containerd:{pod.cid}"
+    else:
+        annotations = {
+            "io.container.manager": "cri-o",
+            "io.kubernetes.container.name": pod.container,
+            "io.kubernetes.cri-o.ContainerID": pod.cid,
+            "io.kubernetes.cri-o.ContainerType": "container",
+            "io.kubernetes.cri-o.ImageName": c.image,
+            "io.kubernetes.cri-o.LogPath": (
+                f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{pod.container}/0.log"
+            ),
+            "io.kubernetes.cri-o.SandboxID": container_id(pod.name, "pause"),
+            "io.kubernetes.pod.name": pod.name,
+            "io.kubernetes.pod.namespace": pod.namespace,
+            "io.kubernetes.pod.uid": pod.uid,
+        }
+        root = f"/var/lib/containers/storage/overlay/{pod.cid}/merged"
+        cgroups = f"kubepods-burstable-pod{uid}.slice:crio:{pod.cid}"
+    return {
+        "ociVersion": "1.1.0",
+        "process": {
+            "user": {"uid": 0, "gid": 0, "additionalGids": [0]},
+            "args": ["python3", "/workspace/train.py"],
+            "env": [f"{k}={v}" for k, v in env.items()],
+            "cwd": "/workspace",
+            "oomScoreAdj": 936,
+        },
+        "root": {"path": root},
+        "hostname": pod.name,
+        "mounts": [
+            {
+                "destination": "/proc",
+                "type": "proc",
+                "source": "proc",
+                "options": ["nosuid", "noexec", "nodev"],
+            },
+        ],
+        "annotations": annotations,
+        "linux": {
+            "resources": {"devices": allowed},
+            "cgroupsPath": cgroups,
+            "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+            "devices": devices,
+        },
+    }
+
+
+def sandbox_spec(pod: Pod) -> dict[str, Any]:
+    """containerd's pause container of the pod (skipped by the check)."""
+    return {
+        "ociVersion": "1.1.0",
+        "process": {"args": ["/pause"], "env": ["PATH=/usr/local/sbin:/usr/bin:/bin"]},
+        "root": {"path": "rootfs", "readonly": True},
+        "annotations": {
+            "io.kubernetes.cri.container-type": "sandbox",
+            "io.kubernetes.cri.sandbox-id": container_id(pod.name, "pause"),
+            "io.kubernetes.cri.sandbox-log-directory": (
+                f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}"
+            ),
+            "io.kubernetes.cri.sandbox-name": pod.name,
+            "io.kubernetes.cri.sandbox-namespace": pod.namespace,
+            "io.kubernetes.cri.sandbox-uid": pod.uid,
+        },
+    }
+
+
+def with_containers(node: Node, containers: list[GpuContainer]) -> Node:
+    """The kubelet's answers, each running container's spec (and its pod's pause container),
+    and each container's log files."""
+    for c in containers:
+        c.pod.devices = [("nvidia.com/gpu", [gpu_uuid(i) for i in c.gpus])] if c.gpus else []
+    on_kubelet(node, [c.pod for c in containers], [
+        ("nvidia.com/gpu", [gpu_uuid(i) for i in range(len(H100_PCI))])
+    ])  # fmt: skip
+    for c in containers:
+        pod = c.pod
+        if c.running and c.runtime == "containerd":
+            node.file(f"{CONTAINERD_TASKS}/{pod.cid}/config.json", json.dumps(oci_spec(c)))
+            pause = container_id(pod.name, "pause")
+            node.file(f"{CONTAINERD_TASKS}/{pause}/config.json", json.dumps(sandbox_spec(pod)))
+        elif c.running:
+            node.file(f"{CRIO_CONTAINERS}/{pod.cid}/userdata/config.json", json.dumps(oci_spec(c)))
+        base = f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{pod.container}"
+        for name, lines in c.logs.items():
+            node.file(f"{base}/{name}", "".join(line + "\n" for line in lines))
+    return node
+
+
+def pytorch_too_old(clock: str) -> list[str]:
+    """PyTorch's start on a driver older than its CUDA (torch/cuda/__init__.py _lazy_init)."""
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/workspace/train.py", line 41, in <module>',
+        '    model = model.to("cuda")',
+        '  File "/usr/local/lib/python3.12/dist-packages/torch/nn/modules/module.py", line '
+        "1343, in to",
+        "    return self._apply(convert)",
+        '  File "/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py", line 319, '
+        "in _lazy_init",
+        "    torch._C._cuda_init()",
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 12040). "
+        "Please update your GPU driver by downloading and installing a new version from the "
+        "URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
+        "https://pytorch.org to install a PyTorch version that has been compiled with your "
+        "version of the CUDA driver.",
+    ]
+    return [cri(f"{clock}.{412000 + i:09d}", line) for i, line in enumerate(lines)]
+
+
+def device_query_insufficient(clock: str) -> list[str]:
+    """CUDA's deviceQuery sample against a driver older than its runtime."""
+    lines = [
+        "./deviceQuery Starting...",
+        "",
+        " CUDA Device Query (Runtime API) version (CUDART static linking)",
+        "",
+        "cudaGetDeviceCount returned 35",
+        "-> CUDA driver version is insufficient for CUDA runtime version",
+        "Result = FAIL",
+    ]
+    return [cri(f"{clock}.{100000 + i:09d}", line, "stdout") for i, line in enumerate(lines)]
+
+
+def device_query_pass(clock: str) -> list[str]:
+    """deviceQuery on a healthy GPU (the near-miss: driver and runtime named, no failure)."""
+    lines = [
+        "./deviceQuery Starting...",
+        " CUDA Device Query (Runtime API) version (CUDART static linking)",
+        "Detected 1 CUDA Capable device(s)",
+        'Device 0: "NVIDIA H100 80GB HBM3"',
+        "  CUDA Driver Version / Runtime Version          12.4 / 12.4",
+        "  CUDA Capability Major/Minor version number:    9.0",
+        "deviceQuery, CUDA Driver = CUDART, CUDA Driver Version = 12.4, CUDA Runtime Version "
+        "= 12.4, NumDevs = 1",
+        "Result = PASS",
+    ]
+    return [cri(f"{clock}.{200000 + i:09d}", line, "stdout") for i, line in enumerate(lines)]
+
+
+def tensorflow_no_device(clock: str) -> list[str]:
+    """TensorFlow's start where CUDA finds no device (as tensorflow/tensorflow#44869 shows)."""
+    lines = [
+        f"{LOG_DAY} {clock}.362374: I tensorflow/stream_executor/platform/default/"
+        "dso_loader.cc:48] Successfully opened dynamic library libcudart.so.10.1",
+        f"{LOG_DAY} {clock}.459527: I tensorflow/stream_executor/platform/default/"
+        "dso_loader.cc:48] Successfully opened dynamic library libcuda.so.1",
+        f"{LOG_DAY} {clock}.467224: E tensorflow/stream_executor/cuda/cuda_driver.cc:314] "
+        "failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
+        f"{LOG_DAY} {clock}.467270: I tensorflow/stream_executor/cuda/cuda_diagnostics.cc:156] "
+        "kernel driver does not appear to be running on this host (tf-serving-0): "
+        "/proc/driver/nvidia/version does not exist",
+    ]
+    return [cri(f"{clock}.{300000 + i:09d}", line) for i, line in enumerate(lines)]
+
+
+def nvidia_smi_lost(clock: str) -> list[str]:
+    """A GPU exporter sidecar's nvidia-smi after the container lost its GPU."""
+    return [cri(f"{clock}.000120000", "Failed to initialize NVML: Unknown Error", "stdout")]
+
+
+def docker_requirement_error(clock: str) -> list[str]:
+    """A CI job's `docker run --gpus all` (Docker in the pod) refused by the NVIDIA hook, as
+    MauriceNino/dashdot#1226 shows it."""
+    return [
+        cri(f"{clock}.5123", "$ docker run --rm --gpus all nvcr.io/nvidia/cuda:12.8.0-base-"
+            "ubuntu24.04 nvidia-smi", "stdout"),
+        cri(f"{clock}.9811", "docker: Error response from daemon: failed to create task for "
+            "container: failed to create shim task: OCI runtime create failed: runc create "
+            "failed: unable to start container process: error during container init: error "
+            "running prestart hook #0: exit status 1, stdout: , stderr: "
+            "Auto-detected mode as 'legacy'"),
+        cri(f"{clock}.9812", "nvidia-container-cli: requirement error: unsatisfied condition: "
+            "cuda>=12.8, please update your driver to a newer version, or use an earlier cuda "
+            "container: unknown."),
+        cri(f"{clock}.9902", "ERROR: Job failed: exit code 125", "stdout"),
+    ]  # fmt: skip
+
+
+def docker_cdi_unresolvable(clock: str) -> list[str]:
+    """A CI job's `docker run` asking the NVIDIA runtime for a CDI device no spec defines, as
+    NVIDIA/nvidia-container-toolkit#434 shows it."""
+    return [
+        cri(f"{clock}.2001", "$ docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES="
+            "nvidia.com/gpu=all ubuntu nvidia-smi -L", "stdout"),
+        cri(f"{clock}.7002", "docker: Error response from daemon: failed to create task for "
+            "container: failed to create shim task: OCI runtime create failed: could not apply "
+            "required modification to OCI specification: error modifying OCI spec: failed to "
+            "inject CDI devices: unresolvable CDI devices nvidia.com/gpu=all: unknown."),
+    ]  # fmt: skip
+
+
+def ecc_crash(clock: str) -> list[str]:
+    """A PyTorch training step that failed when its GPU raised a double-bit ECC error."""
+    return [
+        cri(f"{clock}.100", "[rank0]: Traceback (most recent call last):"),
+        cri(f"{clock}.101", '[rank0]:   File "/workspace/train.py", line 88, in <module>'),
+        cri(f"{clock}.102", "[rank0]:     loss.backward()"),
+        cri(f"{clock}.103", "[rank0]: RuntimeError: CUDA error: uncorrectable ECC error "
+            "encountered"),
+        cri(f"{clock}.104", "[rank0]: CUDA kernel errors might be asynchronously reported at "
+            "some other API call, so the stacktrace below might be incorrect."),
+    ]  # fmt: skip
+
+
+def pytorch_error_802(clock: str) -> list[str]:
+    """PyTorch and NCCL on an NVSwitch node whose fabric manager is not running (error 802,
+    as microsoft/lisa#2823 and hiyouga/LlamaFactory#8968 show them)."""
+    return [
+        cri(f"{clock}.100", "/usr/local/lib/python3.12/dist-packages/torch/cuda/__init__.py:129: "
+            "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did "
+            "you run some cuda functions before calling NumCudaDevices() that might have "
+            "already set an error? Error 802: system not yet initialized (Triggered internally "
+            "at /pytorch/c10/cuda/CUDAFunctions.cpp:109.)"),
+        cri(f"{clock}.101", "  return torch._C._cuda_getDeviceCount() > 0"),
+        cri(f"{clock}.900", "[rank0]: Cuda failure 802 'system not yet initialized'"),
+    ]  # fmt: skip
+
+
+def progress(start_minute: int, count: int, container: str = "trainer") -> list[str]:
+    """Healthy training-step lines."""
+    return [
+        cri(f"20:{start_minute + i // 60:02d}:{i % 60:02d}.000000000", f"step {i} loss 2.31",
+            "stdout")
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def pod_failure_variants() -> list[Node]:
+    """Images that need a newer driver, and pods whose logs show GPU failures."""
+    nodes = []
+
+    # An image built for CUDA 12.8 on driver 550 (CUDA 12.4) on GeForce GPUs: no forward
+    # compatibility there, the requirement fails; the pod crashed once with PyTorch's error.
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-cuda12.8-geforce-550"), 5, "NVIDIA GeForce RTX 4090", (8, 9)
+    )
+    trainer = GpuContainer(
+        Pod("ml-team", "llama-finetune-0", 40, "trainer"),
+        "nvcr.io/nvidia/pytorch:25.01-py3",
+        CUDA_12_8_ENV,
+        [0],
+        {"0.log": pytorch_too_old("20:55:02"), "1.log": pytorch_too_old("20:57:40")[:3]},
+    )
+    nodes.append(with_containers(node, [trainer]))
+
+    # The same image on H100s (brand NVIDIA): its brand clause for the 550 branch holds, the
+    # image's cuda-compat-12-8 runs (forward compatibility).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-cuda12.8-h100-forward-compat"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    trainer = GpuContainer(
+        Pod("ml-team", "llama-finetune-0", 40, "trainer"),
+        "nvcr.io/nvidia/pytorch:25.01-py3",
+        CUDA_12_8_ENV,
+        [0, 1],
+        {"0.log": progress(50, 90)},
+    )
+    nodes.append(with_containers(node, [trainer]))
+
+    # CRI-O, requirements with brand/driver clauses: one names only the 535 branch (fails on
+    # 550), one names 550 (holds), a legacy CUDA_VERSION-only image, and an image that
+    # disables the runtime's check (minor-version compatibility decides).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-crio-require-clauses"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    node.files.pop("/run/containerd/containerd.sock")
+    node.processes = [p for p in node.processes if p["name"] != "containerd"]
+    node.file("/var/run/crio/crio.sock")
+    node.processes.append({"pid": 1400, "name": "crio", "cmdline": ["/usr/bin/crio"]})
+    only_535 = {**CUDA_12_8_ENV, "CUDA_VERSION": "12.6.3",
+                "NVIDIA_REQUIRE_CUDA": "cuda>=12.6 brand=nvidia,driver>=535,driver<536 "
+                "brand=tesla,driver>=535,driver<536"}  # fmt: skip
+    with_550 = {**CUDA_12_8_ENV, "CUDA_VERSION": "12.6.3",
+                "NVIDIA_REQUIRE_CUDA": "cuda>=12.6 brand=nvidia,driver>=535,driver<536 "
+                "brand=nvidia,driver>=550,driver<551"}  # fmt: skip
+    disabled = {**CUDA_12_8_ENV, "NVIDIA_DISABLE_REQUIRE": "true"}
+    containers = [
+        GpuContainer(Pod("vision", "detector-0", 50, "infer"), "registry.example.com/vision/"
+                     "detector:2.3-cu126", only_535, [0], runtime="cri-o"),
+        GpuContainer(Pod("vision", "detector-1", 51, "infer"), "registry.example.com/vision/"
+                     "detector:2.4-cu126", with_550, [1], runtime="cri-o"),
+        GpuContainer(Pod("research", "legacy-bench-0", 52, "bench"), "registry.example.com/"
+                     "research/bench:cu122", LEGACY_12_2_ENV, [2], runtime="cri-o"),
+        GpuContainer(Pod("research", "jax-nightly-0", 53, "jax"), "ghcr.io/example/jax:"
+                     "nightly-cu128", disabled, [3], runtime="cri-o"),
+    ]  # fmt: skip
+    nodes.append(with_containers(node, containers))
+
+    # Pod logs with each signature as the stacks print it, a near-miss, partial lines.
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-log-signatures"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    node.file("/var/log/kern.log", kernel_log() + xid_line(
+        H100_PCI[3], 48, "pid=41003, name=python3, An uncorrectable double bit error (DBE) "
+        "has been detected on GPU in the framebuffer at partition 6, subpartition 0.", "20:41:07"
+    ))  # fmt: skip
+    # A JSON log line longer than containerd's 16 KiB line buffer: split into a partial (P)
+    # piece and a full (F) one, the signature across the split.
+    head = '{"level":"error","logger":"vllm.worker","msg":"worker failed","context":"'
+    head += (
+        "x" * (16384 - len(head) - 80) + '","error":"RuntimeError: CUDA driver version is insuffi'
+    )
+    partial = [
+        cri("20:46:10.000000001", head, tag="P"),
+        cri("20:46:10.000000001", 'cient for CUDA runtime version"}'),
+    ]
+    containers = [
+        GpuContainer(Pod("inference", "vllm-0", 60, "vllm"), "vllm/vllm-openai:v0.7.2",
+                     CUDA_12_8_ENV, [0], {"0.log": partial}),
+        GpuContainer(Pod("ml-team", "sample-check-0", 61, "samples"), "nvcr.io/nvidia/k8s/"
+                     "cuda-sample:devicequery", CUDA_12_8_ENV, [1],
+                     {"0.log": device_query_insufficient("20:44:00")}),
+        GpuContainer(Pod("ml-team", "tf-serving-0", 62, "serving"), "tensorflow/serving:2.3.0-"
+                     "gpu", LEGACY_12_2_ENV, [2], {"0.log": tensorflow_no_device("20:43:12")}),
+        GpuContainer(Pod("ml-team", "llama-pretrain-3", 63, "trainer"), "nvcr.io/nvidia/pytorch:"
+                     "24.03-py3", LEGACY_12_2_ENV, [3],
+                     {"0.log": progress(40, 60) + ecc_crash("20:41:09")}),
+        GpuContainer(Pod("monitoring", "gpu-exporter-x2", 64, "exporter"), "nvcr.io/nvidia/k8s/"
+                     "dcgm-exporter:3.3.9-3.6.1-ubuntu22.04", LEGACY_12_2_ENV, [4],
+                     {"0.log": nvidia_smi_lost("20:48:00")}),
+        GpuContainer(Pod("ci", "runner-gpu-7f9c-abcde", 65, "runner"), "docker:27-dind",
+                     {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [5],
+                     {"0.log": docker_requirement_error("20:49:30")}),
+        GpuContainer(Pod("ci", "runner-gpu-7f9c-fghij", 66, "runner"), "docker:27-dind",
+                     {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [6],
+                     {"0.log": docker_cdi_unresolvable("20:50:30")}),
+        # Near-misses: deviceQuery passing; a CPU pod's TensorFlow probing for CUDA (it
+        # restarted, so its log is read, but it holds no GPU).
+        GpuContainer(Pod("ml-team", "sample-check-1", 67, "samples"), "nvcr.io/nvidia/k8s/"
+                     "cuda-sample:devicequery", CUDA_12_8_ENV, [7],
+                     {"0.log": device_query_pass("20:45:00")}),
+        GpuContainer(Pod("web", "tf-cpu-embedder-0", 68, "embed"), "tensorflow/tensorflow:"
+                     "2.3.0", {"PATH": "/usr/local/bin:/usr/bin:/bin"}, [],
+                     {"0.log": tensorflow_no_device("20:30:00"),
+                      "1.log": tensorflow_no_device("20:40:00")}),
+    ]  # fmt: skip
+    nodes.append(with_containers(node, containers))
+
+    # Rotated logs: the failure is in the rotated file, the live file holds later lines; an
+    # older, compressed rotation is not read.
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-rotated-logs"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    rotated = GpuContainer(
+        Pod("ml-team", "llama-pretrain-0", 70, "trainer"),
+        "nvcr.io/nvidia/pytorch:24.03-py3",
+        LEGACY_12_2_ENV,
+        [0],
+        {
+            "0.log.20261129-204500": progress(30, 40) + nvidia_smi_lost("20:44:59"),
+            "0.log": progress(46, 20),
+        },
+    )
+    nodes.append(with_containers(node, [rotated]))
+
+    # Every GPU pod lost its GPUs (a systemctl daemon-reload rewrote the device cgroups).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-nvml-lost-everywhere"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    lost = [
+        GpuContainer(Pod("ml-team", f"worker-{i}", 80 + i, "worker"), "nvcr.io/nvidia/pytorch:"
+                     "24.03-py3", LEGACY_12_2_ENV, [i],
+                     {"0.log": progress(40, 5) + nvidia_smi_lost(f"20:52:0{i}")})
+        for i in range(3)
+    ]  # fmt: skip
+    nodes.append(with_containers(node, lost))
+
+    # An A100-style NVSwitch node without the fabric manager: CUDA in the pods fails with
+    # error 802 (the gpus check sees the same from NVML and the process list).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-fabric-not-ready"), H100_BRAND, H100_NAME, (9, 0)
+    )
+    for i in range(len(H100_PCI)):
+        node.replace_call("nvmlDeviceGetGpuFabricInfoV", [i], error="NotSupported")
+    node.processes = [p for p in node.processes if p["name"] != "nv-fabricmanager"]
+    trainers = [
+        GpuContainer(Pod("ml-team", f"llama-pretrain-{i}", 90 + i, "trainer"), "nvcr.io/nvidia/"
+                     "pytorch:24.03-py3", LEGACY_12_2_ENV, [2 * i, 2 * i + 1],
+                     {"0.log": pytorch_error_802(f"20:5{i}:10")})
+        for i in range(2)
+    ]  # fmt: skip
+    nodes.append(with_containers(node, trainers))
     return nodes
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuprobe.audit.facts import SKEW_FIELDS, Counts, counts, skew_values
 from gpuprobe.audit.skew import Skew, find_all_skew
+from gpuprobe.audit.usage import Usage, cluster_usage, usage
 from gpuprobe.client import Fetched
 from gpuprobe.report import Finding, Status, exit_status, format_time, worst
 from gpuprobe.targets import DnsFailure
@@ -36,6 +37,7 @@ class AuditedNode:
     agent_version: str | None = None
     time: datetime | None = None
     unreachable: Unreachable | None = None
+    usage: Usage | None = None  # from the workloads check, when it ran
 
     @property
     def reachable(self) -> bool:
@@ -87,6 +89,8 @@ class ClusterReport:
     nodes: list[AuditedNode]
     skew: list[Skew]
     totals: Totals
+    usage: Usage | None = None  # the reachable nodes' GPU usage (None: no workloads check)
+    price_per_gpu_hour: float | None = None
 
     @property
     def status(self) -> Status:
@@ -104,12 +108,15 @@ class ClusterReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The report as `audit --json` writes it."""
-        return {
+        report: dict[str, Any] = {
             "status": self.status.value,
             "nodes": [n.to_dict() for n in self.nodes],
             "skew": [s.to_dict() for s in self.skew],
             "totals": self.totals.to_dict(),
         }
+        if (usage := self._usage_dict()) is not None:
+            report["usage"] = usage
+        return report
 
     def to_json(self, indent: int | None = 2) -> str:
         """The report as JSON text."""
@@ -125,7 +132,26 @@ class ClusterReport:
             yield ("\n  " if i == 0 else ",\n  ") + json.dumps(node.to_dict())
         yield "\n ],\n"
         yield f' "skew": {json.dumps([s.to_dict() for s in self.skew])},\n'
-        yield f' "totals": {json.dumps(self.totals.to_dict())}}}\n'
+        usage = self._usage_dict()
+        if usage is None:
+            yield f' "totals": {json.dumps(self.totals.to_dict())}}}\n'
+        else:
+            yield f' "totals": {json.dumps(self.totals.to_dict())},\n'
+            yield f' "usage": {json.dumps(usage)}}}\n'
+
+    def _usage_dict(self) -> dict[str, Any] | None:
+        """The usage totals, for the cluster and each node (None without any)."""
+        if self.usage is None:
+            return None
+        price = self.price_per_gpu_hour
+        return {
+            **self.usage.to_dict(price),
+            "nodes": [
+                {"node": n.node, **n.usage.to_dict(price)}
+                for n in self.nodes
+                if n.usage is not None
+            ],
+        }
 
 
 def exit_code(status: Status, fail_on: Status | None) -> int:
@@ -151,6 +177,7 @@ def audited(fetched: Fetched) -> AuditedNode:
         counts=counts(report),
         agent_version=fetched.agent_version or None,
         time=report.time,
+        usage=usage(report),
     )
 
 
@@ -164,14 +191,20 @@ def unresolved(failure: DnsFailure) -> AuditedNode:
     )
 
 
-def build(fetched: Sequence[Fetched], dns_failures: Sequence[DnsFailure] = ()) -> ClusterReport:
+def build(
+    fetched: Sequence[Fetched],
+    dns_failures: Sequence[DnsFailure] = (),
+    price_per_gpu_hour: float | None = None,
+) -> ClusterReport:
     """The cluster report over the fetched targets (in their order), then the `dns:` names
-    that gave no address."""
-    return build_from([audited(f) for f in fetched], dns_failures)
+    that gave no address; with a price, the idle and unallocated GPU-hours' cost."""
+    return build_from([audited(f) for f in fetched], dns_failures, price_per_gpu_hour)
 
 
 def build_from(
-    audited_nodes: Sequence[AuditedNode], dns_failures: Sequence[DnsFailure] = ()
+    audited_nodes: Sequence[AuditedNode],
+    dns_failures: Sequence[DnsFailure] = (),
+    price_per_gpu_hour: float | None = None,
 ) -> ClusterReport:
     """The cluster report over targets already audited (in their order), then the `dns:`
     names that gave no address."""
@@ -189,4 +222,5 @@ def build_from(
         healthy_nodes=sum(1 for n in reachable if n.status == Status.OK),
         counts=total,
     )
-    return ClusterReport(nodes, skew, totals)
+    summed = cluster_usage(n.usage for n in reachable)
+    return ClusterReport(nodes, skew, totals, summed, price_per_gpu_hour)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprobe.client import DataKeys
+from gpuprobe.gpu import cuda
 from gpuprobe.report import Action, NodeReport
 from gpuprobe.report_view import SUMMARY_DATA
 
@@ -156,24 +157,46 @@ class Counts:
     idle_gpus: int = 0
     mig_slices: int = 0
     time_slicing_units: int = 0
+    # Pods failing for GPU reasons, by (namespace, cause) (the `pods` check's failures).
+    gpu_pod_failures: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # Images that need a newer driver, by (image, CUDA it needs).
+    images_too_new: Mapping[tuple[str, str], ImageNeed] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, int]:
-        """The counts as JSON."""
-        return {
+    def to_dict(self) -> dict[str, Any]:
+        """The counts as JSON (the workload failures only when there are some)."""
+        d: dict[str, Any] = {
             "gpus": self.gpus,
             "healthy_gpus": self.healthy_gpus,
             "idle_gpus": self.idle_gpus,
             "mig_slices": self.mig_slices,
             "time_slicing_units": self.time_slicing_units,
         }
+        if self.gpu_pod_failures:
+            d["gpu_pod_failures"] = [
+                {"namespace": ns, "cause": cause, "pods": n}
+                for (ns, cause), n in sorted(self.gpu_pod_failures.items())
+            ]
+        if self.images_too_new:
+            d["images_needing_newer_driver"] = [
+                {"image": image, "cuda_required": cuda, **need.to_dict(cuda)}
+                for (image, cuda), need in ranked_images(self.images_too_new)
+            ]
+        return d
 
     def __add__(self, other: Counts) -> Counts:
+        failures = Counter(self.gpu_pod_failures)
+        failures.update(other.gpu_pod_failures)
+        images = dict(self.images_too_new)
+        for key, need in other.images_too_new.items():
+            images[key] = images[key] + need if key in images else need
         return Counts(
             self.gpus + other.gpus,
             self.healthy_gpus + other.healthy_gpus,
             self.idle_gpus + other.idle_gpus,
             self.mig_slices + other.mig_slices,
             self.time_slicing_units + other.time_slicing_units,
+            dict(failures),
+            images,
         )
 
 
@@ -197,7 +220,86 @@ def counts(report: NodeReport) -> Counts:
         idle_gpus=sum(1 for g in gpus if g.get("idle") is True),
         mig_slices=mig_slices(report),
         time_slicing_units=time_slicing_units(report),
+        gpu_pod_failures=gpu_pod_failures(report),
+        images_too_new=images_too_new(report),
     )
+
+
+def gpu_pod_failures(report: NodeReport) -> dict[tuple[str, str], int]:
+    """The pods failing for GPU reasons, counted by namespace and cause (`pods.data.failures`;
+    a pod counts once per cause however many of its containers show it)."""
+    pods = {
+        (ns, pod, cause)
+        for f in _list(_data(report, "pods").get("failures"))
+        if isinstance(f, Mapping)
+        and (ns := _text(f.get("namespace"))) is not None
+        and (pod := _text(f.get("pod"))) is not None
+        and (cause := _text(f.get("cause"))) is not None
+    }
+    return dict(Counter((ns, cause) for ns, _, cause in pods))
+
+
+def images_too_new(report: NodeReport) -> dict[tuple[str, str], ImageNeed]:
+    """The images whose CUDA this node's driver cannot run (`pods.data.containers` with
+    verdict `too-new`), by (image, CUDA needed): their containers, this node, their
+    namespaces."""
+    found: dict[tuple[str, str], ImageNeed] = {}
+    for c in _list(_data(report, "pods").get("containers")):
+        if not isinstance(c, Mapping) or c.get("verdict") != "too-new":
+            continue
+        key = (_text(c.get("image")) or "(unknown image)", str(c.get("cuda_required")))
+        namespace = _text(c.get("namespace"))
+        need = ImageNeed(1, 1, frozenset({namespace} if namespace else ()))
+        old = found.get(key)
+        # one node: its containers add up, the node counts once
+        found[key] = (
+            need
+            if old is None
+            else ImageNeed(old.containers + 1, 1, old.namespaces | need.namespaces)
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class ImageNeed:
+    """How many containers of an image need a newer driver, on how many nodes, in which
+    namespaces."""
+
+    containers: int
+    nodes: int
+    namespaces: frozenset[str] = frozenset()
+
+    def __add__(self, other: ImageNeed) -> ImageNeed:
+        return ImageNeed(
+            self.containers + other.containers,
+            self.nodes + other.nodes,
+            self.namespaces | other.namespaces,
+        )
+
+    def to_dict(self, cuda_required: str) -> dict[str, Any]:
+        """The counts as JSON, with the oldest driver that fully runs the image's CUDA."""
+        return {
+            "containers": self.containers,
+            "nodes": self.nodes,
+            "namespaces": sorted(self.namespaces),
+            "driver_needed": driver_needed(cuda_required),
+        }
+
+
+def driver_needed(cuda_required: str) -> str | None:
+    """The oldest driver NVIDIA lists as fully supporting a CUDA version (None if unknown)."""
+    try:
+        release = cuda.release_for(cuda.parse_version(cuda_required))
+    except ValueError:
+        return None
+    return release.min_driver_text if release else None
+
+
+def ranked_images(
+    images: Mapping[tuple[str, str], ImageNeed],
+) -> list[tuple[tuple[str, str], ImageNeed]]:
+    """The images, most containers first."""
+    return sorted(images.items(), key=lambda kv: (-kv[1].containers, kv[0]))
 
 
 def _gpus_with_findings(report: NodeReport) -> set[int]:

@@ -75,8 +75,16 @@ def fetch_each(
             return replace(fetched, unreachable=no_answer(deadline, late))
         return fetched
 
+    def digest(target: str) -> T:
+        fetched = ask(target)
+        try:
+            return each(fetched)
+        except Exception as exc:  # a report this client cannot read: one target, not the run
+            why = f"unreadable report: {type(exc).__name__}: {exc}"
+            return each(Fetched(target, None, unreachable=Unreachable(Failure.ERROR, why)))
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="audit") as pool:
-        return list(pool.map(lambda target: each(ask(target)), targets))
+        return list(pool.map(digest, targets))
 
 
 def not_asked(deadline: float, workers: int) -> Unreachable:

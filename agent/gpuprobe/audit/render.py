@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
-from gpuprobe.render import painter
+from gpuprobe.audit.facts import Counts, driver_needed, ranked_images
+from gpuprobe.audit.usage import Usage
+from gpuprobe.render import FINDING_INDENT, counted, painter, wrap
 
 STATUS_WIDTH = 8  # CRITICAL
 
 
-def render_cluster(report: ClusterReport, colour: bool = False) -> str:
-    """The report as text: a header, the nodes (worst first), the skew, the totals."""
+def render_cluster(report: ClusterReport, colour: bool = False, width: int | None = None) -> str:
+    """The report as text: a header, the nodes (worst first), the skew, the totals; findings
+    wrapped to `width` columns with a hanging indent (None: not wrapped)."""
     paint = painter(colour)
     t = report.totals
     lines = [
-        f"cluster {paint(report.status, report.status.value)}  {t.nodes} targets: "
+        f"cluster {paint(report.status, report.status.value)}  {counted(t.nodes, 'target')}: "
         f"{t.reachable_nodes} reachable, {t.nodes - t.reachable_nodes} unreachable, "
         f"{t.healthy_nodes} healthy",
         "",
@@ -32,37 +35,81 @@ def render_cluster(report: ClusterReport, colour: bool = False) -> str:
         )
         for check, finding in sorted(node.findings, key=lambda cf: -cf[1].severity.status.rank):
             severity = paint(finding.severity.status, finding.severity.value)
-            lines.append(
-                f"{'':10}{severity} {finding.code} on {finding.resource} ({check}), "
-                f"action {finding.action.value}"
-            )
-            lines.append(f"{'':12}{finding.message}")
+            head = f"{finding.code} on {finding.resource} ({check}), action {finding.action.value}"
+            skip = 10 + len(finding.severity.value) + 1
+            first, *rest = wrap(head, FINDING_INDENT, width, first=skip)
+            lines.append(f"{'':10}{severity} {first[skip:]}")
+            lines += rest
+            lines += wrap(finding.message, FINDING_INDENT, width)
     if report.skew:
         lines += ["", "skew (majority value, and the nodes that differ)"]
-        width = max(len(s.field) for s in report.skew)
+        field_width = max(len(s.field) for s in report.skew)
         for skew in report.skew:
             agree = skew.nodes - _count(skew.outliers)
-            line = f"  {skew.field:<{width}}  {skew.majority} on {agree} of {skew.nodes}"
+            line = f"{skew.field:<{field_width}}  {skew.majority} on {agree} of {skew.nodes}"
             if skew.outliers:
                 outliers = "; ".join(f"{v}: {', '.join(n)}" for v, n in skew.outliers.items())
                 line += f"  OUTLIERS {outliers}"
-            lines.append(line)
+            lines += wrap(line, 2 + field_width + 2, width, first=2)
     c = t.counts
-    lines += [
-        "",
-        f"totals  {t.nodes} nodes ({t.reachable_nodes} reachable, {t.healthy_nodes} healthy), "
-        f"{c.gpus} GPUs ({c.healthy_gpus} healthy, {c.idle_gpus} idle), "
-        f"{c.mig_slices} MIG slices, {c.time_slicing_units} time-slicing units",
-    ]
+    totals = (
+        f"totals  {counted(t.nodes, 'node')} ({t.reachable_nodes} reachable, "
+        f"{t.healthy_nodes} healthy), {counted(c.gpus, 'GPU')} ({c.healthy_gpus} healthy, "
+        f"{c.idle_gpus} idle), {counted(c.mig_slices, 'MIG slice')}, "
+        f"{counted(c.time_slicing_units, 'time-slicing unit')}"
+    )
+    lines += ["", *wrap(totals, 8, width, first=0)]
+    if report.usage is not None:
+        for line in _usage(report.usage, report.price_per_gpu_hour):
+            lines += wrap(line, 8, width, first=0)
+    for line in _workload_failures(c):
+        lines += wrap(line, 4, width, first=0) if line else [line]
     return "\n".join(lines) + "\n"
+
+
+def _usage(usage: Usage, price: float | None) -> list[str]:
+    """GPUs allocated, busy, idle and free now; the GPU-hours counted and idle ones by
+    namespace (with their cost when priced)."""
+    d = usage.to_dict(price)
+    now, hours = d["gpus"], d["gpu_hours"]
+    lines = [
+        f"usage   GPUs now: {now['allocated']:g} allocated ({now['busy']:g} busy, "
+        f"{now['allocated_idle']:g} idle), {now['unallocated']:g} unallocated",
+        f"        GPU-hours since {d['since'] or 'the agents started'}: {hours['allocated']:g} "
+        f"allocated ({hours['busy']:g} busy, {hours['allocated_idle']:g} idle), "
+        f"{hours['unallocated']:g} unallocated"
+        + (f"; idle cost {d['idle_cost']:.2f} at {price:g} per GPU-hour" if price else ""),
+    ]
+    for namespace, idle in d["idle_gpu_hours_by_namespace"].items():
+        cost = f"  cost {d['idle_cost_by_namespace'][namespace]:.2f}" if price else ""
+        lines.append(f"        idle GPU-hours  {namespace}: {idle:g}{cost}")
+    return lines
+
+
+def _workload_failures(counts: Counts) -> list[str]:
+    """Pods failing for GPU reasons by namespace and cause; images that need a newer driver."""
+    lines = []
+    if counts.gpu_pod_failures:
+        lines += ["", "pods failing for GPU reasons (namespace, cause: pods)"]
+        for (namespace, cause), n in sorted(counts.gpu_pod_failures.items()):
+            lines.append(f"  {namespace}  {cause}: {n}")
+    if counts.images_too_new:
+        lines += ["", "images that need a newer driver (image, CUDA: containers on nodes)"]
+        for (image, cuda), need in ranked_images(counts.images_too_new):
+            driver = driver_needed(cuda)
+            lines.append(
+                f"  {image}  CUDA {cuda}: {need.containers} on {need.nodes}"
+                f" ({', '.join(sorted(need.namespaces)) or 'no namespace'})"
+                + (f"; needs driver >= {driver}" if driver else "")
+            )
+    return lines
 
 
 def _summary(node: AuditedNode) -> str:
     """How many findings the node has, or why it is unreachable."""
     if node.unreachable is not None:
         return f"unreachable ({node.unreachable.failure.value}): {node.unreachable.reason}"
-    count = len(node.findings)
-    return f"{count} finding{'s' if count != 1 else ''}" if count else "-"
+    return counted(len(node.findings), "finding") if node.findings else "-"
 
 
 def _count(outliers: dict[str, list[str]]) -> int:

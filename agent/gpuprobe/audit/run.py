@@ -22,6 +22,7 @@ class AuditOptions:
     credentials: Credentials = field(default_factory=Credentials)
     deadline: float = DEFAULT_DEADLINE_SECONDS
     concurrency: int = DEFAULT_CONCURRENCY
+    price_per_gpu_hour: float | None = None
 
 
 def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterReport:
@@ -38,4 +39,4 @@ def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterRep
         DATA_KEYS,
         pb.REPORT_VIEW_SUMMARY,
     )
-    return build_from(nodes, found.failures)
+    return build_from(nodes, found.failures, options.price_per_gpu_hour)

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.cdi import CdiSpec, parse_cdi_spec
 from gpuprobe.containers.configfile import FileProblem, read_host_file
@@ -99,6 +100,18 @@ class _Staleness:
         }
 
 
+class CdiData(TypedDict):
+    """The check's data (docs/checks.md, check `cdi`)."""
+
+    spec_dirs: list[str]
+    cdi_in_use: bool
+    cdi_in_use_because: list[str]
+    driver_version: str | None
+    gpus_seen_by_nvml: int | None
+    specs: list[dict[str, Any]]  # each spec file: its path, validity and what it holds
+    ignored_files: list[str]
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Validate every spec and hold the NVIDIA ones against the node."""
     gpus = nvidia_gpu_count(host)
@@ -111,7 +124,7 @@ def run(host: Host, config: Config) -> CheckResult:
     dirs = list(ENGINE_SPEC_DIRS) + [d for d in toolkit_dirs if d not in ENGINE_SPEC_DIRS]
     driver = loaded_driver_version(host)
     nvml_gpus = gpu_count(host.nvml)
-    data: dict[str, Any] = {
+    data: CdiData = {
         "spec_dirs": dirs,
         "cdi_in_use": bool(in_use) and gpus > 0,
         "cdi_in_use_because": in_use if gpus else [],
@@ -180,7 +193,7 @@ def _severity(critical: bool) -> Severity:
 
 
 def _load(
-    host: Host, dirs: list[str], data: dict[str, Any], critical: bool
+    host: Host, dirs: list[str], data: CdiData, critical: bool
 ) -> tuple[list[tuple[CdiSpec, int]], list[Finding]]:
     specs: list[tuple[CdiSpec, int]] = []
     findings: list[Finding] = []
@@ -258,7 +271,7 @@ def _conflicts(specs: list[tuple[CdiSpec, int]], critical: bool) -> list[Finding
 def _stale(
     host: Host,
     specs: list[tuple[CdiSpec, int]],
-    data: dict[str, Any],
+    data: CdiData,
     driver: str | None,
     nvml_gpus: int | None,
     in_use: bool,
@@ -391,9 +404,7 @@ def _missing(need: _Need) -> Finding:
     )
 
 
-def _summary(
-    specs: list[tuple[CdiSpec, int]], data: dict[str, Any], gpus: int, in_use: list[str]
-) -> str:
+def _summary(specs: list[tuple[CdiSpec, int]], data: CdiData, gpus: int, in_use: list[str]) -> str:
     total = len(data["specs"])
     if total == 0:
         return "no CDI spec" + ("" if gpus else "; no NVIDIA GPU on this node")
@@ -406,3 +417,6 @@ def _summary(
     if not gpus:
         return text + "; no NVIDIA GPU on this node"
     return text + ("; CDI in use for GPUs" if in_use else "; CDI not in use for GPUs")
+
+
+CHECK: Check[CdiData] = Check(NAME, run)

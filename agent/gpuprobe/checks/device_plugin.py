@@ -12,9 +12,10 @@ held against the sockets.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, DevicePluginPaths
 from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
@@ -42,6 +43,19 @@ def resource_of(socket: str) -> str:
     return RESOURCE_PREFIX + socket.removeprefix(SOCKET_PREFIX).removesuffix(SOCKET_SUFFIX)
 
 
+class DevicePluginData(TypedDict):
+    """The check's data (docs/checks.md, check `device_plugin`)."""
+
+    kubernetes_node: bool
+    socket_dir: str
+    kubelet_socket: bool
+    plugin_sockets: list[str]
+    resources: list[str]
+    gpus: int
+    config: dict[str, Any] | None  # the plugin's configuration, as its reader gives it
+    expected_resources: list[str] | None
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Find the plugin's sockets and hold them against the GPUs and the plugin's configuration."""
     socket_dir = config.device_plugin.socket_dir.rstrip("/") or "/"
@@ -54,7 +68,7 @@ def run(host: Host, config: Config) -> CheckResult:
         and name.endswith(SOCKET_SUFFIX)
         and host.fs.is_socket(f"{socket_dir}/{name}")
     ]
-    data: dict[str, Any] = {
+    data: DevicePluginData = {
         "kubernetes_node": kubernetes,
         "socket_dir": socket_dir,
         "kubelet_socket": host.fs.is_socket(f"{socket_dir}/{KUBELET_SOCKET}"),
@@ -153,3 +167,6 @@ def _not_advertised(
         "configuration than the one given: restart the device plugin pod on this node",
         Action.RESTART_APP,
     )
+
+
+CHECK: Check[DevicePluginData] = Check(NAME, run, section=DevicePluginPaths)

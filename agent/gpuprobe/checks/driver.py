@@ -8,10 +8,14 @@ table in `gpuprobe.gpu.cuda`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NotRequired, TypedDict
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, DriverConfig
+from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
+from gpuprobe.gpu.devices import driver_version
 from gpuprobe.gpu.driver import KernelModule, kernel_module, library_versions
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
@@ -26,11 +30,37 @@ NAME = "driver"
 DRIVER_ANSWERED = frozenset({"LibRmVersionMismatch", "NoPermission"})
 
 
+class CudaVerdict(TypedDict):
+    """Whether the driver runs a required CUDA version (`data.required_cuda[]`)."""
+
+    version: str
+    support: str  # cuda.Support's value
+    min_driver: str | None
+
+
+class DriverData(TypedDict):
+    """The check's data (docs/checks.md, check `driver`)."""
+
+    driver_version: str | None
+    cuda_driver_version: str | None
+    nvidia_gpus_on_pci_bus: int
+    kernel_module_version: str | None
+    kernel_module_type: str | None
+    nvml_init_error: str | None
+    # Without NVML: the libnvidia-ml versions found.
+    library_versions: NotRequired[list[str]]
+    # With NVML's driver version:
+    nvml_version: NotRequired[Any]  # NVML's answer as given
+    cuda_toolkit_max: NotRequired[str | None]
+    cuda_toolkit_max_release: NotRequired[str | None]
+    required_cuda: NotRequired[list[CudaVerdict]]
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Judge the driver: present, loaded, matching its library, new enough."""
     gpus_on_bus = len(nvidia_gpus(host.fs))
     module = kernel_module(host.fs)
-    data: dict[str, Any] = {
+    data: DriverData = {
         "driver_version": None,
         "cuda_driver_version": None,
         "nvidia_gpus_on_pci_bus": gpus_on_bus,
@@ -44,7 +74,7 @@ def run(host: Host, config: Config) -> CheckResult:
 
 
 def _without_nvml(
-    host: Host, config: Config, gpus_on_bus: int, module: KernelModule | None, data: dict[str, Any]
+    host: Host, config: Config, gpus_on_bus: int, module: KernelModule | None, data: DriverData
 ) -> CheckResult:
     error = host.nvml.init_error
     expected = config.gpus.expect
@@ -102,7 +132,7 @@ def _gpu_evidence(gpus_on_bus: int, module: KernelModule | None, error: str | No
     return None
 
 
-def _no_gpu(expected: int | None, data: dict[str, Any]) -> CheckResult:
+def _no_gpu(expected: int | None, data: DriverData) -> CheckResult:
     if expected:
         finding = Finding(
             "NO_GPU",
@@ -134,11 +164,11 @@ def _mismatch(module_version: str | None, library: list[str] | str | None) -> Fi
 
 
 def _with_nvml(
-    host: Host, config: Config, module: KernelModule | None, data: dict[str, Any]
+    host: Host, config: Config, module: KernelModule | None, data: DriverData
 ) -> CheckResult:
     nvml = host.nvml
     try:
-        driver = str(nvml.call("nvmlSystemGetDriverVersion")).strip()
+        driver = driver_version(nvml)
     except NvmlError as exc:
         return CheckResult(
             NAME,
@@ -185,9 +215,7 @@ def _optional(host: Host, fn: str) -> Any:
         return None
 
 
-def _too_old(
-    config: Config, version: cuda.Version, driver: str, data: dict[str, Any]
-) -> list[Finding]:
+def _too_old(config: Config, version: cuda.Version, driver: str, data: DriverData) -> list[Finding]:
     findings = []
     minimum = config.driver.min_version
     if minimum and version < cuda.parse_version(minimum):
@@ -199,10 +227,11 @@ def _too_old(
                 Action.FIX_CONFIG,
             )
         )
-    data["required_cuda"] = []
+    verdicts: list[CudaVerdict] = []
+    data["required_cuda"] = verdicts
     for wanted in config.driver.required_cuda:
         finding, verdict = _cuda_verdict(version, driver, wanted, data.get("cuda_driver_version"))
-        data["required_cuda"].append(verdict)
+        verdicts.append(verdict)
         if finding:
             findings.append(finding)
     return findings
@@ -210,11 +239,11 @@ def _too_old(
 
 def _cuda_verdict(
     version: cuda.Version, driver: str, wanted: str, cuda_driver: str | None
-) -> tuple[Finding | None, dict[str, Any]]:
+) -> tuple[Finding | None, CudaVerdict]:
     toolkit = cuda.parse_version(wanted)
     driver_cuda = cuda.parse_version(cuda_driver) if cuda_driver else None
     support, release = cuda.support(version, toolkit, driver_cuda)
-    verdict: dict[str, Any] = {
+    verdict: CudaVerdict = {
         "version": wanted,
         "support": support.value,
         "min_driver": release.min_driver_text if release else None,
@@ -243,3 +272,22 @@ def _cuda_verdict(
         f"no CUDA version, so whether driver {driver} runs it is unknown"
     )
     return Finding("DRIVER_TOO_OLD", Severity.UNKNOWN, message, Action.NONE), verdict
+
+
+def families(data: DriverData) -> Iterator[Family]:
+    """`gpuprobe_driver_info` from the check's data."""
+    # `data[key] if key in data`, not `.get`: mypy holds an index to the TypedDict's keys.
+    version = text(data["driver_version"] if "driver_version" in data else None)
+    if version is None:
+        return
+    info = Family(
+        "gpuprobe_driver_info",
+        "The NVIDIA driver version and the CUDA version it supports",
+        ("driver_version", "cuda_driver_version"),
+    )
+    cuda_version = data["cuda_driver_version"] if "cuda_driver_version" in data else None
+    info.add([version, text(cuda_version) or ""], 1)
+    yield info
+
+
+CHECK: Check[DriverData] = Check(NAME, run, section=DriverConfig, metrics=families)

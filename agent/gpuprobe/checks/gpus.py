@@ -14,19 +14,84 @@ has no history and only reports idleness in `data`.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
+from gpuprobe.checks import imex as imex_check
 from gpuprobe.checks.gpu_health import health_findings, idle_finding
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, GpusConfig
+from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
+from gpuprobe.families import text as label
+from gpuprobe.gpu import imex
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import FABRIC_MANAGER, read_health
 from gpuprobe.gpu.own_load import own_gpu_test_running
-from gpuprobe.gpu.pci import PciDevice, normalize_bus_id, nvidia_devices
+from gpuprobe.gpu.pci import PciDevice, nvidia_devices
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
 
 NAME = "gpus"
 COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "ExclusiveProcess"}
+
+
+class GpuFacts(TypedDict, total=False):
+    """One GPU's entry in `data.gpus` (docs/checks.md, check `gpus`): its identity from this
+    check, its health from `gpu.health.read_health`; what NVML cannot tell is left out."""
+
+    index: int
+    uuid: str
+    name: str
+    serial: str
+    pci_bus_id: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+    persistence_mode: bool
+    compute_mode: str
+    lost: bool
+    nvml_errors: dict[str, str]
+    temperature_celsius: int
+    temperature_slowdown_celsius: int
+    temperature_shutdown_celsius: int
+    power_watts: float
+    power_limit_watts: float
+    utilization_gpu_percent: int
+    utilization_memory_percent: int
+    ecc_mode_enabled: bool
+    ecc_uncorrected_volatile: int
+    ecc_uncorrected_aggregate: int
+    ecc_corrected_volatile: int
+    ecc_corrected_aggregate: int
+    remapped_rows_correctable: int
+    remapped_rows_uncorrectable: int
+    remapped_rows_pending: bool
+    remapped_rows_failure: bool
+    retired_pages_pending: bool
+    pcie_link_generation: int
+    pcie_link_generation_max: int
+    pcie_link_width: int
+    pcie_link_width_max: int
+    nvlinks: list[dict[str, Any]]
+    fabric_state: str
+    fabric_status: Any
+    clock_event_reasons: list[str]
+    processes: list[dict[str, Any]]
+    recovery_action: str
+    mig_mode_current: int
+    idle: bool
+    idle_seconds: float | None
+
+
+class GpusData(TypedDict):
+    """The check's data (docs/checks.md, check `gpus`)."""
+
+    gpus_on_pci_bus: int
+    gpus_seen_by_nvml: int | None
+    expected_gpus: int | None
+    nvswitches_on_pci_bus: int
+    gpus: list[GpuFacts]
+    fabric_manager_running: NotRequired[bool]
+    imex: NotRequired[dict[str, Any]]  # the node's IMEX domain, when it is in one
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -35,7 +100,7 @@ def run(host: Host, config: Config) -> CheckResult:
     bus = [d for d in pci if d.is_gpu]
     expected = config.gpus.expect
     count = gpu_count(host.nvml)
-    data: dict[str, Any] = {
+    data: GpusData = {
         "gpus_on_pci_bus": len(bus),
         "gpus_seen_by_nvml": count,
         "expected_gpus": expected,
@@ -63,7 +128,8 @@ def run(host: Host, config: Config) -> CheckResult:
             facts.update(read_health(device, table))
         gpus.append(_finish(device, facts))
     _place_on_bus(gpus, bus, count)
-    data["gpus"] = gpus
+    # The entries are gpu.health's facts (a plain dict) with this check's identity.
+    data["gpus"] = cast(list[GpuFacts], gpus)
     _track_idle(host, gpus, frozen=loaded or own_gpu_test_running(host))
     if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
         data["fabric_manager_running"] = bool(table.named(*FABRIC_MANAGER))
@@ -71,11 +137,15 @@ def run(host: Host, config: Config) -> CheckResult:
     for device, facts in zip(devices, gpus, strict=True):
         findings += _device_findings(device, facts, config, data)
     findings += _fabric_manager_findings(data, gpus, findings)
+    domain = imex.read(host)
+    if domain.in_domain:  # a single-node NVLink system has nothing to say about IMEX
+        data["imex"] = domain.to_data()
+    findings += imex_check.findings(domain)
     return CheckResult(NAME, _summary(gpus, devices, len(bus), findings), findings, data)
 
 
 def _fabric_manager_findings(
-    data: dict[str, Any], gpus: list[dict[str, Any]], findings: list[Finding]
+    data: GpusData, gpus: list[dict[str, Any]], findings: list[Finding]
 ) -> list[Finding]:
     """FABRIC_NOT_READY for the node: NVSwitches on the bus and no nvidia-fabricmanager, when
     no GPU's own fabric state has said so already.
@@ -130,12 +200,10 @@ def inventory(device: Device, finish: bool = True) -> dict[str, Any]:
     if device.lost:  # its handle is lost: NVML can tell nothing more
         return {"index": device.index, "lost": True}
     facts: dict[str, Any] = {"index": device.index}
-    facts["uuid"] = text(device.get("nvmlDeviceGetUUID"))
-    facts["name"] = text(device.get("nvmlDeviceGetName"))
+    facts["uuid"] = device.uuid()
+    facts["name"] = device.name()
     facts["serial"] = text(device.get("nvmlDeviceGetSerial"))
-    pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
-    bus_id = text(pci.get("busId")) if isinstance(pci, dict) else None
-    facts["pci_bus_id"] = normalize_bus_id(bus_id) if bus_id else None
+    facts["pci_bus_id"] = device.pci_bus_id()
     memory = device.get("nvmlDeviceGetMemoryInfo")
     if isinstance(memory, dict) and isinstance(memory.get("total"), int):
         facts["memory_total_bytes"] = memory["total"]
@@ -184,7 +252,7 @@ def _track_idle(host: Host, gpus: list[dict[str, Any]], frozen: bool) -> None:
 
 
 def _device_findings(
-    device: Device, facts: dict[str, Any], config: Config, data: dict[str, Any]
+    device: Device, facts: dict[str, Any], config: Config, data: GpusData
 ) -> list[Finding]:
     # Without a UUID (a handle NVML lost) the resource's UUID is empty; the message names
     # the GPU's PCI address.
@@ -303,3 +371,153 @@ def _by_gpu(findings: list[Finding]) -> dict[int, list[str]]:
         i: list(dict.fromkeys(f.code for f in sorted(fs, key=lambda f: -f.severity.status.rank)))
         for i, fs in found.items()
     }
+
+
+GaugeKey = Literal[
+    "temperature_celsius",
+    "temperature_slowdown_celsius",
+    "power_watts",
+    "power_limit_watts",
+    "utilization_gpu_percent",
+    "utilization_memory_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "remapped_rows_pending",
+    "remapped_rows_failure",
+    "pcie_link_width",
+    "pcie_link_width_max",
+    "pcie_link_generation",
+    "mig_mode_current",
+    "idle",
+]
+EccKey = Literal[
+    "ecc_uncorrected_volatile",
+    "ecc_uncorrected_aggregate",
+    "ecc_corrected_volatile",
+    "ecc_corrected_aggregate",
+]
+RowsKey = Literal["remapped_rows_correctable", "remapped_rows_uncorrectable"]
+# Per-GPU gauges: (key in the check's data.gpus[i], metric name, help, divisor).
+GPU_GAUGES: list[tuple[GaugeKey, str, str, float]] = [
+    ("temperature_celsius", "gpuprobe_gpu_temperature_celsius", "GPU core temperature", 1),
+    (
+        "temperature_slowdown_celsius",
+        "gpuprobe_gpu_temperature_slowdown_celsius",
+        "Temperature at which the GPU slows its clocks",
+        1,
+    ),
+    ("power_watts", "gpuprobe_gpu_power_watts", "Power draw", 1),
+    ("power_limit_watts", "gpuprobe_gpu_power_limit_watts", "Enforced power limit", 1),
+    (
+        "utilization_gpu_percent",
+        "gpuprobe_gpu_utilization_ratio",
+        "Fraction of the last sample period a kernel ran on the GPU (0-1)",
+        100,
+    ),
+    (
+        "utilization_memory_percent",
+        "gpuprobe_gpu_memory_utilization_ratio",
+        "Fraction of the last sample period device memory was read or written (0-1)",
+        100,
+    ),
+    ("memory_used_bytes", "gpuprobe_gpu_memory_used_bytes", "Device memory in use", 1),
+    ("memory_total_bytes", "gpuprobe_gpu_memory_total_bytes", "Device memory in all", 1),
+    (
+        "remapped_rows_pending",
+        "gpuprobe_gpu_remapped_rows_pending",
+        "1 when a row remap waits for a GPU reset",
+        1,
+    ),
+    (
+        "remapped_rows_failure",
+        "gpuprobe_gpu_remapped_rows_failure",
+        "1 when a row remap failed",
+        1,
+    ),
+    ("pcie_link_width", "gpuprobe_gpu_pcie_link_width", "Current PCIe link width (lanes)", 1),
+    (
+        "pcie_link_width_max",
+        "gpuprobe_gpu_pcie_link_width_max",
+        "Maximum PCIe link width of the GPU (lanes)",
+        1,
+    ),
+    (
+        "pcie_link_generation",
+        "gpuprobe_gpu_pcie_link_generation",
+        "Current PCIe link generation",
+        1,
+    ),
+    ("mig_mode_current", "gpuprobe_gpu_mig_mode", "1 when MIG mode is enabled now", 1),
+    ("idle", "gpuprobe_gpu_idle", "1 when the GPU has sat idle past the configured window", 1),
+]
+# ECC counters: key → (error_type, counter) labels of gpuprobe_gpu_ecc_errors_total.
+ECC_COUNTERS: dict[EccKey, tuple[str, str]] = {
+    "ecc_uncorrected_volatile": ("uncorrected", "volatile"),
+    "ecc_uncorrected_aggregate": ("uncorrected", "aggregate"),
+    "ecc_corrected_volatile": ("corrected", "volatile"),
+    "ecc_corrected_aggregate": ("corrected", "aggregate"),
+}
+REMAPPED_ROWS: dict[RowsKey, str] = {
+    "remapped_rows_correctable": "correctable",
+    "remapped_rows_uncorrectable": "uncorrectable",
+}
+_MISSING = object()
+
+
+def metric_families(data: GpusData) -> Iterator[Family]:
+    """GPU count, identity, and the per-GPU gauges from the check's data."""
+    if len(data) == 0:  # a result without data (not this check's own): no family
+        return
+    # Each key is read as `data[key] if key in data`, not `.get`: mypy holds an index, never
+    # a .get, to the TypedDict's keys.
+    seen = data["gpus_seen_by_nvml"] if "gpus_seen_by_nvml" in data else _MISSING
+    if seen is None or number(seen) is not None:
+        count = Family("gpuprobe_gpus", "GPUs NVML sees (0 when NVML cannot start)")
+        count.add([], number(seen) or 0)
+        yield count
+    # The values are still held to numbers and text: a report may come from elsewhere.
+    entries = mappings(data["gpus"] if "gpus" in data else None)
+    gpus = [cast(GpuFacts, g) for g in entries if "index" in g]
+    info = Family(
+        "gpuprobe_gpu_info",
+        "A GPU's identity: index, UUID, product name, PCI bus id",
+        ("gpu", "uuid", "name", "pci_bus_id"),
+    )
+    for gpu in gpus:
+        name = label(gpu["name"] if "name" in gpu else None)
+        bus_id = label(gpu["pci_bus_id"] if "pci_bus_id" in gpu else None)
+        info.add([*gpu_labels(gpu), name or "", bus_id or ""], 1)
+    yield info
+    for key, metric, help_text, divisor in GPU_GAUGES:
+        gauge = Family(metric, help_text, GPU_LABELS)
+        for gpu in gpus:
+            value = number(gpu[key] if key in gpu else None)
+            if value is not None:
+                gauge.add(gpu_labels(gpu), value / divisor)
+        if gauge.samples:
+            yield gauge
+    ecc = Family(
+        "gpuprobe_gpu_ecc_errors",
+        "ECC errors: corrected or uncorrected, since the driver loaded (volatile) or over the "
+        "GPU's life (aggregate)",
+        (*GPU_LABELS, "error_type", "counter"),
+        counter=True,
+    )
+    rows = Family(
+        "gpuprobe_gpu_remapped_rows",
+        "Device memory rows remapped, by cause",
+        (*GPU_LABELS, "cause"),
+    )
+    for gpu in gpus:
+        for ecc_key, (error_type, counter) in ECC_COUNTERS.items():
+            value = number(gpu[ecc_key] if ecc_key in gpu else None)
+            if value is not None:
+                ecc.add([*gpu_labels(gpu), error_type, counter], value)
+        for rows_key, cause in REMAPPED_ROWS.items():
+            value = number(gpu[rows_key] if rows_key in gpu else None)
+            if value is not None:
+                rows.add([*gpu_labels(gpu), cause], value)
+    yield from (f for f in (ecc, rows) if f.samples)
+
+
+CHECK: Check[GpusData] = Check(NAME, run, section=GpusConfig, metrics=metric_families)

@@ -20,11 +20,15 @@ check reports it.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NotRequired, TypedDict, cast
 
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_file
-from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
+from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
+from gpuprobe.families import text as label
+from gpuprobe.gpu.devices import Device, gpu_count, open_gpus
 from gpuprobe.gpu.health import as_int, current_pending
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
@@ -42,9 +46,64 @@ _SUFFIX = re.compile(r"^\d+c\.")
 MIB = 1024 * 1024
 
 
+class Placement(TypedDict):
+    """Where an instance sits among the GPU's slices."""
+
+    start: int
+    size: int
+
+
+class ComputeInstance(TypedDict, total=False):
+    """A MIG device: one compute instance of a GPU instance (what NVML cannot tell is left
+    out)."""
+
+    id: int
+    mig_device_index: int
+    uuid: str
+    name: str
+    profile: str
+    memory_bytes: int
+    multiprocessor_count: int
+    placement: Placement
+    resource: str
+
+
+class GpuInstance(TypedDict, total=False):
+    """A GPU instance and its compute instances."""
+
+    id: int
+    profile: str
+    placement: Placement
+    memory_bytes: int
+    compute_instances: list[ComputeInstance]
+
+
+class MigGpu(TypedDict, total=False):
+    """One GPU's entry in `data.gpus` (docs/checks.md, check `mig`)."""
+
+    index: int
+    uuid: str
+    name: str
+    mig_capable: bool
+    mig_mode_current: int
+    mig_mode_pending: int
+    mig_device_count: int
+    gpu_instances: list[GpuInstance]
+    lost: bool
+    nvml_errors: dict[str, str]
+
+
+class MigData(TypedDict):
+    """The check's data (docs/checks.md, check `mig`)."""
+
+    gpus: list[MigGpu]
+    device_plugin_mig_strategy: str | None
+    device_plugin_config_file: NotRequired[str]
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Read each GPU's MIG mode and layout and hold it against the device plugin's strategy."""
-    data: dict[str, Any] = {"gpus": [], "device_plugin_mig_strategy": None}
+    data: MigData = {"gpus": [], "device_plugin_mig_strategy": None}
     strategy = _strategy(host, config, data)
     count = gpu_count(host.nvml)
     if count is None:
@@ -57,14 +116,14 @@ def run(host: Host, config: Config) -> CheckResult:
             floor=Status.UNKNOWN,
         )
     gpus = [_gpu(host, d) for d in open_gpus(host.nvml, count)]
-    data["gpus"] = gpus
+    data["gpus"] = cast(list[MigGpu], gpus)  # built as plain dicts, the absent left out
     findings = [f for g in gpus for f in _gpu_findings(g)]
     if strategy is not None:
         findings += _strategy_findings(strategy, gpus)
     return CheckResult(NAME, _summary(gpus, strategy), findings, data)
 
 
-def _strategy(host: Host, config: Config, data: dict[str, Any]) -> str | None:
+def _strategy(host: Host, config: Config, data: MigData) -> str | None:
     """The plugin's MIG strategy; "unknown" when its config is invalid, None when not given."""
     file = device_plugin_file(host, config)
     if file is None:
@@ -80,8 +139,8 @@ def _gpu(host: Host, device: Device) -> dict[str, Any]:
     facts: dict[str, Any] = {"index": device.index}
     if device.lost:
         return {**facts, "lost": True}
-    facts["uuid"] = text(device.get("nvmlDeviceGetUUID"))
-    facts["name"] = text(device.get("nvmlDeviceGetName"))
+    facts["uuid"] = device.uuid()
+    facts["name"] = device.name()
     mode = current_pending(device.get("nvmlDeviceGetMigMode"))
     facts["mig_capable"] = mode is not None
     if mode is not None:
@@ -111,7 +170,7 @@ def _mig_devices(host: Host, gpu: Device) -> list[dict[str, Any]]:
         if not _mig_slot_used(host, gpu.index, slot, ref):
             continue
         mig = Device(host.nvml, ref)
-        name = text(mig.get("nvmlDeviceGetName"))
+        name = mig.name()
         memory = mig.get("nvmlDeviceGetMemoryInfo")
         attributes = mig.get("nvmlDeviceGetAttributes_v2", "nvmlDeviceGetAttributes")
         attributes = attributes if isinstance(attributes, dict) else {}
@@ -123,7 +182,7 @@ def _mig_devices(host: Host, gpu: Device) -> list[dict[str, Any]]:
             "mig_device_index": slot,
             "gi": as_int(mig.get("nvmlDeviceGetGpuInstanceId")),
             "ci": as_int(mig.get("nvmlDeviceGetComputeInstanceId")),
-            "uuid": text(mig.get("nvmlDeviceGetUUID")),
+            "uuid": mig.uuid(),
             "name": name,
             "profile": _profile(name, attributes),
             "memory_bytes": total,
@@ -330,3 +389,48 @@ def _summary(gpus: list[dict[str, Any]], strategy: str | None) -> str:
     elif strategy is not None:
         summary += f"; device plugin MIG strategy {strategy}"
     return summary
+
+
+def metric_families(data: MigData) -> Iterator[Family]:
+    """`gpuprobe_mig_device_info`: one sample per MIG device (compute instance) from the
+    check's data, so that a dashboard can draw each GPU's MIG layout."""
+    # `d[key] if key in d`, not `.get`: mypy holds an index to the TypedDict's keys. The
+    # values are still held to numbers and text: a report may come from elsewhere.
+    gpus: object = data["gpus"] if "gpus" in data else None
+    if not isinstance(gpus, list):
+        return
+    family = Family(
+        "gpuprobe_mig_device_info",
+        "A MIG device: its GPU, GPU instance, compute instance, profile and UUID",
+        (*GPU_LABELS, "gpu_instance", "compute_instance", "profile", "mig_uuid"),
+    )
+    for gpu in (cast(MigGpu, g) for g in mappings(gpus)):
+        if number(gpu["index"] if "index" in gpu else None) is None:
+            continue
+        instances = gpu["gpu_instances"] if "gpu_instances" in gpu else None
+        for gi in (cast(GpuInstance, i) for i in mappings(instances)):
+            gi_id = number(gi["id"] if "id" in gi else None)
+            members = gi["compute_instances"] if "compute_instances" in gi else None
+            for ci in (cast(ComputeInstance, c) for c in mappings(members)):
+                ci_id = number(ci["id"] if "id" in ci else None)
+                if gi_id is None or ci_id is None:
+                    continue
+                profile = (
+                    label(ci["profile"] if "profile" in ci else None)
+                    or label(gi["profile"] if "profile" in gi else None)
+                    or ""
+                )
+                family.add(
+                    [
+                        *gpu_labels(gpu),
+                        str(int(gi_id)),
+                        str(int(ci_id)),
+                        profile,
+                        label(ci["uuid"] if "uuid" in ci else None) or "",
+                    ],
+                    1,
+                )
+    yield family
+
+
+CHECK: Check[MigData] = Check(NAME, run, metrics=metric_families)

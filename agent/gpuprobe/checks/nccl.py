@@ -8,7 +8,10 @@ run by the agent (see docs/checks.md).
 
 from __future__ import annotations
 
-from gpuprobe.config import NCCL_DEADLINE_MARGIN, Config
+from typing import NotRequired, TypedDict
+
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, NcclConfig
 from gpuprobe.gpu.devices import busy_gpus, gpu_count
 from gpuprobe.gpu.own_load import own_gpu_test
 from gpuprobe.host import Host
@@ -17,25 +20,49 @@ from gpuprobe.measure.nccl import run as run_nccl
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status
 
 NAME = "nccl"
+# The check's deadline is its test's timeout plus this (starting, killing, reading the
+# table), so the test's own timeout, not the check's deadline, ends a slow run.
+NCCL_DEADLINE_MARGIN = 15.0
+
+
+class NcclSize(TypedDict):
+    """One message size's out-of-place bus bandwidth (`data.rows[]`)."""
+
+    size_bytes: int
+    busbw_bytes_per_second: float
+
+
+class NcclData(TypedDict):
+    """The check's data (docs/checks.md, check `nccl`); only `ran` when the test did not run."""
+
+    ran: bool
+    gpus: NotRequired[int]
+    largest_size_bytes: NotRequired[int]
+    busbw_bytes_per_second: NotRequired[float]
+    in_place_busbw_bytes_per_second: NotRequired[float]
+    average_busbw_bytes_per_second: NotRequired[float | None]
+    wrong_values: NotRequired[int]
+    rows: NotRequired[list[NcclSize]]
+
+
+NOT_RUN = NcclData(ran=False)
 
 
 def run(host: Host, config: Config) -> CheckResult:
     """Run the NCCL test when it is configured and the GPUs are free."""
     settings = config.nccl
     if not settings.binary:
-        return CheckResult(NAME, "not configured (nccl.binary)", data={"ran": False})
+        return CheckResult(NAME, "not configured (nccl.binary)", data=NOT_RUN)
     gpus = gpu_count(host.nvml) or 0
     if gpus == 0:
-        return CheckResult(NAME, "no GPUs: not run", data={"ran": False})
+        return CheckResult(NAME, "no GPUs: not run", data=NOT_RUN)
     busy = busy_gpus(host.nvml)
     if busy and not settings.force:
         listed = ", ".join(str(i) for i in busy)
-        return CheckResult(
-            NAME, f"not run: GPU processes are active on GPU {listed}", data={"ran": False}
-        )
+        return CheckResult(NAME, f"not run: GPU processes are active on GPU {listed}", data=NOT_RUN)
     # A deadline set lower than the test's timeout (checks.deadlines.nccl) bounds the test too,
     # so the binary never outlives the check.
-    deadline = config.deadline(NAME)
+    deadline = CHECK.deadline(config)
     timeout = min(settings.timeout_seconds, max(deadline - NCCL_DEADLINE_MARGIN, deadline / 2))
     try:
         with own_gpu_test(host):
@@ -48,10 +75,10 @@ def run(host: Host, config: Config) -> CheckResult:
             f"the NCCL test across {gpus} GPUs failed: {exc}",
             Action.FIX_CONFIG if missing else Action.DRAIN_NODE,
         )
-        return CheckResult(NAME, "NCCL test failed", [finding], {"ran": False})
+        return CheckResult(NAME, "NCCL test failed", [finding], NOT_RUN)
     largest = result.largest
     busbw_gbps = largest.out_of_place_busbw / 1e9
-    data = {
+    data: NcclData = {
         "ran": True,
         "gpus": gpus,
         "largest_size_bytes": largest.size_bytes,
@@ -89,3 +116,12 @@ def run(host: Host, config: Config) -> CheckResult:
         )
     summary = f"busbw {busbw_gbps:.1f} GB/s at {largest.size_bytes} bytes across {gpus} GPUs"
     return CheckResult(NAME, summary, findings, data, floor=Status.OK)
+
+
+CHECK: Check[NcclData] = Check(
+    NAME,
+    run,
+    section=NcclConfig,
+    active=True,
+    least_deadline=lambda config: config.nccl.timeout_seconds + NCCL_DEADLINE_MARGIN,
+)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections import Counter
-from typing import Any
+from typing import TypedDict
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, NetworkConfig
 from gpuprobe.host import Host
 from gpuprobe.host.netlink import Link
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -24,6 +25,31 @@ SYS_IB = "/sys/class/infiniband"
 # Operational states in which a link carries traffic (UNKNOWN: drivers that never report it).
 RUNNING = frozenset({"UP", "UNKNOWN"})
 LINK_TYPE_NAMES = {"ether": "Ethernet", "infiniband": "IPoIB"}
+
+
+class Nic(TypedDict):
+    """One network interface in `data.interfaces` (docs/checks.md, check `network`)."""
+
+    name: str
+    operstate: str
+    admin_up: bool
+    mtu: int
+    mac: str | None
+    kind: str | None
+    link_type: str
+    physical: bool
+    driver: str | None
+    speed_mbps: int | None
+    addresses: list[str]
+    fabric: bool
+    rdma_device: str | None
+
+
+class NetworkData(TypedDict):
+    """The check's data: every interface, and the names of the fabric's."""
+
+    interfaces: list[Nic]
+    fabric: list[str]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -48,7 +74,7 @@ def run(host: Host, config: Config) -> CheckResult:
     )
     if config.network.min_speed_mbps:
         findings += _slow(fabric, config.network.min_speed_mbps)
-    data = {"interfaces": interfaces, "fabric": [i["name"] for i in fabric]}
+    data: NetworkData = {"interfaces": interfaces, "fabric": [i["name"] for i in fabric]}
     up = sum(i["operstate"] in RUNNING and i["admin_up"] for i in fabric)
     summary = (
         f"{up} of {len(fabric)} fabric NICs up" if fabric else "no fabric NIC (no physical NIC up)"
@@ -65,9 +91,7 @@ def _rdma_netdevs(host: Host) -> dict[str, str]:
     }
 
 
-def _facts(
-    host: Host, link: Link, patterns: tuple[str, ...], rdma_device: str | None
-) -> dict[str, Any]:
+def _facts(host: Host, link: Link, patterns: tuple[str, ...], rdma_device: str | None) -> Nic:
     base = f"{SYS_NET}/{link.name}"
     physical = host.fs.exists(f"{base}/device")
     driver_link = host.fs.readlink(f"{base}/device/driver") if physical else None
@@ -117,11 +141,11 @@ def _missing(patterns: tuple[str, ...], links: list[Link]) -> list[Finding]:
     ]
 
 
-def _ipoib_set_down(nic: dict[str, Any]) -> bool:
+def _ipoib_set_down(nic: Nic) -> bool:
     return nic["link_type"] == "infiniband" and not nic["admin_up"]
 
 
-def _down(nic: dict[str, Any], configured: bool) -> Finding | None:
+def _down(nic: Nic, configured: bool) -> Finding | None:
     if nic["admin_up"] and nic["operstate"] in RUNNING:
         return None
     why = (
@@ -138,7 +162,7 @@ def _down(nic: dict[str, Any], configured: bool) -> Finding | None:
     )
 
 
-def _mtu_mismatch(fabric: list[dict[str, Any]], by_kind: bool) -> list[Finding]:
+def _mtu_mismatch(fabric: list[Nic], by_kind: bool) -> list[Finding]:
     """NICs whose MTU differs from the other fabric NICs of their link type (`by_kind`: and
     of their driver).
 
@@ -147,7 +171,7 @@ def _mtu_mismatch(fabric: list[dict[str, Any]], by_kind: bool) -> list[Finding]:
     a configuration names as the fabric are one fabric, compared per link type only (IPoIB
     runs at 2044, 4092 or 65520, never an Ethernet MTU).
     """
-    groups: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str | None], list[Nic]] = {}
     for nic in fabric:
         kind = (nic["link_type"], nic["driver"] if by_kind else None)
         groups.setdefault(kind, []).append(nic)
@@ -177,7 +201,7 @@ def _mtu_mismatch(fabric: list[dict[str, Any]], by_kind: bool) -> list[Finding]:
     return findings
 
 
-def _slow(fabric: list[dict[str, Any]], floor: int) -> list[Finding]:
+def _slow(fabric: list[Nic], floor: int) -> list[Finding]:
     return [
         Finding(
             "NIC_SPEED_LOW",
@@ -190,3 +214,6 @@ def _slow(fabric: list[dict[str, Any]], floor: int) -> list[Finding]:
         for i in fabric
         if i["speed_mbps"] is not None and i["speed_mbps"] < floor
     ]
+
+
+CHECK: Check[NetworkData] = Check(NAME, run, section=NetworkConfig)

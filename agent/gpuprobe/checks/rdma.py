@@ -9,9 +9,10 @@ in memory) are a warning; a one-shot check has no previous run.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
-from gpuprobe.config import Config
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config, RdmaConfig
 from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -35,13 +36,55 @@ _RATE = re.compile(r"([\d.]+)\s*Gb/sec")
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
+class Gid(TypedDict):
+    """One non-zero GID of a port."""
+
+    index: int | str
+    gid: str
+    type: str | None
+    netdev: str | None
+
+
+class RdmaPort(TypedDict):
+    """One port of an RDMA device (sysfs `ports/<n>/`)."""
+
+    port: int
+    state: int | None
+    state_text: str | None
+    phys_state: int | None
+    phys_state_text: str | None
+    rate: str | None
+    rate_gbps: float | None
+    link_layer: str | None
+    gids: list[Gid]
+    counters: dict[str, int]
+
+
+class RdmaDevice(TypedDict):
+    """One RDMA device in `data.devices` (docs/checks.md, check `rdma`)."""
+
+    name: str
+    hca_type: str | None
+    fw_ver: str | None
+    node_guid: str | None
+    netdevs: list[str]
+    ports: list[RdmaPort]
+
+
+class RdmaData(TypedDict):
+    """The check's data: the devices, and the uverbs device nodes (none without devices)."""
+
+    devices: list[RdmaDevice]
+    verbs_devices: NotRequired[list[str]]
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Judge every RDMA port in scope."""
     names = host.fs.listdir(SYS_IB)
     if config.rdma.devices:
         names = [n for n in names if n in config.rdma.devices]
     if not names:
-        return CheckResult(NAME, "no RDMA devices", data={"devices": []})
+        return CheckResult(NAME, "no RDMA devices", data=RdmaData(devices=[]))
     devices = [_device(host.fs, name) for name in names]
     memory = host.memory.of(NAME)
     findings: list[Finding] = []
@@ -62,11 +105,11 @@ def run(host: Host, config: Config) -> CheckResult:
         )
     ports = [p for d in devices for p in d["ports"]]
     active = sum(p["state"] == ACTIVE for p in ports)
-    data = {"devices": devices, "verbs_devices": [v.rsplit("/", 1)[1] for v in verbs]}
+    data: RdmaData = {"devices": devices, "verbs_devices": [v.rsplit("/", 1)[1] for v in verbs]}
     return CheckResult(NAME, f"{active} of {len(ports)} RDMA ports active", findings, data)
 
 
-def _device(fs: HostFS, name: str) -> dict[str, Any]:
+def _device(fs: HostFS, name: str) -> RdmaDevice:
     base = f"{SYS_IB}/{name}"
     ports = [
         _port(fs, f"{base}/ports/{p}", int(p)) for p in fs.listdir(f"{base}/ports") if p.isdigit()
@@ -81,12 +124,12 @@ def _device(fs: HostFS, name: str) -> dict[str, Any]:
     }
 
 
-def _port(fs: HostFS, base: str, number: int) -> dict[str, Any]:
+def _port(fs: HostFS, base: str, number: int) -> RdmaPort:
     state_text = _text(fs, f"{base}/state")
     phys_text = _text(fs, f"{base}/phys_state")
     rate_text = _text(fs, f"{base}/rate")
     rate = _RATE.search(rate_text or "")
-    gids = []
+    gids: list[Gid] = []
     for index in fs.listdir(f"{base}/gids")[:16]:
         gid = _text(fs, f"{base}/gids/{index}")
         if gid and gid != _ZERO_GID:
@@ -134,7 +177,7 @@ def _leading_int(text: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _port_findings(device: str, port: dict[str, Any], expected: float | None) -> list[Finding]:
+def _port_findings(device: str, port: RdmaPort, expected: float | None) -> list[Finding]:
     resource = f"rdma:{device}:{port['port']}"
     name = f"RDMA port {device}/{port['port']}"
     if port["state"] != ACTIVE:
@@ -168,7 +211,7 @@ def _port_findings(device: str, port: dict[str, Any], expected: float | None) ->
     return []
 
 
-def _rising(device: str, port: dict[str, Any], memory: dict[str, Any]) -> list[Finding]:
+def _rising(device: str, port: RdmaPort, memory: dict[str, Any]) -> list[Finding]:
     key = f"{device}/{port['port']}"
     previous: dict[str, int] = memory.get(key, {})
     memory[key] = dict(port["counters"])
@@ -190,3 +233,6 @@ def _rising(device: str, port: dict[str, Any], memory: dict[str, Any]) -> list[F
             f"rdma:{device}:{port['port']}",
         )
     ]
+
+
+CHECK: Check[RdmaData] = Check(NAME, run, section=RdmaConfig)

@@ -1,8 +1,13 @@
-"""The checks gpuprobe runs, in report order. Adding a check means adding it here."""
+"""The checks gpuprobe runs, in report order: one record (`record.Check`) per check.
+
+Adding a check means writing its module (ending with its `CHECK` record) and adding the
+record here; docs/architecture.md lists the steps.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
+from typing import Any
 
 from gpuprobe.checks import (
     cdi,
@@ -12,36 +17,37 @@ from gpuprobe.checks import (
     mig,
     nccl,
     network,
+    pods,
     rdma,
     sharing,
     storage,
     toolkit,
+    workloads,
     xid,
 )
-from gpuprobe.config import Config
-from gpuprobe.host import Host
-from gpuprobe.report import CheckResult
+from gpuprobe.checks.record import Check
 
-CheckFn = Callable[[Host, Config], CheckResult]
+# The report order.
+ORDER: tuple[Check[Any], ...] = (
+    driver.CHECK,
+    gpus.CHECK,
+    mig.CHECK,
+    xid.CHECK,
+    toolkit.CHECK,
+    cdi.CHECK,
+    device_plugin.CHECK,
+    sharing.CHECK,
+    workloads.CHECK,
+    pods.CHECK,
+    network.CHECK,
+    rdma.CHECK,
+    nccl.CHECK,
+    storage.CHECK,
+)
 
-CHECKS: dict[str, CheckFn] = {
-    "driver": driver.run,
-    "gpus": gpus.run,
-    "mig": mig.run,
-    "xid": xid.run,
-    "toolkit": toolkit.run,
-    "cdi": cdi.run,
-    "device_plugin": device_plugin.run,
-    "sharing": sharing.run,
-    "network": network.run,
-    "rdma": rdma.run,
-    "nccl": nccl.run,
-    "storage": storage.run,
-}
-
-# Active checks put load on the node (disk, network): the daemon runs them at their own,
-# longer interval.
-ACTIVE: frozenset[str] = frozenset({"storage", "nccl"})
+# The records by name, in report order: what the runner, the daemon, the config loader and
+# the metrics collector read (tests add or replace records here).
+CHECKS: dict[str, Check[Any]] = {check.name: check for check in ORDER}
 
 
 def resolve(names: list[str] | None) -> list[str]:
@@ -52,3 +58,13 @@ def resolve(names: list[str] | None) -> list[str]:
         if name not in CHECKS:
             raise KeyError(name)
     return [name for name in CHECKS if name in names]
+
+
+def active(names: Iterable[str]) -> frozenset[str]:
+    """Those of the named checks that are active (they load the node)."""
+    return frozenset(name for name in names if CHECKS[name].active)
+
+
+def sections() -> dict[str, type[Any]]:
+    """Each check's config section type, by check name (for `config.load_config`)."""
+    return {c.name: c.section for c in CHECKS.values() if c.section is not None}

@@ -1,8 +1,15 @@
 """Runs checks: each timed, bounded by its deadline, and any failure made an UNKNOWN result.
 
-Every check runs in its own daemon thread. A check that overruns its deadline (a hung NVML
-call, a stuck filesystem) is reported UNKNOWN and abandoned; the others finish and the
-report completes. An exception inside a check becomes an UNKNOWN result naming the error.
+One runner serves both one-shot `check` (`run_checks`) and the daemon (`CheckRunner`, kept
+for the agent's life). Every check runs in its own daemon thread. A check that overruns its
+deadline (a hung NVML call, a stuck filesystem) is reported UNKNOWN and left to finish in the
+background; the others finish and the report completes. An exception inside a check becomes
+an UNKNOWN result naming the error.
+
+A check still in flight is never started again: a later round of the daemon (or a RunChecks
+call) waits on the same run and reports it timed out while it stays stuck, so a hung NVML
+call costs one thread, not one per round. One-shot `check` makes a fresh runner and leaves
+an overrunning check behind when it exits.
 
 The checks start one after another, each once the one before has finished or has run for
 STAGGER_SECONDS: a dozen short checks started at once contend for the interpreter and cost
@@ -14,9 +21,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
-from gpuprobe.checks.registry import CHECKS, CheckFn
+from gpuprobe.checks import registry
+from gpuprobe.checks.attribution import attribute_findings
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status, now
@@ -25,22 +37,111 @@ from gpuprobe.threads import start_thread
 STAGGER_SECONDS = 0.5
 
 
+@dataclass(frozen=True)
+class Ran:
+    """One check's result and when it was produced."""
+
+    result: CheckResult
+    time: datetime
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the check overran its deadline."""
+        return any(f.code == "CHECK_TIMEOUT" for f in self.result.findings)
+
+
 @dataclass
-class _Run:
-    name: str
-    fn: CheckFn
-    started: float = 0.0
+class _Flight:
+    check: Check[Any]
+    started: float = field(default_factory=time.monotonic)
     result: CheckResult | None = None
+    finished_at: datetime | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
-    def __call__(self, host: Host, config: Config) -> None:
+
+class CheckRunner:
+    """Runs named checks on one host; at most one run of each check in flight."""
+
+    def __init__(self, host: Host, config: Config, checks: Mapping[str, Check[Any]]) -> None:
+        self.host = host
+        self.config = config
+        self._checks = dict(checks)
+        self._lock = threading.Lock()
+        self._flights: dict[str, _Flight] = {}
+
+    def run(self, names: Sequence[str], within: float | None = None) -> list[Ran]:
+        """Run the named checks (in turn, staggered; all at once under a caller's deadline)
+        and wait for them, in `names` order.
+
+        Each is bounded by its deadline and, when given, by `within` seconds from now (the
+        caller's deadline), whichever ends first; a check past it is reported UNKNOWN
+        (CHECK_TIMEOUT) and left to finish in the background.
+        """
+        called = time.monotonic()
+        flights = []
+        for name in names:
+            flight, fresh = self._start(name)
+            flights.append(flight)
+            # A check already in flight (stuck) holds nothing back; nor does any when a
+            # caller's deadline bounds them all (RunChecks): it is no time to save CPU.
+            if fresh and within is None:
+                flight.done.wait(min(STAGGER_SECONDS, flight.check.deadline(self.config)))
+        ran = []
+        for flight in flights:
+            deadline = flight.check.deadline(self.config)
+            ends = flight.started + deadline
+            if within is not None:
+                ends = min(ends, called + within)
+            if flight.done.wait(max(0.0, ends - time.monotonic())) and flight.result is not None:
+                ran.append(Ran(flight.result, flight.finished_at or now()))
+            else:
+                waited = min(deadline, max(0.0, ends - flight.started))
+                ran.append(Ran(timed_out(flight.check.name, round(waited, 3)), now()))
+        return ran
+
+    def in_flight(self) -> list[str]:
+        """The checks running now (including stuck ones)."""
+        with self._lock:
+            return sorted(self._flights)
+
+    def _start(self, name: str) -> tuple[_Flight, bool]:
+        """The named check's run, and whether it starts now (False: joined one in flight)."""
+        with self._lock:
+            flight = self._flights.get(name)
+            if flight is not None:
+                return flight, False  # still running: join it rather than start a second copy
+            flight = _Flight(self._checks[name])
+            self._flights[name] = flight
+        if start_thread(self._fly, f"check-{name}", (flight,)) is None:
+            # Not in flight after all (the system refused the thread: a pids limit): forget
+            # it, so that a later round starts it afresh rather than waiting on a run that
+            # never began (every round reported CHECK_TIMEOUT until a restart).
+            self._land(flight, failed(name, RuntimeError("can't start a thread for the check")))
+        return flight, True
+
+    def _fly(self, flight: _Flight) -> None:
+        name = flight.check.name
         try:
-            result = self.fn(host, config)
-        except Exception as exc:  # one broken check must never break the report
-            result = failed(self.name, exc)
-        result.duration_seconds = time.monotonic() - self.started
-        self.result = result
-        self.done.set()
+            result = flight.check.run(self.host, self.config)
+        except Exception as exc:  # one broken check must never break the report or the daemon
+            result = failed(name, exc)
+        result.duration_seconds = time.monotonic() - flight.started
+        self._land(flight, result)
+
+    def _land(self, flight: _Flight, result: CheckResult) -> None:
+        flight.result = result
+        flight.finished_at = now()
+        with self._lock:
+            self._flights.pop(flight.check.name, None)
+        flight.done.set()
+
+
+def run_checks(host: Host, config: Config, names: list[str]) -> NodeReport:
+    """Run the named checks once (in turn, staggered) and return the report, in `names` order."""
+    started_at = now()
+    ran = CheckRunner(host, config, registry.CHECKS).run(names)
+    results = attribute_findings([r.result for r in ran])  # GPU findings name their pods
+    return NodeReport(node=host.node_name, time=started_at, checks=results)
 
 
 def failed(name: str, exc: BaseException) -> CheckResult:
@@ -77,24 +178,3 @@ def timed_out(name: str, deadline: float) -> CheckResult:
         duration_seconds=deadline,
         floor=Status.UNKNOWN,
     )
-
-
-def run_checks(host: Host, config: Config, names: list[str]) -> NodeReport:
-    """Run the named checks (in turn, staggered) and return the report, in `names` order."""
-    started_at = now()
-    runs = [_Run(name, CHECKS[name]) for name in names]
-    for run in runs:
-        run.started = time.monotonic()
-        if start_thread(run, f"check-{run.name}", (host, config)) is None:
-            run.result = failed(run.name, RuntimeError("can't start a thread for the check"))
-            run.done.set()
-        run.done.wait(min(STAGGER_SECONDS, config.deadline(run.name)))
-    results = []
-    for run in runs:
-        deadline = config.deadline(run.name)
-        remaining = run.started + deadline - time.monotonic()
-        if run.done.wait(max(0.0, remaining)) and run.result is not None:
-            results.append(run.result)
-        else:
-            results.append(timed_out(run.name, deadline))
-    return NodeReport(node=host.node_name, time=started_at, checks=results)

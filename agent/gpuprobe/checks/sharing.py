@@ -17,9 +17,10 @@ then holds the node against it:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from gpuprobe.checks.gpus import COMPUTE_MODES
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
@@ -27,7 +28,7 @@ from gpuprobe.containers.device_plugin import (
     SharedResource,
     device_plugin_file,
 )
-from gpuprobe.gpu.devices import gpu_count, open_gpus, text
+from gpuprobe.gpu.devices import gpu_count, open_gpus
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity, gpu_resource
@@ -72,12 +73,23 @@ def _gpus(host: Host) -> list[_Gpu]:
         found.append(
             _Gpu(
                 device.index,
-                text(device.get("nvmlDeviceGetUUID")),
+                device.uuid(),
                 mode if isinstance(mode, int) and not isinstance(mode, bool) else None,
                 (mig[0] == 1) if isinstance(mig, list) and mig else None,
             )
         )
     return found
+
+
+class SharingData(TypedDict):
+    """The check's data (docs/checks.md, check `sharing`)."""
+
+    config_file: str | None
+    config_note: str | None
+    strategy: str | None
+    resources: list[dict[str, Any]]  # each shared resource with its schedulable units
+    mps_control_daemon_pids: list[int]
+    gpus: list[dict[str, Any]]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -87,7 +99,7 @@ def run(host: Host, config: Config) -> CheckResult:
     gpus = _gpus(host) if gpus_present else []
     daemons = [p.pid for p in host.processes().named(MPS_CONTROL)]
     strategy = plugin.sharing_strategy if plugin else None
-    data: dict[str, Any] = {
+    data: SharingData = {
         "config_file": path,
         "config_note": note,
         "strategy": strategy,
@@ -99,8 +111,10 @@ def run(host: Host, config: Config) -> CheckResult:
         return CheckResult(NAME, "no NVIDIA GPU on this node: nothing to share", [], data)
     findings = [_prohibited(g) for g in gpus if g.compute_mode == PROHIBITED]
     if plugin is None:
+        # What is known without the plugin's configuration: the GPUs' modes and the daemon.
         seen = f"; MPS control daemon running (pid {daemons[0]})" if daemons else ""
-        return CheckResult(NAME, f"sharing unknown: {note}{seen}", findings, data)
+        summary = f"{_modes(gpus)}{seen}; sharing not judged: {note}"
+        return CheckResult(NAME, summary, findings, data)
     data["resources"] = [_units(r, gpus, plugin) for r in plugin.shared]
     if strategy == "mps":
         findings += _mps(plugin, gpus, daemons)
@@ -230,7 +244,21 @@ def _prohibited(gpu: _Gpu) -> Finding:
     )
 
 
-def _summary(strategy: str | None, data: dict[str, Any], daemons: list[int]) -> str:
+def _modes(gpus: list[_Gpu]) -> str:
+    """`8 GPUs in compute mode Default`, or `8 GPUs in compute modes Default (7),
+    ExclusiveProcess (1)`; a mode NVML did not give counts as unreadable."""
+    count: dict[str, int] = {}
+    for gpu in gpus:
+        name = gpu.mode_name if gpu.compute_mode is not None else "unreadable"
+        count[name] = count.get(name, 0) + 1
+    noun = "GPU" if len(gpus) == 1 else "GPUs"
+    if len(count) == 1:
+        return f"{len(gpus)} {noun} in compute mode {next(iter(count))}"
+    modes = ", ".join(f"{name} ({n})" for name, n in sorted(count.items()))
+    return f"{len(gpus)} {noun} in compute modes {modes}"
+
+
+def _summary(strategy: str | None, data: SharingData, daemons: list[int]) -> str:
     if strategy == "none":
         return "no GPU sharing (whole GPUs)"
     parts = []
@@ -250,3 +278,6 @@ def _summary(strategy: str | None, data: dict[str, Any], daemons: list[int]) -> 
             else "; MPS control daemon not running"
         )
     return text
+
+
+CHECK: Check[SharingData] = Check(NAME, run)

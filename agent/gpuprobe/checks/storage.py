@@ -17,10 +17,13 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Literal, NotRequired, TypedDict, cast
 
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, StorageConfig
+from gpuprobe.families import Family, mappings, number, text
 from gpuprobe.gpu.devices import gpu_count, open_gpus
 from gpuprobe.host import Host, default_node_name
 from gpuprobe.measure import mounts, testfile
@@ -30,15 +33,58 @@ from gpuprobe.report import Action, CheckResult, Finding, Severity
 NAME = "storage"
 CODE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
 CODE_LOW = "STORAGE_THROUGHPUT_LOW"
+# The check measures for a while: its deadline is at least this unless set per check.
+LEAST_DEADLINE = 120.0
 # The share of the check's deadline the I/O may use: the rest is for set-up and removal.
 DEADLINE_SHARE = 0.75
+
+
+class StoragePath(TypedDict):
+    """One configured path in `data.paths` (docs/checks.md, check `storage`)."""
+
+    path: str
+    measured: bool
+    not_measured: str | None
+    write_bytes_per_second: float | None
+    read_bytes_per_second: float | None
+    method: str | None
+    direct_io_refused: str | None  # why O_DIRECT was refused, when it was
+    block_size_bytes: int
+    size_bytes: int
+    jobs: int
+    bytes_written: int
+    bytes_read: int
+    write_seconds: float | None
+    read_seconds: float | None
+    duration_seconds: float | None
+    time_limited: bool
+    stale_files_removed: int
+    filesystem_type: str | None
+    device: str | None
+    mount_point: str | None
+    mount_options: list[str]
+    shared_filesystem: bool | None
+    total_bytes: int | None
+    free_bytes: int | None
+    total_inodes: int | None
+    free_inodes: int | None
+
+
+class StorageData(TypedDict):
+    """The check's data (docs/checks.md, check `storage`)."""
+
+    paths: list[StoragePath]
+    # Once a path is configured:
+    gpus_with_processes: NotRequired[list[int]]
+    forced: NotRequired[bool]
+    time_limit_seconds: NotRequired[float]
 
 
 def run(host: Host, config: Config) -> CheckResult:
     """Examine and measure every configured storage path."""
     cfg = config.storage
     paths = list(dict.fromkeys(cfg.paths))  # a path given twice is measured once
-    data: dict[str, Any] = {"paths": []}
+    data: StorageData = {"paths": []}
     if not paths:
         return CheckResult(
             NAME, "no storage path configured (storage.paths, --storage-path)", data=data
@@ -50,7 +96,7 @@ def run(host: Host, config: Config) -> CheckResult:
     if busy and not cfg.force:
         gpus = ("GPUs " if len(busy) > 1 else "GPU ") + ", ".join(str(i) for i in sorted(busy))
         blocked = f"GPU processes are active on {gpus} (storage.force measures anyway)"
-    seconds = min(cfg.time_limit_seconds, DEADLINE_SHARE * config.checks.deadline(NAME))
+    seconds = min(cfg.time_limit_seconds, DEADLINE_SHARE * CHECK.deadline(config))
     data["time_limit_seconds"] = round(seconds, 3)
     end = time.monotonic() + seconds
     owner = host.node_name if not host.is_snapshot else default_node_name()
@@ -89,7 +135,7 @@ class _PathProbe:
         self.resource = f"path:{path}"
         self.state = "not measured"
         self.size = Plan(cfg.block_size_bytes, cfg.size_bytes, cfg.jobs, 0.0).total_bytes
-        self.entry: dict[str, Any] = {
+        self.entry: StoragePath = {
             "path": path,
             "measured": False,
             "not_measured": None,
@@ -260,20 +306,24 @@ class _PathProbe:
 
     def _record_mount(self, local: Path, space: mounts.Space) -> None:
         self.entry.update(
-            total_bytes=space.total_bytes,
-            free_bytes=space.free_bytes,
-            total_inodes=space.total_inodes,
-            free_inodes=space.free_inodes,
+            {
+                "total_bytes": space.total_bytes,
+                "free_bytes": space.free_bytes,
+                "total_inodes": space.total_inodes,
+                "free_inodes": space.free_inodes,
+            }
         )
         mount = mounts.mount_of(local)
         if mount is None:
             return
         self.entry.update(
-            filesystem_type=mount.fstype,
-            device=mount.device,
-            mount_point=self._host_path(mount.mount_point),
-            mount_options=list(mount.options),
-            shared_filesystem=mount.shared,
+            {
+                "filesystem_type": mount.fstype,
+                "device": mount.device,
+                "mount_point": self._host_path(mount.mount_point),
+                "mount_options": list(mount.options),
+                "shared_filesystem": mount.shared,
+            }
         )
 
     def _host_path(self, point: str) -> str | None:
@@ -329,27 +379,28 @@ class _PathProbe:
     def _record(self, result: Throughput) -> None:
         write_seconds, read_seconds = round(result.write_seconds, 6), round(result.read_seconds, 6)
         self.entry.update(
-            measured=True,
-            method=result.method,
-            direct_io_refused=result.direct_refused,
-            bytes_written=result.bytes_written,
-            bytes_read=result.bytes_read,
-            write_seconds=write_seconds,
-            read_seconds=read_seconds,
-            duration_seconds=round(write_seconds + read_seconds, 6),  # adds up in the data
-            time_limited=result.time_limited,
-            write_bytes_per_second=_rate(result.bytes_written, result.write_seconds),
-            read_bytes_per_second=_rate(result.bytes_read, result.read_seconds),
+            {
+                "measured": True,
+                "method": result.method,
+                "direct_io_refused": result.direct_refused,
+                "bytes_written": result.bytes_written,
+                "bytes_read": result.bytes_read,
+                "write_seconds": write_seconds,
+                "read_seconds": read_seconds,
+                "duration_seconds": round(write_seconds + read_seconds, 6),  # adds up in the data
+                "time_limited": result.time_limited,
+                "write_bytes_per_second": _rate(result.bytes_written, result.write_seconds),
+                "read_bytes_per_second": _rate(result.bytes_read, result.read_seconds),
+            }
         )
 
     def _floors(self, result: Throughput) -> list[Finding]:
         """One STORAGE_THROUGHPUT_LOW for the path, naming each direction below its floor."""
         low = []
-        for op, floor in (
-            ("write", self.cfg.min_write_bytes_per_second),
-            ("read", self.cfg.min_read_bytes_per_second),
+        for op, floor, rate in (
+            ("write", self.cfg.min_write_bytes_per_second, self.entry["write_bytes_per_second"]),
+            ("read", self.cfg.min_read_bytes_per_second, self.entry["read_bytes_per_second"]),
         ):
-            rate = self.entry[f"{op}_bytes_per_second"]
             if floor is not None and rate is not None and rate < floor:
                 low.append(f"{op} {_rate_text(rate)} is below its floor of {_rate_text(floor)}")
         if not low:
@@ -390,3 +441,42 @@ def _bytes(value: int) -> str:
 def _rate_text(value: float) -> str:
     """Throughput in decimal units, as drives and fio's MB/s state it: 1.94 GB/s."""
     return _scaled(value, 1000, ("B", "kB", "MB", "GB", "TB", "PB")) + "/s"
+
+
+RATES: tuple[tuple[str, Literal["write_bytes_per_second", "read_bytes_per_second"]], ...] = (
+    ("write", "write_bytes_per_second"),
+    ("read", "read_bytes_per_second"),
+)
+
+
+def families(data: StorageData) -> Iterator[Family]:
+    """`gpuprobe_storage_throughput_bytes_per_second` from the check's data."""
+    # `d[key] if key in d`, not `.get`: mypy holds an index to the TypedDict's keys. The
+    # values are still held to numbers and text: a report may come from elsewhere.
+    paths: object = data["paths"] if "paths" in data else None
+    if not isinstance(paths, list):
+        return
+    family = Family(
+        "gpuprobe_storage_throughput_bytes_per_second",
+        "Measured sequential throughput of a storage path",
+        ("path", "op"),
+    )
+    for entry in (cast(StoragePath, p) for p in mappings(paths)):
+        path = text(entry["path"] if "path" in entry else None)
+        if path is None:
+            continue
+        for op, key in RATES:
+            value = number(entry[key] if key in entry else None)
+            if value is not None:
+                family.add([path, op], value)
+    yield family
+
+
+CHECK: Check[StorageData] = Check(
+    NAME,
+    run,
+    section=StorageConfig,
+    active=True,
+    least_deadline=lambda config: LEAST_DEADLINE,
+    metrics=families,
+)

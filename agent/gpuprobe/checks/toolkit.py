@@ -9,8 +9,9 @@ against the host: is it there, does its binary exist, is it the default (if not,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
+from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.engines import Engine, discover_engines
@@ -39,6 +40,19 @@ CONFIGURE = {
 }
 
 
+class ToolkitData(TypedDict):
+    """The check's data (docs/checks.md, check `toolkit`)."""
+
+    gpus: int
+    kubernetes_node: bool
+    toolkit_installed: bool
+    toolkit_binaries: dict[str, str]
+    gpu_operator_toolkit: bool
+    toolkit_config: dict[str, Any] | None  # the effective config, as its reader gives it
+    engines: list[dict[str, Any]]  # each engine, as its reader gives it
+    runtime_class_required: bool
+
+
 def run(host: Host, config: Config) -> CheckResult:
     """Judge the toolkit and every engine that runs GPU containers."""
     gpus = nvidia_gpu_count(host)
@@ -47,7 +61,7 @@ def run(host: Host, config: Config) -> CheckResult:
     toolkit_configs = load_toolkit_configs(host.fs)
     engines = discover_engines(host, kubernetes)
     effective = effective_toolkit_config(toolkit_configs)
-    data: dict[str, Any] = {
+    data: ToolkitData = {
         "gpus": gpus,
         "kubernetes_node": kubernetes,
         "toolkit_installed": RUNTIME_BINARY in binaries,
@@ -257,3 +271,6 @@ def _misconfigured(message: str, resource: str) -> Finding:
     return Finding(
         "RUNTIME_NOT_CONFIGURED", Severity.CRITICAL, message, Action.FIX_CONFIG, resource
     )
+
+
+CHECK: Check[ToolkitData] = Check(NAME, run)

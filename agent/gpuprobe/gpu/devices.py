@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuprobe.gpu.pci import normalize_bus_id
 from gpuprobe.host.nvml import Nvml, NvmlError
 
 # Errors that mean "this device does not have that": the fact is left out.
@@ -54,6 +55,20 @@ class Device:
             self.reset_required = True
         self.errors[fn] = error
 
+    def uuid(self) -> str | None:
+        """The device's UUID (`GPU-...`, `MIG-...`); None when NVML cannot tell it."""
+        return text(self.get("nvmlDeviceGetUUID"))
+
+    def name(self) -> str | None:
+        """The product name (`NVIDIA H100 80GB HBM3`); None when NVML cannot tell it."""
+        return text(self.get("nvmlDeviceGetName"))
+
+    def pci_bus_id(self) -> str | None:
+        """The PCI address as sysfs writes it (`0000:18:00.0`); None when NVML cannot tell it."""
+        pci = self.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
+        bus_id = text(pci.get("busId")) if isinstance(pci, dict) else None
+        return normalize_bus_id(bus_id) if bus_id else None
+
     @property
     def index(self) -> int:
         """The GPU's index (a MIG device's parent GPU index)."""
@@ -81,6 +96,11 @@ def open_gpus(nvml: Nvml, count: int) -> list[Device]:
             device._failed("nvmlDeviceGetHandleByIndex", exc.name)
         devices.append(device)
     return devices
+
+
+def driver_version(nvml: Nvml) -> str:
+    """The driver version NVML reports (`550.54.15`); raises NvmlError."""
+    return str(nvml.call("nvmlSystemGetDriverVersion")).strip()
 
 
 def text(value: Any) -> str | None:

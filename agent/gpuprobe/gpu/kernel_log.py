@@ -5,6 +5,32 @@ The NVIDIA driver logs every XID as a kernel message:
     NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
 
 and names each GPU's UUID once it is attached (`NVRM: GPU at PCI:0000:3a:00: GPU-5f1c...`).
+
+Some faults come without an XID number (NVIDIA's driver, nv.c and the RM init path; the shapes
+from public bug reports): a GPU found fallen off the bus at probe or open time,
+
+    NVRM: The NVIDIA GPU 0000:b3:00.0
+    NVRM: (PCI ID: 10de:26b5) installed in this system has
+    NVRM: fallen off the bus and is not responding to commands.
+
+(or the first two joined: `NVRM: The NVIDIA GPU 0000:05:00.0 (PCI ID: 10de:2f04)`), the one-line
+`NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.`, and a GPU whose initialization failed,
+`NVRM: GPU 0000:0b:00.0: RmInitAdapter failed! (0x62:0x65:2522)`. They are read as the XID
+NVIDIA files the same fault under (79, fallen off the bus; 143, GPU initialization error), marked
+`logged_xid=False`, and dropped where the same GPU's log also holds that XID by number (the driver
+prints both lines for one fault). An `RmInitAdapter failed!` line without a PCI address (old
+drivers name only a device minor number) cannot be tied to a GPU and is passed over.
+
+The NVSwitch driver logs SXids (NVIDIA Fabric Manager user guide, "NVSwitch SXid errors"):
+
+    nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Non-fatal, Link 46 MC TS crumbstore MCTO
+        (First)
+    nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Severity 0 Engine instance 46 Sub-engine
+        instance 00
+    nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Data {0x00140004, 0x00100000, ...}
+
+(each one line in the log)
+the first line the error (its `Fatal` / `Non-fatal` word, port and text), the others its details.
 Only the current boot counts (a reboot clears what an XID left behind): a log's lines before
 its last `Linux version` line belong to earlier boots, and so do lines stamped (with a time
 zone) before the boot time. Syslog's traditional stamps (`Nov 29 20:58:01`) carry no year and
@@ -15,13 +41,33 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})"
     r"(?:\.[0-7])?\): (?P<xid>\d+)(?:,\s*(?P<message>.*))?"
 )
+_FALLEN_START = re.compile(
+    r"NVRM: The NVIDIA GPU (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])"
+)
+_FALLEN_END = "fallen off the bus and is not responding to commands"
+_FALLEN_ONE_LINE = re.compile(
+    r"NVRM: GPU (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?: "
+    r"GPU has fallen off the bus"
+)
+_INIT_FAILED = re.compile(
+    r"NVRM: GPU (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?: "
+    r"(?P<message>RmInitAdapter failed!.*)"
+)
+# A multi-line fallen-off-the-bus message ends within this many lines of its first.
+_FALLEN_SPAN = 3
+FALLEN_OFF_THE_BUS, INIT_ERROR = 79, 143
+_SXID = re.compile(
+    r"(?P<device>nvidia-nvswitch\d+): SXid \(PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<sxid>\d+), (?P<word>Fatal|Non-fatal)\b,?\s*(?P<message>.*)"
+)
+_SXID_LINK = re.compile(r"\bLink (\d+)\b")
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9A-Fa-f-]+)")
 _BOOT = re.compile(r"kernel: (?:\[\s*\d+\.\d+\] )?Linux version \d")
 _RFC3339 = re.compile(
@@ -41,10 +87,27 @@ BOOT_SLACK = timedelta(minutes=5)
 
 @dataclass(frozen=True)
 class XidLine:
-    """One XID the driver logged: the GPU's PCI address (`0000:3a:00`), the XID, its text."""
+    """One XID the driver logged: the GPU's PCI address (`0000:3a:00`), the XID, its text;
+    `logged_xid` is False for a fault the driver logged without an XID number."""
 
     pci: str
     xid: int
+    message: str
+    time: datetime | None
+    line: str
+    logged_xid: bool = True
+
+
+@dataclass(frozen=True)
+class SxidLine:
+    """One SXid the NVSwitch driver logged: the switch's PCI address (`0000:c1:00.0`), its
+    driver instance (`nvidia-nvswitch3`), the SXid, Fatal or not, the port, the text."""
+
+    pci: str
+    device: str
+    sxid: int
+    fatal: bool
+    link: int | None
     message: str
     time: datetime | None
     line: str
@@ -52,10 +115,12 @@ class XidLine:
 
 @dataclass
 class KernelLog:
-    """What the kernel log says about this boot: its XID lines and each GPU's UUID by PCI."""
+    """What the kernel log says about this boot: its XID and SXid lines and each GPU's UUID
+    by PCI (with the time of the last line that named it: the driver attached the GPU then)."""
 
     xids: list[XidLine]
     uuids: dict[str, str]
+    sxids: list[SxidLine] = field(default_factory=list)
 
 
 def pci_prefix(address: str) -> str:
@@ -72,24 +137,105 @@ def pci_prefix(address: str) -> str:
 
 
 def read_stream(texts: Iterable[str], *, boot: datetime | None, now: datetime) -> KernelLog:
-    """The current boot's XIDs in one log, given oldest part first (`kern.log.1`, `kern.log`)."""
-    xids: list[XidLine] = []
-    uuids: dict[str, str] = {}
+    """The current boot's XIDs and SXids in one log, given oldest part first (`kern.log.1`,
+    `kern.log`)."""
+    log = KernelLog([], {})
+    falling: tuple[str, int, str] | None = None  # (pci, lines since its start, its lines)
     for text in texts:
         for line in text.splitlines():
-            if "NVRM" not in line and "Linux version" not in line:
+            if "NVRM" not in line and "SXid" not in line and "Linux version" not in line:
                 continue  # the cheap test first: kernel logs are long
             if _BOOT.search(line):
-                xids, uuids = [], {}
+                log, falling = KernelLog([], {}), None
                 continue
-            found = _GPU_AT.search(line)
-            if found:
-                uuids[pci_prefix(found.group("pci"))] = found.group("uuid")
+            if _zoned(line) and _before_boot(line_time(line, boot=boot, now=now), boot):
                 continue
-            xid = parse_xid(line, boot=boot, now=now)
-            if xid is not None and not (_zoned(line) and _before_boot(xid.time, boot)):
-                xids.append(xid)
-    return KernelLog(xids, uuids)
+            if falling is not None:
+                pci, seen, joined = falling
+                joined = f"{joined} {_nvrm_text(line)}"
+                falling = (pci, seen + 1, joined) if seen + 1 < _FALLEN_SPAN else None
+                if _FALLEN_END in line:
+                    log.xids.append(_derived(pci, FALLEN_OFF_THE_BUS, joined, line, boot, now))
+                    falling = None
+                    continue
+            _read_line(line, log, boot, now)
+            start = _FALLEN_START.search(line)
+            if start is not None:
+                pci = pci_prefix(start.group("pci"))
+                if _FALLEN_END in line:  # the whole message on one line (a journal export)
+                    text_ = _nvrm_text(line)
+                    log.xids.append(_derived(pci, FALLEN_OFF_THE_BUS, text_, line, boot, now))
+                else:
+                    falling = (pci, 0, _nvrm_text(line))
+    numbered = {(x.pci, x.xid) for x in log.xids if x.logged_xid}
+    log.xids = [x for x in log.xids if x.logged_xid or (x.pci, x.xid) not in numbered]
+    return log
+
+
+def _read_line(line: str, log: KernelLog, boot: datetime | None, now: datetime) -> None:
+    """Fold one NVRM or SXid line into `log`."""
+    found = _GPU_AT.search(line)
+    if found:
+        log.uuids[pci_prefix(found.group("pci"))] = found.group("uuid")
+        return
+    xid = parse_xid(line, boot=boot, now=now)
+    if xid is not None:
+        log.xids.append(xid)
+        return
+    sxid = parse_sxid(line, boot=boot, now=now)
+    if sxid is not None:
+        log.sxids.append(sxid)
+        return
+    fallen = _FALLEN_ONE_LINE.search(line)
+    if fallen is not None:
+        pci = pci_prefix(fallen.group("pci"))
+        log.xids.append(_derived(pci, FALLEN_OFF_THE_BUS, _nvrm_text(line), line, boot, now))
+        return
+    failed = _INIT_FAILED.search(line)
+    if failed is not None:
+        pci = pci_prefix(failed.group("pci"))
+        message = failed.group("message").strip()
+        log.xids.append(_derived(pci, INIT_ERROR, message, line, boot, now))
+
+
+def _derived(
+    pci: str, xid: int, message: str, line: str, boot: datetime | None, now: datetime
+) -> XidLine:
+    """An XID-less fault read as the XID NVIDIA files it under."""
+    return XidLine(pci, xid, message, line_time(line, boot=boot, now=now), line.strip(), False)
+
+
+def _function(address: str) -> str:
+    """A PCI address with its function (`0000:c1:00` → `0000:c1:00.0`)."""
+    return address if "." in address else f"{address}.0"
+
+
+def _nvrm_text(line: str) -> str:
+    """A line's text after its `NVRM: ` (the whole line when it has none)."""
+    _, sep, rest = line.partition("NVRM: ")
+    return (rest if sep else line).strip()
+
+
+def parse_sxid(line: str, *, boot: datetime | None, now: datetime) -> SxidLine | None:
+    """The SXid error a kernel log line reports (its first line, with the Fatal/Non-fatal
+    word; the detail lines that follow it return None)."""
+    match = _SXID.search(line)
+    if match is None:
+        return None
+    message = match.group("message").strip()
+    link = _SXID_LINK.search(message)
+    return SxidLine(
+        pci=match.group("pci").lower()
+        if "." in match.group("pci")
+        else f"{match.group('pci').lower()}.0",
+        device=match.group("device"),
+        sxid=int(match.group("sxid")),
+        fatal=match.group("word") == "Fatal",
+        link=int(link.group(1)) if link else None,
+        message=message,
+        time=line_time(line, boot=boot, now=now),
+        line=line.strip(),
+    )
 
 
 def parse_xid(line: str, *, boot: datetime | None, now: datetime) -> XidLine | None:

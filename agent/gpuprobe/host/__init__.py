@@ -1,9 +1,10 @@
 """The host: the only door through which checks see the node.
 
-A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links and
-the clock the checks read (`host.clock`, which a test may replace). It is built live
-(`live_host`), from a node snapshot (`snapshot_host`), or live with recording on
-(`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look past it.
+A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links, the
+kubelet's PodResources API and the clock the checks read (`host.clock`, which a test may
+replace). It is built live (`live_host`), from a node snapshot (`snapshot_host`), or live with
+recording on (`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look
+past it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,21 @@ from gpuprobe.host.netlink import (
     load_netlink,
 )
 from gpuprobe.host.nvml import LiveNvml, Nvml, RecordingNvml, ReplayNvml, load_record
+from gpuprobe.host.podresources import (
+    PODRESOURCES_FILE,
+    LivePodResources,
+    PodResources,
+    RecordingPodResources,
+    ReplayedPodResources,
+    load_podresources,
+)
 from gpuprobe.host.processes import ProcessTable, live_processes, load_processes
+from gpuprobe.report import parse_time
 
 SNAPSHOT_FORMAT = 1
+# A directory holding none of these is not a node snapshot (a folder of snapshots, /tmp): a
+# replay of it would report a GPU-less node named after the folder.
+SNAPSHOT_MARKERS = ("snapshot.json", "nvml.json", "rootfs/")
 
 
 class Memory:
@@ -62,11 +76,15 @@ class Host:
     node_name: str
     list_processes: Callable[[], ProcessTable] = field(default=ProcessTable)
     snapshot_dir: Path | None = None
+    # When the snapshot was captured (its snapshot.json), None for the live node or unknown.
+    captured_at: datetime | None = None
     memory: Memory = field(default_factory=Memory)
     netlink: Netlink = field(default_factory=lambda: RecordedNetlink([]))
     # The device plugin's configuration as a snapshot (or capture) holds it; None: read the
     # file `device_plugin.config_file` names, if any.
     device_plugin_config: AgentFile | None = None
+    # The kubelet's PodResources API (a node without a kubelet answers "absent").
+    podresources: PodResources = field(default_factory=ReplayedPodResources)
     # What checks read the time from (wall and monotonic); tests step a fake one through time.
     clock: Clock = field(default_factory=SystemClock)
 
@@ -87,12 +105,14 @@ def default_node_name() -> str:
 
 def live_host(root: str = "/", node_name: str | None = None) -> Host:
     """The live node, its files read under `root` (`/host` in the DaemonSet)."""
+    fs = HostFS(root)
     return Host(
-        fs=HostFS(root),
+        fs=fs,
         nvml=LiveNvml(),
         node_name=node_name or default_node_name(),
         list_processes=live_processes,
         netlink=LiveNetlink(),
+        podresources=LivePodResources(fs),
     )
 
 
@@ -102,6 +122,7 @@ def recording_host(root: str = "/", node_name: str | None = None) -> Host:
     host.fs.record()
     host.nvml = RecordingNvml(host.nvml)
     host.netlink = RecordingNetlink(host.netlink)
+    host.podresources = RecordingPodResources(host.podresources)
     table = live_processes()
     table.recording = True
     host.list_processes = lambda: table
@@ -112,11 +133,17 @@ def snapshot_host(directory: str, node_name: str | None = None) -> Host:
     """A node replayed from a snapshot directory; raises SnapshotError if it is unreadable.
 
     Any file of the snapshot may be absent, which means that thing is absent on the node:
-    no nvml.json is a node where NVML cannot be loaded.
+    no nvml.json is a node where NVML cannot be loaded. A directory with none of
+    `SNAPSHOT_MARKERS` is not a snapshot at all.
     """
     path = Path(directory)
     if not path.is_dir():
         raise SnapshotError(f"snapshot {directory}: not a directory")
+    if not any((path / marker).exists() for marker in SNAPSHOT_MARKERS):
+        raise SnapshotError(
+            f"snapshot {directory}: not a node snapshot: it holds none of "
+            f"{', '.join(SNAPSHOT_MARKERS)} (what gpuprobe capture writes)"
+        )
     meta = read_snapshot_meta(path)
     nvml_path = path / "nvml.json"
     record = (
@@ -132,9 +159,29 @@ def snapshot_host(directory: str, node_name: str | None = None) -> Host:
         node_name=node_name or str(meta.get("node") or path.resolve().name),
         list_processes=lambda: processes,
         snapshot_dir=path,
+        captured_at=_captured_at(meta, path),
         netlink=netlink,
         device_plugin_config=load_agent_file(path / DEVICE_PLUGIN_FILE),
+        podresources=ReplayedPodResources(load_podresources(path / PODRESOURCES_FILE)),
     )
+
+
+def _captured_at(meta: dict[str, Any], path: Path) -> datetime | None:
+    """snapshot.json's `captured_at` (None when absent); raises SnapshotError on a bad one."""
+    text = meta.get("captured_at")
+    if text is None:
+        return None
+    try:
+        if not isinstance(text, str):
+            raise ValueError(text)
+        captured = parse_time(text)
+        if captured.tzinfo is None:  # RFC 3339 always names its offset
+            raise ValueError(text)
+        return captured
+    except ValueError:
+        raise SnapshotError(
+            f"{path / 'snapshot.json'}: captured_at {text!r} is not an RFC 3339 time"
+        ) from None
 
 
 def read_snapshot_meta(path: Path) -> dict[str, Any]:

@@ -1,12 +1,20 @@
 """nccl-tests (`all_reduce_perf` and friends): run on this node's GPUs, read the result table.
 
-Each result row has 13 fields:
+The table is read by its header line, whose columns differ between releases. Current ones
+print 13:
 
-    size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
+    #  size  count  type  redop  root  time  algbw  busbw #wrong  time  algbw  busbw #wrong
 
-(out-of-place, then in-place; bandwidths in GB/s = 1e9 B/s; `#wrong` is `N/A` without
-validation). The footer's `# Avg bus bandwidth : X` is the mean over every size, small ones
-included, so the node is judged by the bus bandwidth at the largest size instead.
+older ones fewer, without `root` (and `redop` for the collectives that take none), with a float
+`error` (the largest error seen, `0e+00`) where `#wrong` now counts wrong values:
+
+    #  size  count  type  redop  time  algbw  busbw  error  time  algbw  busbw  error
+
+(out-of-place, then in-place; bandwidths in GB/s = 1e9 B/s; `#wrong` and `error` are `N/A`
+without validation). A row counts when it has as many fields as the header. Old releases count
+wrong values only in the footer's `# Out of bounds values : N OK|FAILED`. The footer's `# Avg bus
+bandwidth : X` is the mean over every size, small ones included, so the node is judged by the
+bus bandwidth at the largest size instead.
 """
 
 from __future__ import annotations
@@ -21,6 +29,14 @@ from dataclasses import dataclass
 from gpuprobe import cleanup
 
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
+_OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)")
+# The current layout, for output whose header line is missing.
+CURRENT_COLUMNS = ["size", "count", "type", "redop", "root"] + 2 * [
+    "time",
+    "algbw",
+    "busbw",
+    "#wrong",
+]
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 _SIZE = re.compile(r"(\d+)\s*([kKmMgG])?")
 _UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3}
@@ -49,6 +65,7 @@ class NcclResult:
 
     rows: tuple[NcclRow, ...]
     average_busbw: float | None
+    out_of_bounds: int | None = None  # the footer's count (old releases count only there)
 
     @property
     def largest(self) -> NcclRow:
@@ -57,42 +74,67 @@ class NcclResult:
 
     @property
     def wrong_values(self) -> int:
-        """Wrong values over every row (validation errors mean corrupted results)."""
-        return sum(r.wrong or 0 for r in self.rows)
+        """Wrong values over every row (validation errors mean corrupted results); the
+        footer's out-of-bounds count where the rows count none (old releases)."""
+        if any(r.wrong is not None for r in self.rows):
+            return sum(r.wrong or 0 for r in self.rows)
+        return self.out_of_bounds or 0
 
 
 def _wrong(token: str) -> int | None:
     return int(token) if token.isdigit() else None
 
 
+def header_columns(text: str) -> list[str] | None:
+    """The column names of the result table's header line (`#wrong` and `error` as printed),
+    or None when the output has no header."""
+    for line in text.splitlines():
+        if not line.lstrip().startswith("#"):
+            continue
+        names = line.strip().lstrip("#").split()
+        if names[:2] == ["size", "count"] and "busbw" in names:
+            return names
+    return None
+
+
 def parse_output(text: str) -> NcclResult:
-    """The rows and average of an nccl-tests run; NcclTestError if it printed none."""
+    """The rows and average of an nccl-tests run, read by its header's columns; NcclTestError
+    if it printed none."""
+    columns = header_columns(text) or CURRENT_COLUMNS
+    at = {name: [i for i, c in enumerate(columns) if c == name] for name in set(columns)}
+    times, algbws, busbws = at.get("time", []), at.get("algbw", []), at.get("busbw", [])
+    wrongs = at.get("#wrong", []) or at.get("error", [])
+    counted = "#wrong" in at
+    if len(times) != 2 or len(algbws) != 2 or len(busbws) != 2:
+        raise NcclTestError(f"nccl-tests printed a table header gpuprobe cannot read: {columns}")
+    numeric = [0, 1, *times, *algbws, *busbws]
     rows = []
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) != 13 or line.lstrip().startswith("#"):
+        if len(fields) != len(columns) or line.lstrip().startswith("#"):
             continue
-        numeric = [fields[i] for i in (0, 1, 5, 6, 7, 9, 10, 11)]
-        if not all(_NUMBER.match(f) for f in numeric):
+        if not all(_NUMBER.match(fields[i]) for i in numeric):
             continue
+        found = [_wrong(fields[i]) for i in wrongs] if counted else []
         rows.append(
             NcclRow(
                 size_bytes=int(fields[0]),
-                out_of_place_algbw=float(fields[6]) * 1e9,
-                out_of_place_busbw=float(fields[7]) * 1e9,
-                in_place_busbw=float(fields[11]) * 1e9,
-                wrong=(
-                    None
-                    if _wrong(fields[8]) is None and _wrong(fields[12]) is None
-                    else (_wrong(fields[8]) or 0) + (_wrong(fields[12]) or 0)
-                ),
+                out_of_place_algbw=float(fields[algbws[0]]) * 1e9,
+                out_of_place_busbw=float(fields[busbws[0]]) * 1e9,
+                in_place_busbw=float(fields[busbws[1]]) * 1e9,
+                wrong=None if all(w is None for w in found) else sum(w or 0 for w in found),
             )
         )
     if not rows:
         last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
         raise NcclTestError(f"nccl-tests printed no result row ({last})")
     average = _AVG.search(text)
-    return NcclResult(tuple(rows), float(average.group(1)) * 1e9 if average else None)
+    bounds = _OUT_OF_BOUNDS.search(text)
+    return NcclResult(
+        tuple(rows),
+        float(average.group(1)) * 1e9 if average else None,
+        int(bounds.group(1)) if bounds else None,
+    )
 
 
 def _size(text: str) -> int | None:

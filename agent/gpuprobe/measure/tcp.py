@@ -16,18 +16,21 @@ the workers run on as many cores as they are given. Each worker times its own CP
 can tell whether the link or the machines' CPUs set its figure.
 
 Wire format, per stream: the sender writes a 40-byte header (32-byte token, u32 warm-up in
-milliseconds, u32 stream index), then data until it shuts its side down; the sink answers
-with 52 bytes (u64 bytes received, u64 bytes received after the warm-up, f64 seconds of the
-window after the warm-up; then u32 the sink's worker, and that worker's f64 CPU seconds, f64
-seconds it wanted a CPU, f64 wall seconds) and closes. A sender reads the first 24 bytes alone
-from a sink that sends no more (an agent of the earlier version), and an earlier sender reads
-only those.
+milliseconds, u32 stream index); a sink that takes the stream proves it holds the token with
+32 bytes (`proof()`: HMAC-SHA256 of the header under the token), and only then does the
+sender send data, until it shuts its side down; the sink answers with 52 bytes (u64 bytes
+received, u64 bytes received after the warm-up, f64 seconds of the window after the warm-up;
+then u32 the sink's worker, and that worker's f64 CPU seconds, f64 seconds it wanted a CPU,
+f64 wall seconds) and closes. A sender still reads the first 24 bytes alone from a sink that
+sends no more; senders and sinks from before the proof do not take part in tests with these.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
+import mmap
 import os
 import queue
 import secrets
@@ -45,10 +48,13 @@ from gpuprobe import cleanup
 HEADER = struct.Struct("!32sII")
 REPLY = struct.Struct("!QQd")
 REPLY_CPU = struct.Struct("!Iddd")
-# What one discarding recv may drop; the buffer is never written (MSG_TRUNC).
+# What one discarding recv may drop. The kernel never writes the buffer (MSG_TRUNC), so every
+# worker of every sink shares one, mapped and never touched: it costs no resident memory.
 DISCARD_BYTES = 4 * 1024 * 1024
+_DISCARD = memoryview(mmap.mmap(-1, DISCARD_BYTES))
 SEND_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT = 5.0
+PROOF_BYTES = 32  # a SHA-256 HMAC
 # A worker that spent this share of its wall time on a CPU or waiting for one (runnable, with
 # the cores busy) was held back by the CPU: the test, not the link, set the pace. Measured
 # between two network namespaces (bench/tcp_vs_iperf3.py's veth link): tests of a link that
@@ -60,6 +66,16 @@ MAX_THREADS = 64
 
 class BandwidthError(Exception):
     """A bandwidth test that could not run or finish: refused, unreachable, or cut."""
+
+
+class NotASink(BandwidthError):
+    """Nothing at the address proved to be the sink (closed, silent, another service, or a
+    sink that refused the token): no data was sent there."""
+
+
+def proof(token: bytes, header: bytes) -> bytes:
+    """What a sink answers a stream's header with: proof that it holds the token."""
+    return hmac.new(token, b"gpuprobe-sink\0" + header, hashlib.sha256).digest()
 
 
 def default_threads(streams: int) -> int:
@@ -250,12 +266,11 @@ class _SinkWorker:
 
     def _run(self) -> None:
         self._clock = ThreadClock()
-        buffer = memoryview(bytearray(DISCARD_BYTES))
         try:
             while not self.sink.closed.is_set():
                 self._take_incoming()
                 for key, _ in self.selector.select(0.05):
-                    self._readable(key.data, buffer)
+                    self._readable(key.data)
         except (OSError, ValueError):  # closed under the loop by close()
             pass
         finally:
@@ -276,9 +291,9 @@ class _SinkWorker:
             else:
                 self.selector.register(stream.conn, selectors.EVENT_READ, stream)
 
-    def _readable(self, stream: _Stream, buffer: memoryview) -> None:
+    def _readable(self, stream: _Stream) -> None:
         try:
-            n = stream.conn.recv_into(buffer, DISCARD_BYTES, socket.MSG_TRUNC)
+            n = stream.conn.recv_into(_DISCARD, DISCARD_BYTES, socket.MSG_TRUNC)
         except BlockingIOError:
             return
         except OSError:
@@ -429,6 +444,8 @@ class TcpSink:
             self.stats.refuse("reused")
             self._drop(stream)
         else:
+            with contextlib.suppress(OSError):  # 32 bytes into an empty send buffer
+                stream.conn.send(proof(self.token, stream.header))
             self._selector.unregister(stream.conn)
             stream.window_start = stream.window_end = time.monotonic() + warmup_ms / 1000.0
             worker = self._workers[self.stats.accepted % len(self._workers)]
@@ -481,6 +498,17 @@ def _same_address(address: str, allowed: str) -> bool:
     return address.removeprefix("::ffff:") == allowed.removeprefix("::ffff:")
 
 
+def _recv_proof(conn: socket.socket) -> bytes:
+    """The sink's 32-byte proof (fewer bytes when the other end closed or sent less)."""
+    data = bytearray()
+    while len(data) < PROOF_BYTES:
+        chunk = conn.recv(PROOF_BYTES - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
 def _recv_reply(conn: socket.socket) -> bytes:
     """The sink's answer: 52 bytes, or the 24 an agent of the earlier version sends."""
     size = REPLY.size + REPLY_CPU.size
@@ -508,18 +536,27 @@ def send(
     """Send to a sink over `streams` parallel connections; the rate the sink received.
 
     The streams are driven by at most `threads` worker threads (the test's CPU budget;
-    default: one per stream up to this process's cores). Raises BandwidthError when the sink
-    cannot be reached, refuses us, or cuts the test.
+    default: one per stream up to this process's cores). No data goes out on a stream before
+    the sink proved it holds `token`. Raises NotASink when nothing at `host`:`port` proves to
+    be the sink (within `connect_timeout` to connect and as long to prove), BandwidthError
+    when the sink refuses us or cuts the test.
     """
     conns: list[socket.socket] = []
     try:
         for index in range(streams):
+            header = HEADER.pack(token, int(warmup * 1000), index)
             try:
                 conn = socket.create_connection((host, port), timeout=connect_timeout)
-            except OSError as exc:
-                raise BandwidthError(f"cannot reach the sink at {host}:{port}: {exc}") from None
+            except OSError:
+                raise NotASink(f"nothing proved to be the sink at {host}:{port}") from None
             conns.append(conn)
-            conn.sendall(HEADER.pack(token, int(warmup * 1000), index))
+            try:
+                conn.sendall(header)
+                answer = _recv_proof(conn)
+            except OSError:
+                answer = b""
+            if not hmac.compare_digest(answer, proof(token, header)):
+                raise NotASink(f"nothing proved to be the sink at {host}:{port}")
         count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
         with _zeros() as zeros:
             end = time.monotonic() + warmup + duration
@@ -541,7 +578,7 @@ def send(
                 if worker not in sink_workers or wall > sink_workers[worker].wall_seconds:
                     sink_workers[worker] = WorkerCpu(cpu, wanted, wall)
     except (OSError, BandwidthError) as exc:
-        if isinstance(exc, BandwidthError) and str(exc).startswith("cannot reach"):
+        if isinstance(exc, NotASink):
             raise
         raise BandwidthError(
             f"the sink cut the test (refused, or past its bounds): {exc}"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from gpuprobe.mesh.run import MeshResult
 from gpuprobe.mesh.verdict import FAILED, LOW
+from gpuprobe.render import wrap
 
 MARKS = {LOW: " LOW", FAILED: "FAILED"}
 
 
-def render_mesh(result: MeshResult) -> str:
+def render_mesh(result: MeshResult, width: int | None = None) -> str:
     """The matrix in Gbit/s per transport (per device for RDMA), then each finding with its
-    action."""
+    action, wrapped to `width` columns with a hanging indent (None: not wrapped)."""
     lines = []
     for transport, device in sorted(
         {link.rail for link in result.links}, key=lambda r: (r[0], r[1] or "")
@@ -24,17 +25,17 @@ def render_mesh(result: MeshResult) -> str:
             else:
                 text = f"{link.bytes_per_second * 8 / 1e9:.2f}" + MARKS.get(link.verdict, "")
             cells[(link.source, link.target)] = text  # a re-test replaces the earlier figure
-        width = max([6, *(len(n) for n in nodes), *(len(c) for c in cells.values())])
+        column = max([6, *(len(n) for n in nodes), *(len(c) for c in cells.values())])
         on = f" on {device}" if device else ""
         lines.append(f"{transport} bandwidth{on}, Gbit/s (row sends to column)")
-        lines.append(" " * width + "  " + "  ".join(f"{n:>{width}}" for n in nodes))
+        lines.append(" " * column + "  " + "  ".join(f"{n:>{column}}" for n in nodes))
         for source in nodes:
             row = [cells.get((source, target), "-" if source != target else "") for target in nodes]
-            lines.append(f"{source:<{width}}  " + "  ".join(f"{c:>{width}}" for c in row))
+            lines.append(f"{source:<{column}}  " + "  ".join(f"{c:>{column}}" for c in row))
         lines.append("")
     lines.append(f"status {result.status.value}")
     for finding in result.findings:
-        lines.append(f"  {finding.severity.value} {finding.code} on {finding.resource}")
-        lines.append(f"    {finding.message}")
-        lines.append(f"    action: {finding.action.value}")
+        lines += wrap(f"{finding.severity.value} {finding.code} on {finding.resource}", 4, width, 2)
+        lines += wrap(finding.message, 4, width)
+        lines += wrap(f"action: {finding.action.value}", 4, width)
     return "\n".join(lines) + "\n"

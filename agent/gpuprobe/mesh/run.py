@@ -1,14 +1,17 @@
 """Running a bandwidth mesh over agents: who they are, the rounds, the verdicts.
 
-`gpuprobe mesh` asks every agent for its node name, then runs the schedule's rounds (for RDMA,
-one mesh per device, rail after rail): the pairs
-of a round test in parallel, each pair one direction after the other (A→B, then B→A), each test
-asked of the sending agent with MeasureBandwidth. Quick mode re-tests each suspect node against
-a node already known good. The links are judged together (`mesh.verdict`) and blamed on nodes.
+`gpuprobe mesh` (`mesh()`) finds the agents and asks each for its node name, then runs the
+schedule's rounds (for RDMA, one mesh per device, rail after rail): the pairs of a round test
+in parallel, each pair one direction after the other (A→B, then B→A). Each test opens a sink
+on the receiving agent for the sender's address (OpenBandwidthSink) and hands it to the
+sending agent (MeasureBandwidth), which sends only there. Quick mode re-tests each suspect
+node against a node already known good. The links are judged together (`mesh.verdict`) and
+blamed on nodes: a failed test names the side at fault in the failure's details.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,12 +20,17 @@ from typing import Any
 
 import grpc
 
-from gpuprobe.client import Client, Fetched
+from gpuprobe import wire
+from gpuprobe.audit.fanout import fetch_all
+from gpuprobe.client import Client, Credentials, Fetched
 from gpuprobe.errors import UsageError
+from gpuprobe.measure.bandwidth import MAX_SECONDS, SINK_GRACE_SECONDS, Refused, split_peer
+from gpuprobe.measure.perftest import test_seconds
 from gpuprobe.mesh import schedule, verdict
 from gpuprobe.mesh.verdict import FAILED, LOW, Link, Thresholds
-from gpuprobe.report import Finding, Status, worst
-from gpuprobe.serve.bandwidth import PEER_FAULT
+from gpuprobe.report import Action, Finding, Severity, Status, worst
+from gpuprobe.targets import discover, parse_targets
+from gpuprobe.unreachable import Failure, agents
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 
@@ -77,6 +85,86 @@ ClientFactory = Callable[[str], Client]
 class InvalidTest(UsageError):
     """An agent refused a test's parameters (INVALID_ARGUMENT): the mesh's request is wrong
     for every link, so the run stops with one line instead of blaming the nodes."""
+
+
+def mesh(
+    targets: str, credentials: Credentials, options: MeshOptions, deadline: float
+) -> MeshResult:
+    """The whole mesh over the agents `targets` names (as `--targets` takes them): find
+    them, learn their node names, run it; the agents that cannot be found or reached are
+    findings before the links'. Raises UsageError for a request no agent can serve."""
+    if options.transport == "rdma" and not options.rdma_devices:
+        raise UsageError("--transport rdma needs --rdma-device")
+    if options.seconds + options.warmup > MAX_SECONDS:
+        raise UsageError(f"--seconds and --warmup: at most {MAX_SECONDS:g} s together")
+    specs = parse_targets(targets)
+    named = {spec.address for spec in specs}
+    if not any(spec.dns for spec in specs) and len(named) < 2:
+        raise UsageError(
+            f"--targets names {agents(len(named))}: a mesh measures between two at least"
+        )
+    found = discover(specs, deadline)
+    fetched = fetch_all(found.addresses, credentials, deadline)
+    refused = _refused_caller(fetched, credentials)
+    if refused is not None:
+        raise refused
+    peers, unreachable = identify(fetched)
+    missing = [verdict.unreachable_finding(str(f.spec), f.reason) for f in found.failures]
+    if len({peer.node for peer in peers}) < 2:
+        return MeshResult([], missing + unreachable + _too_few(peers, found.addresses))
+    result = run_mesh(peers, options, lambda target: Client(target, credentials=credentials))
+    result.findings = missing + unreachable + result.findings
+    return result
+
+
+class CallerRefused(UsageError):
+    """The agents refused this caller's credentials or TLS: the flags are wrong for every
+    link, so the mesh stops with one line naming the flag instead of blaming the nodes."""
+
+
+def _refused_caller(fetched: Sequence[Fetched], credentials: Credentials) -> CallerRefused | None:
+    """The first agent that refused the caller's credentials or TLS, as the usage error."""
+    for item in fetched:
+        why = item.unreachable
+        if why is not None and why.failure in (Failure.UNAUTHORISED, Failure.TLS):
+            if why.failure == Failure.UNAUTHORISED and credentials.token:
+                flag = "--token-file: is it the agents' token?"
+            elif why.failure == Failure.UNAUTHORISED:
+                flag = "pass the agents' token with --token-file"
+            elif "--tls" in why.reason:
+                flag = ""  # the reason names the flag already
+            else:
+                flag = "check --tls-ca (the CA that signed the agents) and --tls-server-name"
+            return CallerRefused(f"{item.target}: {why.reason}" + (f" ({flag})" if flag else ""))
+    return None
+
+
+def _token_refused(node: str, exc: grpc.RpcError) -> CallerRefused | None:
+    """A guarded RPC (OpenBandwidthSink, MeasureBandwidth) an agent refused for the mesh's
+    own token (UNAUTHENTICATED: missing or wrong), as the usage error; None otherwise."""
+    if _code(exc) != grpc.StatusCode.UNAUTHENTICATED:
+        return None
+    return CallerRefused(
+        f"{node} refused the test: {_details(exc)}: pass the agents' token with --token-file"
+    )
+
+
+def _too_few(peers: Sequence[Peer], addresses: Sequence[str]) -> list[Finding]:
+    """Why nothing was measured with fewer than two agents (none: the unreachable say it)."""
+    if not peers:
+        return []
+    node, answered, found = peers[0].node, len(peers), len(addresses)
+    return [
+        Finding(
+            "BANDWIDTH_TEST_UNAVAILABLE",
+            Severity.UNKNOWN,
+            f"{node}'s bandwidth could not be tested: it is the only node that answered (at "
+            f"{answered} of {found} address{'' if found == 1 else 'es'}), and a mesh measures "
+            "between two nodes at least",
+            Action.NONE,
+            f"peer:{node}",
+        )
+    ]
 
 
 def identify(fetched: Sequence[Fetched]) -> tuple[list[Peer], list[Finding]]:
@@ -140,7 +228,7 @@ def _round(
 ) -> list[Link]:
     """One round: its pairs side by side, each pair both ways, one after the other."""
     found: list[list[Link]] = [[] for _ in pairs]
-    invalid: list[InvalidTest] = []
+    invalid: list[UsageError] = []  # InvalidTest, CallerRefused: wrong for every link
 
     def pair(i: int, a: str, b: str) -> None:
         try:
@@ -148,7 +236,7 @@ def _round(
                 _measure(by_node[a], by_node[b], options, connect, device),
                 _measure(by_node[b], by_node[a], options, connect, device),
             ]
-        except InvalidTest as exc:
+        except UsageError as exc:
             invalid.append(exc)
 
     threads = [
@@ -166,23 +254,58 @@ def _round(
 def _measure(
     source: Peer, target: Peer, options: MeshOptions, connect: ClientFactory, device: str
 ) -> Link:
+    """One test, source → target: a sink on the target for the source's address, then the
+    source sends to it."""
+    seconds = options.seconds + options.warmup
+    sink_request = pb.OpenBandwidthSinkRequest(
+        transport=options.transport, streams=options.streams, force=options.force
+    )
+    if options.transport == "rdma":
+        sink_request.rdma_device = device
+        sink_request.test_seconds = test_seconds(options.seconds)
+        seconds = sink_request.test_seconds
+    sink_request.duration.FromTimedelta(timedelta(seconds=seconds + SINK_GRACE_SECONDS))
+    try:
+        sink_request.sender = _address(source.target)
+        with connect(target.target) as receiver:
+            sink = receiver.open_bandwidth_sink(sink_request, timeout=10)
+    except (OSError, Refused):  # the source's address does not resolve
+        return _failed(source, target, options.transport, "", False, source.node, device)
+    except grpc.RpcError as exc:
+        if _code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
+            raise InvalidTest(f"{target.node} refused the test: {_details(exc)}") from None
+        if refused := _token_refused(target.node, exc):
+            raise refused from None
+        unavailable = _code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+        # A precondition names the node and what it lacks; other refusals need the name.
+        why = _details(exc) if unavailable else f"{target.node} refused a sink: {_details(exc)}"
+        return _failed(source, target, options.transport, why, unavailable, target.node, device)
     request = pb.MeasureBandwidthRequest(
         peer=target.target,
         transport=options.transport,
         streams=options.streams,
         rdma_device=device,
         force=options.force,
+        sink=sink,
     )
     request.duration.FromTimedelta(timedelta(seconds=options.seconds))
     request.warmup.FromTimedelta(timedelta(seconds=options.warmup))
     budget = options.seconds + options.warmup + 30
     try:
-        with connect(source.target) as client:
-            response = client.measure_bandwidth(request, timeout=budget)
+        with connect(source.target) as sender:
+            response = sender.measure_bandwidth(request, timeout=budget)
     except grpc.RpcError as exc:
-        if hasattr(exc, "code") and exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        if _code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidTest(f"{source.node} refused the test: {_details(exc)}") from None
-        return _failed(source, target, options.transport, exc, device or None)
+        # The sending agent names the side at fault; without that, the fault is its own.
+        peer_side = wire.failed_side(exc) == pb.TEST_SIDE_PEER
+        if not peer_side and (refused := _token_refused(source.node, exc)):
+            raise refused from None
+        blamed = target.node if peer_side else source.node
+        unavailable = _code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+        return _failed(
+            source, target, options.transport, _details(exc), unavailable, blamed, device
+        )
     ends = {"sender": source.node, "sink": target.node}
     return Link(
         source.node,
@@ -194,25 +317,35 @@ def _measure(
     )
 
 
+def _address(target: str) -> str:
+    """The IP address an agent's target names (resolved once, here): the sink's sender."""
+    host, port = split_peer(target)
+    return str(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0])
+
+
 def _failed(
-    source: Peer, target: Peer, transport: str, exc: grpc.RpcError, device: str | None
+    source: Peer,
+    target: Peer,
+    transport: str,
+    why: str,
+    unavailable: bool,
+    blamed: str,
+    device: str,
 ) -> Link:
     """A failed test, blamed on the node at fault.
 
-    An error the sending agent reports about its peer (`peer: ...`) is the peer's: it refused
-    a sink, or its sink cut the test. FAILED_PRECONDITION means the test could not run there
-    (GPU processes active, no RDMA device or perftest); anything else means the node could not
-    be reached or tested. Without that mark the error is the sending agent's own: it refused
-    (FAILED_PRECONDITION), or the mesh could not reach it.
+    FAILED_PRECONDITION means the test could not run there (GPU processes active, no RDMA
+    device or perftest): `unavailable`; anything else means the node could not be reached or
+    tested.
     """
-    why = _details(exc)
-    code = exc.code() if hasattr(exc, "code") else None
-    unavailable = code == grpc.StatusCode.FAILED_PRECONDITION
-    if why.startswith(PEER_FAULT):
-        blamed, why = target.node, why.removeprefix(PEER_FAULT)
-    else:
-        blamed = source.node
-    return Link(source.node, target.node, transport, None, FAILED, why, blamed, unavailable, device)
+    why = why or f"{source.node}'s address {source.target} does not resolve"
+    return Link(
+        source.node, target.node, transport, None, FAILED, why, blamed, unavailable, device or None
+    )
+
+
+def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
+    return exc.code() if hasattr(exc, "code") else None
 
 
 def _details(exc: grpc.RpcError) -> str:

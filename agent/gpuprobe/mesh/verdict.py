@@ -165,12 +165,26 @@ def _blame(links: list[Link]) -> list[Finding]:
         ):
             continue
         reported.add(pair)
+        if _fine_with_others(link.source, link.target, links) and _fine_with_others(
+            link.target, link.source, links
+        ):
+            message = (
+                f"the link {link.source} → {link.target} ({link.transport}{_on(links)}) is "
+                "low while both nodes are fine with others: check the path between them"
+            )
+        else:
+            # Two nodes alone (or one without a good link elsewhere): either node, or the
+            # path, fits the figures alike.
+            message = (
+                f"the pair {link.source} ↔ {link.target} ({link.transport}{_on(links)}) is "
+                "low, with too few other peers to compare: blame cannot be assigned between "
+                "the two nodes and the path; add a third agent to the mesh"
+            )
         findings.append(
             Finding(
                 "LINK_BANDWIDTH_LOW",
                 Severity.WARNING,
-                f"the link {link.source} → {link.target} ({link.transport}{_on(links)}) is "
-                "low while both nodes are fine with others: check the path between them",
+                message,
                 Action.CHECK_NETWORK,
                 f"peer:{link.source}",
             )
@@ -189,6 +203,17 @@ def _blame(links: list[Link]) -> list[Finding]:
         if node not in unreachable
     ]
     return findings
+
+
+def _fine_with_others(node: str, partner: str, links: list[Link]) -> bool:
+    """Whether `node` has a link judged OK with a node other than `partner` (a test its CPU
+    capped tells nothing of the link)."""
+    return any(
+        link.verdict == OK
+        and not link.cpu_capped
+        and {node, partner} & {link.source, link.target} == {node}
+        for link in links
+    )
 
 
 def _cpu_capped(links: list[Link]) -> list[Finding]:

@@ -1,5 +1,6 @@
 """The agent daemon (`gpuprobe serve`): scheduler, gRPC service, Prometheus metrics.
 
-The package itself imports nothing heavy: `gpuprobe.serve.convert` is shared with the
-client library, and the servers are imported only by `gpuprobe serve`.
+The package itself imports nothing heavy: the servers are imported only by `gpuprobe serve`.
+What it shares with the client library (the wire conversion, reading credentials) lives
+below both, in `gpuprobe.wire` and `gpuprobe.credentials`.
 """

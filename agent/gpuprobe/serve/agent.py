@@ -21,20 +21,21 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gpuprobe import cleanup
 from gpuprobe.checks import xid
-from gpuprobe.checks.registry import ACTIVE, CHECKS
+from gpuprobe.checks.registry import CHECKS, active
+from gpuprobe.checks.runner import CheckRunner
 from gpuprobe.config import Config
+from gpuprobe.credentials import TokenFile
 from gpuprobe.errors import UsageError
 from gpuprobe.host import Host
 from gpuprobe.serve import grpc_server
-from gpuprobe.serve.bandwidth import Bandwidth, PeerChannel
-from gpuprobe.serve.executor import CheckExecutor
+from gpuprobe.serve.bandwidth import PeerChannel, bandwidth_tests
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.metrics_http import MetricsPage, MetricsServer
 from gpuprobe.serve.scheduler import Scheduler, plan
-from gpuprobe.serve.security import Guard, TokenFile, server_credentials
+from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
-from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
@@ -51,12 +52,28 @@ class ServeOptions:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     allow_unauthenticated: bool = False
+    # The certificate this agent presents to peers that require one (mTLS); without it, the
+    # server certificate (which then needs the clientAuth extended key usage too).
+    tls_client_cert: str | None = None
+    tls_client_key: str | None = None
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise UsageError("--tls-cert and --tls-key go together")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+        if (self.tls_client_cert is None) != (self.tls_client_key is None):
+            raise UsageError("--tls-client-cert and --tls-client-key go together")
+        if self.tls_client_cert is not None and self.tls_client_ca is None:
+            raise UsageError("--tls-client-cert needs --tls-client-ca (the mTLS fleet's CA)")
+
+    def peer_certificate(self) -> tuple[str | None, str | None]:
+        """The certificate and key this agent presents when it calls a peer (mTLS only)."""
+        if self.tls_client_ca is None:
+            return None, None
+        if self.tls_client_cert is not None:
+            return self.tls_client_cert, self.tls_client_key
+        return self.tls_cert, self.tls_key
 
 
 class Agent:
@@ -78,11 +95,12 @@ class Agent:
         self.config = config
         self.names = list(names)
         self.stopping = threading.Event()
-        passive = [n for n in self.names if n not in ACTIVE]
+        active_names = active(self.names)
+        passive = [n for n in self.names if n not in active_names]
         self.store = ReportStore(host.node_name, self.names, first=passive)
-        self.executor = CheckExecutor(host, config, CHECKS)
+        self.executor = CheckRunner(host, config, CHECKS)
         rng = rng or random.Random()
-        groups = plan(self.names, config.serve, ACTIVE, time.monotonic(), rng)
+        groups = plan(self.names, config.serve, active_names, time.monotonic(), rng)
         self.scheduler = Scheduler(
             self.executor, self.store, groups, config.serve.jitter_fraction, self.names, rng=rng
         )
@@ -95,14 +113,21 @@ class Agent:
         self.store.add_view(self.metrics_page.invalidate)
 
         token = TokenFile(options.token_file) if options.token_file else None
+        cert_file, key_file = options.peer_certificate()
         peers = PeerChannel(
             token,
             ca_file=options.tls_client_ca or options.tls_cert,
-            cert_file=options.tls_cert if options.tls_client_ca else None,
-            key_file=options.tls_key if options.tls_client_ca else None,
+            cert_file=cert_file,
+            key_file=key_file,
+            server_certificate_as_client=cert_file is not None and cert_file == options.tls_cert,
         )
-        self.bandwidth = Bandwidth(
-            host, peers, self.store, config.rdma.test, config.serve.bandwidth_threads
+        self.bandwidth = bandwidth_tests(
+            host,
+            self.store,
+            peers,
+            config.rdma.test,
+            config.bandwidth,
+            config.serve.bandwidth_threads,
         )
         mtls = options.tls_client_ca is not None
         self.guard = Guard(token, mtls=mtls, open_mode=options.allow_unauthenticated)
@@ -164,8 +189,8 @@ class Agent:
         cleanup.remove_all()
         done.wait(grace)
 
-    def _serving(self, snapshot: Snapshot) -> None:
-        if snapshot.report is not None and not self.stopping.is_set():
+    def _serving(self, state: AgentState) -> None:
+        if state.report is not None and not self.stopping.is_set():
             from grpc_health.v1 import health_pb2
 
             self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
@@ -184,8 +209,7 @@ class Agent:
         knows, for a human with curl."""
         if self.stopping.is_set():
             return 503, "stopping\n"
-        snapshot = self.store.current()
-        report = snapshot.report
+        report = self.store.current().report
         lines = ["ok", f"node: {self.host.node_name}"]
         if report is None:
             lines.append("report: none yet (the first round of checks is running)")

@@ -9,21 +9,20 @@ families; a value the report lacks gives no sample, never an error.
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpuprobe import __version__
+from gpuprobe.checks.registry import CHECKS
+from gpuprobe.families import Family
 from gpuprobe.report import NodeReport
-from gpuprobe.serve.state import Snapshot
+from gpuprobe.serve.state import AgentState
 
 log = logging.getLogger("gpuprobe.serve")
 
-Renderer = Callable[[Snapshot, NodeReport], Iterable[Metric]]
-GPU_LABELS = ["gpu", "uuid"]
+Renderer = Callable[[AgentState, NodeReport], Iterable[Metric]]
 
 
 class ReportCollector(Collector):
@@ -33,7 +32,7 @@ class ReportCollector(Collector):
         self._families: list[Metric] = list(agent_families(node))
         self._node = node
 
-    def update(self, snapshot: Snapshot) -> None:
+    def update(self, snapshot: AgentState) -> None:
         """Render the families of a new snapshot (called by the store on each update)."""
         self._families = render(snapshot, self._node)
 
@@ -42,7 +41,7 @@ class ReportCollector(Collector):
         return iter(self._families)
 
 
-def render(snapshot: Snapshot, node: str) -> list[Metric]:
+def render(snapshot: AgentState, node: str) -> list[Metric]:
     """Every family for one snapshot."""
     families = list(agent_families(node))
     if snapshot.report is None:
@@ -64,7 +63,7 @@ def agent_families(node: str) -> Iterator[Metric]:
     yield info
 
 
-def report_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def report_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """The node's and each check's status, duration and run counts, and the findings."""
     node = GaugeMetricFamily(
         "gpuprobe_node_status",
@@ -131,213 +130,7 @@ def report_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield finding
 
 
-def driver_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
-    """`gpuprobe_driver_info` from the driver check's data."""
-    data = _data(report, "driver")
-    version = _text(data.get("driver_version"))
-    if version is None:
-        return
-    info = GaugeMetricFamily(
-        "gpuprobe_driver_info",
-        "The NVIDIA driver version and the CUDA version it supports",
-        labels=["driver_version", "cuda_driver_version"],
-    )
-    info.add_metric([version, _text(data.get("cuda_driver_version")) or ""], 1)
-    yield info
-
-
-# Per-GPU gauges: (key in the gpus check's data.gpus[i], metric name, help, divisor).
-GPU_GAUGES: list[tuple[str, str, str, float]] = [
-    ("temperature_celsius", "gpuprobe_gpu_temperature_celsius", "GPU core temperature", 1),
-    (
-        "temperature_slowdown_celsius",
-        "gpuprobe_gpu_temperature_slowdown_celsius",
-        "Temperature at which the GPU slows its clocks",
-        1,
-    ),
-    ("power_watts", "gpuprobe_gpu_power_watts", "Power draw", 1),
-    ("power_limit_watts", "gpuprobe_gpu_power_limit_watts", "Enforced power limit", 1),
-    (
-        "utilization_gpu_percent",
-        "gpuprobe_gpu_utilization_ratio",
-        "Fraction of the last sample period a kernel ran on the GPU (0-1)",
-        100,
-    ),
-    (
-        "utilization_memory_percent",
-        "gpuprobe_gpu_memory_utilization_ratio",
-        "Fraction of the last sample period device memory was read or written (0-1)",
-        100,
-    ),
-    ("memory_used_bytes", "gpuprobe_gpu_memory_used_bytes", "Device memory in use", 1),
-    ("memory_total_bytes", "gpuprobe_gpu_memory_total_bytes", "Device memory in all", 1),
-    (
-        "remapped_rows_pending",
-        "gpuprobe_gpu_remapped_rows_pending",
-        "1 when a row remap waits for a GPU reset",
-        1,
-    ),
-    (
-        "remapped_rows_failure",
-        "gpuprobe_gpu_remapped_rows_failure",
-        "1 when a row remap failed",
-        1,
-    ),
-    ("pcie_link_width", "gpuprobe_gpu_pcie_link_width", "Current PCIe link width (lanes)", 1),
-    (
-        "pcie_link_width_max",
-        "gpuprobe_gpu_pcie_link_width_max",
-        "Maximum PCIe link width of the GPU (lanes)",
-        1,
-    ),
-    (
-        "pcie_link_generation",
-        "gpuprobe_gpu_pcie_link_generation",
-        "Current PCIe link generation",
-        1,
-    ),
-    ("mig_mode_current", "gpuprobe_gpu_mig_mode", "1 when MIG mode is enabled now", 1),
-    ("idle", "gpuprobe_gpu_idle", "1 when the GPU has sat idle past the configured window", 1),
-]
-# ECC counters: key → (error_type, counter) labels of gpuprobe_gpu_ecc_errors_total.
-ECC_COUNTERS = {
-    "ecc_uncorrected_volatile": ("uncorrected", "volatile"),
-    "ecc_uncorrected_aggregate": ("uncorrected", "aggregate"),
-    "ecc_corrected_volatile": ("corrected", "volatile"),
-    "ecc_corrected_aggregate": ("corrected", "aggregate"),
-}
-REMAPPED_ROWS = {
-    "remapped_rows_correctable": "correctable",
-    "remapped_rows_uncorrectable": "uncorrectable",
-}
-
-
-def gpu_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
-    """GPU count, identity, and the per-GPU gauges from the gpus check's data."""
-    data = _data(report, "gpus")
-    if not data:
-        return
-    seen = data.get("gpus_seen_by_nvml", _MISSING)
-    if seen is None or _number(seen) is not None:
-        count = GaugeMetricFamily("gpuprobe_gpus", "GPUs NVML sees (0 when NVML cannot start)")
-        count.add_metric([], _number(seen) or 0)
-        yield count
-    gpus = [g for g in _mappings(data.get("gpus")) if "index" in g]
-    info = GaugeMetricFamily(
-        "gpuprobe_gpu_info",
-        "A GPU's identity: index, UUID, product name, PCI bus id",
-        labels=["gpu", "uuid", "name", "pci_bus_id"],
-    )
-    for gpu in gpus:
-        info.add_metric(
-            [*_gpu_labels(gpu), _text(gpu.get("name")) or "", _text(gpu.get("pci_bus_id")) or ""],
-            1,
-        )
-    yield info
-    for key, name, help_text, divisor in GPU_GAUGES:
-        gauge = GaugeMetricFamily(name, help_text, labels=GPU_LABELS)
-        for gpu in gpus:
-            value = _number(gpu.get(key))
-            if value is not None:
-                gauge.add_metric(_gpu_labels(gpu), value / divisor)
-        if gauge.samples:
-            yield gauge
-    ecc = CounterMetricFamily(
-        "gpuprobe_gpu_ecc_errors",
-        "ECC errors: corrected or uncorrected, since the driver loaded (volatile) or over the "
-        "GPU's life (aggregate)",
-        labels=[*GPU_LABELS, "error_type", "counter"],
-    )
-    rows = GaugeMetricFamily(
-        "gpuprobe_gpu_remapped_rows",
-        "Device memory rows remapped, by cause",
-        labels=[*GPU_LABELS, "cause"],
-    )
-    for gpu in gpus:
-        for key, (error_type, counter) in ECC_COUNTERS.items():
-            value = _number(gpu.get(key))
-            if value is not None:
-                ecc.add_metric([*_gpu_labels(gpu), error_type, counter], value)
-        for key, cause in REMAPPED_ROWS.items():
-            value = _number(gpu.get(key))
-            if value is not None:
-                rows.add_metric([*_gpu_labels(gpu), cause], value)
-    yield from (f for f in (ecc, rows) if f.samples)
-
-
-def xid_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
-    """`gpuprobe_gpu_xid_errors_total` from the xid check's data."""
-    records = _data(report, "xid").get("xids")
-    if not isinstance(records, list):
-        return
-    xids = CounterMetricFamily(
-        "gpuprobe_gpu_xid_errors",
-        "XID errors seen per GPU and XID since the agent started or they were cleared",
-        labels=[*GPU_LABELS, "xid"],
-    )
-    for record in _mappings(records):
-        xid, count = _number(record.get("xid")), _number(record.get("count"))
-        if xid is None or count is None or _number(record.get("gpu")) is None:
-            continue
-        xids.add_metric([*_gpu_labels(record, "gpu"), str(int(xid))], count)
-    yield xids
-
-
-def mig_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
-    """`gpuprobe_mig_device_info`: one sample per MIG device (compute instance) from the mig
-    check's data, so that a dashboard can draw each GPU's MIG layout."""
-    gpus = _data(report, "mig").get("gpus")
-    if not isinstance(gpus, list):
-        return
-    family = GaugeMetricFamily(
-        "gpuprobe_mig_device_info",
-        "A MIG device: its GPU, GPU instance, compute instance, profile and UUID",
-        labels=[*GPU_LABELS, "gpu_instance", "compute_instance", "profile", "mig_uuid"],
-    )
-    for gpu in _mappings(gpus):
-        if _number(gpu.get("index")) is None:
-            continue
-        for gi in _mappings(gpu.get("gpu_instances")):
-            gi_id = _number(gi.get("id"))
-            for ci in _mappings(gi.get("compute_instances")):
-                ci_id = _number(ci.get("id"))
-                if gi_id is None or ci_id is None:
-                    continue
-                profile = _text(ci.get("profile")) or _text(gi.get("profile")) or ""
-                family.add_metric(
-                    [
-                        *_gpu_labels(gpu),
-                        str(int(gi_id)),
-                        str(int(ci_id)),
-                        profile,
-                        _text(ci.get("uuid")) or "",
-                    ],
-                    1,
-                )
-    yield family
-
-
-def storage_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
-    """`gpuprobe_storage_throughput_bytes_per_second` from the storage check's data."""
-    paths = _data(report, "storage").get("paths")
-    if not isinstance(paths, list):
-        return
-    family = GaugeMetricFamily(
-        "gpuprobe_storage_throughput_bytes_per_second",
-        "Measured sequential throughput of a storage path",
-        labels=["path", "op"],
-    )
-    for entry in _mappings(paths):
-        if _text(entry.get("path")) is None:
-            continue
-        for op in ("write", "read"):
-            value = _number(entry.get(f"{op}_bytes_per_second"))
-            if value is not None:
-                family.add_metric([str(entry["path"]), op], value)
-    yield family
-
-
-def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
+def peer_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
     """`gpuprobe_peer_bandwidth_bytes_per_second` from this agent's latest bandwidth tests."""
     if not snapshot.links:
         return
@@ -358,50 +151,38 @@ def peer_families(snapshot: Snapshot, report: NodeReport) -> Iterator[Metric]:
     yield measured
 
 
-# Each part of the agent's state that becomes metrics.
-RENDERERS: tuple[Renderer, ...] = (
-    report_families,
-    driver_families,
-    gpu_families,
-    xid_families,
-    storage_families,
-    mig_families,
-    peer_families,
-)
-
-_MISSING = object()
+# The page has always shown the mig and workloads checks' families after every other
+# check's, in that order (the golden pages hold it); the others, and a new check's, come in
+# registry order.
+_CHECKS_LAST = ("mig", "workloads")
 
 
-def _data(report: NodeReport, check: str) -> Mapping[str, Any]:
-    result = report.check(check)
-    return result.data if result is not None and isinstance(result.data, Mapping) else {}
-
-
-def _gpu_labels(gpu: Mapping[str, Any], key: str = "index") -> list[str]:
-    index = _number(gpu.get(key))
-    return [str(int(index)) if index is not None else "", _text(gpu.get("uuid")) or ""]
-
-
-def _mappings(value: Any) -> list[Mapping[str, Any]]:
-    """The objects of a list from the report's data (anything else: none)."""
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def _number(value: Any) -> float | None:
-    """A finite number (booleans as 0/1), else None."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float):
+def check_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]:
+    """Each check's own families, from its record's renderer and its latest result."""
+    records = sorted(
+        CHECKS.values(),
+        key=lambda c: _CHECKS_LAST.index(c.name) + 1 if c.name in _CHECKS_LAST else 0,
+    )
+    for check in records:
+        result = report.check(check.name)
+        if result is None:
+            continue
         try:
-            number = float(value)
-        except OverflowError:  # an integer beyond a double (10^400): no sample can say it
-            log.warning(
-                "metric value dropped", extra={"reason": "beyond a float", "value": str(value)[:40]}
-            )
-            return None
-        return number if math.isfinite(number) else None
-    return None
+            rendered = [_prometheus(family) for family in check.families(result)]
+        except Exception:  # one check's renderer costs its own families, not the others'
+            log.exception("metrics dropped", extra={"renderer": check.name})
+            continue
+        yield from rendered
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+def _prometheus(family: Family) -> Metric:
+    """A check's family as the Prometheus client's family."""
+    kind = CounterMetricFamily if family.counter else GaugeMetricFamily
+    metric = kind(family.name, family.help, labels=list(family.labels))
+    for labels, value in family.samples:
+        metric.add_metric(list(labels), value)
+    return metric
+
+
+# Each part of the agent's state that becomes metrics, in page order.
+RENDERERS: tuple[Renderer, ...] = (report_families, check_families, peer_families)

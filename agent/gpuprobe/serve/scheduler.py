@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.checks.xid.findings import xid_named
 from gpuprobe.config import ServeConfig
 from gpuprobe.report import Finding
-from gpuprobe.serve.executor import CheckExecutor, Ran
-from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
@@ -73,7 +73,7 @@ class Scheduler:
 
     def __init__(
         self,
-        executor: CheckExecutor,
+        executor: CheckRunner,
         store: ReportStore,
         groups: list[Group],
         jitter_fraction: float,
@@ -143,7 +143,7 @@ class Scheduler:
         return interval + self._rng.uniform(-spread, spread)
 
 
-def _log_round(ran: list[Ran], before: Snapshot, after: Snapshot) -> None:
+def _log_round(ran: list[Ran], before: AgentState, after: AgentState) -> None:
     for item in ran:
         if item.timed_out:
             log.warning("check timed out", extra={"check": item.result.name})

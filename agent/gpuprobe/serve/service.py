@@ -1,5 +1,5 @@
 """The `gpuprobe.v1.NodeDiagnostics` gRPC service: the report, on demand checks, watches,
-clearing sticky findings, and the two bandwidth RPCs of the mesh (`serve.bandwidth`).
+clearing sticky findings, and the two bandwidth RPCs of the mesh (`measure.bandwidth`).
 
 GetReport and WatchReports read what the store last rendered; only RunChecks and
 ClearFindings run checks, and they are guarded (token or client certificate) and
@@ -15,16 +15,16 @@ from typing import Any, NoReturn
 
 import grpc
 
-from gpuprobe import report_view
+from gpuprobe import report_view, wire
 from gpuprobe.checks.xid.state import StateError
+from gpuprobe.measure.bandwidth import BandwidthTests, Refused
 from gpuprobe.report import NodeReport, now
-from gpuprobe.serve import convert
-from gpuprobe.serve.bandwidth import Bandwidth, TestRefused, peer_address
+from gpuprobe.serve import bandwidth as wiring
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.logs import Throttle
 from gpuprobe.serve.scheduler import Scheduler
 from gpuprobe.serve.security import Guard, caller
-from gpuprobe.serve.state import ReportStore, Snapshot
+from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 
@@ -52,7 +52,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         max_watchers: int,
         stopping: threading.Event,
         clear_xid: ClearXid | None = None,
-        bandwidth: Bandwidth | None = None,
+        bandwidth: BandwidthTests | None = None,
     ) -> None:
         self.store = store
         self.scheduler = scheduler
@@ -62,27 +62,26 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self.stopping = stopping
         self.clear_xid = clear_xid
         self.bandwidth = bandwidth
-        # One outgoing bandwidth test at a time: two at once would share (and halve) the link.
-        self._one_test = threading.Lock()
         self._watchers = threading.BoundedSemaphore(max_watchers)
         self._refusals = Throttle()
         self._report: pb.NodeReport | None = None
         self._watched: tuple[int, pb.NodeReport | None] = (0, None)  # (change, report)
         self._response: pb.GetReportResponse | None = None
         self._summary: pb.GetReportResponse | None = None
+        self._rendered: NodeReport | None = None
         store.add_view(self._render)
 
-    def _render(self, snapshot: Snapshot) -> None:
-        """Build the messages once per update; calls only hand them out."""
-        if snapshot.report is None:
+    def _render(self, state: AgentState) -> None:
+        """Build the messages once per update of the report; calls only hand them out (an
+        update of the bandwidth results alone leaves the report, and them, as they are)."""
+        if state.report is None or state.report is self._rendered:
             return
-        report = convert.report_to_proto(snapshot.report, snapshot.check_times)
+        self._rendered = state.report
+        report = wire.report_to_proto(state.report, state.check_times)
         self._report = report
-        self._watched = (snapshot.change, report)
+        self._watched = (state.change, report)
         self._response = pb.GetReportResponse(report=report)
-        summary = convert.report_to_proto(
-            report_view.summary(snapshot.report), snapshot.check_times
-        )
+        summary = wire.report_to_proto(report_view.summary(state.report), state.check_times)
         self._summary = pb.GetReportResponse(report=summary)
 
     # --- read-only -----------------------------------------------------------------------
@@ -128,7 +127,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         ran = self.scheduler.run_now(names, _within(context))
         report = NodeReport(self.store.node, now(), [r.result for r in ran])
         times = {r.result.name: r.time for r in ran}
-        return pb.RunChecksResponse(report=convert.report_to_proto(report, times))
+        return pb.RunChecksResponse(report=wire.report_to_proto(report, times))
 
     def ClearFindings(
         self, request: pb.ClearFindingsRequest, context: Any
@@ -159,10 +158,12 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         if self.bandwidth is None:
             abort(context, grpc.StatusCode.UNIMPLEMENTED, "this agent runs no bandwidth tests")
         try:
-            with self._one_test:
-                response = self.bandwidth.measure(request)
-        except TestRefused as exc:
-            abort(context, exc.code, str(exc))
+            response = wiring.result_message(
+                self.bandwidth.measure(wiring.measure_request(request))
+            )
+        except Refused as exc:
+            context.set_trailing_metadata(wiring.failure_metadata(exc))
+            abort(context, wiring.status(exc), str(exc))
         log.info(
             "bandwidth measured",
             extra={
@@ -181,9 +182,12 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         if self.bandwidth is None:
             abort(context, grpc.StatusCode.UNIMPLEMENTED, "this agent runs no bandwidth tests")
         try:
-            return self.bandwidth.open_sink(request, peer_address(context))
-        except TestRefused as exc:
-            abort(context, exc.code, str(exc))
+            sink = self.bandwidth.open_sink(
+                wiring.sink_request(request), wiring.peer_address(context)
+            )
+        except Refused as exc:
+            abort(context, wiring.status(exc), str(exc))
+        return wiring.sink_message(sink)
 
     def _admit(self, context: Any, limited: bool) -> None:
         """Abort the call unless its caller is authorised (and, if `limited`, within rate)."""

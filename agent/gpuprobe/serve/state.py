@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from gpuprobe.checks.attribution import attribute_findings
+from gpuprobe.checks.runner import Ran
 from gpuprobe.report import NodeReport, now
-from gpuprobe.serve.executor import Ran
 
 # What makes a report "changed" for WatchReports: the checks present, their statuses, and
 # each finding's identity. Messages and data (temperatures, figures) are left out, so a
@@ -32,8 +33,10 @@ class LinkResult:
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """The agent's state after one update."""
+class AgentState:
+    """What the store holds after one update: the merged report, when each check ran, the
+    update counters, and the latest bandwidth results. The views render it; it is not a node
+    snapshot (`gpuprobe capture`) and never leaves the process."""
 
     report: NodeReport | None
     check_times: dict[str, datetime] = field(default_factory=dict)
@@ -75,22 +78,22 @@ class ReportStore:
         self._runs: dict[str, int] = {}
         self._timeouts: dict[str, int] = {}
         self._signature: Signature | None = None
-        self._snapshot = Snapshot(report=None)
+        self._state = AgentState(report=None)
         self._changed = threading.Condition()
         self._update_lock = threading.Lock()
-        self._views: list[Callable[[Snapshot], None]] = []
+        self._views: list[Callable[[AgentState], None]] = []
 
-    def add_view(self, view: Callable[[Snapshot], None]) -> None:
-        """Call `view` with every new snapshot (and now with the current one)."""
+    def add_view(self, view: Callable[[AgentState], None]) -> None:
+        """Call `view` with every new state (and now with the current one)."""
         with self._update_lock:
             self._views.append(view)
-            view(self._snapshot)
+            view(self._state)
 
-    def current(self) -> Snapshot:
-        """The latest snapshot."""
-        return self._snapshot
+    def current(self) -> AgentState:
+        """The latest state."""
+        return self._state
 
-    def update(self, ran: Iterable[Ran], time: datetime | None = None) -> Snapshot:
+    def update(self, ran: Iterable[Ran], time: datetime | None = None) -> AgentState:
         """Merge fresh results; renders the views and wakes watchers when anything changed."""
         with self._update_lock:
             for item in ran:
@@ -99,17 +102,19 @@ class ReportStore:
                 self._runs[name] = self._runs.get(name, 0) + 1
                 if item.timed_out:
                     self._timeouts[name] = self._timeouts.get(name, 0) + 1
-            if self._snapshot.report is None and not self._first <= set(self._latest):
-                return self._snapshot  # the first report waits for every passive check
+            if self._state.report is None and not self._first <= set(self._latest):
+                return self._state  # the first report waits for every passive check
             order = self._order + sorted(set(self._latest) - set(self._order))
             report = NodeReport(
                 node=self.node,
                 time=time or now(),
-                checks=[self._latest[n].result for n in order if n in self._latest],
+                checks=attribute_findings(
+                    [self._latest[n].result for n in order if n in self._latest]
+                ),
             )
             sig = signature(report)
-            old = self._snapshot
-            snapshot = Snapshot(
+            old = self._state
+            state = AgentState(
                 report=report,
                 check_times={n: r.time for n, r in self._latest.items()},
                 version=old.version + 1,
@@ -119,29 +124,27 @@ class ReportStore:
                 links=old.links,
             )
             self._signature = sig
-            return self._publish(snapshot)
+            return self._publish(state)
 
-    def update_links(self, links: Iterable[LinkResult]) -> Snapshot:
+    def update_links(self, links: Iterable[LinkResult]) -> AgentState:
         """Replace the bandwidth results; renders the views (watchers are not woken)."""
         with self._update_lock:
-            snapshot = replace(
-                self._snapshot, version=self._snapshot.version + 1, links=tuple(links)
-            )
-            return self._publish(snapshot)
+            state = replace(self._state, version=self._state.version + 1, links=tuple(links))
+            return self._publish(state)
 
-    def _publish(self, snapshot: Snapshot) -> Snapshot:
+    def _publish(self, state: AgentState) -> AgentState:
         for view in self._views:
-            view(snapshot)
+            view(state)
         with self._changed:
-            self._snapshot = snapshot
+            self._state = state
             self._changed.notify_all()
-        return snapshot
+        return state
 
-    def wait_change(self, after: int, timeout: float) -> Snapshot | None:
-        """The snapshot once its `change` is past `after`; None if `timeout` passes first."""
+    def wait_change(self, after: int, timeout: float) -> AgentState | None:
+        """The state once its `change` is past `after`; None if `timeout` passes first."""
         with self._changed:
-            if self._changed.wait_for(lambda: self._snapshot.change > after, timeout):
-                return self._snapshot
+            if self._changed.wait_for(lambda: self._state.change > after, timeout):
+                return self._state
         return None
 
     def wake_all(self) -> None:

@@ -27,53 +27,57 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgpuprobe/v1/diagnostics.proto\x12\x0bgpuprobe.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaa\x01\n\nNodeReport\x12\x0c\n\x04node\x18\x01 \x01(\t\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12#\n\x06status\x18\x03 \x01(\x0e\x32\x13.gpuprobe.v1.Status\x12(\n\x06\x63hecks\x18\x04 \x03(\x0b\x32\x18.gpuprobe.v1.CheckResult\x12\x15\n\ragent_version\x18\x05 \x01(\t\"\xe4\x01\n\x0b\x43heckResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.gpuprobe.v1.Status\x12\x0f\n\x07summary\x18\x03 \x01(\t\x12\x18\n\x10\x64uration_seconds\x18\x04 \x01(\x01\x12&\n\x08\x66indings\x18\x05 \x03(\x0b\x32\x14.gpuprobe.v1.Finding\x12%\n\x04\x64\x61ta\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12(\n\x04time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x88\x01\n\x07\x46inding\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\'\n\x08severity\x18\x02 \x01(\x0e\x32\x15.gpuprobe.v1.Severity\x12\x0f\n\x07message\x18\x03 \x01(\t\x12#\n\x06\x61\x63tion\x18\x04 \x01(\x0e\x32\x13.gpuprobe.v1.Action\x12\x10\n\x08resource\x18\x05 \x01(\t\"9\n\x10GetReportRequest\x12%\n\x04view\x18\x01 \x01(\x0e\x32\x17.gpuprobe.v1.ReportView\"<\n\x11GetReportResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.gpuprobe.v1.NodeReport\"\"\n\x10RunChecksRequest\x12\x0e\n\x06\x63hecks\x18\x01 \x03(\t\"<\n\x11RunChecksResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.gpuprobe.v1.NodeReport\"\x15\n\x13WatchReportsRequest\"?\n\x14WatchReportsResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.gpuprobe.v1.NodeReport\"0\n\x14\x43learFindingsRequest\x12\x10\n\x03gpu\x18\x01 \x01(\rH\x00\x88\x01\x01\x42\x06\n\x04_gpu\"Q\n\x15\x43learFindingsResponse\x12\x0f\n\x07\x63leared\x18\x01 \x01(\r\x12\'\n\x06report\x18\x02 \x01(\x0b\x32\x17.gpuprobe.v1.NodeReport\"\xf4\x01\n\x17MeasureBandwidthRequest\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x11\n\ttransport\x18\x02 \x01(\t\x12+\n\x08\x64uration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tmax_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07streams\x18\x05 \x01(\r\x12)\n\x06warmup\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0brdma_device\x18\x07 \x01(\t\x12\x18\n\x10peer_rdma_device\x18\x08 \x01(\t\x12\r\n\x05\x66orce\x18\t \x01(\x08\"\xcb\x02\n\x18MeasureBandwidthResponse\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x11\n\ttransport\x18\x02 \x01(\t\x12\x18\n\x10\x62ytes_per_second\x18\x03 \x01(\x01\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12*\n\x07\x65lapsed\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1f\n\x17stream_bytes_per_second\x18\x06 \x03(\x01\x12\x0e\n\x06source\x18\x07 \x01(\t\x12(\n\nsender_cpu\x18\x14 \x01(\x0b\x32\x14.gpuprobe.v1.TestCpu\x12&\n\x08sink_cpu\x18\x15 \x01(\x0b\x32\x14.gpuprobe.v1.TestCpu\x12\x18\n\x10\x63pu_limited_side\x18\x16 \x01(\t\x12\x1c\n\x14\x63pu_seconds_per_gbit\x18\x17 \x01(\x01\"|\n\x07TestCpu\x12\x13\n\x0b\x63pu_seconds\x18\x01 \x01(\x01\x12\x14\n\x0cwall_seconds\x18\x02 \x01(\x01\x12\x0f\n\x07threads\x18\x03 \x01(\r\x12 \n\x18\x62usiest_thread_cpu_share\x18\x04 \x01(\x01\x12\x13\n\x0b\x63pu_limited\x18\x05 \x01(\x08\"\xe4\x01\n\x18OpenBandwidthSinkRequest\x12\x11\n\ttransport\x18\x01 \x01(\t\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tmax_bytes\x18\x03 \x01(\x04\x12\x0f\n\x07streams\x18\x04 \x01(\r\x12\x13\n\x0brdma_device\x18\x05 \x01(\t\x12\x15\n\rmessage_bytes\x18\x06 \x01(\x04\x12\x13\n\x0bqueue_pairs\x18\x07 \x01(\r\x12\x14\n\x0ctest_seconds\x18\x08 \x01(\r\x12\r\n\x05\x66orce\x18\t \x01(\x08\"t\n\x19OpenBandwidthSinkResponse\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x0e\n\x06ticket\x18\x02 \x01(\t\x12+\n\x07\x65xpires\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04node\x18\x04 \x01(\t*l\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n\tSTATUS_OK\x10\x01\x12\x12\n\x0eSTATUS_WARNING\x10\x02\x12\x13\n\x0fSTATUS_CRITICAL\x10\x03\x12\x12\n\x0eSTATUS_UNKNOWN\x10\x04*g\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x14\n\x10SEVERITY_WARNING\x10\x01\x12\x15\n\x11SEVERITY_CRITICAL\x10\x02\x12\x14\n\x10SEVERITY_UNKNOWN\x10\x03*\xf9\x01\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x41\x43TION_NONE\x10\x01\x12\x16\n\x12\x41\x43TION_RESTART_APP\x10\x02\x12\x14\n\x10\x41\x43TION_RESET_GPU\x10\x03\x12\x16\n\x12\x41\x43TION_REBOOT_NODE\x10\x04\x12\x15\n\x11\x41\x43TION_DRAIN_NODE\x10\x05\x12\x15\n\x11\x41\x43TION_FIX_CONFIG\x10\x06\x12\x1e\n\x1a\x41\x43TION_HARDWARE_INSPECTION\x10\x07\x12\x18\n\x14\x41\x43TION_CHECK_NETWORK\x10\x08\x12\x18\n\x14\x41\x43TION_CHECK_STORAGE\x10\t*X\n\nReportView\x12\x1b\n\x17REPORT_VIEW_UNSPECIFIED\x10\x00\x12\x14\n\x10REPORT_VIEW_FULL\x10\x01\x12\x17\n\x13REPORT_VIEW_SUMMARY\x10\x02\x32\x9d\x04\n\x0fNodeDiagnostics\x12J\n\tGetReport\x12\x1d.gpuprobe.v1.GetReportRequest\x1a\x1e.gpuprobe.v1.GetReportResponse\x12J\n\tRunChecks\x12\x1d.gpuprobe.v1.RunChecksRequest\x1a\x1e.gpuprobe.v1.RunChecksResponse\x12U\n\x0cWatchReports\x12 .gpuprobe.v1.WatchReportsRequest\x1a!.gpuprobe.v1.WatchReportsResponse0\x01\x12V\n\rClearFindings\x12!.gpuprobe.v1.ClearFindingsRequest\x1a\".gpuprobe.v1.ClearFindingsResponse\x12_\n\x10MeasureBandwidth\x12$.gpuprobe.v1.MeasureBandwidthRequest\x1a%.gpuprobe.v1.MeasureBandwidthResponse\x12\x62\n\x11OpenBandwidthSink\x12%.gpuprobe.v1.OpenBandwidthSinkRequest\x1a&.gpuprobe.v1.OpenBandwidthSinkResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgpuprobe/v1/diagnostics.proto\x12\x0bgpuprobe.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaa\x01\n\nNodeReport\x12\x0c\n\x04node\x18\x01 \x01(\t\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12#\n\x06status\x18\x03 \x01(\x0e\x32\x13.gpuprobe.v1.Status\x12(\n\x06\x63hecks\x18\x04 \x03(\x0b\x32\x18.gpuprobe.v1.CheckResult\x12\x15\n\ragent_version\x18\x05 \x01(\t\"\xe4\x01\n\x0b\x43heckResult\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x06status\x18\x02 \x01(\x0e\x32\x13.gpuprobe.v1.Status\x12\x0f\n\x07summary\x18\x03 \x01(\t\x12\x18\n\x10\x64uration_seconds\x18\x04 \x01(\x01\x12&\n\x08\x66indings\x18\x05 \x03(\x0b\x32\x14.gpuprobe.v1.Finding\x12%\n\x04\x64\x61ta\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12(\n\x04time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xab\x01\n\x07\x46inding\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\'\n\x08severity\x18\x02 \x01(\x0e\x32\x15.gpuprobe.v1.Severity\x12\x0f\n\x07message\x18\x03 \x01(\t\x12#\n\x06\x61\x63tion\x18\x04 \x01(\x0e\x32\x13.gpuprobe.v1.Action\x12\x10\n\x08resource\x18\x05 \x01(\t\x12!\n\x04pods\x18\x06 \x03(\x0b\x32\x13.gpuprobe.v1.PodRef\";\n\x06PodRef\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\"9\n\x10GetReportRequest\x12%\n\x04view\x18\x01 \x01(\x0e\x32\x17.gpuprobe.v1.ReportView\"<\n\x11GetReportResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.gpuprobe.v1.NodeReport\"\"\n\x10RunChecksRequest\x12\x0e\n\x06\x63hecks\x18\x01 \x03(\t\"<\n\x11RunChecksResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.gpuprobe.v1.NodeReport\"\x15\n\x13WatchReportsRequest\"?\n\x14WatchReportsResponse\x12\'\n\x06report\x18\x01 \x01(\x0b\x32\x17.gpuprobe.v1.NodeReport\"0\n\x14\x43learFindingsRequest\x12\x10\n\x03gpu\x18\x01 \x01(\rH\x00\x88\x01\x01\x42\x06\n\x04_gpu\"Q\n\x15\x43learFindingsResponse\x12\x0f\n\x07\x63leared\x18\x01 \x01(\r\x12\'\n\x06report\x18\x02 \x01(\x0b\x32\x17.gpuprobe.v1.NodeReport\"\xaa\x02\n\x17MeasureBandwidthRequest\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x11\n\ttransport\x18\x02 \x01(\t\x12+\n\x08\x64uration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tmax_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07streams\x18\x05 \x01(\r\x12)\n\x06warmup\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0brdma_device\x18\x07 \x01(\t\x12\x18\n\x10peer_rdma_device\x18\x08 \x01(\t\x12\r\n\x05\x66orce\x18\t \x01(\x08\x12\x34\n\x04sink\x18\n \x01(\x0b\x32&.gpuprobe.v1.OpenBandwidthSinkResponse\"\xf7\x02\n\x18MeasureBandwidthResponse\x12\x0c\n\x04peer\x18\x01 \x01(\t\x12\x11\n\ttransport\x18\x02 \x01(\t\x12\x18\n\x10\x62ytes_per_second\x18\x03 \x01(\x01\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12*\n\x07\x65lapsed\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1f\n\x17stream_bytes_per_second\x18\x06 \x03(\x01\x12\x0e\n\x06source\x18\x07 \x01(\t\x12*\n\x0b\x66\x61iled_side\x18\x08 \x01(\x0e\x32\x15.gpuprobe.v1.TestSide\x12(\n\nsender_cpu\x18\x14 \x01(\x0b\x32\x14.gpuprobe.v1.TestCpu\x12&\n\x08sink_cpu\x18\x15 \x01(\x0b\x32\x14.gpuprobe.v1.TestCpu\x12\x18\n\x10\x63pu_limited_side\x18\x16 \x01(\t\x12\x1c\n\x14\x63pu_seconds_per_gbit\x18\x17 \x01(\x01\"|\n\x07TestCpu\x12\x13\n\x0b\x63pu_seconds\x18\x01 \x01(\x01\x12\x14\n\x0cwall_seconds\x18\x02 \x01(\x01\x12\x0f\n\x07threads\x18\x03 \x01(\r\x12 \n\x18\x62usiest_thread_cpu_share\x18\x04 \x01(\x01\x12\x13\n\x0b\x63pu_limited\x18\x05 \x01(\x08\"\xf4\x01\n\x18OpenBandwidthSinkRequest\x12\x11\n\ttransport\x18\x01 \x01(\t\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tmax_bytes\x18\x03 \x01(\x04\x12\x0f\n\x07streams\x18\x04 \x01(\r\x12\x13\n\x0brdma_device\x18\x05 \x01(\t\x12\x15\n\rmessage_bytes\x18\x06 \x01(\x04\x12\x13\n\x0bqueue_pairs\x18\x07 \x01(\r\x12\x14\n\x0ctest_seconds\x18\x08 \x01(\r\x12\r\n\x05\x66orce\x18\t \x01(\x08\x12\x0e\n\x06sender\x18\n \x01(\t\"\xc7\x01\n\x19OpenBandwidthSinkResponse\x12\x0c\n\x04port\x18\x01 \x01(\r\x12\x0e\n\x06ticket\x18\x02 \x01(\t\x12+\n\x07\x65xpires\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x05 \x01(\t\x12\x15\n\rmessage_bytes\x18\x06 \x01(\x04\x12\x13\n\x0bqueue_pairs\x18\x07 \x01(\r\x12\x14\n\x0ctest_seconds\x18\x08 \x01(\r*l\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\r\n\tSTATUS_OK\x10\x01\x12\x12\n\x0eSTATUS_WARNING\x10\x02\x12\x13\n\x0fSTATUS_CRITICAL\x10\x03\x12\x12\n\x0eSTATUS_UNKNOWN\x10\x04*g\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x14\n\x10SEVERITY_WARNING\x10\x01\x12\x15\n\x11SEVERITY_CRITICAL\x10\x02\x12\x14\n\x10SEVERITY_UNKNOWN\x10\x03*\xf9\x01\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x41\x43TION_NONE\x10\x01\x12\x16\n\x12\x41\x43TION_RESTART_APP\x10\x02\x12\x14\n\x10\x41\x43TION_RESET_GPU\x10\x03\x12\x16\n\x12\x41\x43TION_REBOOT_NODE\x10\x04\x12\x15\n\x11\x41\x43TION_DRAIN_NODE\x10\x05\x12\x15\n\x11\x41\x43TION_FIX_CONFIG\x10\x06\x12\x1e\n\x1a\x41\x43TION_HARDWARE_INSPECTION\x10\x07\x12\x18\n\x14\x41\x43TION_CHECK_NETWORK\x10\x08\x12\x18\n\x14\x41\x43TION_CHECK_STORAGE\x10\t*X\n\nReportView\x12\x1b\n\x17REPORT_VIEW_UNSPECIFIED\x10\x00\x12\x14\n\x10REPORT_VIEW_FULL\x10\x01\x12\x17\n\x13REPORT_VIEW_SUMMARY\x10\x02*O\n\x08TestSide\x12\x19\n\x15TEST_SIDE_UNSPECIFIED\x10\x00\x12\x14\n\x10TEST_SIDE_SOURCE\x10\x01\x12\x12\n\x0eTEST_SIDE_PEER\x10\x02\x32\x9d\x04\n\x0fNodeDiagnostics\x12J\n\tGetReport\x12\x1d.gpuprobe.v1.GetReportRequest\x1a\x1e.gpuprobe.v1.GetReportResponse\x12J\n\tRunChecks\x12\x1d.gpuprobe.v1.RunChecksRequest\x1a\x1e.gpuprobe.v1.RunChecksResponse\x12U\n\x0cWatchReports\x12 .gpuprobe.v1.WatchReportsRequest\x1a!.gpuprobe.v1.WatchReportsResponse0\x01\x12V\n\rClearFindings\x12!.gpuprobe.v1.ClearFindingsRequest\x1a\".gpuprobe.v1.ClearFindingsResponse\x12_\n\x10MeasureBandwidth\x12$.gpuprobe.v1.MeasureBandwidthRequest\x1a%.gpuprobe.v1.MeasureBandwidthResponse\x12\x62\n\x11OpenBandwidthSink\x12%.gpuprobe.v1.OpenBandwidthSinkRequest\x1a&.gpuprobe.v1.OpenBandwidthSinkResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpuprobe.v1.diagnostics_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUS']._serialized_start=2180
-  _globals['_STATUS']._serialized_end=2288
-  _globals['_SEVERITY']._serialized_start=2290
-  _globals['_SEVERITY']._serialized_end=2393
-  _globals['_ACTION']._serialized_start=2396
-  _globals['_ACTION']._serialized_end=2645
-  _globals['_REPORTVIEW']._serialized_start=2647
-  _globals['_REPORTVIEW']._serialized_end=2735
+  _globals['_STATUS']._serialized_start=2474
+  _globals['_STATUS']._serialized_end=2582
+  _globals['_SEVERITY']._serialized_start=2584
+  _globals['_SEVERITY']._serialized_end=2687
+  _globals['_ACTION']._serialized_start=2690
+  _globals['_ACTION']._serialized_end=2939
+  _globals['_REPORTVIEW']._serialized_start=2941
+  _globals['_REPORTVIEW']._serialized_end=3029
+  _globals['_TESTSIDE']._serialized_start=3031
+  _globals['_TESTSIDE']._serialized_end=3110
   _globals['_NODEREPORT']._serialized_start=142
   _globals['_NODEREPORT']._serialized_end=312
   _globals['_CHECKRESULT']._serialized_start=315
   _globals['_CHECKRESULT']._serialized_end=543
   _globals['_FINDING']._serialized_start=546
-  _globals['_FINDING']._serialized_end=682
-  _globals['_GETREPORTREQUEST']._serialized_start=684
-  _globals['_GETREPORTREQUEST']._serialized_end=741
-  _globals['_GETREPORTRESPONSE']._serialized_start=743
-  _globals['_GETREPORTRESPONSE']._serialized_end=803
-  _globals['_RUNCHECKSREQUEST']._serialized_start=805
-  _globals['_RUNCHECKSREQUEST']._serialized_end=839
-  _globals['_RUNCHECKSRESPONSE']._serialized_start=841
-  _globals['_RUNCHECKSRESPONSE']._serialized_end=901
-  _globals['_WATCHREPORTSREQUEST']._serialized_start=903
-  _globals['_WATCHREPORTSREQUEST']._serialized_end=924
-  _globals['_WATCHREPORTSRESPONSE']._serialized_start=926
-  _globals['_WATCHREPORTSRESPONSE']._serialized_end=989
-  _globals['_CLEARFINDINGSREQUEST']._serialized_start=991
-  _globals['_CLEARFINDINGSREQUEST']._serialized_end=1039
-  _globals['_CLEARFINDINGSRESPONSE']._serialized_start=1041
-  _globals['_CLEARFINDINGSRESPONSE']._serialized_end=1122
-  _globals['_MEASUREBANDWIDTHREQUEST']._serialized_start=1125
-  _globals['_MEASUREBANDWIDTHREQUEST']._serialized_end=1369
-  _globals['_MEASUREBANDWIDTHRESPONSE']._serialized_start=1372
-  _globals['_MEASUREBANDWIDTHRESPONSE']._serialized_end=1703
-  _globals['_TESTCPU']._serialized_start=1705
-  _globals['_TESTCPU']._serialized_end=1829
-  _globals['_OPENBANDWIDTHSINKREQUEST']._serialized_start=1832
-  _globals['_OPENBANDWIDTHSINKREQUEST']._serialized_end=2060
-  _globals['_OPENBANDWIDTHSINKRESPONSE']._serialized_start=2062
-  _globals['_OPENBANDWIDTHSINKRESPONSE']._serialized_end=2178
-  _globals['_NODEDIAGNOSTICS']._serialized_start=2738
-  _globals['_NODEDIAGNOSTICS']._serialized_end=3279
+  _globals['_FINDING']._serialized_end=717
+  _globals['_PODREF']._serialized_start=719
+  _globals['_PODREF']._serialized_end=778
+  _globals['_GETREPORTREQUEST']._serialized_start=780
+  _globals['_GETREPORTREQUEST']._serialized_end=837
+  _globals['_GETREPORTRESPONSE']._serialized_start=839
+  _globals['_GETREPORTRESPONSE']._serialized_end=899
+  _globals['_RUNCHECKSREQUEST']._serialized_start=901
+  _globals['_RUNCHECKSREQUEST']._serialized_end=935
+  _globals['_RUNCHECKSRESPONSE']._serialized_start=937
+  _globals['_RUNCHECKSRESPONSE']._serialized_end=997
+  _globals['_WATCHREPORTSREQUEST']._serialized_start=999
+  _globals['_WATCHREPORTSREQUEST']._serialized_end=1020
+  _globals['_WATCHREPORTSRESPONSE']._serialized_start=1022
+  _globals['_WATCHREPORTSRESPONSE']._serialized_end=1085
+  _globals['_CLEARFINDINGSREQUEST']._serialized_start=1087
+  _globals['_CLEARFINDINGSREQUEST']._serialized_end=1135
+  _globals['_CLEARFINDINGSRESPONSE']._serialized_start=1137
+  _globals['_CLEARFINDINGSRESPONSE']._serialized_end=1218
+  _globals['_MEASUREBANDWIDTHREQUEST']._serialized_start=1221
+  _globals['_MEASUREBANDWIDTHREQUEST']._serialized_end=1519
+  _globals['_MEASUREBANDWIDTHRESPONSE']._serialized_start=1522
+  _globals['_MEASUREBANDWIDTHRESPONSE']._serialized_end=1897
+  _globals['_TESTCPU']._serialized_start=1899
+  _globals['_TESTCPU']._serialized_end=2023
+  _globals['_OPENBANDWIDTHSINKREQUEST']._serialized_start=2026
+  _globals['_OPENBANDWIDTHSINKREQUEST']._serialized_end=2270
+  _globals['_OPENBANDWIDTHSINKRESPONSE']._serialized_start=2273
+  _globals['_OPENBANDWIDTHSINKRESPONSE']._serialized_end=2472
+  _globals['_NODEDIAGNOSTICS']._serialized_start=3113
+  _globals['_NODEDIAGNOSTICS']._serialized_end=3654
 # @@protoc_insertion_point(module_scope)

@@ -45,6 +45,12 @@ class ReportView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPORT_VIEW_UNSPECIFIED: _ClassVar[ReportView]
     REPORT_VIEW_FULL: _ClassVar[ReportView]
     REPORT_VIEW_SUMMARY: _ClassVar[ReportView]
+
+class TestSide(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TEST_SIDE_UNSPECIFIED: _ClassVar[TestSide]
+    TEST_SIDE_SOURCE: _ClassVar[TestSide]
+    TEST_SIDE_PEER: _ClassVar[TestSide]
 STATUS_UNSPECIFIED: Status
 STATUS_OK: Status
 STATUS_WARNING: Status
@@ -67,6 +73,9 @@ ACTION_CHECK_STORAGE: Action
 REPORT_VIEW_UNSPECIFIED: ReportView
 REPORT_VIEW_FULL: ReportView
 REPORT_VIEW_SUMMARY: ReportView
+TEST_SIDE_UNSPECIFIED: TestSide
+TEST_SIDE_SOURCE: TestSide
+TEST_SIDE_PEER: TestSide
 
 class NodeReport(_message.Message):
     __slots__ = ("node", "time", "status", "checks", "agent_version")
@@ -101,18 +110,30 @@ class CheckResult(_message.Message):
     def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., summary: _Optional[str] = ..., duration_seconds: _Optional[float] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Finding(_message.Message):
-    __slots__ = ("code", "severity", "message", "action", "resource")
+    __slots__ = ("code", "severity", "message", "action", "resource", "pods")
     CODE_FIELD_NUMBER: _ClassVar[int]
     SEVERITY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
     code: str
     severity: Severity
     message: str
     action: Action
     resource: str
-    def __init__(self, code: _Optional[str] = ..., severity: _Optional[_Union[Severity, str]] = ..., message: _Optional[str] = ..., action: _Optional[_Union[Action, str]] = ..., resource: _Optional[str] = ...) -> None: ...
+    pods: _containers.RepeatedCompositeFieldContainer[PodRef]
+    def __init__(self, code: _Optional[str] = ..., severity: _Optional[_Union[Severity, str]] = ..., message: _Optional[str] = ..., action: _Optional[_Union[Action, str]] = ..., resource: _Optional[str] = ..., pods: _Optional[_Iterable[_Union[PodRef, _Mapping]]] = ...) -> None: ...
+
+class PodRef(_message.Message):
+    __slots__ = ("namespace", "pod", "container")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    pod: str
+    container: str
+    def __init__(self, namespace: _Optional[str] = ..., pod: _Optional[str] = ..., container: _Optional[str] = ...) -> None: ...
 
 class GetReportRequest(_message.Message):
     __slots__ = ("view",)
@@ -163,7 +184,7 @@ class ClearFindingsResponse(_message.Message):
     def __init__(self, cleared: _Optional[int] = ..., report: _Optional[_Union[NodeReport, _Mapping]] = ...) -> None: ...
 
 class MeasureBandwidthRequest(_message.Message):
-    __slots__ = ("peer", "transport", "duration", "max_bytes", "streams", "warmup", "rdma_device", "peer_rdma_device", "force")
+    __slots__ = ("peer", "transport", "duration", "max_bytes", "streams", "warmup", "rdma_device", "peer_rdma_device", "force", "sink")
     PEER_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +194,7 @@ class MeasureBandwidthRequest(_message.Message):
     RDMA_DEVICE_FIELD_NUMBER: _ClassVar[int]
     PEER_RDMA_DEVICE_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    SINK_FIELD_NUMBER: _ClassVar[int]
     peer: str
     transport: str
     duration: _duration_pb2.Duration
@@ -182,10 +204,11 @@ class MeasureBandwidthRequest(_message.Message):
     rdma_device: str
     peer_rdma_device: str
     force: bool
-    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., streams: _Optional[int] = ..., warmup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., rdma_device: _Optional[str] = ..., peer_rdma_device: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+    sink: OpenBandwidthSinkResponse
+    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., streams: _Optional[int] = ..., warmup: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., rdma_device: _Optional[str] = ..., peer_rdma_device: _Optional[str] = ..., force: _Optional[bool] = ..., sink: _Optional[_Union[OpenBandwidthSinkResponse, _Mapping]] = ...) -> None: ...
 
 class MeasureBandwidthResponse(_message.Message):
-    __slots__ = ("peer", "transport", "bytes_per_second", "bytes", "elapsed", "stream_bytes_per_second", "source", "sender_cpu", "sink_cpu", "cpu_limited_side", "cpu_seconds_per_gbit")
+    __slots__ = ("peer", "transport", "bytes_per_second", "bytes", "elapsed", "stream_bytes_per_second", "source", "failed_side", "sender_cpu", "sink_cpu", "cpu_limited_side", "cpu_seconds_per_gbit")
     PEER_FIELD_NUMBER: _ClassVar[int]
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +216,7 @@ class MeasureBandwidthResponse(_message.Message):
     ELAPSED_FIELD_NUMBER: _ClassVar[int]
     STREAM_BYTES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_SIDE_FIELD_NUMBER: _ClassVar[int]
     SENDER_CPU_FIELD_NUMBER: _ClassVar[int]
     SINK_CPU_FIELD_NUMBER: _ClassVar[int]
     CPU_LIMITED_SIDE_FIELD_NUMBER: _ClassVar[int]
@@ -204,11 +228,12 @@ class MeasureBandwidthResponse(_message.Message):
     elapsed: _duration_pb2.Duration
     stream_bytes_per_second: _containers.RepeatedScalarFieldContainer[float]
     source: str
+    failed_side: TestSide
     sender_cpu: TestCpu
     sink_cpu: TestCpu
     cpu_limited_side: str
     cpu_seconds_per_gbit: float
-    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., bytes_per_second: _Optional[float] = ..., bytes: _Optional[int] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stream_bytes_per_second: _Optional[_Iterable[float]] = ..., source: _Optional[str] = ..., sender_cpu: _Optional[_Union[TestCpu, _Mapping]] = ..., sink_cpu: _Optional[_Union[TestCpu, _Mapping]] = ..., cpu_limited_side: _Optional[str] = ..., cpu_seconds_per_gbit: _Optional[float] = ...) -> None: ...
+    def __init__(self, peer: _Optional[str] = ..., transport: _Optional[str] = ..., bytes_per_second: _Optional[float] = ..., bytes: _Optional[int] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stream_bytes_per_second: _Optional[_Iterable[float]] = ..., source: _Optional[str] = ..., failed_side: _Optional[_Union[TestSide, str]] = ..., sender_cpu: _Optional[_Union[TestCpu, _Mapping]] = ..., sink_cpu: _Optional[_Union[TestCpu, _Mapping]] = ..., cpu_limited_side: _Optional[str] = ..., cpu_seconds_per_gbit: _Optional[float] = ...) -> None: ...
 
 class TestCpu(_message.Message):
     __slots__ = ("cpu_seconds", "wall_seconds", "threads", "busiest_thread_cpu_share", "cpu_limited")
@@ -225,7 +250,7 @@ class TestCpu(_message.Message):
     def __init__(self, cpu_seconds: _Optional[float] = ..., wall_seconds: _Optional[float] = ..., threads: _Optional[int] = ..., busiest_thread_cpu_share: _Optional[float] = ..., cpu_limited: _Optional[bool] = ...) -> None: ...
 
 class OpenBandwidthSinkRequest(_message.Message):
-    __slots__ = ("transport", "duration", "max_bytes", "streams", "rdma_device", "message_bytes", "queue_pairs", "test_seconds", "force")
+    __slots__ = ("transport", "duration", "max_bytes", "streams", "rdma_device", "message_bytes", "queue_pairs", "test_seconds", "force", "sender")
     TRANSPORT_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +260,7 @@ class OpenBandwidthSinkRequest(_message.Message):
     QUEUE_PAIRS_FIELD_NUMBER: _ClassVar[int]
     TEST_SECONDS_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
     transport: str
     duration: _duration_pb2.Duration
     max_bytes: int
@@ -244,16 +270,25 @@ class OpenBandwidthSinkRequest(_message.Message):
     queue_pairs: int
     test_seconds: int
     force: bool
-    def __init__(self, transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., streams: _Optional[int] = ..., rdma_device: _Optional[str] = ..., message_bytes: _Optional[int] = ..., queue_pairs: _Optional[int] = ..., test_seconds: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
+    sender: str
+    def __init__(self, transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., streams: _Optional[int] = ..., rdma_device: _Optional[str] = ..., message_bytes: _Optional[int] = ..., queue_pairs: _Optional[int] = ..., test_seconds: _Optional[int] = ..., force: _Optional[bool] = ..., sender: _Optional[str] = ...) -> None: ...
 
 class OpenBandwidthSinkResponse(_message.Message):
-    __slots__ = ("port", "ticket", "expires", "node")
+    __slots__ = ("port", "ticket", "expires", "node", "address", "message_bytes", "queue_pairs", "test_seconds")
     PORT_FIELD_NUMBER: _ClassVar[int]
     TICKET_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_PAIRS_FIELD_NUMBER: _ClassVar[int]
+    TEST_SECONDS_FIELD_NUMBER: _ClassVar[int]
     port: int
     ticket: str
     expires: _timestamp_pb2.Timestamp
     node: str
-    def __init__(self, port: _Optional[int] = ..., ticket: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node: _Optional[str] = ...) -> None: ...
+    address: str
+    message_bytes: int
+    queue_pairs: int
+    test_seconds: int
+    def __init__(self, port: _Optional[int] = ..., ticket: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node: _Optional[str] = ..., address: _Optional[str] = ..., message_bytes: _Optional[int] = ..., queue_pairs: _Optional[int] = ..., test_seconds: _Optional[int] = ...) -> None: ...

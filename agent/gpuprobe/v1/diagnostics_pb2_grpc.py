@@ -108,9 +108,11 @@ class NodeDiagnosticsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def MeasureBandwidth(self, request, context):
-        """MeasureBandwidth makes this agent measure its bandwidth toward a peer agent: it asks the
-        peer for a sink (OpenBandwidthSink, with this agent's own credentials), sends to it, and
-        returns what the peer received. The agent remembers its latest result per peer and
+        """MeasureBandwidth makes this agent measure its bandwidth toward a peer agent: it sends to
+        the sink the caller opened on the peer (`sink`), or, over TLS only, asks the peer for one
+        itself (OpenBandwidthSink, with this agent's own credentials), and returns what the peer
+        received. One test at a time: a call while another runs fails at once with
+        RESOURCE_EXHAUSTED. The agent remembers its latest result per peer and
         transport (the metric gpuprobe_peer_bandwidth_bytes_per_second). Fails with
         FAILED_PRECONDITION when the test cannot run here (GPU processes active unless forced,
         no perftest or RDMA device), UNAVAILABLE when the peer cannot be reached or tested.
@@ -125,7 +127,8 @@ class NodeDiagnosticsServicer:
         random port that accepts only the caller's address, only with the returned single-use
         ticket (TCP), and closes at its time and byte bounds, used or not. For RDMA it starts an
         ib_write_bw server on that port for the test's duration. Fails with FAILED_PRECONDITION
-        when GPU processes are active here (unless forced) or the transport cannot run here.
+        when GPU processes are active here (unless forced) or the transport cannot run here,
+        RESOURCE_EXHAUSTED when as many sinks as this agent allows are open.
         Needs a token or a client certificate.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -22,19 +22,39 @@ boot. What the findings say is in `findings`.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any, NotRequired, TypedDict, cast
 
+from gpuprobe.checks.record import Check
+from gpuprobe.checks.xid import aer, sxid
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.clearing import clear
 from gpuprobe.checks.xid.findings import finding, summary
-from gpuprobe.checks.xid.model import NAME
+from gpuprobe.checks.xid.model import NAME, EventEntry, XidEntry
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import save_sticky, state_dir
-from gpuprobe.config import Config
+from gpuprobe.checks.xid.policy import driver_version, explain
+from gpuprobe.config import Config, XidConfig
+from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
 
-__all__ = ["NAME", "clear", "run", "state_dir"]
+__all__ = ["CHECK", "NAME", "XidData", "clear", "explain_policy", "run", "state_dir"]
+
+
+class XidData(TypedDict):
+    """The check's data (docs/checks.md, check `xid`)."""
+
+    xids: list[XidEntry]
+    events: list[EventEntry]
+    sxids: list[dict[str, Any]]  # NVSwitch SXids, as `sxid` gives them
+    pcie_aer: list[dict[str, Any]]  # the PCIe AER devices read, as `aer` gives them
+    policy: dict[str, Any]  # the effective xid.policy
+    boot_id: str | None
+    sources: dict[str, Any]
+    state_file: str | None
+    state_error: NotRequired[str | None]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -43,14 +63,73 @@ def run(host: Host, config: Config) -> CheckResult:
     with xid_state.LOCK:
         seen = observe(host, config, directory)
         persist_error = save_sticky(host, seen, directory)
+        memory = host.memory.of(NAME)
+        now = seen.now or datetime.fromtimestamp(host.clock.wall(), UTC)
+        switches = sxid.gather(seen, config)
+        sxid.judge(switches, seen.cleared, memory, config, now)
+        aer_findings, aer_data = aer.read(host, config, seen.gpus, memory, now)
     active = [x for x in seen.xids if x.active]
-    data: dict[str, Any] = {
+    gpus = sorted({g.index for g in seen.gpus.values() if g.index is not None})
+    findings = [finding(x) for x in active]
+    findings += [sxid.finding(e, gpus) for e in switches if e.active]
+    findings += aer_findings
+    data: XidData = {
         "xids": [x.to_data() for x in seen.xids if x.is_xid],
         "events": [x.to_event_data() for x in seen.xids if not x.is_xid],
+        "sxids": [e.to_data(gpus) for e in switches],
+        "pcie_aer": aer_data,
+        "policy": _policy_data(config, seen.driver),
         "boot_id": seen.boot_id,
         "sources": seen.sources,
         "state_file": str(xid_state.state_path(directory)) if directory else None,
     }
     if seen.state_error or persist_error:
         data["state_error"] = seen.state_error or persist_error
-    return CheckResult(NAME, summary(seen.xids, active), [finding(x) for x in active], data)
+    text = summary(seen.xids, active)
+    others = len(findings) - len(active)
+    if others:
+        text += f"; {others} NVSwitch / PCIe AER finding{'s' if others != 1 else ''}"
+    return CheckResult(NAME, text, findings, data)
+
+
+def _policy_data(config: Config, driver: str | None) -> dict[str, Any]:
+    """The effective policy in the report: the catalog, the overrides in force for this
+    driver and those it rules out (the whole table: `gpuprobe check --explain-policy`)."""
+    explained = explain(config, driver)
+    return {
+        "catalog": explained["catalog"],
+        "driver_version": driver,
+        "overrides": explained["overrides"],
+        "overrides_not_for_this_driver": explained["overrides_not_for_this_driver"],
+    }
+
+
+def explain_policy(host: Host, config: Config) -> dict[str, Any]:
+    """The whole effective policy for this host's driver (`check --explain-policy`)."""
+    return explain(config, driver_version(host))
+
+
+def metric_families(data: XidData) -> Iterator[Family]:
+    """`gpuprobe_gpu_xid_errors_total` from the check's data."""
+    # `data[key] if key in data`, not `.get`: mypy holds an index to the TypedDict's keys.
+    records: object = data["xids"] if "xids" in data else None
+    if not isinstance(records, list):
+        return
+    xids = Family(
+        "gpuprobe_gpu_xid_errors",
+        "XID errors seen per GPU and XID since the agent started or they were cleared",
+        (*GPU_LABELS, "xid"),
+        counter=True,
+    )
+    for entry in mappings(records):
+        record = cast(XidEntry, entry)  # its values still held to numbers: a report from elsewhere
+        xid = number(record["xid"] if "xid" in record else None)
+        count = number(record["count"] if "count" in record else None)
+        gpu = number(record["gpu"] if "gpu" in record else None)
+        if xid is None or count is None or gpu is None:
+            continue
+        xids.add([*gpu_labels(record, "gpu"), str(int(xid))], count)
+    yield xids
+
+
+CHECK: Check[XidData] = Check(NAME, run, section=XidConfig, metrics=metric_families)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from gpuprobe.checks.xid import state as xid_state
+from gpuprobe.checks.xid import sxid
 from gpuprobe.checks.xid.model import NAME
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import state_dir
@@ -11,7 +14,8 @@ from gpuprobe.host import Host
 
 
 def clear(host: Host, config: Config, gpu: int | None = None) -> int:
-    """Clear the sticky (critical) XIDs reported now, on one GPU index or all; returns how many.
+    """Clear the sticky (critical) XIDs reported now, on one GPU index or all (and, clearing
+    all, the critical SXids of the NVSwitches); returns how many.
 
     The clearing is saved in the state file, so it holds for later runs, other processes and
     agent restarts, until an XID grows again or the node reboots. Raises StateError (one
@@ -32,6 +36,15 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
         if state.boot_id != seen.boot_id:
             state = xid_state.XidState(seen.boot_id)
         marks = {x.key: {"count": x.count, "last_seen": x.last_seen} for x in targets}
+        if gpu is None:
+            now = seen.now or datetime.fromtimestamp(host.clock.wall(), UTC)
+            switches = sxid.gather(seen, config)
+            sxid.judge(switches, seen.cleared, host.memory.of(NAME), config, now)
+            marks |= {
+                e.key: {"count": e.count, "last_seen": e.last_seen}
+                for e in switches
+                if e.active and e.info.critical
+            }
         state.cleared.update(marks)
         for key in marks:
             state.sticky.pop(key, None)
@@ -41,4 +54,4 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
         memory.setdefault("cleared", {}).update(marks)
         for key in marks:
             memory.setdefault("sticky", {}).pop(key, None)
-        return len(targets)
+        return len(marks)

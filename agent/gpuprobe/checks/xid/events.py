@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from gpuprobe.checks.xid.model import XID_EVENT, Gpu, Seen, later, time_text
+from gpuprobe.checks.xid.model import MAX_TIMES, XID_EVENT, Gpu, Seen, later, time_text
 from gpuprobe.gpu import nvml_events
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
@@ -49,7 +49,9 @@ def drain(
                             continue
                         x = Seen(gpu, 0, 1, stamp, "nvml-event", said, event=event.type)
                     old = events.get(x.key)
+                    x.times = [stamp]
                     if old is not None:
+                        x.times = [*(old.get("times") or []), stamp][-MAX_TIMES:]
                         x.count += int(old.get("count", 0))
                         x.last_seen = later(old.get("last_seen"), x.last_seen)
                         x.message = x.message or str(old.get("message") or "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gpuprobe.checks.xid.model import Seen
+from gpuprobe.checks.xid.model import XIDLESS, Seen
 from gpuprobe.gpu.nvml_events import EventInfo
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
@@ -33,7 +33,7 @@ def finding(x: Seen) -> Finding:
     times = f"{x.count} time{'s' if x.count != 1 else ''}"
     last = f", last at {x.last_seen}" if x.last_seen else ""
     sticky = (
-        " (reported until the node reboots or `gpuprobe clear-xid` clears it)"
+        " (reported until a reboot or a reset is seen, or `gpuprobe clear-xid` clears it)"
         if info.critical
         else ""
     )
@@ -51,11 +51,13 @@ def finding(x: Seen) -> Finding:
             resource,
         )
     said = f' ("{_short(x.message)}")' if x.message else ""
+    how = " (logged without an Xid number)" if x.source == XIDLESS else ""
+    rule = f" [{x.override.label}]" if x.override is not None else ""
     return Finding(
         "XID",
         info.severity,
-        f"{where}: Xid {x.xid}, {info.description}, seen {times} this boot{last}{said}: "
-        f"{_advice(info, x.gpu.index, x.message)}{sticky}",
+        f"{where}: Xid {x.xid}{how}, {info.description}, seen {times} this boot{last}{said}: "
+        f"{_advice(info, x.gpu.index, x.message)}{sticky}{rule}",
         info.action,
         resource,
     )
@@ -87,6 +89,9 @@ def _advice(info: XidInfo, index: int | None, message: str) -> str:
         ),
         Action.REBOOT_NODE: "drain and reboot the node; inspect the GPU if it happens again",
         Action.DRAIN_NODE: "drain the node's peer-to-peer (NVLink) work, as the driver asks",
+        Action.HARDWARE_INSPECTION: "have the GPU and its seating, power and cooling inspected; "
+        "contact support if it repeats",
+        Action.FIX_CONFIG: "fix the driver, firmware or GPU configuration the catalog names",
         Action.NONE: "informational: nothing to do unless it repeats",
     }.get(info.action, "see NVIDIA's Xid catalog")
 

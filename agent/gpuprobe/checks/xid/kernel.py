@@ -11,7 +11,8 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from gpuprobe.checks.xid.model import Gpu, Seen, later
+from gpuprobe.checks.xid.model import MAX_TIMES, XIDLESS, Gpu, Seen, later
+from gpuprobe.checks.xid.recovery import reset_logged
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.host import Host
@@ -27,8 +28,11 @@ def read(
     pci_order: list[str],
     sources: dict[str, Any],
     now: datetime,
+    sxids: list[tuple[kernel_log.SxidLine, int]] | None = None,
+    resets: dict[str, str] | None = None,
 ) -> list[Seen]:
-    """The current boot's XIDs in the kernel log files, one line counted once across logs."""
+    """The current boot's XIDs in the kernel log files, one line counted once across logs;
+    the SXid lines (with how often each was logged) are added to `sxids`."""
     boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
     streams: dict[str, list[str]] = {}
     for path in config.xid.kernel_logs:
@@ -37,6 +41,7 @@ def read(
     # kern.log and syslog hold the same kernel lines: a line counts as often as the one log
     # that holds it most often (identical lines within one log are separate XIDs).
     lines: dict[str, tuple[kernel_log.XidLine, int]] = {}
+    switch_lines: dict[str, tuple[kernel_log.SxidLine, int]] = {}
     uuids: dict[str, str] = {}
     for paths in streams.values():
         texts = []
@@ -50,22 +55,49 @@ def read(
         for line in found.xids:
             if counted[line.line] > lines.get(line.line, (line, 0))[1]:
                 lines[line.line] = (line, counted[line.line])
+        counted_sxids = Counter(s.line for s in found.sxids)
+        for sxid in found.sxids:
+            if counted_sxids[sxid.line] > switch_lines.get(sxid.line, (sxid, 0))[1]:
+                switch_lines[sxid.line] = (sxid, counted_sxids[sxid.line])
         uuids.update(found.uuids)
     sources["kernel_logs"] = opened
+    if sxids is not None:
+        sxids.extend(switch_lines.values())
+    if resets is not None:
+        resets.update(reset_logged([line for line, _ in lines.values()]))
     seen: dict[str, Seen] = {}
     for line, times in lines.values():
         gpu = _gpu_at(line.pci, gpus, pci_order, uuids)
         stamp = format_time(line.time) if line.time else None
-        x = Seen(gpu, line.xid, times, stamp, "kernel-log", line.message)
+        source = "kernel-log" if line.logged_xid else XIDLESS
+        x = Seen(gpu, line.xid, times, stamp, source, line.message)
+        x.times = [stamp] * times if stamp else []
         old = seen.get(x.key)
         if old is not None:
             old.count += times
-            if later(old.last_seen, x.last_seen) == x.last_seen:  # log order breaks ties
+            old.times = sorted(old.times + x.times)[-MAX_TIMES:]
+            if _outranks(x, old):
                 old.message = x.message or old.message
             old.last_seen = later(old.last_seen, x.last_seen)
         else:
             seen[x.key] = x
     return list(seen.values())
+
+
+def _outranks(new: Seen, old: Seen) -> bool:
+    """Whether a sighting's message should speak for its XID: a more severe one (an NVLink5
+    XID's Fatal line over a Nonfatal one of the same number), else the later (log order breaks
+    ties)."""
+    new_rank, old_rank = _rank(new), _rank(old)
+    if new_rank != old_rank:
+        return new_rank > old_rank
+    return later(old.last_seen, new.last_seen) == new.last_seen
+
+
+def _rank(x: Seen) -> int:
+    # Only an NVLink5 XID's lines differ in kind under one number (Fatal and Nonfatal units);
+    # others (an Xid 154 moving back to None) speak by their latest line.
+    return 1 if 144 <= x.xid <= 150 and x.info.critical else 0
 
 
 def _tail(host: Host, path: str, max_bytes: int) -> str | None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
+from gpuprobe.checks.xid.policy import Override, apply_xid
 from gpuprobe.checks.xid.state import XidState
-from gpuprobe.gpu import nvml_events
+from gpuprobe.gpu import nvlink5, nvml_events
+from gpuprobe.gpu.kernel_log import SxidLine
 from gpuprobe.gpu.nvml_events import EventInfo
 from gpuprobe.gpu.xid_catalog import XidInfo, classify
 from gpuprobe.report import format_time
@@ -17,6 +19,62 @@ from gpuprobe.report import format_time
 NAME = "xid"
 # The event type of an XID, whichever source saw it.
 XID_EVENT = "XidCriticalError"
+# The source of a fault the driver logged without an XID number (read as the XID NVIDIA files
+# it under: a GPU fallen off the bus as 79, RmInitAdapter failed as 143).
+XIDLESS = "kernel-log (no Xid number)"
+# How many sighting times an entry keeps (for `xid.policy` count windows).
+MAX_TIMES = 256
+
+
+class XidPolicy(TypedDict, total=False):
+    """What `xid.policy` and self-clearing did to an XID (only what applies)."""
+
+    policy: str
+    ignored: bool
+    below_threshold: bool
+    recovered: str
+
+
+class XidNvlink5(TypedDict, total=False):
+    """The NVLink5 decode of an Xid 144-150's message, when it carries one."""
+
+    nvlink5: dict[str, Any]
+
+
+class XidEntry(XidPolicy, XidNvlink5):
+    """One XID in the check's `data.xids` (docs/checks.md, check `xid`)."""
+
+    gpu: int | None
+    uuid: str
+    xid: int
+    count: int
+    last_seen: str | None
+    severity: str
+    action: str
+    description: str
+    source: str
+    pci_bus_id: str | None
+    message: str
+    active: bool
+    cleared: bool
+
+
+class EventEntry(TypedDict):
+    """One critical NVML event other than an XID in the check's `data.events`."""
+
+    gpu: int | None
+    uuid: str
+    pci_bus_id: str | None
+    type: str
+    code: str
+    count: int
+    last_seen: str | None
+    severity: str
+    action: str
+    description: str
+    recovery_action: str | None
+    active: bool
+    cleared: bool
 
 
 @dataclass(frozen=True)
@@ -48,6 +106,16 @@ class Seen:
     active: bool = True
     cleared: bool = False
     event: str = XID_EVENT
+    # When each sighting was (RFC 3339, oldest first, the last MAX_TIMES; a count window of
+    # `xid.policy` counts them).
+    times: list[str] = field(default_factory=list)
+    # The `xid.policy` rule deciding for this XID, and what it did: ignored, or held back
+    # below its count.
+    override: Override | None = None
+    ignored: bool = False
+    held: bool = False
+    # How it cleared itself, when it did (docs/checks.md, "Faults that clear themselves").
+    recovered: str | None = None
 
     @property
     def is_xid(self) -> bool:
@@ -64,7 +132,7 @@ class Seen:
     def info(self) -> XidInfo | EventInfo:
         """The catalog's verdict on this XID, or the verdict on the event type."""
         if self.is_xid:
-            return classify(self.xid, self.message)
+            return apply_xid(classify(self.xid, self.message), self.override)
         verdict = nvml_events.info(self.event, self.message)
         if verdict is None:  # an entry that no run of this version wrote
             raise ValueError(f"no verdict on NVML event type {self.event}")
@@ -82,6 +150,7 @@ class Seen:
             "source": self.source,
             "message": self.message,
             "event": self.event,
+            "times": self.times[-MAX_TIMES:],
         }
 
     @classmethod
@@ -106,11 +175,12 @@ class Seen:
                 str(entry.get("source") or "kernel-log"),
                 str(entry.get("message") or ""),
                 event=event,
+                times=[t for t in (time_text(v) for v in entry.get("times") or []) if t],
             )
         except (KeyError, TypeError, ValueError):
             return None
 
-    def to_data(self) -> dict[str, Any]:
+    def to_data(self) -> XidEntry:
         """The XID as an entry of the check's `data.xids`."""
         info = self.info
         return {
@@ -127,9 +197,29 @@ class Seen:
             "message": self.message,
             "active": self.active,
             "cleared": self.cleared,
+            **self._policy_data(),
+            **self._nvlink5_data(),
         }
 
-    def to_event_data(self) -> dict[str, Any]:
+    def _policy_data(self) -> XidPolicy:
+        """What `xid.policy` and self-clearing did to this entry (only what applies)."""
+        data: XidPolicy = {}
+        if self.override is not None:
+            data["policy"] = self.override.label
+        if self.ignored:
+            data["ignored"] = True
+        if self.held:
+            data["below_threshold"] = True
+        if self.recovered:
+            data["recovered"] = self.recovered
+        return data
+
+    def _nvlink5_data(self) -> XidNvlink5:
+        """The NVLink5 decode of an Xid 144-150's message, when it carries one."""
+        decoded = nvlink5.decode(self.xid, self.message) if self.is_xid else None
+        return {"nvlink5": decoded.to_data()} if decoded is not None else {}
+
+    def to_event_data(self) -> EventEntry:
         """A non-XID event as an entry of the check's `data.events`."""
         info = self.info
         return {
@@ -166,6 +256,16 @@ class Observation:
     sources: dict[str, Any] = field(default_factory=dict)
     state: XidState | None = None
     state_error: str | None = None
+    # The SXid lines of the kernel log this boot (judged by `sxid`), one line once across logs.
+    sxids: list[tuple[SxidLine, int]] = field(default_factory=list)
+    # The loaded driver's version, as the policy's driver ranges read it.
+    driver: str | None = None
+    # The GPUs by NVML index and PCI address, the clearings in force, and when it looked.
+    gpus: dict[str, Gpu] = field(default_factory=dict)
+    cleared: dict[str, dict[str, Any]] = field(default_factory=dict)
+    now: datetime | None = None
+    # When the driver last logged each GPU's recovery action back to None (by PCI address).
+    resets_logged: dict[str, str] = field(default_factory=dict)
 
 
 def later(a: str | None, b: str | None) -> str | None:

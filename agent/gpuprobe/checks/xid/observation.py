@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuprobe.checks.xid import events, kernel, sticky
+from gpuprobe.checks.xid import events, kernel, policy, recovery, sticky
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
-from gpuprobe.gpu.devices import Device, gpu_count, text
-from gpuprobe.gpu.pci import normalize_bus_id, nvidia_gpus
+from gpuprobe.gpu.devices import Device, gpu_count
+from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -31,9 +31,11 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
     seen: dict[str, Seen] = {}
     for x in events.drain(host, gpus, memory, sources, now):
         seen[x.key] = x
-    for x in kernel.read(host, config, gpus, pci_order, sources, now):
+    observation = Observation(boot_id, [], sources, gpus=gpus, now=now)
+    for x in kernel.read(
+        host, config, gpus, pci_order, sources, now, observation.sxids, observation.resets_logged
+    ):
         _merge(seen, x)
-    observation = Observation(boot_id, [], sources)
     try:
         observation.state = xid_state.load(directory) if directory is not None else None
     except xid_state.StateError as exc:
@@ -47,8 +49,14 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
         kept = Seen.from_entry(entry)
         if kept is not None:
             _merge(seen, kept)
+    driver = observation.driver = policy.driver_version(host)
+    for x in seen.values():
+        if x.is_xid:
+            x.override = policy.find(config, "xid", x.xid, driver)
     saved = dict(state.cleared) if same_boot and state is not None else {}
-    cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
+    cleared = observation.cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
+    nvml_seen = recovery.observe_gpus(host, gpus, memory)
+    recovery.apply(list(seen.values()), observation.resets_logged, nvml_seen, cleared, memory, now)
     sticky.judge(list(seen.values()), cleared, memory, config, now)
     observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid, x.event))
     return observation
@@ -61,10 +69,7 @@ def _gpus(host: Host) -> tuple[dict[str, Gpu], list[str]]:
     count = gpu_count(host.nvml) or 0
     for index in range(count):
         device = Device(host.nvml, index)
-        uuid = text(device.get("nvmlDeviceGetUUID")) or ""
-        pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
-        bus_id = text(pci.get("busId")) if isinstance(pci, dict) else None
-        gpu = Gpu(index, uuid, normalize_bus_id(bus_id) if bus_id else None)
+        gpu = Gpu(index, device.uuid() or "", device.pci_bus_id())
         known[str(index)] = gpu
         if gpu.pci_bus_id:
             known[kernel_log.pci_prefix(gpu.pci_bus_id)] = gpu
@@ -78,6 +83,8 @@ def _merge(seen: dict[str, Seen], x: Seen) -> None:
         seen[x.key] = x
         return
     old.count = max(old.count, x.count)
+    if len(x.times) > len(old.times):
+        old.times = x.times
     old.last_seen = later(old.last_seen, x.last_seen)
     old.message = old.message or x.message
     if x.source == "nvml-event":

@@ -30,12 +30,15 @@ def save_sticky(host: Host, seen: Observation, directory: str | None) -> str | N
     ):
         return None
     sticky = {x.key: x.to_entry() for x in seen.xids if x.active and x.info.critical}
+    # Faults that cleared themselves stay cleared after an agent restart, like an operator's.
+    recovered = {k: m for k, m in seen.cleared.items() if "by" in m}
     state = seen.state or xid_state.XidState()
     if state.boot_id != seen.boot_id:
         state = xid_state.XidState(seen.boot_id)
-    elif state.sticky == sticky:
+    elif state.sticky == sticky and all(state.cleared.get(k) == m for k, m in recovered.items()):
         return None
     state.sticky = sticky
+    state.cleared.update(recovered)
     try:
         xid_state.save(directory, state)
     except xid_state.StateError as exc:

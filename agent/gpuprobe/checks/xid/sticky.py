@@ -3,7 +3,8 @@
 A critical XID (or critical NVML event) is sticky: active from the first sighting until an
 operator's clearing covers it (nothing new since, in count and time) or the node reboots. A
 warning XID stays active for `xid.warning_window_seconds` after it last grew. A clearing no
-longer covers an XID that grew again.
+longer covers an XID that grew again. An XID that `xid.policy` ignores is never active, and
+one whose rule asks for a count is not active (nor sticky) until it reached it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks.xid.model import Seen, time_text
+from gpuprobe.checks.xid.policy import threshold_met
+from gpuprobe.checks.xid.recovery import recovered_by
 from gpuprobe.config import Config
 
 
@@ -27,8 +30,16 @@ def judge(
     sticky: dict[str, dict[str, Any]] = memory.setdefault("sticky", {})
     stamp = now.timestamp()
     for x in xids:
+        if x.override is not None and x.override.rule.ignore:
+            x.ignored, x.active = True, False
+            sticky.pop(x.key, None)
+            continue
+        if not threshold_met(x.override, x.count, x.times, now):
+            x.held, x.active = True, False
+            continue
         mark = cleared.get(x.key)
         x.cleared = mark is not None and _covers(mark, x)
+        x.recovered = recovered_by(mark) if x.cleared else None
         last = grew.get(x.key)
         if last is None or x.count > last[0]:
             grew[x.key] = [x.count, stamp]

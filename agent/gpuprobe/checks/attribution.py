@@ -1,0 +1,84 @@
+"""Names the pods each GPU finding affects, from the `workloads` check's attribution.
+
+Runs after the checks, on the whole report: every finding on a `gpu:<index>:<uuid>` or
+`mig:<gpu>:<gi>:<ci>` resource gets the pods that hold or use that device in its `pods` list,
+and its message says so. A GPU's finding affects the pods on its MIG devices too; a MIG
+device's finding affects the pods that hold its whole GPU. Checks stay unaware of pods: one
+step, here, for all of them. Without a `workloads` result (it did not run, or found nobody)
+findings are left as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpuprobe.report import CheckResult, Finding, PodRef
+
+WORKLOADS = "workloads"
+
+
+def attribute_findings(results: list[CheckResult]) -> list[CheckResult]:
+    """The results with every other check's GPU findings naming their pods (new objects;
+    the results given are left unchanged)."""
+    workloads = next((r for r in results if r.name == WORKLOADS), None)
+    if workloads is None:
+        return results
+    pods = PodsByDevice(workloads.data.get("devices") or [])
+    if not pods:
+        return results
+    return [r if r is workloads else _attributed(r, pods) for r in results]
+
+
+def _attributed(result: CheckResult, pods: PodsByDevice) -> CheckResult:
+    findings = [_with_pods(f, pods.affected(f.resource)) for f in result.findings]
+    if all(new is old for new, old in zip(findings, result.findings, strict=True)):
+        return result
+    return replace(result, findings=findings)
+
+
+def _with_pods(finding: Finding, pods: tuple[PodRef, ...]) -> Finding:
+    if not pods or finding.pods:
+        return finding
+    names = ", ".join(str(p) for p in pods)
+    message = f"{finding.message}; affects pod{'' if len(pods) == 1 else 's'} {names}"
+    return replace(finding, message=message, pods=pods)
+
+
+class PodsByDevice:
+    """The pods on each GPU (by index) and MIG device, from the workloads check's data."""
+
+    def __init__(self, devices: Iterable[Any]) -> None:
+        self.gpu: dict[str, set[PodRef]] = {}  # whole-GPU holders and users, by index
+        self.everything_on_gpu: dict[str, set[PodRef]] = {}
+        self.mig: dict[str, set[PodRef]] = {}
+        for device in devices:
+            if not isinstance(device, Mapping):
+                continue
+            found = set(_pods(device))
+            index = str(device.get("gpu"))
+            self.everything_on_gpu.setdefault(index, set()).update(found)
+            if device.get("mig"):
+                self.mig[str(device.get("resource"))] = found
+            else:
+                self.gpu.setdefault(index, set()).update(found)
+
+    def __bool__(self) -> bool:
+        return any(self.everything_on_gpu.values())
+
+    def affected(self, resource: str) -> tuple[PodRef, ...]:
+        """The pods a finding on `resource` affects (none for a non-GPU resource)."""
+        parts = resource.split(":")
+        if parts[0] == "gpu" and len(parts) >= 2:
+            return tuple(sorted(self.everything_on_gpu.get(parts[1], set())))
+        if parts[0] == "mig" and len(parts) == 4:
+            found = self.mig.get(resource, set()) | self.gpu.get(parts[1], set())
+            return tuple(sorted(found))
+        return ()
+
+
+def _pods(device: Mapping[str, Any]) -> Iterable[PodRef]:
+    for entry in [*(device.get("holders") or []), *(device.get("processes") or [])]:
+        if isinstance(entry, Mapping) and entry.get("namespace") and entry.get("pod"):
+            yield PodRef.from_dict(entry)

@@ -1,0 +1,196 @@
+"""Known GPU failure signatures in containers' output, as data.
+
+Each signature names a cause, the exact messages it matches (as the CUDA runtime, PyTorch,
+TensorFlow, nvidia-smi, the NVIDIA container runtime, the CDI injector and the kubelet print
+them; the tests hold each pattern to a real message), the operator's fix, and whether it
+only counts for a container that was given GPUs (a CPU pod that probes for CUDA prints "no
+CUDA-capable device" and is fine). Order matters: the first signature a line matches is its
+cause, so the specific ones come before the general ones.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gpuprobe.report import Action
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One failure: its cause, the patterns that find it, the fix, who it indicts."""
+
+    cause: str
+    title: str
+    patterns: tuple[re.Pattern[str], ...]
+    fix: str
+    action: Action
+    needs_gpu: bool = False  # counts only in a container given GPUs
+
+
+def _p(*patterns: str) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)
+
+
+DRIVER_TOO_OLD = "cuda-driver-too-old"
+FORWARD_COMPAT_UNSUPPORTED = "forward-compatibility-unsupported"
+NVML_UNKNOWN_ERROR = "nvml-unknown-error"
+NVML_DRIVER_MISMATCH = "nvml-driver-library-mismatch"
+NO_CUDA_DEVICE = "no-cuda-device"
+RUNTIME_REQUIREMENT = "runtime-requirement-unsatisfied"
+CDI_UNRESOLVABLE = "cdi-device-unresolvable"
+DEVICE_PLUGIN_ALLOCATION = "device-plugin-allocation-failed"
+CUDA_FAULT_AT_XID = "cuda-fault-at-xid"
+FABRIC_NOT_INITIALIZED = "cuda-system-not-ready"
+
+SIGNATURES: tuple[Signature, ...] = (
+    Signature(
+        RUNTIME_REQUIREMENT,
+        "the NVIDIA container runtime refused the container: its image needs a newer driver",
+        _p(r"requirement error: unsatisfied condition: (?P<detail>[a-z]+ ?[<>=!]+ ?[\w.]+)"),
+        "upgrade the driver to one that supports the image's CUDA, or run an image built "
+        "for the CUDA this driver supports",
+        Action.FIX_CONFIG,
+    ),
+    Signature(
+        CDI_UNRESOLVABLE,
+        "the runtime could not resolve the container's CDI device",
+        _p(r"unresolvable CDI devices? (?P<detail>[\w.-]+/[\w.-]+=[\w.:-]*\w)"),
+        "regenerate the CDI spec for the installed driver (`nvidia-ctk cdi generate "
+        "--output=/var/run/cdi/nvidia.yaml`) and restart the pod",
+        Action.FIX_CONFIG,
+    ),
+    Signature(
+        DEVICE_PLUGIN_ALLOCATION,
+        "the kubelet could not allocate the pod's GPUs from the device plugin",
+        _p(
+            r"UnexpectedAdmissionError",
+            r"Allocate failed due to (?P<detail>.*?nvidia\.com/[\w.-]+.*?), which is unexpected",
+        ),
+        "check the device plugin's log and health (an unhealthy or lost GPU, a plugin "
+        "restart); restarting the kubelet clears stale allocations",
+        Action.FIX_CONFIG,
+    ),
+    Signature(
+        FORWARD_COMPAT_UNSUPPORTED,
+        "the image's CUDA forward-compatibility libraries do not run on this GPU",
+        _p(
+            r"CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+            r"forward compatibility was attempted on non supported HW",
+        ),
+        "upgrade the driver to one that supports the image's CUDA (forward compatibility "
+        "runs on data-center GPUs only), or run an image built for this driver's CUDA",
+        Action.FIX_CONFIG,
+    ),
+    Signature(
+        FABRIC_NOT_INITIALIZED,
+        "CUDA found the GPUs' NVSwitch fabric not initialized (error 802)",
+        _p(
+            r"system not yet initialized",
+            r"cudaErrorSystemNotReady",
+            r"CUDA_ERROR_SYSTEM_NOT_READY",
+        ),
+        "start nvidia-fabricmanager at the driver's exact version (`systemctl enable --now "
+        "nvidia-fabricmanager`) and wait for the GPUs' fabric registration; then restart the pod",
+        Action.FIX_CONFIG,
+        needs_gpu=True,
+    ),
+    Signature(
+        DRIVER_TOO_OLD,
+        "the driver is older than the CUDA runtime in the image",
+        _p(
+            r"CUDA driver version is insufficient for CUDA runtime version",
+            r"The NVIDIA driver on your system is too old \(found version (?P<detail>\d+)\)",
+            r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+        ),
+        "upgrade the driver to one that supports the image's CUDA, or run an image built "
+        "for the CUDA this driver supports",
+        Action.FIX_CONFIG,
+    ),
+    Signature(
+        NVML_DRIVER_MISMATCH,
+        "the container's NVML library and the loaded kernel module differ (a driver "
+        "upgraded without a reboot)",
+        _p(r"Failed to initialize NVML: Driver/library version mismatch"),
+        "reboot the node (or reload the nvidia kernel modules) so the loaded driver is "
+        "the installed one",
+        Action.REBOOT_NODE,
+    ),
+    Signature(
+        NVML_UNKNOWN_ERROR,
+        "the container lost access to its GPUs (NVML cannot open the device nodes)",
+        _p(r"Failed to initialize NVML: Unknown Error"),
+        "a `systemctl daemon-reload` (or a unit change) made systemd rewrite the container's "
+        "device cgroup without the GPU nodes the NVIDIA hook added; create the /dev/char "
+        "links (`nvidia-ctk system create-dev-char-symlinks --create-all`, and the udev rule "
+        "that redoes it), or inject GPUs with CDI; then restart the pod",
+        Action.RESTART_APP,
+        needs_gpu=True,
+    ),
+    Signature(
+        NO_CUDA_DEVICE,
+        "the container was given GPUs but CUDA sees none",
+        _p(
+            r"no CUDA-capable device is detected",
+            r"RuntimeError: No CUDA GPUs are available",
+            r"CUDA_ERROR_NO_DEVICE",
+        ),
+        "check that the pod's runtime class is the NVIDIA runtime (or that CDI is enabled) "
+        "and that NVIDIA_VISIBLE_DEVICES is not overridden in the pod spec",
+        Action.FIX_CONFIG,
+        needs_gpu=True,
+    ),
+    Signature(
+        CUDA_FAULT_AT_XID,
+        "the container's CUDA work failed at the time of an XID on its GPU",
+        _p(
+            r"CUDA error: (?P<detail>an illegal memory access was encountered|unspecified "
+            r"launch failure|uncorrectable ECC error encountered|unknown error|misaligned "
+            r"address|the launch timed out and was terminated)",
+            r"Cuda failure '(?P<detail2>[^']+)'",
+        ),
+        "see the XID finding on the container's GPU for the GPU's repair; restart the pod "
+        "once the GPU is healthy",
+        Action.RESTART_APP,
+        needs_gpu=True,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Match:
+    """A signature found in one line."""
+
+    signature: Signature
+    line: str
+    detail: str | None
+    excerpt: str  # the matched text with some context, for a finding's message
+
+
+# Every pattern at once, without its named groups: one search tells most lines apart (logs
+# are long, failures rare) before the signatures are tried one by one.
+ANY = re.compile(
+    "|".join(re.sub(r"\(\?P<\w+>", "(?:", p.pattern) for s in SIGNATURES for p in s.patterns)
+)
+
+
+def match(line: str) -> Match | None:
+    """The first signature this line matches, if any."""
+    if ANY.search(line) is None:
+        return None
+    for signature in SIGNATURES:
+        for pattern in signature.patterns:
+            found = pattern.search(line)
+            if found:
+                detail = next((v for v in found.groupdict().values() if v), None)
+                start, end = max(0, found.start() - 80), min(len(line), found.end() + 80)
+                excerpt = (
+                    ("…" if start else "") + line[start:end] + ("…" if end < len(line) else "")
+                )
+                return Match(signature, line, detail, excerpt.strip())
+    return None
+
+
+def by_cause(cause: str) -> Signature:
+    """The signature of a cause."""
+    return next(s for s in SIGNATURES if s.cause == cause)

@@ -1,0 +1,590 @@
+"""Check `pods`: why GPU pods on this node fail — their images' CUDA against the driver, and
+the known GPU failure signatures in their logs.
+
+1. Every running container's OCI spec (`gpuprobe.containers.oci`) gives its image's CUDA
+   requirement (`NVIDIA_REQUIRE_CUDA`, else `CUDA_VERSION`), evaluated as the NVIDIA runtime
+   evaluates it (`gpuprobe.containers.cuda_requirement`) against the driver and each of the
+   container's GPUs; where the runtime does not evaluate it (`NVIDIA_DISABLE_REQUIRE`),
+   NVIDIA's compatibility rules (`gpuprobe.gpu.cuda`, forward compatibility on data-center
+   GPUs with the image's `cuda-compat` package) decide. A container that needs more CUDA
+   than that is `IMAGE_CUDA_TOO_NEW`, CRITICAL on each of its GPUs.
+2. The bounded tail of the kubelet's logs of every container of a pod that holds GPUs or
+   restarted (`gpuprobe.containers.cri_log`), matched against the known signatures
+   (`gpuprobe.checks.pod_signatures`): `POD_GPU_FAILURE`, WARNING per pod and cause; a
+   signature in every GPU pod (NVML lost everywhere) or one that indicts the node (an
+   unresolvable CDI device) raises the node-level finding it implies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, NotRequired, TypedDict
+
+from gpuprobe.checks import pod_signatures as sig
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config
+from gpuprobe.containers import cri_log, oci
+from gpuprobe.containers import cuda_requirement as req
+from gpuprobe.gpu import cuda, kernel_log
+from gpuprobe.gpu.devices import Device, gpu_count, text
+from gpuprobe.gpu.health import as_int
+from gpuprobe.host import Host
+from gpuprobe.host.nvml import NvmlError
+from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity, gpu_resource
+from gpuprobe.workloads.attribution import attribute
+
+NAME = "pods"
+NO_DEVICES = frozenset({"", "void", "none"})
+# Brands whose GPUs run CUDA forward compatibility (NVIDIA: data-center and the listed
+# workstation/vGPU brands; never GeForce or Titan), in the requirement language's names.
+FORWARD_COMPAT_BRANDS = frozenset(
+    {"tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "grid", "vapps", "vpc", "vcs",
+     "vws", "cloudgaming", "unknown"}
+)  # fmt: skip
+# An XID this long before (or shortly after) a container's CUDA error is its cause.
+XID_BEFORE = timedelta(seconds=120)
+XID_AFTER = timedelta(seconds=10)
+PROC_STAT = "/proc/stat"
+# At most this many containers' logs a round (64 KiB each: 32 MiB), GPU pods' first.
+MAX_LOGS = 512
+
+
+@dataclass
+class NodeGpu:
+    """One GPU as the requirement rules see it."""
+
+    index: int
+    uuid: str | None
+    minor: int | None
+    brand: str | None
+    arch: str | None
+    pci: str | None
+    migs: dict[str, int] = field(default_factory=dict)  # MIG UUID → parent index
+
+    @property
+    def resource(self) -> str:
+        """The finding resource of the GPU."""
+        return gpu_resource(self.index, self.uuid)
+
+
+@dataclass
+class Driver:
+    """The driver's versions (None when NVML cannot tell)."""
+
+    version: str | None
+    cuda: str | None
+
+
+class PodLogs(TypedDict):
+    """How much of the GPU pods' logs was read (`data.logs`)."""
+
+    containers_read: int
+    bytes_read: int
+    max_bytes_per_container: int
+    containers_not_read: Any
+
+
+class PodsData(TypedDict):
+    """The check's data (docs/checks.md, check `pods`)."""
+
+    driver_version: str | None
+    cuda_driver_version: str | None
+    containers: list[dict[str, Any]]  # each GPU container with its image's CUDA verdict
+    failures: list[dict[str, Any]]  # each GPU pod failure its log shows
+    logs: PodLogs
+    unreadable_specs: NotRequired[list[dict[str, Any]]]
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Judge every GPU container's image CUDA and every GPU pod's log."""
+    driver, gpus = _driver(host), _gpus(host)
+    held = _held(host, config)
+    specs = oci.read_specs(host.fs)
+    containers: list[dict[str, Any]] = []
+    findings: list[Finding] = []
+    gpu_pods: set[tuple[str, str]] = {(p.namespace, p.pod) for p in held}
+    for spec in specs:
+        own = _container_gpus(spec, gpus, held)
+        if own is None:
+            continue
+        if spec.pod is not None:
+            gpu_pods.add((spec.pod.namespace, spec.pod.pod))
+        entry, finding = _judge_image(spec, own, driver)
+        containers.append(entry)
+        findings += finding
+    unreadable = [{"path": s.path, "problem": s.problem} for s in specs if s.problem]
+    logs, unread = _read_logs(host, gpu_pods)
+    failures = _failures(host, config, logs, gpu_pods, gpus, held, specs)
+    findings += _failure_findings(failures, gpu_pods)
+    data: PodsData = {
+        "driver_version": driver.version,
+        "cuda_driver_version": driver.cuda,
+        "containers": sorted(containers, key=_by_pod),
+        "failures": [f.to_dict() for f in failures],
+        "logs": {
+            "containers_read": len(logs),
+            "bytes_read": sum(log.bytes_read for log in logs),
+            "max_bytes_per_container": cri_log.MAX_TAIL_BYTES,
+            "containers_not_read": unread,
+        },
+    }
+    if unreadable:
+        data["unreadable_specs"] = unreadable
+    return CheckResult(NAME, _summary(containers, failures, specs), findings, data)
+
+
+def _by_pod(entry: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (entry["namespace"] or "", entry["pod"] or "", entry["container"] or "", entry["id"])
+
+
+# --- facts ---
+
+
+def _driver(host: Host) -> Driver:
+    if host.nvml.init_error is not None:
+        return Driver(None, None)
+    version = cuda_text = None
+    with contextlib.suppress(NvmlError):
+        version = text(host.nvml.call("nvmlSystemGetDriverVersion"))
+    for fn in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
+        try:
+            encoded = as_int(host.nvml.call(fn))
+        except NvmlError:
+            continue
+        if encoded:
+            cuda_text = cuda.cuda_version_text(encoded)
+            break
+    return Driver(version, cuda_text)
+
+
+def _gpus(host: Host) -> list[NodeGpu]:
+    found = []
+    for index in range(gpu_count(host.nvml) or 0):
+        device = Device(host.nvml, index)
+        brand = as_int(device.get("nvmlDeviceGetBrand"))
+        capability = device.get("nvmlDeviceGetCudaComputeCapability")
+        arch = None
+        if isinstance(capability, list | tuple) and len(capability) == 2:
+            arch = f"{capability[0]}.{capability[1]}"
+        pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
+        bus = text(pci.get("busId")) if isinstance(pci, dict) else None
+        found.append(
+            NodeGpu(
+                index,
+                text(device.get("nvmlDeviceGetUUID")),
+                as_int(device.get("nvmlDeviceGetMinorNumber")),
+                req.BRANDS.get(brand) if brand is not None else None,
+                arch,
+                kernel_log.pci_prefix(bus) if bus else None,
+            )
+        )
+    return found
+
+
+def _held(host: Host, config: Config) -> dict[PodRef, set[int]]:
+    """The GPU indices the kubelet gave each container (empty without a kubelet)."""
+    settings = config.workloads
+    answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
+    if answer.list is None:
+        return {}
+    held: dict[PodRef, set[int]] = defaultdict(set)
+    for use in attribute(host, answer).devices:
+        for grant in use.grants:
+            held[grant.pod].add(use.gpu)
+    return dict(held)
+
+
+def _container_gpus(
+    spec: oci.ContainerSpec, gpus: list[NodeGpu], held: dict[PodRef, set[int]]
+) -> list[NodeGpu] | None:
+    """The GPUs a container was given; None for a container without GPUs."""
+    if spec.problem is not None:
+        return None
+    by_index = {g.index: g for g in gpus}
+    if spec.pod is not None and spec.pod in held:
+        return [by_index[i] for i in sorted(held[spec.pod]) if i in by_index]
+    visible = spec.env.get("NVIDIA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip().lower() not in NO_DEVICES:
+        if visible.strip().lower() == "all":
+            return list(gpus)
+        names: dict[str, int] = {}
+        for g in gpus:
+            names[str(g.index)] = g.index
+            if g.uuid:
+                names[g.uuid] = g.index
+        chosen = {names[v.strip()] for v in visible.split(",") if v.strip() in names}
+        chosen |= {int(v.split(":")[0]) for v in visible.split(",") if ":" in v and v[0].isdigit()}
+        return [by_index[i] for i in sorted(chosen) if i in by_index]
+    if spec.gpu_minors:
+        return [g for g in gpus if g.minor in spec.gpu_minors]
+    return None
+
+
+# --- image CUDA ---
+
+
+def _judge_image(
+    spec: oci.ContainerSpec, own: list[NodeGpu], driver: Driver
+) -> tuple[dict[str, Any], list[Finding]]:
+    requirements = req.requirements(spec.env)
+    image_cuda = _image_cuda(spec.env)
+    entry: dict[str, Any] = {
+        **(spec.pod.to_dict() if spec.pod else {"namespace": None, "pod": None, "container": None}),
+        "runtime": spec.runtime,
+        "id": spec.id,
+        "image": spec.image,
+        "gpus": [g.resource for g in own],
+        "cuda_required": image_cuda,
+        "requirements": [_short(r) for r in requirements],
+        "require_disabled": spec.env.get("NVIDIA_DISABLE_REQUIRE", "") in req.TRUE_WORDS,
+    }
+    if driver.version is None or image_cuda is None:
+        entry["verdict"] = "unknown" if image_cuda else "no-cuda-requirement"
+        return entry, []
+    if requirements:
+        verdict, refusal = _by_runtime(requirements, own, driver)
+    else:
+        verdict, refusal = _by_table(spec, image_cuda, own, driver), None
+    entry["verdict"] = verdict
+    if verdict == "refused" and refusal is not None:
+        return entry, _refused(spec, own, refusal)
+    if verdict != "too-new":
+        return entry, []
+    return entry, _too_new(spec, own, driver, image_cuda, refusal)
+
+
+def _refused(spec: oci.ContainerSpec, own: list[NodeGpu], refusal: req.Verdict) -> list[Finding]:
+    """A requirement other than CUDA's (an NVIDIA_REQUIRE_ARCH, a driver range), or one the
+    runtime cannot parse: the runtime in legacy mode refuses the container."""
+    signature = sig.by_cause(sig.RUNTIME_REQUIREMENT)
+    who = f"pod {spec.pod.namespace}/{spec.pod.pod}" if spec.pod else f"container {spec.id[:12]}"
+    where = f", container {spec.pod.container}" if spec.pod else ""
+    message = (
+        f"{who}{where}: the NVIDIA runtime in legacy mode refuses it on this node "
+        f'("{refusal.message}"). Fix: give it GPUs and a driver its NVIDIA_REQUIRE_* '
+        "variables accept, or correct them"
+    )
+    pods = (spec.pod,) if spec.pod else ()
+    resource = own[0].resource if own else "node"
+    return [Finding("POD_GPU_FAILURE", Severity.WARNING, message, signature.action, resource, pods)]
+
+
+def _image_cuda(env: dict[str, str]) -> str | None:
+    if "NVIDIA_REQUIRE_CUDA" in env:
+        found = req.required_cuda(env["NVIDIA_REQUIRE_CUDA"])
+        if found:
+            return found
+    version = env.get("CUDA_VERSION", "").strip()
+    return version or None
+
+
+def _short(requirement: str) -> str:
+    groups = [g for g in requirement.split(" ") if g]
+    if len(groups) <= 1:
+        return requirement
+    return f"{groups[0]} (+{len(groups) - 1} alternatives)"
+
+
+def _by_runtime(
+    requirements: list[str], own: list[NodeGpu], driver: Driver
+) -> tuple[str, req.Verdict | None]:
+    """What the NVIDIA runtime decides: every requirement against every GPU given."""
+    facts = [req.Facts(driver.cuda, driver.version, g.arch, g.brand) for g in own] or [
+        req.Facts(driver.cuda, driver.version)
+    ]
+    via_cuda = True
+    for requirement in requirements:
+        for fact in facts:
+            verdict = req.evaluate(requirement, fact)
+            if verdict.outcome is req.Outcome.INVALID:
+                return "refused", verdict
+            if verdict.outcome is req.Outcome.UNSATISFIED:
+                # Only a requirement that asks for CUDA (cuda>= first) is about the image's CUDA.
+                cuda_asked = req.required_cuda(requirement) is not None
+                return ("too-new" if cuda_asked else "refused"), verdict
+            if verdict.group and not any(
+                c.lower().startswith("cuda") for c in verdict.group.split(",")
+            ):
+                via_cuda = False
+    return ("ok" if via_cuda else "forward-compatibility"), None
+
+
+def _by_table(spec: oci.ContainerSpec, image_cuda: str, own: list[NodeGpu], driver: Driver) -> str:
+    """NVIDIA's compatibility rules, where the runtime checks nothing."""
+    try:
+        toolkit, version = cuda.parse_version(image_cuda), cuda.parse_version(driver.version or "")
+    except ValueError:
+        return "unknown"
+    driver_cuda = cuda.parse_version(driver.cuda) if driver.cuda else None
+    support, _ = cuda.support(version, toolkit, driver_cuda)
+    if support is cuda.Support.FULL:
+        return "ok"
+    if support is cuda.Support.MINOR_VERSION_COMPATIBILITY:
+        return "minor-version-compatibility"
+    if support is cuda.Support.UNKNOWN:
+        return "unknown"
+    compat = any(k.startswith("NV_CUDA_COMPAT_PACKAGE") for k in spec.env)
+    if compat and own and all(g.brand in FORWARD_COMPAT_BRANDS for g in own):
+        return "forward-compatibility"
+    return "too-new"
+
+
+def _too_new(
+    spec: oci.ContainerSpec,
+    own: list[NodeGpu],
+    driver: Driver,
+    image_cuda: str,
+    refusal: req.Verdict | None,
+) -> list[Finding]:
+    who = (
+        f"pod {spec.pod.namespace}/{spec.pod.pod}, container {spec.pod.container}"
+        if spec.pod
+        else f"container {spec.id[:12]}"
+    )
+    image = f", image {spec.image}," if spec.image else ""
+    why = (
+        f": its NVIDIA_REQUIRE_CUDA does not hold on this node's driver and GPUs (the NVIDIA "
+        f'runtime in legacy mode refuses it: "{refusal.message}")'
+        if refusal
+        else " and its GPUs run no forward compatibility"
+    )
+    message = (
+        f"{who}{image} needs CUDA {image_cuda}; driver {driver.version} supports CUDA "
+        f"{driver.cuda}{why}. {_fix(image_cuda, driver)}"
+    )
+    pods = (spec.pod,) if spec.pod else ()
+    resources = [g.resource for g in own] or ["node"]
+    return [
+        Finding("IMAGE_CUDA_TOO_NEW", Severity.CRITICAL, message, Action.FIX_CONFIG, r, pods)
+        for r in resources
+    ]
+
+
+def _fix(image_cuda: str, driver: Driver) -> str:
+    parts = []
+    try:
+        release = cuda.release_for(cuda.parse_version(image_cuda))
+        newest = cuda.newest_supported(cuda.parse_version(driver.version or ""))
+    except ValueError:
+        release = newest = None
+    if release is not None:
+        parts.append(f"upgrade the driver to >= {release.min_driver_text} (CUDA {release.label})")
+    else:
+        parts.append(f"upgrade the driver to one that supports CUDA {image_cuda}")
+    if newest is not None:
+        ceiling = cuda.format_version(newest.version[:2])
+        parts.append(
+            f"run an image built for CUDA <= {ceiling} (the driver's newest: {newest.label})"
+        )
+    return "Fix: " + ", or ".join(parts) + "."
+
+
+# --- pod logs ---
+
+
+def _read_logs(
+    host: Host, gpu_pods: set[tuple[str, str]]
+) -> tuple[list[cri_log.ContainerLog], int]:
+    """The tails of the logs of GPU pods' containers, then of restarted containers (most
+    restarts first), at most MAX_LOGS of them; and how many were left unread."""
+    chosen = [
+        log
+        for log in cri_log.list_logs(host.fs)
+        if (log.namespace, log.pod) in gpu_pods or log.restarts > 0
+    ]
+    chosen.sort(key=lambda log: ((log.namespace, log.pod) not in gpu_pods, -log.restarts))
+    logs = [cri_log.read_tail(host.fs, log) for log in chosen[:MAX_LOGS]]
+    return logs, max(0, len(chosen) - MAX_LOGS)
+
+
+@dataclass
+class Failure:
+    """One container's failure: its cause, the line that shows it, when, on which GPUs."""
+
+    pod: PodRef
+    cause: str
+    line: str
+    time: datetime | None
+    file: str
+    excerpt: str = ""
+    detail: str | None = None
+    xid: int | None = None
+    gpus: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The failure as the check's data shows it."""
+        line = self.line if len(self.line) <= 500 else self.excerpt  # a 16 KiB JSON line
+        d: dict[str, Any] = {**self.pod.to_dict(), "cause": self.cause, "line": line}
+        d["time"] = self.time.isoformat().replace("+00:00", "Z") if self.time else None
+        d["file"] = self.file
+        if self.detail:
+            d["detail"] = self.detail
+        if self.xid is not None:
+            d["xid"] = self.xid
+        d["gpus"] = self.gpus
+        return d
+
+
+def _failures(
+    host: Host,
+    config: Config,
+    logs: list[cri_log.ContainerLog],
+    gpu_pods: set[tuple[str, str]],
+    gpus: list[NodeGpu],
+    held: dict[PodRef, set[int]],
+    specs: list[oci.ContainerSpec],
+) -> list[Failure]:
+    xids: list[kernel_log.XidLine] | None = None
+    by_index = {g.index: g for g in gpus}
+    spec_gpus = _spec_gpus(specs, gpus, held)
+    found: list[Failure] = []
+    for log in logs:
+        pod = PodRef(log.namespace, log.pod, log.container)
+        has_gpu = (log.namespace, log.pod) in gpu_pods
+        own = sorted(held.get(pod, set()) | spec_gpus.get(pod, set()))
+        failure = None
+        for line in reversed(log.lines):  # the last failure is the one that ended it
+            hit = sig.match(line.text)
+            if hit is None or (hit.signature.needs_gpu and not has_gpu):
+                continue
+            xid = None
+            if hit.signature.cause == sig.CUDA_FAULT_AT_XID:
+                if xids is None:
+                    xids = _xids(host, config)
+                xid = _xid_near(xids, line.time, [by_index[i] for i in own if i in by_index])
+                if xid is None:
+                    continue  # an application's own fault, not the GPU's
+            failure = Failure(
+                pod, hit.signature.cause, line.text, line.time, line.file, hit.excerpt
+            )
+            failure.detail, failure.xid = hit.detail, xid
+            failure.gpus = [by_index[i].resource for i in own if i in by_index]
+            break
+        if failure is not None:
+            found.append(failure)
+    return found
+
+
+def _spec_gpus(
+    specs: list[oci.ContainerSpec], gpus: list[NodeGpu], held: dict[PodRef, set[int]]
+) -> dict[PodRef, set[int]]:
+    out: dict[PodRef, set[int]] = {}
+    for spec in specs:
+        if spec.pod is None:
+            continue
+        own = _container_gpus(spec, gpus, held)
+        if own:
+            out[spec.pod] = {g.index for g in own}
+    return out
+
+
+def _xids(host: Host, config: Config) -> list[kernel_log.XidLine]:
+    boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
+    texts = []
+    for path in reversed(config.xid.kernel_logs):  # rotated (older) files first
+        try:
+            data = host.fs.read_tail(path, config.xid.kernel_log_max_bytes)
+        except OSError:
+            continue
+        texts.append(data.decode("utf-8", errors="replace"))
+    now = datetime.fromtimestamp(host.clock.wall(), UTC)
+    return kernel_log.read_stream(texts, boot=boot, now=now).xids
+
+
+def _xid_near(
+    xids: list[kernel_log.XidLine], when: datetime | None, own: list[NodeGpu]
+) -> int | None:
+    if when is None:
+        return None
+    pcis = {g.pci for g in own if g.pci}
+    for x in reversed(xids):
+        if x.time is None or (pcis and x.pci not in pcis):
+            continue
+        if when - XID_BEFORE <= x.time <= when + XID_AFTER:
+            return x.xid
+    return None
+
+
+def _failure_findings(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list[Finding]:
+    grouped: dict[tuple[str, str, str], list[Failure]] = defaultdict(list)
+    for f in failures:
+        grouped[(f.pod.namespace, f.pod.pod, f.cause)].append(f)
+    findings = []
+    for (namespace, pod, cause), group in grouped.items():
+        signature = sig.by_cause(cause)
+        first = group[0]
+        what = signature.title
+        if first.xid is not None:
+            what += f" (XID {first.xid})"
+        message = (
+            f"pod {namespace}/{pod} failed: {what}; container "
+            f'{", ".join(f.pod.container for f in group)} logged "{first.excerpt}". '
+            f"Fix: {signature.fix}"
+        )
+        resource = first.gpus[0] if first.gpus else "node"
+        pods = tuple(f.pod for f in group)
+        findings.append(
+            Finding("POD_GPU_FAILURE", Severity.WARNING, message, signature.action, resource, pods)
+        )
+    findings += _node_level(failures, gpu_pods)
+    return findings
+
+
+def _node_level(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list[Finding]:
+    """The node-level findings that some signatures imply."""
+    findings = []
+    lost = {(f.pod.namespace, f.pod.pod) for f in failures if f.cause == sig.NVML_UNKNOWN_ERROR}
+    if lost and len(gpu_pods) > 1 and lost >= gpu_pods:
+        pods = tuple(f.pod for f in failures if f.cause == sig.NVML_UNKNOWN_ERROR)
+        message = (
+            f'every GPU pod on the node ({len(gpu_pods)}) lost its GPUs ("Failed to '
+            "initialize NVML: Unknown Error\"): the node's device cgroup rules were rewritten "
+            "(systemd daemon-reload with the systemd cgroup driver). Fix: "
+            f"{sig.by_cause(sig.NVML_UNKNOWN_ERROR).fix}"
+        )
+        findings.append(
+            Finding("POD_GPU_FAILURE", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
+        )
+    fabric = [f for f in failures if f.cause == sig.FABRIC_NOT_INITIALIZED]
+    if fabric:
+        message = (
+            f"CUDA in {len({(f.pod.namespace, f.pod.pod) for f in fabric})} GPU pod(s) failed "
+            "with error 802 (system not yet initialized): the node's NVSwitch fabric is not "
+            f"ready. Fix: {sig.by_cause(sig.FABRIC_NOT_INITIALIZED).fix}"
+        )
+        pods = tuple(f.pod for f in fabric)
+        findings.append(
+            Finding("FABRIC_NOT_READY", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
+        )
+    unresolved = [f for f in failures if f.cause == sig.CDI_UNRESOLVABLE]
+    if unresolved:
+        names = sorted({f.detail or "?" for f in unresolved})
+        message = (
+            f"the container runtime cannot resolve CDI device {', '.join(names)}: no CDI spec "
+            "on the node defines it (missing, or generated before a driver or GPU change). "
+            f"Fix: {sig.by_cause(sig.CDI_UNRESOLVABLE).fix}"
+        )
+        pods = tuple(f.pod for f in unresolved)
+        findings.append(
+            Finding("CDI_SPEC_STALE", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
+        )
+    return findings
+
+
+def _summary(
+    containers: list[dict[str, Any]], failures: list[Failure], specs: list[oci.ContainerSpec]
+) -> str:
+    if not specs and not failures:
+        return "no running containers found in the container runtimes' state"
+    too_new = sum(1 for c in containers if c["verdict"] == "too-new")
+    pods = len({(f.pod.namespace, f.pod.pod) for f in failures})
+    parts = [f"{len(containers)} GPU container(s)"]
+    parts.append(f"{too_new} need a newer driver" if too_new else "every image's CUDA runs")
+    parts.append(f"{pods} pod(s) failed for GPU reasons" if pods else "no GPU failure in logs")
+    return "; ".join(parts)
+
+
+CHECK: Check[PodsData] = Check(NAME, run)

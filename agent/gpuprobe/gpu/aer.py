@@ -1,0 +1,137 @@
+"""PCIe AER counters of the GPUs, the NVSwitches and every bridge above them up to the root port.
+
+Source: the kernel's ABI document Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats.
+Each PCIe device with AER has three files in its sysfs directory, counted since boot, one
+`<error name> <count>` per line and a total last:
+
+    aer_dev_correctable:  RxErr 0, BadTLP 0, BadDLLP 0, Rollover 0, Timeout 0, NonFatalErr 0,
+                          CorrIntErr 0, HeaderOF 0, TOTAL_ERR_COR 0
+    aer_dev_fatal:        Undefined 0, DLP 0, SDES 0, TLP 0, FCP 0, CmpltTO 0, CmpltAbrt 0,
+                          UnxCmplt 0, RxOF 0, MalfTLP 0, ECRC 0, UnsupReq 0, ACSViol 0,
+                          UncorrIntErr 0, BlockedTLP 0, AtomicOpBlocked 0, TLPBlockedErr 0,
+                          PoisonTLPBlocked 0, TOTAL_ERR_FATAL 0
+    aer_dev_nonfatal:     the same names, TOTAL_ERR_NONFATAL last
+
+(one line each in the files). `/sys/bus/pci/devices/<address>` is a link into the device tree
+(`../../../devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0`): the
+addresses on that path are the bridges between the device and its root complex, the first
+the root port. A link that went marginal shows as correctable errors rising (replays, bad
+TLPs) on either end long before the GPU falls off the bus.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+
+from gpuprobe.host.fs import HostFS
+
+PCI_DEVICES = "/sys/bus/pci/devices"
+KINDS = ("correctable", "nonfatal", "fatal")
+_FILES = {
+    "correctable": "aer_dev_correctable",
+    "nonfatal": "aer_dev_nonfatal",
+    "fatal": "aer_dev_fatal",
+}
+_TOTALS = {
+    "correctable": "TOTAL_ERR_COR",
+    "nonfatal": "TOTAL_ERR_NONFATAL",
+    "fatal": "TOTAL_ERR_FATAL",
+}
+_BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+@dataclass(frozen=True)
+class AerCounts:
+    """One AER file: the total, and each error name's count (those above zero)."""
+
+    total: int
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AerDevice:
+    """One PCIe device's AER counters (kinds whose file is absent are missing) and its place:
+    the device gpuprobe asked about (`below`: None) or a bridge above it (`below`: that one's
+    address; `root_port` for the topmost)."""
+
+    address: str
+    counts: dict[str, AerCounts]
+    below: str | None = None
+    root_port: bool = False
+
+
+def parse(text: str, kind: str) -> AerCounts | None:
+    """One AER file's counts; None when it holds no `name count` line at all."""
+    errors: dict[str, int] = {}
+    total: int | None = None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            continue
+        if parts[0] == _TOTALS[kind]:
+            total = int(parts[1])
+        elif parts[0].startswith("TOTAL_"):
+            continue
+        else:
+            errors[parts[0]] = int(parts[1])
+    if total is None and not errors:
+        return None
+    nonzero = {name: count for name, count in errors.items() if count}
+    return AerCounts(total if total is not None else sum(errors.values()), nonzero)
+
+
+def device_path(fs: HostFS, address: str) -> str:
+    """Where a PCI device's directory lies in the device tree (its link resolved)."""
+    link = fs.readlink(f"{PCI_DEVICES}/{address}")
+    if link is None:
+        return f"{PCI_DEVICES}/{address}"
+    return posixpath.normpath(posixpath.join(PCI_DEVICES, link))
+
+
+def chain(fs: HostFS, address: str) -> list[tuple[str, str]]:
+    """The device and the bridges above it up to the root port, nearest first, as
+    (address, sysfs directory)."""
+    path = device_path(fs, address)
+    found: list[tuple[str, str]] = []
+    while True:
+        name = posixpath.basename(path)
+        if not _BDF.match(name):
+            break
+        found.append((name, path))
+        path = posixpath.dirname(path)
+    return found or [(address, path)]
+
+
+def read_counts(fs: HostFS, directory: str) -> dict[str, AerCounts]:
+    """The AER files present in one device directory."""
+    counts: dict[str, AerCounts] = {}
+    for kind in KINDS:
+        text = fs.try_read_text(f"{directory}/{_FILES[kind]}")
+        parsed = parse(text, kind) if text is not None else None
+        if parsed is not None:
+            counts[kind] = parsed
+    return counts
+
+
+def read(fs: HostFS, addresses: list[str]) -> list[AerDevice]:
+    """The AER counters of each device in `addresses` and of every bridge above them, each
+    device once (bridges shared by several GPUs are read once), devices without AER files
+    left out."""
+    seen: set[str] = set()
+    devices: list[AerDevice] = []
+    for address in addresses:
+        path = chain(fs, address)
+        for depth, (bdf, directory) in enumerate(path):
+            if bdf in seen:
+                continue
+            seen.add(bdf)
+            counts = read_counts(fs, directory)
+            if not counts:
+                continue
+            below = path[depth - 1][0] if depth else None
+            devices.append(
+                AerDevice(bdf, counts, below, root_port=depth == len(path) - 1 and depth > 0)
+            )
+    return devices

@@ -1,0 +1,1 @@
+"""The kubelet's APIs that gpuprobe is a client of."""

@@ -1,0 +1,1 @@
+"""Generated client code for the kubelet's PodResources API v1 (scripts/generate_proto.py)."""

@@ -1,0 +1,217 @@
+"""The report between its Python model (`gpuprobe.report`) and the gRPC `gpuprobe.v1` messages.
+
+The proto carries the same fields as the JSON report; enums are spelled `STATUS_OK`,
+`SEVERITY_CRITICAL`, `ACTION_RESET_GPU` where the JSON says `OK`, `CRITICAL`, `RESET_GPU`.
+A check's `data` travels as a `google.protobuf.Struct`: numbers become doubles, so integral
+numbers are turned back into ints on the way in (exact up to 2^53).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import struct_pb2, timestamp_pb2
+
+from gpuprobe import __version__
+from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity, Status
+from gpuprobe.v1 import diagnostics_pb2 as pb
+
+_EXACT_INT = 2**53
+# A failed MeasureBandwidth call carries a MeasureBandwidthResponse, with `failed_side` set,
+# in its trailing metadata under this key (serialized).
+FAILURE_KEY = "gpuprobe-failure-bin"
+
+# Which keys of a check's data to convert: a key maps to None (its whole value) or to the
+# keys to keep of its value (of the object, or of each object in the list). A tool that
+# reads a few facts of many reports converts only those: an 8-GPU report's whole `gpus`
+# data costs milliseconds to convert, the few keys an audit reads a fraction of that.
+Keys = Mapping[str, "Keys | None"]
+
+
+def report_to_proto(
+    report: NodeReport,
+    check_times: Mapping[str, datetime] | None = None,
+    agent_version: str = __version__,
+) -> pb.NodeReport:
+    """The report as a `gpuprobe.v1.NodeReport`; `check_times` says when each check ran."""
+    times = check_times or {}
+    message = pb.NodeReport(
+        node=report.node,
+        time=timestamp(report.time),
+        status=status_to_proto(report.status),
+        agent_version=agent_version,
+    )
+    for check in report.checks:
+        message.checks.append(check_to_proto(check, times.get(check.name)))
+    return message
+
+
+def check_to_proto(check: CheckResult, ran_at: datetime | None = None) -> pb.CheckResult:
+    """One check's result as a `gpuprobe.v1.CheckResult`."""
+    message = pb.CheckResult(
+        name=check.name,
+        status=status_to_proto(check.status),
+        summary=check.summary,
+        duration_seconds=check.duration_seconds,
+        findings=[finding_to_proto(f) for f in check.findings],
+        data=data_to_struct(check.data),
+    )
+    if ran_at is not None:
+        message.time.CopyFrom(timestamp(ran_at))
+    return message
+
+
+def finding_to_proto(finding: Finding) -> pb.Finding:
+    """A finding as a `gpuprobe.v1.Finding`."""
+    return pb.Finding(
+        code=finding.code,
+        severity=pb.Severity.Value(f"SEVERITY_{finding.severity.value}"),
+        message=finding.message,
+        action=pb.Action.Value(f"ACTION_{finding.action.value}"),
+        resource=finding.resource,
+        pods=[
+            pb.PodRef(namespace=p.namespace, pod=p.pod, container=p.container) for p in finding.pods
+        ],
+    )
+
+
+def status_to_proto(status: Status) -> pb.Status:
+    """A status as the proto enum value."""
+    return pb.Status.Value(f"STATUS_{status.value}")  # type: ignore[no-any-return]
+
+
+def data_to_struct(data: Mapping[str, Any]) -> struct_pb2.Struct:
+    """A check's data as a Struct, exactly as the JSON report writes it (keys as text)."""
+    struct = struct_pb2.Struct()
+    # Through JSON, so tuples, non-text keys and odd values read as they do in the JSON report.
+    # An integer beyond a double (10^400) would raise OverflowError and lose the whole
+    # report: it goes as its text.
+    struct.update(json.loads(json.dumps(data, default=str), parse_int=_struct_int))
+    return struct
+
+
+def _struct_int(text: str) -> float | str:
+    try:
+        return float(int(text))
+    except OverflowError:
+        return text
+
+
+def timestamp(t: datetime) -> timestamp_pb2.Timestamp:
+    """A datetime as a Timestamp (naive times are taken as UTC)."""
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(t if t.tzinfo else t.replace(tzinfo=UTC))
+    return stamp
+
+
+# --- from the proto ------------------------------------------------------------------------
+
+
+def report_from_proto(
+    message: pb.NodeReport, data: Mapping[str, Keys | None] | None = None
+) -> NodeReport:
+    """A `gpuprobe.v1.NodeReport` as the Python report (the statuses kept as sent).
+
+    `data` selects what to convert of the checks' data: check name → its keys (None: all of
+    it); a check it does not name gets empty data. Without it every check's data is converted.
+    """
+    checks = []
+    for c in message.checks:
+        if data is None:
+            checks.append(check_from_proto(c))
+        else:
+            checks.append(check_from_proto(c, data.get(c.name, {})))
+    return NodeReport(node=message.node, time=message.time.ToDatetime(tzinfo=UTC), checks=checks)
+
+
+def check_from_proto(message: pb.CheckResult, keys: Keys | None = None) -> CheckResult:
+    """A `gpuprobe.v1.CheckResult` as the Python result (of its data only `keys`, if given)."""
+    result = CheckResult(
+        name=message.name,
+        summary=message.summary,
+        findings=[finding_from_proto(f) for f in message.findings],
+        data=struct_to_data(message.data, keys),
+        duration_seconds=message.duration_seconds,
+    )
+    result.floor = status_from_proto(message.status)
+    return result
+
+
+def finding_from_proto(message: pb.Finding) -> Finding:
+    """A `gpuprobe.v1.Finding` as the Python finding (unset enums read as UNKNOWN and NONE)."""
+    severity = _enum_name(pb.Severity, message.severity, "SEVERITY_")
+    action = _enum_name(pb.Action, message.action, "ACTION_")
+    return Finding(
+        code=message.code,
+        severity=Severity(severity) if severity in Severity.__members__ else Severity.UNKNOWN,
+        message=message.message,
+        action=Action(action) if action in Action.__members__ else Action.NONE,
+        resource=message.resource,
+        pods=tuple(PodRef(p.namespace, p.pod, p.container) for p in message.pods),
+    )
+
+
+def status_from_proto(value: int) -> Status:
+    """A proto status as the Python status (unset or unknown values read as UNKNOWN)."""
+    name = _enum_name(pb.Status, value, "STATUS_")
+    return Status(name) if name in Status.__members__ else Status.UNKNOWN
+
+
+def struct_to_data(struct: struct_pb2.Struct, keys: Keys | None = None) -> dict[str, Any]:
+    """A Struct as the check's data dict (only `keys`, if given), integral doubles turned
+    back into ints."""
+    return _fields(struct, keys)
+
+
+def _fields(struct: struct_pb2.Struct, keys: Keys | None) -> dict[str, Any]:
+    fields = struct.fields
+    if keys is None:
+        return {k: _value(v, None) for k, v in fields.items()}
+    return {k: _value(fields[k], sub) for k, sub in keys.items() if k in fields}
+
+
+def _value(value: struct_pb2.Value, keys: Keys | None) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        number = float(value.number_value)
+        return int(number) if number.is_integer() and abs(number) < _EXACT_INT else number
+    if kind == "string_value":
+        return str(value.string_value)
+    if kind == "bool_value":
+        return bool(value.bool_value)
+    if kind == "struct_value":
+        return _fields(value.struct_value, keys)
+    if kind == "list_value":
+        return [_value(v, keys) for v in value.list_value.values]
+    return None  # null_value
+
+
+def _enum_name(enum: Any, value: int, prefix: str) -> str:
+    try:
+        return str(enum.Name(value)).removeprefix(prefix)
+    except ValueError:  # a value from a newer agent
+        return ""
+
+
+# --- bandwidth failures ----------------------------------------------------------------------
+
+
+def failure_metadata(side: pb.TestSide) -> tuple[tuple[str, bytes], ...]:
+    """The trailing metadata of a failed MeasureBandwidth call that names the failed side."""
+    return ((FAILURE_KEY, pb.MeasureBandwidthResponse(failed_side=side).SerializeToString()),)
+
+
+def failed_side(error: Any) -> int:
+    """The side a failed MeasureBandwidth call names (TEST_SIDE_UNSPECIFIED when none, e.g.
+    from an agent of an earlier version)."""
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == FAILURE_KEY and isinstance(value, bytes):
+            try:
+                return int(pb.MeasureBandwidthResponse.FromString(value).failed_side)
+            except Exception:  # a garbled detail names no side
+                return int(pb.TEST_SIDE_UNSPECIFIED)
+    return int(pb.TEST_SIDE_UNSPECIFIED)

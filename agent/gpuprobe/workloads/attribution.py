@@ -1,0 +1,164 @@
+"""Per GPU and MIG device: the pods the kubelet gave it, and the pods whose processes run on it.
+
+`attribute` reads everything once per round: the kubelet's answer, the GPU inventory, each
+GPU process's cgroup (`/proc/<pid>/cgroup`) and the kubelet's log directories (pod and
+container names), and returns one `DeviceUse` per GPU and per MIG device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuprobe.host import Host
+from gpuprobe.host.podresources import PodResourcesAnswer
+from gpuprobe.report import PodRef
+from gpuprobe.workloads.allocations import (
+    DeviceNames,
+    Grant,
+    device_plugin_grants,
+    dra_grants,
+    has_dra,
+    read_cdi_devices,
+)
+from gpuprobe.workloads.cgroups import PodCgroup, parse_cgroup_file
+from gpuprobe.workloads.inventory import Gpu, GpuProcess, MigDev, read_inventory
+from gpuprobe.workloads.pods import PodDirectory, read_pod_directory
+
+# A cgroup file is a few hundred bytes; reading it with the default 16 MiB bound would allocate
+# that much per process.
+CGROUP_MAX_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ProcessOwner:
+    """A GPU process and the pod it belongs to (pod None: a host process, or a pod whose
+    name the kubelet's log directories do not give)."""
+
+    pid: int
+    pod: PodRef | None
+    cgroup: PodCgroup | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The process as the check's data shows it."""
+        d: dict[str, Any] = {"pid": self.pid}
+        if self.pod is not None:
+            d.update(self.pod.to_dict())
+        if self.cgroup is not None:
+            d["pod_uid"] = self.cgroup.pod_uid
+            if self.cgroup.container_id:
+                d["container_id"] = self.cgroup.container_id
+        return d
+
+
+@dataclass
+class DeviceUse:
+    """One GPU or MIG device: who holds it, who runs on it, and its load."""
+
+    resource: str  # gpu:<i>:<uuid> or mig:<g>:<gi>:<ci>
+    gpu: int
+    uuid: str | None
+    mig: MigDev | None = None
+    grants: list[Grant] = field(default_factory=list)
+    processes: list[ProcessOwner] | None = None  # None: NVML cannot list them
+    utilization_percent: int | None = None
+    samples: list[tuple[int, float]] | None = None  # (µs, percent); whole GPUs only
+
+    @property
+    def holders(self) -> list[PodRef]:
+        """The containers the kubelet gave this device, each once, in order."""
+        return sorted({g.pod for g in self.grants})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The device as the check's data shows it."""
+        d: dict[str, Any] = {"resource": self.resource, "gpu": self.gpu, "uuid": self.uuid}
+        if self.mig is not None:
+            d["mig"] = {"uuid": self.mig.uuid, "name": self.mig.name, "gi": self.mig.gi}
+            d["mig"]["ci"] = self.mig.ci
+        d["holders"] = [_grant(g) for g in self.grants]
+        if self.processes is not None:
+            d["processes"] = [p.to_dict() for p in self.processes]
+        if self.utilization_percent is not None:
+            d["utilization_gpu_percent"] = self.utilization_percent
+        return d
+
+
+def _grant(grant: Grant) -> dict[str, Any]:
+    d: dict[str, Any] = grant.pod.to_dict()
+    d.update({"resource": grant.resource, "device_id": grant.device_id, "via": grant.via})
+    if grant.replica is not None:
+        d["replica"] = grant.replica
+    if grant.claim is not None:
+        d["claim"] = grant.claim
+    return d
+
+
+@dataclass
+class Attribution:
+    """Every device's use, and the granted IDs that name no device of this node."""
+
+    devices: list[DeviceUse]
+    unresolved: list[Grant]
+
+    def by_resource(self) -> dict[str, DeviceUse]:
+        """The devices by finding resource."""
+        return {d.resource: d for d in self.devices}
+
+
+def attribute(host: Host, answer: PodResourcesAnswer) -> Attribution:
+    """Tie every GPU and MIG device to its holders and its processes' pods."""
+    gpus = read_inventory(host.nvml)
+    names = DeviceNames(gpus)
+    grants: list[Grant] = []
+    if answer.list is not None:
+        grants = device_plugin_grants(answer.list, names)
+        if has_dra(answer.list):
+            grants += dra_grants(answer.list, names, read_cdi_devices(host.fs))
+    directory = read_pod_directory(host.fs) if any(g.processes for g in gpus) else PodDirectory()
+    devices: list[DeviceUse] = []
+    for gpu in gpus:
+        devices += _uses(host, gpu, directory)
+    by_resource = {d.resource: d for d in devices}
+    unresolved = []
+    for grant in grants:
+        if grant.device is not None and grant.device in by_resource:
+            by_resource[grant.device].grants.append(grant)
+        else:
+            unresolved.append(grant)
+    return Attribution(devices, unresolved)
+
+
+def _uses(host: Host, gpu: Gpu, directory: PodDirectory) -> list[DeviceUse]:
+    whole = DeviceUse(gpu.resource, gpu.index, gpu.uuid)
+    whole.utilization_percent, whole.samples = gpu.utilization_percent, gpu.samples
+    migs = [DeviceUse(m.resource, gpu.index, gpu.uuid, m) for m in gpu.migs]
+    if gpu.processes is None:
+        return [whole, *migs]
+    whole.processes = []
+    for mig in migs:
+        mig.processes = []
+    by_instance = {(m.mig.gi, m.mig.ci): m for m in migs if m.mig is not None}
+    for process in gpu.processes:
+        owner = _owner(host, process, directory)
+        whole.processes.append(owner)
+        target = None
+        if process.gi is not None and process.ci is not None:
+            target = by_instance.get((process.gi, process.ci))
+        if target is not None and target.processes is not None:
+            target.processes.append(owner)
+    return [whole, *migs]
+
+
+def _owner(host: Host, process: GpuProcess, directory: PodDirectory) -> ProcessOwner:
+    try:
+        text = host.fs.read_text(f"/proc/{process.pid}/cgroup", CGROUP_MAX_BYTES)
+    except OSError:  # the process ended since NVML listed it
+        text = ""
+    cgroup = parse_cgroup_file(text) if text else None
+    if cgroup is None:
+        return ProcessOwner(process.pid, None, None)
+    name = directory.pod(cgroup.pod_uid)
+    if name is None:
+        return ProcessOwner(process.pid, None, cgroup)
+    pod = PodRef(name.namespace, name.name, directory.container(cgroup.container_id))
+    return ProcessOwner(process.pid, pod, cgroup)

@@ -1,0 +1,60 @@
+"""The attribution step: every GPU and MIG finding names the pods its device affects."""
+
+from __future__ import annotations
+
+from gpuprobe.checks.attribution import attribute_findings
+from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity
+
+A = {"namespace": "ml", "pod": "whole-gpu-1", "container": "c"}
+B = {"namespace": "ml", "pod": "mig-1-2", "container": "d"}
+C = {"namespace": "dev", "pod": "stray", "container": ""}
+DEVICES = [
+    {"resource": "gpu:0:GPU-a", "gpu": 0, "holders": [A], "processes": [{"pid": 1, **C}]},
+    {"resource": "gpu:1:GPU-b", "gpu": 1, "holders": [], "processes": [{"pid": 2}]},
+    {"resource": "mig:1:2:0", "gpu": 1, "mig": {"gi": 2, "ci": 0}, "holders": [B]},
+    {"resource": "mig:1:3:0", "gpu": 1, "mig": {"gi": 3, "ci": 0}, "holders": []},
+]
+
+
+def finding(resource: str) -> Finding:
+    return Finding("X", Severity.CRITICAL, "bad", Action.RESET_GPU, resource)
+
+
+def test_gpu_and_mig_findings_name_their_pods_and_others_are_left_alone() -> None:
+    workloads = CheckResult("workloads", "s", [], {"devices": DEVICES})
+    gpus = CheckResult(
+        "gpus",
+        "s",
+        [finding("gpu:0:GPU-a"), finding("gpu:1:"), finding("mig:1:3:0"), finding("node")],
+    )
+    before = list(gpus.findings)
+    out = attribute_findings([gpus, workloads])
+    assert gpus.findings == before  # the stored result is not changed
+    a, b, c = PodRef("ml", "whole-gpu-1", "c"), PodRef("ml", "mig-1-2", "d"), PodRef("dev", "stray")
+    assert [f.pods for f in out[0].findings] == [(c, a), (b,), (), ()]
+    assert out[0].findings[0].message == (
+        "bad; affects pods dev/stray, ml/whole-gpu-1 (container c)"
+    )
+    assert out[1] is workloads
+
+
+def test_a_mig_finding_names_the_holder_of_its_whole_gpu() -> None:
+    devices = [
+        {"resource": "gpu:1:GPU-b", "gpu": 1, "holders": [A]},
+        {"resource": "mig:1:3:0", "gpu": 1, "mig": {"gi": 3}, "holders": []},
+    ]
+    out = attribute_findings(
+        [
+            CheckResult("mig", "s", [finding("mig:1:3:0")]),
+            CheckResult("workloads", "s", [], {"devices": devices}),
+        ]
+    )
+    assert out[0].findings[0].pods == (PodRef("ml", "whole-gpu-1", "c"),)
+
+
+def test_without_workloads_or_pods_nothing_changes() -> None:
+    gpus = CheckResult("gpus", "s", [finding("gpu:0:GPU-a")])
+    assert attribute_findings([gpus]) == [gpus]
+    empty = CheckResult("workloads", "s", [], {"devices": [{"resource": "gpu:0:", "gpu": 0}]})
+    results = [gpus, empty]
+    assert attribute_findings(results) is results

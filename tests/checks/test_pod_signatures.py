@@ -1,0 +1,143 @@
+"""Every GPU failure signature matches the real message it is for (as published in bug
+reports), and near-misses match nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuprobe.checks import pod_signatures as sig
+
+# (cause, a real line, where it was published)
+REAL = [
+    (
+        sig.DRIVER_TOO_OLD,
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 11040). "
+        "Please update your GPU driver by downloading and installing a new version from the "
+        "URL: http://www.nvidia.com/Download/index.aspx Alternatively, go to: "
+        "https://pytorch.org to install a PyTorch version that has been compiled with your "
+        "version of the CUDA driver.",
+        "github.com/lllyasviel/Fooocus/issues/1313",
+    ),
+    (
+        sig.DRIVER_TOO_OLD,
+        "-> CUDA driver version is insufficient for CUDA runtime version",
+        "CUDA samples deviceQuery (cudaGetDeviceCount returned 35)",
+    ),
+    (
+        sig.NO_CUDA_DEVICE,
+        "2018-12-09 23:18:41.996479: E tensorflow/stream_executor/cuda/cuda_driver.cc:300] "
+        "failed call to cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected",
+        "github.com/fo40225/tensorflow-windows-wheel/issues/63",
+    ),
+    (
+        sig.NO_CUDA_DEVICE,
+        "RuntimeError: No CUDA GPUs are available",
+        "PyTorch torch.cuda._lazy_init",
+    ),
+    (
+        sig.NVML_UNKNOWN_ERROR,
+        "Failed to initialize NVML: Unknown Error",
+        "github.com/NVIDIA/nvidia-container-toolkit/issues/1227 (nvidia-smi after daemon-reload)",
+    ),
+    (
+        sig.NVML_DRIVER_MISMATCH,
+        "Failed to initialize NVML: Driver/library version mismatch",
+        "nvidia-smi after a driver upgrade without reboot",
+    ),
+    (
+        sig.RUNTIME_REQUIREMENT,
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, please "
+        "update your driver to a newer version, or use an earlier cuda container: unknown.",
+        "libnvidia-container src/cli/dsl.c (its error text)",
+    ),
+    (
+        sig.RUNTIME_REQUIREMENT,
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda >= 9.0",
+        "github.com/NVIDIA/nvidia-docker/issues/543 (libnvidia-container before 1.0)",
+    ),
+    (
+        sig.CDI_UNRESOLVABLE,
+        "Error: failed to create containerd task: failed to create shim task: OCI runtime "
+        "create failed: could not apply required modification to OCI specification: error "
+        "modifying OCI spec: failed to inject CDI devices: unresolvable CDI devices "
+        "nvidia.com/gpu=all: unknown",
+        "github.com/NVIDIA/nvidia-container-toolkit/issues/1239",
+    ),
+    (
+        sig.DEVICE_PLUGIN_ALLOCATION,
+        "Message:         Pod Allocate failed due to requested number of devices unavailable "
+        "for nvidia.com/gpu. Requested:1, Available: 0, which is unexpected",
+        "github.com/kubernetes/kubernetes/issues/130145",
+    ),
+    (
+        sig.FORWARD_COMPAT_UNSUPPORTED,
+        "UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you "
+        "run some cuda functions before calling NumCudaDevices() that might have already set an "
+        "error? Error 804: forward compatibility was attempted on non supported HW (Triggered "
+        "internally at ../c10/cuda/CUDAFunctions.cpp:108.)",
+        "PyTorch on a GeForce GPU with cuda-compat loaded (cudaErrorCompatNotSupportedOnDevice)",
+    ),
+    (
+        sig.FABRIC_NOT_INITIALIZED,
+        "/home/l****t/.local/lib/python3.6/site-packages/torch/cuda/__init__.py:80: UserWarning: "
+        "CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
+        "functions before calling NumCudaDevices() that might have already set an error? Error "
+        "802: system not yet initialized (Triggered internally at  "
+        "../c10/cuda/CUDAFunctions.cpp:112.)",
+        "github.com/microsoft/lisa/issues/2823 (ND96asr_v4, no fabric manager)",
+    ),
+    (
+        sig.FABRIC_NOT_INITIALIZED,
+        "[rank3]: Cuda failure 802 'system not yet initialized'",
+        "github.com/hiyouga/LlamaFactory/issues/8968 (NCCL on 8×B200)",
+    ),
+    (
+        sig.FABRIC_NOT_INITIALIZED,
+        "CUDA error at bandwidthTest.cu:256 code=802(cudaErrorSystemNotReady) "
+        '"cudaSetDevice(currentDevice)"',
+        "github.com/pytorch/pytorch/issues/35710 (CUDA samples' bandwidthTest)",
+    ),
+    (
+        sig.CUDA_FAULT_AT_XID,
+        "[rank0]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        "PyTorch c10/cuda/CUDAException",
+    ),
+]
+
+
+@pytest.mark.parametrize(("cause", "line", "source"), REAL, ids=[r[2][:40] for r in REAL])
+def test_each_signature_matches_its_real_message(cause: str, line: str, source: str) -> None:
+    found = sig.match(line)
+    assert found is not None, source
+    assert found.signature.cause == cause
+
+
+def test_details_are_taken_from_the_message() -> None:
+    assert sig.match(REAL[6][1]).detail == "cuda>=12.8"  # type: ignore[union-attr]
+    assert sig.match(REAL[7][1]).detail == "cuda >= 9.0"  # type: ignore[union-attr]
+    assert sig.match(REAL[8][1]).detail == "nvidia.com/gpu=all"  # type: ignore[union-attr]
+    assert sig.match(REAL[0][1]).detail == "11040"  # type: ignore[union-attr]
+
+
+NEAR_MISSES = [
+    "  CUDA Driver Version / Runtime Version          12.4 / 12.4",
+    "deviceQuery, CUDA Driver = CUDART, CUDA Driver Version = 12.4, CUDA Runtime Version = "
+    "12.4, NumDevs = 1",
+    "Result = PASS",
+    "NVML initialized: driver 550.54.15, 8 devices",
+    "checking requirement: cuda>=12.4 satisfied",
+    "CDI devices resolved: nvidia.com/gpu=0",
+    "torch.cuda.is_available(): True, device count 8",
+    "Successfully opened dynamic library libcuda.so.1",
+]
+
+
+@pytest.mark.parametrize("line", NEAR_MISSES)
+def test_near_misses_match_nothing(line: str) -> None:
+    assert sig.match(line) is None
+
+
+def test_causes_are_unique_and_each_has_a_fix() -> None:
+    causes = [s.cause for s in sig.SIGNATURES]
+    assert len(causes) == len(set(causes))
+    assert all(s.fix and s.patterns for s in sig.SIGNATURES)

@@ -1,0 +1,64 @@
+"""A throwaway check, written the way docs/architecture.md's "How to add a check" says: one
+module (this one) and one registry line (`register`). `tests/test_add_a_check.py` runs it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TypedDict
+
+from gpuprobe.checks import registry
+from gpuprobe.checks.record import Check
+from gpuprobe.config import Config
+from gpuprobe.families import Family
+from gpuprobe.gpu.devices import gpu_count
+from gpuprobe.host import Host
+from gpuprobe.report import Action, CheckResult, Finding, Severity
+
+NAME = "throwaway"
+
+
+class ThrowawayData(TypedDict):
+    """The check's data."""
+
+    gpus: int
+
+
+@dataclass(frozen=True)
+class ThrowawayConfig:
+    """The check's section of the config file."""
+
+    max_gpus: int | None = None
+
+
+def run(host: Host, config: Config) -> CheckResult:
+    """Count the GPUs NVML sees; more than `throwaway.max_gpus` is a WARNING."""
+    settings = config.section(NAME, ThrowawayConfig)
+    gpus = gpu_count(host.nvml) or 0
+    data = ThrowawayData(gpus=gpus)
+    findings = []
+    if settings.max_gpus is not None and gpus > settings.max_gpus:
+        findings.append(
+            Finding(
+                "THROWAWAY_GPUS_OVER",
+                Severity.WARNING,
+                f"{gpus} GPUs, more than {settings.max_gpus}",
+                Action.NONE,
+            )
+        )
+    return CheckResult(NAME, f"{gpus} GPUs", findings, dict(data))
+
+
+def families(data: ThrowawayData) -> Iterator[Family]:
+    """`gpuprobe_throwaway_gpus` from the check's data."""
+    family = Family("gpuprobe_throwaway_gpus", "GPUs the throwaway check counted")
+    family.add([], data["gpus"])
+    yield family
+
+
+CHECK = Check(NAME, run, section=ThrowawayConfig, metrics=families)
+
+
+def register() -> None:
+    """The registry line (`registry.ORDER` in the source; here added where it is read)."""
+    registry.CHECKS[NAME] = CHECK

@@ -1,0 +1,100 @@
+"""Idle accounting over a replayed series of NVML utilization samples: exact seconds per GPU
+and namespace, MIG devices as shares of their GPU, and totals that survive a restart without
+counting anything twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conftest import snapshot
+from gpuprobe.checks import workloads
+from gpuprobe.config import Config
+from gpuprobe.host import snapshot_host
+from helpers import FakeClock, config
+
+UUID = "GPU-5f1c{:04x}-8e2b-4c1d-9a7e-{:012x}"
+
+
+def totals(result: Any) -> dict[int, tuple[float, float, dict[str, float], float]]:
+    """Per GPU: (allocated, busy, idle by namespace, unallocated) seconds."""
+    return {
+        g["gpu"]: (
+            g["allocated_seconds"],
+            g["busy_seconds"],
+            g["idle_allocated_seconds"],
+            g["unallocated_seconds"],
+        )
+        for g in result.data["accounting"]["gpus"]
+    }
+
+
+def rounds(name: str, times: list[float], cfg: Config) -> list[Any]:
+    host = snapshot_host(snapshot(name))
+    host.clock = clock = FakeClock()
+    results = []
+    for t in times:
+        clock.ticks = t
+        results.append(workloads.run(host, cfg))
+    return results
+
+
+def test_samples_between_rounds_give_exact_idle_seconds() -> None:
+    first, second, third = rounds("synthetic-k8s-utilization-samples", [0.0, 60.0, 120.0], Config())
+    assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(first).values())
+    busy = (60.0, 60.0, {"ml-team": 0.0}, 0.0)
+    assert totals(second) == {
+        **{i: busy for i in range(4)},
+        4: (60.0, 60.0, {"inference": 0.0}, 0.0),  # samples all at 97 %
+        5: (60.0, 60.0, {"inference": 0.0}, 0.0),  # no samples: its process counts it busy
+        6: (60.0, 15.0, {"research": 45.0}, 0.0),  # 45 of 60 new samples at 0 %
+        7: (0.0, 0.0, {}, 60.0),
+    }
+    # No new sample in the third minute: GPU 6 has no process and 0 % now, so all idle.
+    assert totals(third)[6] == (120.0, 15.0, {"research": 105.0}, 0.0)
+    assert totals(third)[4] == (120.0, 120.0, {"inference": 0.0}, 0.0)
+    assert totals(third)[7] == (0.0, 0.0, {}, 120.0)
+
+
+def test_mig_devices_count_as_shares_of_their_gpu() -> None:
+    _, result = rounds("synthetic-k8s-mig-mixed", [0.0, 60.0], Config())
+    # GPU 0: four MIG devices, three held (eval-2g's without a process), one free.
+    assert totals(result)[0] == (45.0, 30.0, {"inference": 0.0, "ml-team": 15.0}, 15.0)
+    assert totals(result)[1] == (0.0, 0.0, {}, 60.0)
+
+
+def test_totals_survive_a_restart_without_counting_twice(tmp_path: Path) -> None:
+    cfg = config(workloads={"state_dir": str(tmp_path)})
+    _, before = rounds("synthetic-k8s-utilization-samples", [0.0, 60.0], cfg)
+    saved = json.loads((tmp_path / "workload-accounting.json").read_text())
+    assert saved["format"] == 1 and saved["since"] == before.data["accounting"]["since"]
+    assert saved["gpus"][UUID.format(6, 6)] == {
+        "gpu": 6,
+        "uuid": UUID.format(6, 6),
+        "allocated_seconds": 60.0,
+        "idle_allocated_seconds": {"research": 45.0},
+        "unallocated_seconds": 0.0,
+    }
+    # A new daemon (fresh memory) an hour later: the downtime is not counted, the totals go on.
+    after = rounds("synthetic-k8s-utilization-samples", [3600.0, 3660.0], cfg)
+    assert totals(after[0]) == totals(before)
+    assert totals(after[1])[7] == (0.0, 0.0, {}, 120.0)
+    assert totals(after[1])[0] == (120.0, 120.0, {"ml-team": 0.0}, 0.0)
+    assert after[1].data["accounting"]["since"] == saved["since"]
+    assert [p.name for p in tmp_path.iterdir()] == ["workload-accounting.json"]
+
+
+def test_an_unwritable_or_corrupt_state_is_said_and_starts_afresh(tmp_path: Path) -> None:
+    (tmp_path / "workload-accounting.json").write_text("{not json")
+    cfg = config(workloads={"state_dir": str(tmp_path)})
+    (result,) = rounds("synthetic-k8s-utilization-samples", [0.0], cfg)
+    assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(result).values())
+    missing = config(workloads={"state_dir": str(tmp_path / "absent")})
+    (result,) = rounds("synthetic-k8s-utilization-samples", [0.0], missing)
+    assert result.data["accounting"]["state_error"] == "No such file or directory"
+
+
+def test_an_unknown_allocation_counts_nothing() -> None:
+    results = rounds("synthetic-k8s-podresources-refused", [0.0, 60.0], Config())
+    assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(results[1]).values())
