@@ -9,7 +9,8 @@ costs little. Each run is the whole command, `gpuprobe audit --json --targets @F
 /usr/bin/time: its wall time and peak RSS, and what the fleet's processes spent of the two
 cores meanwhile (CPU seconds over wall seconds × cores). Beside it, a bare Python start-up
 (the floor) and, for sizes up to --reference-max, the same job done with an independent gRPC
-client: `buf curl` GetReport on each agent, 16 at a time (xargs -P 16).
+client: `buf curl` GetReport on each agent, 16 at a time (xargs -P 16), the API read from
+proto/ (the recorded fleet serves no reflection).
 
 Prints a JSON object. Targets: 1,000 agents under 2 s and 10,000 under 10 s on 2 cores.
 """
@@ -134,7 +135,9 @@ def main() -> int:
                 entry: dict[str, Any] = {"audit": summarize(runs)}
                 if buf is not None and n <= args.reference_max:
                     curl = (
-                        f"xargs -P 16 -I@ {buf} curl --protocol grpc --http2-prior-knowledge "
+                        # The recorded fleet serves no reflection: buf reads the API from proto/.
+                        f"xargs -P 16 -I@ {buf} curl --schema {ROOT} --protocol grpc "
+                        "--http2-prior-knowledge "
                         f"http://@/gpuprobe.v1.NodeDiagnostics/GetReport -d '{{}}' "
                         f"< {targets} > /dev/null"
                     )

@@ -175,7 +175,7 @@ _ACTIONS = (
     "HARDWARE_INSPECTION", "CHECK_NETWORK", "CHECK_STORAGE",
 )  # fmt: skip
 _NUMBERS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
-_VERSION_BOUND = re.compile(r"^\s*(>=|<=|==|>|<)\s*(\d+(?:\.\d+)*)\s*$")
+_VERSION_BOUND = re.compile(r"^\s*(>=|<=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -228,6 +228,8 @@ class XidPolicyRule:
     def numbers(self) -> range:
         """The XID or SXid numbers the rule covers."""
         value = self.xid if self.xid is not None else self.sxid
+        if isinstance(value, bool):  # YAML's true is no XID 1
+            raise ConfigError(f"{self.kind}: {value!r} is not a number or a range like 144-150")
         if isinstance(value, int):
             if value < 0:
                 raise ConfigError(f"{self.kind}: {value} is negative")
@@ -245,6 +247,12 @@ class XidPolicyRule:
         """The version bounds: `>=550.54.15,<560` → [(">=", (550, 54, 15)), ("<", (560,))]."""
         bounds = []
         for part in (self.driver or "").split(","):
+            if part.strip().startswith("=="):
+                # An exact version is ambiguous: ==550 would never hold for 550.54.15.
+                raise ConfigError(
+                    f"driver: {self.driver!r}: == is not supported (550 would never equal "
+                    "550.54.15); give a range such as >=550,<551"
+                )
             match = _VERSION_BOUND.match(part)
             if match is None:
                 raise ConfigError(
@@ -263,7 +271,6 @@ class XidPolicyRule:
             return False
         tests = {
             ">=": have.__ge__, ">": have.__gt__, "<=": have.__le__, "<": have.__lt__,
-            "==": have.__eq__,
         }  # fmt: skip
         return all(tests[op](bound) for op, bound in self.driver_bounds())
 

@@ -11,7 +11,9 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks import pods
+from gpuprobe.checks.pods import NodeGpu, _container_gpus
 from gpuprobe.config import Config
+from gpuprobe.containers.oci import ContainerSpec
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import PodRef, Status
 from gpuprobe.report import gpu_resource as _gpu
@@ -237,22 +239,17 @@ def test_a_requirement_that_asks_for_no_cuda_is_a_refusal_not_a_cuda_gap(tmp_pat
     )
 
 
-def test_error_802_in_gpu_pods_indicts_the_nodes_fabric() -> None:
+def test_error_802_in_gpu_pods_is_a_pod_failure_and_the_gpus_check_owns_the_fabric() -> None:
     result = run_check("pods", "synthetic-pods-fabric-not-ready")
     assert causes(result) == {
         "llama-pretrain-0": "cuda-system-not-ready",
         "llama-pretrain-1": "cuda-system-not-ready",
     }
+    # No FABRIC_NOT_READY from a log line (it would stay after the fabric came up).
     assert codes(result) == [
-        ("FABRIC_NOT_READY", "CRITICAL", "FIX_CONFIG", "node"),
         ("POD_GPU_FAILURE", "WARNING", "FIX_CONFIG", gpu(0)),
         ("POD_GPU_FAILURE", "WARNING", "FIX_CONFIG", gpu(2)),
     ]
-    node = next(f for f in result.findings if f.code == "FABRIC_NOT_READY")
-    assert node.message.startswith(
-        "CUDA in 2 GPU pod(s) failed with error 802 (system not yet initialized): the node's "
-        "NVSwitch fabric is not ready. Fix: start nvidia-fabricmanager"
-    )
     # the last failure in each log is NCCL's
     assert {f["line"] for f in result.data["failures"]} == {
         "[rank0]: Cuda failure 802 'system not yet initialized'"
@@ -261,3 +258,38 @@ def test_error_802_in_gpu_pods_indicts_the_nodes_fabric() -> None:
     assert ("FABRIC_NOT_READY", "CRITICAL", "FIX_CONFIG", "node") in codes(
         run_check("gpus", "synthetic-pods-fabric-not-ready")
     )
+
+
+def test_a_crash_is_tied_to_its_xid_when_the_boot_is_in_the_rotated_log(tmp_path: Path) -> None:
+    # The boot went to kern.log.1 at rotation; the XID 48 is in the live kern.log. Read as one
+    # stream newest file first, kern.log.1's boot marker dropped the current boot's XIDs.
+    root = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-pods-log-signatures"), root, symlinks=True)
+    log = root / "rootfs/var/log/kern.log"
+    lines = log.read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if " NVRM: Xid " in line and i > 2)
+    (root / "rootfs/var/log/kern.log.1").write_text("".join(lines[:cut]))
+    log.write_text("".join(lines[cut:]))
+    result = pods.run(snapshot_host(root), Config())
+    xid = next(f for f in result.data["failures"] if f["pod"] == "llama-pretrain-3")
+    assert xid["xid"] == 48
+
+
+def test_nvidia_visible_devices_takes_indexes_uuids_and_migs_and_passes_over_the_rest() -> None:
+    uuid = "GPU-5f1c{0:04x}-8e2b-4c1d-9a7e-{0:012x}".format
+    mig = "MIG-0c6f8a1e-7b2d-5e3f-9a4c-1d2e3f4a5b6c"
+    gpus = [NodeGpu(i, uuid(i), i, "nvidia", "9.0", None) for i in range(4)]
+    gpus[3].migs[mig] = 3
+
+    def given(visible: str) -> list[int] | None:
+        spec = ContainerSpec("c1", "containerd", "/run", env={"NVIDIA_VISIBLE_DEVICES": visible})
+        own = _container_gpus(spec, gpus, {})
+        return None if own is None else [g.index for g in own]
+
+    # Any pod may write anything there: what is no index or UUID is passed over, no ValueError.
+    assert given("1a:0") == []
+    assert given(" 0 , 1a:0, GPU-unknown, 2:x") == [0]
+    assert given(f"{uuid(1)}, 2:1") == [1, 2]
+    assert given(mig) == [3]
+    assert given("all") == [0, 1, 2, 3]
+    assert given("void") is None

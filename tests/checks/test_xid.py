@@ -610,3 +610,20 @@ def test_a_sticky_event_in_the_state_file_is_reported_and_an_unknown_type_is_not
     result = run_check("xid", "synthetic-h100-8gpu-healthy", state_config(tmp_path))
     assert codes(result) == [("GPU_LOST", "CRITICAL", "REBOOT_NODE", gpu(6))]
     assert [e["type"] for e in result.data["events"]] == ["GpuUnavailableError"]
+
+
+def test_rotated_logs_are_read_oldest_file_first_whatever_order_the_config_lists(
+    tmp_path: Path,
+) -> None:
+    # The boot and the GPUs' attach lines went to kern.log.1 at rotation, this boot's XIDs
+    # are in kern.log; the config lists the live log first.
+    root = copy_snapshot("synthetic-xid-app", tmp_path)
+    log = root / "rootfs/var/log/kern.log"
+    lines = log.read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if "EXT4-fs" in line)
+    (root / "rootfs/var/log/kern.log.1").write_text("".join(lines[:cut]))
+    log.write_text("".join(lines[cut:]))
+    cfg = config(xid={"kernel_logs": ["/var/log/kern.log", "/var/log/kern.log.1"]})
+    result = xid.run(snapshot_host(root), cfg)
+    assert sorted(by_xid(result.data)) == [(0, 13), (0, 31), (4, 43), (4, 45)]
+    assert result.data["sources"]["kernel_logs"] == ["/var/log/kern.log.1", "/var/log/kern.log"]

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import gpuprobe
 from gpuprobe.checks import xid
-from gpuprobe.config import Config
+from gpuprobe.config import Config, XidPolicyRule
 from gpuprobe.errors import ConfigError
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
@@ -276,6 +276,11 @@ def test_an_sxid_rule_applies_to_switches() -> None:
                                                   "not one of"),
         ("    - xid: 13\n      driver: 550\n", "line 3: xid: policy[0]: driver: expected a string"),
         ("    - xid: 13\n", "line 3: xid: policy[0]: says nothing"),
+        ("    - xid: true\n      ignore: true\n", "line 3: xid: policy[0]: xid: expected a "
+                                                  "number or a string, got a boolean"),
+        ("    - xid: 13\n      driver: \"==550\"\n      ignore: true\n",
+         "line 3: xid: policy[0]: driver: '==550': == is not supported (550 would never equal "
+         "550.54.15); give a range such as >=550,<551"),
     ],
 )  # fmt: skip
 def test_a_typo_in_a_rule_is_a_usage_error_naming_its_line(
@@ -291,6 +296,14 @@ def test_a_typo_in_a_rule_is_a_usage_error_naming_its_line(
     done = gpuprobe("check", "--config", str(path), "--explain-policy")
     assert done.returncode == 64
     assert done.stderr.strip().startswith(f"gpuprobe: config {path}: {error}")
+
+
+@pytest.mark.parametrize("field", ["xid", "sxid"])
+def test_a_boolean_is_no_xid_or_sxid_number(field: str) -> None:
+    # bool is an int in Python: True was read as XID 1 by a rule built from parsed data.
+    with pytest.raises(ConfigError) as raised:
+        XidPolicyRule(**{field: True}, ignore=True)
+    assert str(raised.value) == f"{field}: True is not a number or a range like 144-150"
 
 
 def test_explain_policy_prints_the_effective_table(tmp_path: Path) -> None:
@@ -387,3 +400,78 @@ def test_clear_xid_clears_a_fatal_sxid_until_it_grows_again() -> None:
     assert [f.code for f in result.findings] == ["SXID"]  # the non-fatal one stays a warning
     fatal = result.data["sxids"][0]
     assert (fatal["sxid"], fatal["active"], fatal["cleared"]) == (20034, False, True)
+
+
+def test_xids_seen_only_as_nvml_events_are_not_critical_on_their_number_alone() -> None:
+    result = run_check("xid", "synthetic-xid-events-only")
+    # The Nonfatal 149 cannot be decoded without its kernel-log line, GPU 2's 154 field reads
+    # NONE: warnings; GPU 4's field asks for a node reboot.
+    assert codes(result) == [
+        ("XID", "CRITICAL", "REBOOT_NODE", gpu(4)),
+        ("XID", "WARNING", "NONE", gpu(1)),
+        ("XID", "WARNING", "NONE", gpu(2)),
+    ]
+    entries = {(x["gpu"], x["xid"]): x for x in result.data["xids"]}
+    assert entries[(1, 149)]["description"].endswith(
+        "(seen only as an NVML event: without its kernel-log line its unit and Fatal/Nonfatal "
+        "word cannot be decoded; read the kernel log)"
+    )
+    assert entries[(2, 154)]["description"].endswith(
+        "(the recovery action field asks for no recovery)"
+    )
+    assert entries[(4, 154)]["description"].endswith(
+        "(the recovery action field asks for a node reboot)"
+    )
+
+
+def test_the_recovery_field_clears_only_faults_seen_before_the_reset_was_asked(
+    tmp_path: Path,
+) -> None:
+    root = copy_snapshot("synthetic-recovery-field-reset", tmp_path)
+    host, clock = daemon_host(root)
+    xid.run(host, Config())  # the field asks for GPU_RESET (21:00:00)
+    # A new double-bit error after the reset was asked: the reset asked for does not answer it.
+    log = root / "rootfs/var/log/kern.log"
+    log.write_text(
+        log.read_text()
+        + "2026-11-29T21:00:30.104217+00:00 gpu-node-17 kernel: NVRM: Xid (PCI:0000:db:00): 48, "
+        "pid=41007, name=python3, An uncorrectable double bit error (DBE) has been detected on "
+        "GPU in the framebuffer at partition 6, subpartition 0.\n"
+    )
+    clock.advance(60)
+    second = xid.run(host, Config())  # the field reads NONE
+    entries = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}
+    assert (entries[(7, 95)]["active"], entries[(7, 95)]["cleared"]) == (False, True)
+    assert (entries[(7, 48)]["active"], entries[(7, 48)]["cleared"]) == (True, False)
+    assert codes(second) == [("XID", "CRITICAL", "RESET_GPU", gpu(7))]
+
+
+def test_a_drain_p2p_request_ending_is_no_reset() -> None:
+    host, clock = daemon_host("synthetic-recovery-field-drain-p2p")
+    xid.run(host, Config())
+    clock.advance(60)
+    second = xid.run(host, Config())
+    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(second)
+    entry = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}[(7, 95)]
+    assert "recovered" not in entry
+
+
+def test_a_new_fatal_sxid_after_rotation_lowered_the_count_is_active_again(
+    tmp_path: Path,
+) -> None:
+    root = copy_snapshot("synthetic-nvswitch-sxid", tmp_path)
+    host, clock = daemon_host(root)
+    assert xid.clear(host, Config()) == 1
+    # The log rotated away the cleared lines; the switch logs one new fatal SXid later: its
+    # count is below the cleared one, its time is after it.
+    log = root / "rootfs/var/log/kern.log"
+    kept = [line for line in log.read_text().splitlines(keepends=True) if "): 20034," not in line]
+    log.write_text(
+        "".join(kept)
+        + "2026-11-29T20:55:00.104217+00:00 gpu-node-17 kernel: nvidia-nvswitch0: SXid "
+        "(PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n"
+    )
+    clock.advance(60)
+    result = xid.run(host, Config())
+    fatal = next(e for e in result.data["sxids"] if e["sxid"] == 20034)
+    assert (fatal["count"], fatal["active"], fatal["cleared"]) == (1, True, False)

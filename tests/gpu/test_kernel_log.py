@@ -41,18 +41,31 @@ def test_stamps_rfc3339_syslog_and_ctime() -> None:
     assert line_time("no stamp here", boot=None, now=NOW) is None
 
 
-def test_syslog_stamps_take_their_year_from_the_boot_or_now() -> None:
+def test_syslog_stamps_take_the_year_that_puts_them_last_before_now() -> None:
     # A December line read in January belongs to last year.
-    january = datetime(2027, 1, 2, tzinfo=UTC)
+    january = datetime(2027, 1, 5, tzinfo=UTC)
     assert line_time("Dec 31 23:59:59 h kernel:", boot=None, now=january) == datetime(
         2026, 12, 31, 23, 59, 59, tzinfo=UTC
     )
-    # A boot on 30 December: a January line is in the next year.
+    # A boot on 30 December: a January line read in January is this year's.
     boot = datetime(2026, 12, 30, tzinfo=UTC)
     assert line_time("Jan  3 01:00:00 h kernel:", boot=boot, now=january) == datetime(
         2027, 1, 3, 1, 0, 0, tzinfo=UTC
     )
     assert line_time("Feb 29 01:00:00 h kernel:", boot=boot, now=january) is None
+    # Read on 1 December after a reboot on 30 November, a 28 November line is this year's (it
+    # was once dated next year: never in a window's past, never to clear itself).
+    december = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    reboot = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    assert line_time("Nov 28 14:22:51 h kernel:", boot=reboot, now=december) == datetime(
+        2026, 11, 28, 14, 22, 51, tzinfo=UTC
+    )
+    # A local stamp up to 14 hours ahead (UTC+14) is this year's, held at now; further ahead
+    # it is last year's.
+    assert line_time("Dec  1 20:00:00 h kernel:", boot=None, now=december) == december
+    assert line_time("Dec  2 09:00:01 h kernel:", boot=None, now=december) == datetime(
+        2025, 12, 2, 9, 0, 1, tzinfo=UTC
+    )
 
 
 def test_only_the_current_boot_counts() -> None:

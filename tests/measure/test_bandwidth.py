@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,9 @@ import pytest
 from gpuprobe.config import PRIVATE_NETWORKS, BandwidthConfig
 from gpuprobe.errors import ConfigError
 from gpuprobe.host.fs import HostFS
+from gpuprobe.measure import tcp
 from gpuprobe.measure.bandwidth import (
+    PROOF_SECONDS,
     BandwidthTests,
     Measurement,
     MeasureRequest,
@@ -23,6 +27,7 @@ from gpuprobe.measure.bandwidth import (
     split_peer,
 )
 from helpers import config
+from listeners import trickling_listener
 
 
 def agent_tests(
@@ -128,3 +133,54 @@ def test_a_sender_sends_for_at_most_120_s_warm_up_included(tmp_path: Path) -> No
         tests.measure(request)
     assert refused.value.reason == Reason.INVALID
     assert str(refused.value) == "duration and warm-up 240 s together: at most 120"
+
+
+def test_a_trickling_sink_is_told_after_the_proof_time_and_no_later(tmp_path: Path) -> None:
+    """One byte a second from the "sink" (each within any one read's timeout): before, it
+    held the sender 6 s against PROOF_SECONDS; connecting and proving share one deadline."""
+    from datetime import UTC, datetime
+
+    tests = agent_tests(tmp_path, BandwidthConfig(peer_networks=("127.0.0.0/8",)))
+    with trickling_listener() as port:
+        sink = Sink("127.0.0.1", port, "ab" * 32, "node-b", datetime.now(UTC))
+        started = time.monotonic()
+        with pytest.raises(Refused) as refused:
+            tests.measure(MeasureRequest(peer="127.0.0.1:50051", sink=sink, streams=2))
+        took = time.monotonic() - started
+    assert (refused.value.reason, refused.value.side) == (Reason.UNREACHABLE, Side.PEER)
+    assert (
+        str(refused.value)
+        == f"127.0.0.1:{port} did not prove to be the sink the test was opened on"
+    )
+    assert PROOF_SECONDS <= took < PROOF_SECONDS + 0.3
+
+
+def test_a_sink_without_a_thread_to_serve_it_is_refused_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tests = agent_tests(tmp_path, BandwidthConfig(peer_networks=("127.0.0.0/8",), max_sinks=1))
+
+    def no_thread(thread: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    with pytest.raises(Refused) as refused:
+        tests.open_sink(SinkRequest(sender="127.0.0.1"), "127.0.0.1")
+    monkeypatch.undo()
+    assert (refused.value.reason, refused.value.side) == (Reason.CANNOT_RUN, Side.SOURCE)
+    assert str(refused.value) == (
+        "node-a cannot open a sink: no thread to serve it (can't start new thread)"
+    )
+    # The one sink allowed was given back: the next opens.
+    sink = tests.open_sink(SinkRequest(sender="127.0.0.1", lifetime_seconds=0.5), "127.0.0.1")
+    assert sink.port > 0
+
+
+def test_a_sink_opened_for_a_sender_written_differently_takes_it(tmp_path: Path) -> None:
+    """The sender named as `0:0::1` is the ::1 the sink's accept reports: before, the sink
+    compared the two as text and refused the sender it was opened for."""
+    tests = agent_tests(tmp_path, BandwidthConfig(peer_networks=("::1/128",)))
+    sink = tests.open_sink(SinkRequest(sender="0:0::1", streams=1), "10.0.0.9")
+    result = tcp.send(sink.address, sink.port, bytes.fromhex(sink.ticket), 1, 0.2, 0.0)
+    assert sink.address == "::1"
+    assert result.streams[0].bytes_received > 0

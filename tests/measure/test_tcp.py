@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import socket
@@ -9,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,9 +29,12 @@ from gpuprobe.measure.tcp import (
     TcpSink,
     WorkerCpu,
     cpu_use,
-    proof,
+    header,
+    normal_address,
     send,
+    sink_proof,
 )
+from listeners import trickling_listener
 
 LOOPBACK = "127.0.0.1"
 
@@ -72,7 +78,7 @@ def raw_stream(port: int, header: bytes | None) -> bytes:
 
 def test_a_wrong_token_is_refused() -> None:
     s = sink(streams=1)
-    assert raw_stream(s.port, HEADER.pack(b"x" * 32, 0, 0)) == b""
+    assert raw_stream(s.port, header(b"x" * 32, 0, 0)) == b""
     assert s.stats.refused == {"token": 1} and s.stats.accepted == 0
     s.close()
 
@@ -96,17 +102,16 @@ def test_the_token_is_single_use() -> None:
 
 def test_a_token_used_by_every_stream_already_is_refused_while_the_sink_is_open() -> None:
     s = sink(streams=2)
-    header = HEADER.pack(s.token, 0, 0)
     first = socket.create_connection((LOOPBACK, s.port), timeout=10)
     second = socket.create_connection((LOOPBACK, s.port), timeout=10)
     try:
-        for conn in (first, second):
-            conn.sendall(header)
+        for index, conn in enumerate((first, second)):
+            conn.sendall(header(s.token, 0, index))
         deadline = time.monotonic() + 10
         while s.stats.accepted < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert s.stats.accepted == 2
-        assert raw_stream(s.port, HEADER.pack(s.token, 0, 2)) == b""  # a third, same token
+        assert raw_stream(s.port, header(s.token, 0, 2)) == b""  # a third, same token
         assert s.stats.refused == {"reused": 1}
         assert s.stats.accepted == 2 and not s.wait(0)  # the two streams go on
     finally:
@@ -117,7 +122,7 @@ def test_a_token_used_by_every_stream_already_is_refused_while_the_sink_is_open(
 
 def test_only_the_asking_peer_may_connect() -> None:
     s = TcpSink(LOOPBACK, "10.1.2.3", 1, 10**9, 30)
-    assert raw_stream(s.port, HEADER.pack(s.token, 0, 0)) == b""
+    assert raw_stream(s.port, header(s.token, 0, 0)) == b""
     assert s.stats.refused == {"address": 1}
     s.close()
 
@@ -223,10 +228,10 @@ def test_a_sink_answering_without_its_cpu_is_read() -> None:
     def earlier_sink() -> None:
         conn, _ = listener.accept()
         with conn:
-            header = b""
-            while len(header) < HEADER.size:
-                header += conn.recv(HEADER.size - len(header))
-            conn.sendall(proof(token, header))
+            hello = b""
+            while len(hello) < HEADER.size:
+                hello += conn.recv(HEADER.size - len(hello))
+            conn.sendall(sink_proof(token, hello[:32]))
             received = HEADER.size
             while chunk := conn.recv(1 << 20):
                 received += len(chunk)
@@ -330,3 +335,172 @@ def test_no_data_goes_to_a_listener_that_does_not_prove_to_be_the_sink() -> None
         thread.join(5)
         listener.close()
     assert received == [HEADER.size]
+
+
+def _old_proof(key: bytes, hello: bytes) -> bytes:
+    """The proof of the earlier wire format, keyed by the header's first 32 bytes."""
+    return hmac.new(key, b"gpuprobe-sink\0" + hello, hashlib.sha256).digest()
+
+
+def _nonce_keyed(key: bytes, hello: bytes) -> bytes:
+    """Today's proof keyed by the nonce, the only secret-looking thing a listener sees."""
+    return sink_proof(key, key)
+
+
+@pytest.mark.parametrize("forge", [_old_proof, _nonce_keyed])
+def test_a_listener_given_the_header_but_not_the_token_cannot_prove_to_be_the_sink(
+    forge: Callable[[bytes, bytes], bytes],
+) -> None:
+    """Before: the header's first 32 bytes were the token, so whoever received the header
+    could compute the proof (and receive data) and every foreign service got the ticket."""
+    listener = socket.create_server((LOOPBACK, 0))
+    port = listener.getsockname()[1]
+    token = os.urandom(32)
+    got = bytearray()
+
+    def forger() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(2)
+            try:
+                while len(got) < HEADER.size:
+                    got.extend(conn.recv(HEADER.size - len(got)))
+                conn.sendall(forge(bytes(got[:32]), bytes(got)))
+                while chunk := conn.recv(1 << 20):
+                    got.extend(chunk)
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=forger, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(NotASink):
+            send(LOOPBACK, port, token, streams=1, duration=0.3, warmup=0.0, connect_timeout=2)
+    finally:
+        thread.join(5)
+        listener.close()
+    assert len(got) == HEADER.size  # the header, and not one byte of data
+    assert token not in got
+
+
+def test_a_replayed_header_is_refused_as_reused() -> None:
+    """A listener that got a header can replay it only to the sink, which takes each nonce
+    once, even with streams left."""
+    s = sink(streams=2)
+    hello = header(s.token, 0, 0)
+    with socket.create_connection((LOOPBACK, s.port), timeout=10) as first:
+        first.sendall(hello)
+        assert first.recv(32) == sink_proof(s.token, hello[:32])
+        assert raw_stream(s.port, hello) == b""
+        assert s.stats.refused == {"reused": 1} and s.stats.accepted == 1
+    s.close()
+
+
+def test_a_header_altered_on_the_way_is_refused() -> None:
+    s = sink(streams=1)
+    hello = bytearray(header(s.token, 0, 0))
+    hello[35] = 0xFF  # the warm-up: an hour instead of none
+    assert raw_stream(s.port, bytes(hello)) == b""
+    assert s.stats.refused == {"token": 1} and s.stats.accepted == 0
+    s.close()
+
+
+def test_a_trickling_listener_holds_the_sender_no_longer_than_its_deadline() -> None:
+    """Before: each read had its own timeout, so one byte a second held the sender for as
+    long as the listener liked."""
+    with trickling_listener(interval=0.3) as port:
+        started = time.monotonic()
+        with pytest.raises(NotASink):
+            send(LOOPBACK, port, b"t" * 32, streams=2, duration=0.3, connect_timeout=1.0)
+        took = time.monotonic() - started
+    assert 1.0 <= took < 1.0 + 0.3
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("starts", [0, 1, 2])
+def test_a_sink_that_cannot_start_its_threads_leaves_nothing_behind(
+    monkeypatch: pytest.MonkeyPatch, starts: int
+) -> None:
+    """Thread.start raises RuntimeError (not OSError) when the process is out of threads:
+    before, the started workers, the listener and the exit hook were left behind and the
+    caller got an error it did not expect. Two workers and the serving thread: the first,
+    second or third start fails."""
+    started = 0
+    start = threading.Thread.start
+    listen = socket.socket.listen
+    ports: list[int] = []
+
+    def failing_start(thread: threading.Thread) -> None:
+        nonlocal started
+        if started >= starts:
+            raise RuntimeError("can't start new thread")
+        started += 1
+        start(thread)
+
+    def recorded_listen(sock: socket.socket, backlog: int) -> None:
+        ports.append(sock.getsockname()[1])
+        listen(sock, backlog)
+
+    before = _open_fds()
+    hooks = len(cleanup._callbacks)
+    monkeypatch.setattr(threading.Thread, "start", failing_start)
+    monkeypatch.setattr(socket.socket, "listen", recorded_listen)
+    with pytest.raises(OSError, match=r"no thread to serve it \(can't start new thread\)"):
+        sink(streams=2, threads=2)
+    monkeypatch.undo()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("tcp-sink")]
+    assert len(ports) == 1
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((LOOPBACK, ports[0]), timeout=2).close()
+    assert _open_fds() == before
+    assert len(cleanup._callbacks) == hooks
+
+
+def test_a_stream_handed_over_as_its_worker_stopped_is_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker saw the sink closed and took its queue for the last time; the serving
+    thread, a moment behind, handed it one more stream. Before: that stream's connection
+    stayed open for good. Here the worker has stopped before the stream arrives."""
+
+    def stopped_worker(worker: Any) -> None:
+        worker.selector.close()  # what a worker does on its way out
+
+    monkeypatch.setattr("gpuprobe.measure.tcp._SinkWorker._run", stopped_worker)
+    s = sink(streams=1)
+    with socket.create_connection((LOOPBACK, s.port), timeout=5) as conn:
+        hello = header(s.token, 0, 0)
+        conn.sendall(hello)
+        assert conn.recv(32) == sink_proof(s.token, hello[:32])  # taken, handed over
+        s.close()
+        assert s.wait(5)
+        assert conn.recv(64) == b""  # closed by the sink, not left open
+
+
+@pytest.mark.parametrize(
+    ("bind", "allowed", "sender"),
+    [
+        ("::1", "0:0::1", "::1"),  # before: "0:0::1" != "::1" as text, refused
+        ("::1", "0000:0000:0000:0000:0000:0000:0000:0001", "::1"),
+        (LOOPBACK, "::ffff:127.0.0.1", LOOPBACK),  # IPv4-mapped
+    ],
+)
+def test_the_allowed_peer_is_compared_as_an_address_not_as_text(
+    bind: str, allowed: str, sender: str
+) -> None:
+    s = TcpSink(bind, allowed, 1, 10**12, 30)
+    result = send(sender, s.port, s.token, streams=1, duration=0.2, warmup=0.0)
+    assert s.wait(5)
+    assert s.stats.accepted == 1 and s.stats.refused == {}
+    assert result.streams[0].bytes_received > 0
+
+
+def test_addresses_have_one_canonical_text() -> None:
+    assert normal_address("fd00:0::1") == normal_address("FD00::0001") == "fd00::1"
+    assert normal_address("::ffff:10.1.2.3") == "10.1.2.3"
+    assert normal_address("10.1.2.3") == "10.1.2.3"
+    with pytest.raises(ValueError):
+        normal_address("node-b")

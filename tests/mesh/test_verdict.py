@@ -212,3 +212,34 @@ def test_the_mesh_findings_wrap_to_the_width_given() -> None:
         "    action: CHECK_NETWORK",
     ]
     assert len(render_mesh(MeshResult(judged, blame(judged))).splitlines()) == 9
+
+
+def test_a_node_whose_data_nic_is_dead_is_blamed_not_its_healthy_peers() -> None:
+    """x can reach no sink and no sink on x can be reached; as a sender, x sees each peer's
+    sink as unreachable and names the peer. a and b measured fine with each other: only x is
+    at fault."""
+    why = "the test toward the peer failed"
+    measured = [
+        Link("a", "b", "tcp", 3.0 * GB),
+        Link("b", "a", "tcp", 3.0 * GB),
+        Link("a", "x", "tcp", None, FAILED, why, blamed="x"),
+        Link("b", "x", "tcp", None, FAILED, why, blamed="x"),
+        Link("x", "a", "tcp", None, FAILED, why, blamed="a"),
+        Link("x", "b", "tcp", None, FAILED, why, blamed="b"),
+    ]
+    findings = blame(judge(measured, Thresholds()))
+    assert [(f.code, f.severity.value, f.resource) for f in findings] == [
+        ("PEER_UNREACHABLE", "CRITICAL", "peer:x")
+    ]
+
+
+def test_a_peer_failing_with_one_partner_only_keeps_the_senders_word() -> None:
+    """One failed test is no pattern: the side the sender named stays blamed."""
+    why = "the test toward the peer failed"
+    measured = [
+        Link("a", "b", "tcp", 3.0 * GB),
+        Link("b", "c", "tcp", 3.0 * GB),
+        Link("c", "a", "tcp", None, FAILED, why, blamed="a"),
+    ]
+    findings = blame(judge(measured, Thresholds()))
+    assert [(f.code, f.resource) for f in findings] == [("PEER_UNREACHABLE", "peer:a")]

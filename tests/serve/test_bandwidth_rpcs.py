@@ -20,6 +20,7 @@ from gpuprobe import wire
 from gpuprobe.client import Client
 from gpuprobe.config import BandwidthConfig, Config
 from gpuprobe.measure.bandwidth import NOT_A_SINK, PROOF_SECONDS
+from gpuprobe.measure.tcp import HEADER
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 from serving import in_process_agent, wait_for
@@ -169,12 +170,12 @@ def test_bad_requests(idle_pair: tuple[str, str, object]) -> None:
 
 
 @contextmanager
-def listener(answer: bytes | None = None) -> Iterator[tuple[int, list[int]]]:
+def listener(answer: bytes | None = None) -> Iterator[tuple[int, list[bytes]]]:
     """A foreign service on loopback: silent (None) or answering `answer` to what it gets;
-    yields its port and the bytes it received per connection."""
+    yields its port and the bytes it received, per connection."""
     server = socket.create_server((LOOPBACK, 0))
     server.settimeout(0.2)
-    received: list[int] = []
+    received: list[bytes] = []
     stop = threading.Event()
 
     def serve() -> None:
@@ -185,15 +186,15 @@ def listener(answer: bytes | None = None) -> Iterator[tuple[int, list[int]]]:
                 continue
             with conn:
                 conn.settimeout(0.5)
-                total = 0
+                got = bytearray()
                 try:
                     while chunk := conn.recv(65536):
-                        total += len(chunk)
+                        got += chunk
                         if answer is not None:
                             conn.sendall(answer)
                 except OSError:
                     pass
-                received.append(total)
+                received.append(bytes(got))
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -248,9 +249,12 @@ def test_foreign_services_get_no_data_and_all_look_alike(
     assert {a[0] for a in answers} == {f"127.0.0.1:PORT {NOT_A_SINK}"}
     assert {a[2] for a in answers} == {pb.TEST_SIDE_PEER}
     assert all(PROOF_SECONDS - 0.05 <= took < PROOF_SECONDS + 1.5 for _, took, _ in answers)
-    # Each service saw one 40-byte header at most (the single-use ticket), never data.
+    # Each service saw one header at most, never data, and no secret: not the ticket (before,
+    # the header's first 32 bytes were the ticket), in bytes or in hex.
+    ticket = bytes.fromhex(forged(0).ticket)
     for got in (silent_got, http_got, chatty_got):
-        assert got and all(n <= 40 for n in got)
+        assert got and all(len(conn) <= HEADER.size for conn in got)
+        assert not any(ticket in conn or forged(0).ticket.encode() in conn for conn in got)
 
 
 def test_a_sink_outside_the_peer_networks_is_refused(token_file: str) -> None:

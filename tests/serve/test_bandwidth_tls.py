@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +26,7 @@ from gpuprobe.mesh.run import MeshOptions, Peer, run_mesh
 from gpuprobe.mesh.verdict import OK, Thresholds
 from gpuprobe.serve.agent import Agent, ServeOptions
 from gpuprobe.v1 import diagnostics_pb2 as pb
+from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 from serving import in_process_agent
 
 
@@ -207,3 +209,61 @@ def test_over_tls_foreign_services_learn_no_credentials_and_all_look_alike(
     }
     assert all(PEER_CALL_SECONDS - 0.05 <= took < PEER_CALL_SECONDS + 1.5 for *_, took in answers)
     assert received and all(b"fleet-token-never-leaves" not in data for data in received)
+
+
+class _NonsenseSinks(pb_grpc.NodeDiagnosticsServicer):
+    """A peer over the fleet's TLS whose OpenBandwidthSink answers a sink no sender can use."""
+
+    def __init__(self, answer: pb.OpenBandwidthSinkResponse) -> None:
+        self.answer = answer
+
+    def OpenBandwidthSink(
+        self, request: pb.OpenBandwidthSinkRequest, context: Any
+    ) -> pb.OpenBandwidthSinkResponse:
+        return self.answer
+
+
+@contextmanager
+def nonsense_peer(pki: Pki, answer: pb.OpenBandwidthSinkResponse) -> Iterator[int]:
+    """A real gRPC server with the fleet's server certificate; yields its port."""
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    pb_grpc.add_NodeDiagnosticsServicer_to_server(_NonsenseSinks(answer), server)
+    key, cert = Path(pki.server_key).read_bytes(), Path(pki.server_cert).read_bytes()
+    port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([(key, cert)]))
+    server.start()
+    try:
+        yield port
+    finally:
+        server.stop(0)
+
+
+TICKET_PROBLEM, GOOD_TICKET = "a ticket that is not 64 hex digits", "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        (pb.OpenBandwidthSinkResponse(port=5201, ticket="zz" * 32), TICKET_PROBLEM),
+        (pb.OpenBandwidthSinkResponse(port=5201, ticket=""), TICKET_PROBLEM),
+        (
+            pb.OpenBandwidthSinkResponse(port=70000, ticket=GOOD_TICKET),
+            "port 70000, which is not a port",
+        ),
+        (pb.OpenBandwidthSinkResponse(port=0, ticket=GOOD_TICKET), "port 0, which is not a port"),
+    ],
+)
+def test_a_peer_answering_a_sink_no_sender_can_use_is_refused_clearly(
+    pki: Pki, answer: pb.OpenBandwidthSinkResponse, problem: str
+) -> None:
+    """Before: the peer's ticket went to bytes.fromhex (ValueError) and its port to the
+    socket (OverflowError), and the caller got UNKNOWN."""
+    answer.node, answer.address = "node-b", "127.0.0.1"
+    with (
+        mtls_pair(pki, tls_client_cert=pki.client_cert, tls_client_key=pki.client_key) as (a, _),
+        nonsense_peer(pki, answer) as port,
+        pytest.raises(grpc.RpcError) as err,
+    ):
+        measure(pki, a, f"127.0.0.1:{port}")
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert wire.failed_side(err.value) == pb.TEST_SIDE_PEER
+    assert err.value.details() == f"127.0.0.1 answered a sink with {problem}"

@@ -1226,10 +1226,12 @@ def fault_variants() -> list[Node]:
 
     # GPU 7's uncontained memory error (Xid 95): its recovery action field asks for a GPU reset
     # in the first read and reads NONE from the second on (a reset between the daemon's
-    # rounds); the -stuck variant keeps asking.
+    # rounds); the -stuck variant keeps asking; in -drain-p2p the field asks for DRAIN_P2P and
+    # then reads NONE (peer-to-peer work drained: no reset).
     for name, reads in (
         ("synthetic-recovery-field-reset", [1, 0]),
         ("synthetic-recovery-field-stuck", [1]),
+        ("synthetic-recovery-field-drain-p2p", [3, 0]),
     ):
         node = hgx_h100(name)
         node.drop_calls(lambda c: c["fn"] == "nvmlDeviceGetFieldValues" and c["args"][0] == 7)
@@ -1241,6 +1243,21 @@ def fault_variants() -> list[Node]:
                                 "D-RST: No", "16:20:00"),
         )  # fmt: skip
         nodes.append(node)
+
+    # A node whose kernel log is in journald only (no log file to read): NVML's event set
+    # alone saw a Nonfatal NVLink5 Xid 149 on GPU 1, an Xid 154 on GPU 2 whose recovery action
+    # field reads NONE (the benign "to 0x0 (None)") and one on GPU 4 whose field asks for a
+    # node reboot.
+    node = hgx_h100("synthetic-xid-events-only")
+    node.files.pop("/var/log/kern.log", None)
+    node.events = [
+        {"device": 1, "type": "XidCriticalError", "data": 149, "time": "2026-11-29T20:40:00Z"},
+        {"device": 2, "type": "XidCriticalError", "data": 154, "time": "2026-11-29T20:41:00Z"},
+        {"device": 4, "type": "XidCriticalError", "data": 154, "time": "2026-11-29T20:42:00Z"},
+    ]
+    node.drop_calls(lambda c: c["fn"] == "nvmlDeviceGetFieldValues" and c["args"][0] == 4)
+    node.call("nvmlDeviceGetFieldValues", [4, [230]], [field_value(230, 2)])
+    nodes.append(node)
 
     # GPU 3 fell off the bus (Xid 79): NVML cannot read it at first, and answers again with the
     # same UUID later (-back; a reset or rescan brought it back); -gone stays lost.

@@ -8,10 +8,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import snapshot
 from gpuprobe.checks import workloads
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
+from gpuprobe.report import PodRef
+from gpuprobe.workloads.accounting import account, new_ledger
+from gpuprobe.workloads.allocations import Grant
+from gpuprobe.workloads.attribution import DeviceUse
+from gpuprobe.workloads.inventory import MigDev
 from helpers import FakeClock, config
 
 UUID = "GPU-5f1c{:04x}-8e2b-4c1d-9a7e-{:012x}"
@@ -98,3 +105,37 @@ def test_an_unwritable_or_corrupt_state_is_said_and_starts_afresh(tmp_path: Path
 def test_an_unknown_allocation_counts_nothing() -> None:
     results = rounds("synthetic-k8s-podresources-refused", [0.0, 60.0], Config())
     assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(results[1]).values())
+
+
+def test_a_mig_device_whose_processes_are_unknown_counts_no_idle() -> None:
+    uuid = UUID.format(0, 0)
+    mig_uuid = "MIG-0c6f8a1e-7b2d-5e3f-9a4c-1d2e3f4a5b6c"
+    mig = MigDev(0, 0, 1, 0, mig_uuid, "NVIDIA H100 80GB HBM3 MIG 1g.10gb")
+    grant = Grant(PodRef("ml-team", "eval-0", "eval"), "nvidia.com/mig-1g.10gb", mig_uuid, "x")
+    devices = [
+        DeviceUse(f"gpu:0:{uuid}", 0, uuid, processes=None),
+        DeviceUse("mig:0:1:0", 0, uuid, mig=mig, grants=[grant], processes=None),
+    ]
+    ledger = new_ledger()
+    account(ledger, devices, 0.0, 5.0)
+    account(ledger, devices, 60.0, 5.0)
+    totals = ledger.gpus[uuid]
+    # As a whole GPU in the same state: allocated, and no idle second counted.
+    assert (totals.allocated, totals.idle_allocated) == (60.0, {"ml-team": 0.0})
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"format": 2, "since": "2026-11-29T08:00:00Z", "gpus": {}}', "{not json"],
+)
+def test_a_state_file_it_cannot_read_is_kept_aside_not_overwritten(
+    tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "workload-accounting.json").write_text(content)
+    cfg = config(workloads={"state_dir": str(tmp_path)})
+    with caplog.at_level("WARNING", logger="gpuprobe.workloads"):
+        (result,) = rounds("synthetic-k8s-utilization-samples", [0.0], cfg)
+    assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(result).values())
+    assert (tmp_path / "workload-accounting.json.bad").read_text() == content
+    assert json.loads((tmp_path / "workload-accounting.json").read_text())["format"] == 1
+    assert "kept as" in caplog.text and "starting afresh" in caplog.text

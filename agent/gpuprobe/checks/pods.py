@@ -12,7 +12,8 @@ the known GPU failure signatures in their logs.
    restarted (`gpuprobe.containers.cri_log`), matched against the known signatures
    (`gpuprobe.checks.pod_signatures`): `POD_GPU_FAILURE`, WARNING per pod and cause; a
    signature in every GPU pod (NVML lost everywhere) or one that indicts the node (an
-   unresolvable CDI device) raises the node-level finding it implies.
+   unresolvable CDI device) raises the node-level finding it implies. CUDA's error 802 stays
+   a POD_GPU_FAILURE: the `gpus` check raises FABRIC_NOT_READY from NVML's fabric state.
 """
 
 from __future__ import annotations
@@ -25,16 +26,18 @@ from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import pod_signatures as sig
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.xid import kernel as xid_kernel
 from gpuprobe.config import Config
 from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
 from gpuprobe.gpu import cuda, kernel_log
 from gpuprobe.gpu.devices import Device, gpu_count, text
-from gpuprobe.gpu.health import as_int
+from gpuprobe.gpu.health import as_int, current_pending
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
 from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity, gpu_resource
 from gpuprobe.workloads.attribution import attribute
+from gpuprobe.workloads.inventory import mig_devices
 
 NAME = "pods"
 NO_DEVICES = frozenset({"", "void", "none"})
@@ -47,7 +50,6 @@ FORWARD_COMPAT_BRANDS = frozenset(
 # An XID this long before (or shortly after) a container's CUDA error is its cause.
 XID_BEFORE = timedelta(seconds=120)
 XID_AFTER = timedelta(seconds=10)
-PROC_STAT = "/proc/stat"
 # At most this many containers' logs a round (64 KiB each: 32 MiB), GPU pods' first.
 MAX_LOGS = 512
 
@@ -171,6 +173,8 @@ def _gpus(host: Host) -> list[NodeGpu]:
             arch = f"{capability[0]}.{capability[1]}"
         pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
         bus = text(pci.get("busId")) if isinstance(pci, dict) else None
+        mode = current_pending(device.get("nvmlDeviceGetMigMode"))
+        migs = mig_devices(host.nvml, device) if mode and mode[0] == 1 else []
         found.append(
             NodeGpu(
                 index,
@@ -179,6 +183,7 @@ def _gpus(host: Host) -> list[NodeGpu]:
                 req.BRANDS.get(brand) if brand is not None else None,
                 arch,
                 kernel_log.pci_prefix(bus) if bus else None,
+                {m.uuid: index for m in migs if m.uuid},
             )
         )
     return found
@@ -210,17 +215,33 @@ def _container_gpus(
     if visible is not None and visible.strip().lower() not in NO_DEVICES:
         if visible.strip().lower() == "all":
             return list(gpus)
-        names: dict[str, int] = {}
-        for g in gpus:
-            names[str(g.index)] = g.index
-            if g.uuid:
-                names[g.uuid] = g.index
-        chosen = {names[v.strip()] for v in visible.split(",") if v.strip() in names}
-        chosen |= {int(v.split(":")[0]) for v in visible.split(",") if ":" in v and v[0].isdigit()}
+        chosen = _visible_gpus(visible, gpus)
         return [by_index[i] for i in sorted(chosen) if i in by_index]
     if spec.gpu_minors:
         return [g for g in gpus if g.minor in spec.gpu_minors]
     return None
+
+
+def _visible_gpus(visible: str, gpus: list[NodeGpu]) -> set[int]:
+    """The GPU indexes NVIDIA_VISIBLE_DEVICES names: GPU indexes and UUIDs, MIG UUIDs and
+    `<gpu index>:<mig index>` as their parent GPU; a value that is none of these (any pod can
+    write anything there) is passed over."""
+    names: dict[str, int] = {}
+    for g in gpus:
+        names[str(g.index)] = g.index
+        if g.uuid:
+            names[g.uuid] = g.index
+        names.update(g.migs)
+    chosen: set[int] = set()
+    for raw in visible.split(","):
+        value = raw.strip()
+        if value in names:
+            chosen.add(names[value])
+            continue
+        gpu, colon, mig = value.partition(":")
+        if colon and gpu.isdecimal() and mig.isdecimal():
+            chosen.add(int(gpu))
+    return chosen
 
 
 # --- image CUDA ---
@@ -482,16 +503,12 @@ def _spec_gpus(
 
 
 def _xids(host: Host, config: Config) -> list[kernel_log.XidLine]:
-    boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
-    texts = []
-    for path in reversed(config.xid.kernel_logs):  # rotated (older) files first
-        try:
-            data = host.fs.read_tail(path, config.xid.kernel_log_max_bytes)
-        except OSError:
-            continue
-        texts.append(data.decode("utf-8", errors="replace"))
+    """The current boot's XID lines with a time, oldest first, read as the `xid` check reads
+    the kernel logs (each log's rotated files as one stream, oldest file first)."""
     now = datetime.fromtimestamp(host.clock.wall(), UTC)
-    return kernel_log.read_stream(texts, boot=boot, now=now).xids
+    logs, _ = xid_kernel.read_logs(host, config, now)
+    timed = [x for log in logs for x in log.xids if x.time is not None]
+    return sorted(timed, key=lambda x: x.time or now)
 
 
 def _xid_near(
@@ -548,17 +565,8 @@ def _node_level(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list
         findings.append(
             Finding("POD_GPU_FAILURE", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
         )
-    fabric = [f for f in failures if f.cause == sig.FABRIC_NOT_INITIALIZED]
-    if fabric:
-        message = (
-            f"CUDA in {len({(f.pod.namespace, f.pod.pod) for f in fabric})} GPU pod(s) failed "
-            "with error 802 (system not yet initialized): the node's NVSwitch fabric is not "
-            f"ready. Fix: {sig.by_cause(sig.FABRIC_NOT_INITIALIZED).fix}"
-        )
-        pods = tuple(f.pod for f in fabric)
-        findings.append(
-            Finding("FABRIC_NOT_READY", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
-        )
+    # CUDA's error 802 stays the pods' POD_GPU_FAILURE: the `gpus` check owns FABRIC_NOT_READY
+    # from NVML's fabric state, which clears when the fabric is up (a log line never does).
     unresolved = [f for f in failures if f.cause == sig.CDI_UNRESOLVABLE]
     if unresolved:
         names = sorted({f.detail or "?" for f in unresolved})

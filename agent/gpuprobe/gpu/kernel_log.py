@@ -83,6 +83,8 @@ _MONTHS = {
 }
 # A kernel line written just before the boot time is still this boot's (clock adjustments).
 BOOT_SLACK = timedelta(minutes=5)
+# How far ahead of UTC a local syslog stamp can read (the zone UTC+14).
+ZONE_AHEAD = timedelta(hours=14)
 
 
 @dataclass(frozen=True)
@@ -263,7 +265,7 @@ def line_time(line: str, *, boot: datetime | None, now: datetime) -> datetime | 
         return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
     match = _SYSLOG.match(line)
     if match:
-        return _syslog_time(match, boot=boot, now=now)
+        return _syslog_time(match, now=now)
     match = _CTIME.match(line)
     if match:
         try:
@@ -273,7 +275,7 @@ def line_time(line: str, *, boot: datetime | None, now: datetime) -> datetime | 
     return None
 
 
-def _syslog_time(match: re.Match[str], *, boot: datetime | None, now: datetime) -> datetime | None:
+def _syslog_time(match: re.Match[str], *, now: datetime) -> datetime | None:
     month = _MONTHS.get(match.group(1))
     if month is None:
         return None
@@ -285,15 +287,14 @@ def _syslog_time(match: re.Match[str], *, boot: datetime | None, now: datetime) 
         except ValueError:  # 29 February in a year without it
             return None
 
-    if boot is not None:  # the first such date on or after the boot (a day's slack for zones)
-        stamp = at(boot.year)
-        if stamp is not None and stamp < boot - timedelta(days=1):
-            stamp = at(boot.year + 1)
-        return stamp
+    # The year that puts the line last before now: a log holds no line from the future. A
+    # syslog stamp is local time, so one written just now may read up to 14 hours ahead
+    # (UTC+14); such a line is this year's, held at now. (The boot does not decide: a line
+    # read on 1 December from 28 November is this year's even after a reboot on 30 November.)
     stamp = at(now.year)
-    if stamp is not None and stamp > now + timedelta(days=1):
+    if stamp is None or stamp > now + ZONE_AHEAD:
         stamp = at(now.year - 1)
-    return stamp
+    return min(stamp, now) if stamp is not None else None
 
 
 def _zoned(line: str) -> bool:

@@ -92,7 +92,13 @@ def detail(nvml: Nvml, event_type: str, device: int) -> str:
     action (`GPU_RESET`, ...; empty when the field cannot be read)."""
     if event_type != RECOVERY:
         return ""
+    return recovery_field(nvml, device) or ""
+
+
+def recovery_field(nvml: Nvml, device: int) -> str | None:
+    """The GPU's recovery action field (`NONE`, `GPU_RESET`, ...; None when it cannot be
+    read): what a GpuRecoveryAction event, or an Xid 154 that came only as an event, asks."""
     value: Any = Device(nvml, device).get(
         "nvmlDeviceGetFieldValues", args=([FIELD_GPU_RECOVERY_ACTION],)
     )
-    return recovery_action(value) or ""
+    return recovery_action(value)

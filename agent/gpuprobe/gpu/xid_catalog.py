@@ -19,13 +19,14 @@ Bucket (Immediate Action)"; gpuprobe turns the bucket into a severity and a repa
 | RESTART_BM (restart bare metal), RESTART_VM | CRITICAL | REBOOT_NODE        |
 
 WORKFLOW_NVLINK5_ERR (Xids 144-150) is only the fallback: each such line is decoded by its
-unit, `Fatal`/`Nonfatal` word and error status (`gpuprobe.gpu.nvlink5`). Exceptions to the
-bucket's verdict (BUCKET_EXCEPTIONS): memory errors the GPU contained (94) still end the
-application that hit them; gpuprobe keeps them CRITICAL (the GPU needs a reset when convenient
-to activate the remapped row) with the catalog's RESTART_APP; 154 follows the recovery its
-message names; the catalog's own words for 164 and 165 (replace the GPU if power smoothing is
-wanted) and 168 (enable ECC) name HARDWARE_INSPECTION and FIX_CONFIG. An XID missing from this
-table is reported as a WARNING that names it, with no action: look it up in the catalog.
+unit, `Fatal`/`Nonfatal` word and error status (`gpuprobe.gpu.nvlink5`). A memory error the GPU
+contained (94) takes its bucket's verdict, WARNING with RESTART_APP (not sticky): only the
+application that hit it ends; the row remap a reset activates is the `gpus` check's
+ROW_REMAP_PENDING. Exceptions to the bucket's verdict (BUCKET_EXCEPTIONS): 154 follows the
+recovery its message names; the catalog's own words for 164 and 165 (replace the GPU if power
+smoothing is wanted) and 168 (enable ECC) name HARDWARE_INSPECTION and FIX_CONFIG. An XID
+missing from this table is reported as a WARNING that names it, with no action: look it up in
+the catalog.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import re
 from dataclasses import dataclass
 
 from gpuprobe.gpu import nvlink5
+from gpuprobe.gpu.health import RECOVERY_VERDICTS
 from gpuprobe.report import Action, Severity
 
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
@@ -78,7 +80,6 @@ BUCKET_VERDICTS: dict[str, tuple[Severity, Action]] = {
 }
 # Entries whose verdict is not their bucket's (see the docstring).
 _EXCEPTIONS: dict[int, tuple[Severity, Action]] = {
-    94: (_C, Action.RESTART_APP),
     154: (_C, Action.RESET_GPU),
     164: (_W, Action.HARDWARE_INSPECTION),
     165: (_W, Action.HARDWARE_INSPECTION),
@@ -406,4 +407,31 @@ def classify(xid: int, message: str = "") -> XidInfo:
         verdict = _RECOVERY_ACTIONS.get(match.group(1).strip().lower()) if match else None
         if verdict is not None:
             return XidInfo(xid, info.description, info.bucket, *verdict, info.mnemonic)
+    return info
+
+
+def classify_unlogged(xid: int, recovery_field: str | None = None) -> XidInfo:
+    """The verdict on an XID that came only as an NVML event, with no kernel-log line to
+    decode: an Xid 144-150's unit and Fatal/Nonfatal word are only in the kernel log, so it is
+    a WARNING that says so (never CRITICAL on the number alone); an Xid 154 follows the GPU's
+    recovery action field (`recovery_field`, read when the event was drained) as a
+    GpuRecoveryAction event does; when the field could not be read, the catalog's default."""
+    info = CATALOG.get(xid)
+    if info is None:
+        return classify(xid)
+    if nvlink5.FIRST <= xid <= nvlink5.LAST:
+        description = (
+            f"{info.description} (seen only as an NVML event: without its kernel-log line "
+            "its unit and Fatal/Nonfatal word cannot be decoded; read the kernel log)"
+        )
+        return XidInfo(xid, description, info.bucket, _W, Action.NONE, info.mnemonic)
+    if xid == 154 and recovery_field is not None:
+        if recovery_field == "NONE":
+            severity, action, what = _W, Action.NONE, "no recovery"
+        elif recovery_field in RECOVERY_VERDICTS:
+            severity, action, what = RECOVERY_VERDICTS[recovery_field]
+        else:
+            return info
+        description = f"{info.description} (the recovery action field asks for {what})"
+        return XidInfo(xid, description, info.bucket, severity, action, info.mnemonic)
     return info

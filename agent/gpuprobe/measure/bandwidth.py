@@ -264,6 +264,7 @@ class BandwidthTests:
         sender = request.sender or caller
         if not is_ip(sender):
             raise Refused(Reason.INVALID, f"sender {sender!r} is not an IP address")
+        sender = tcp.normal_address(sender)  # the sink compares it with what accept returns
         self._allowed(sender, "sender")
         self._refuse_if_busy(request.force)
         lifetime = bounded_seconds(request.lifetime_seconds, DEFAULT_SINK_SECONDS, MAX_SINK_SECONDS)
@@ -307,7 +308,13 @@ class BandwidthTests:
             raise Refused(
                 Reason.CANNOT_RUN, f"{self.node} cannot open a sink: {exc.strerror or exc}"
             ) from None
-        self._release_when_done(sink.wait, lifetime)
+        try:
+            self._release_when_done(sink.wait, lifetime)
+        except RuntimeError as exc:  # Thread.start: out of threads
+            sink.close()
+            raise Refused(
+                Reason.CANNOT_RUN, f"{self.node} cannot open a sink: no thread to watch it ({exc})"
+            ) from None
         return sink.port, sink.token_hex
 
     def _release_when_done(self, wait: Callable[[float], object], lifetime: float) -> None:
@@ -382,7 +389,7 @@ class BandwidthTests:
             self._allowed(given.address, "the sink's address")
             if sink.transport == "tcp" and not _is_ticket(given.ticket):
                 raise Refused(Reason.INVALID, "the sink's ticket is not 64 hex digits")
-            return given
+            return replace(given, address=tcp.normal_address(given.address))
         if self.peers is None or not self.peers.verified:
             raise Refused(
                 Reason.CANNOT_RUN,
@@ -397,6 +404,17 @@ class BandwidthTests:
             if refused.reason == Reason.UNREACHABLE:  # told after the same time, whatever it was
                 time.sleep(max(0.0, started + PEER_CALL_SECONDS - time.monotonic()))
             raise
+        # A peer that proved itself may still answer nonsense (another version, a bug): it is
+        # refused here, not left to fail on the way to the socket.
+        problem = (
+            f"port {opened.port}, which is not a port"
+            if not 0 < opened.port < 65536
+            else "a ticket that is not 64 hex digits"
+            if sink.transport == "tcp" and not _is_ticket(opened.ticket)
+            else None
+        )
+        if problem is not None:
+            raise Refused(Reason.UNREACHABLE, f"{host} answered a sink with {problem}", Side.PEER)
         return replace(opened, address=address)  # data goes where the certificate was checked
 
     def _resolve_once(self, host: str, port: int) -> str:
@@ -441,7 +459,7 @@ class BandwidthTests:
                 streams,
                 duration,
                 warmup,
-                connect_timeout=PROOF_SECONDS / 2,
+                connect_timeout=PROOF_SECONDS,  # to connect and prove every stream, in all
                 threads=self.tcp_threads,
             )
         except tcp.NotASink:

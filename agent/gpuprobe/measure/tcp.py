@@ -15,21 +15,29 @@ Linux take to mean "drop these bytes"). Both system calls release the interprete
 the workers run on as many cores as they are given. Each worker times its own CPU, so a test
 can tell whether the link or the machines' CPUs set its figure.
 
-Wire format, per stream: the sender writes a 40-byte header (32-byte token, u32 warm-up in
-milliseconds, u32 stream index); a sink that takes the stream proves it holds the token with
-32 bytes (`proof()`: HMAC-SHA256 of the header under the token), and only then does the
-sender send data, until it shuts its side down; the sink answers with 52 bytes (u64 bytes
-received, u64 bytes received after the warm-up, f64 seconds of the window after the warm-up;
-then u32 the sink's worker, and that worker's f64 CPU seconds, f64 seconds it wanted a CPU,
-f64 wall seconds) and closes. A sender still reads the first 24 bytes alone from a sink that
-sends no more; senders and sinks from before the proof do not take part in tests with these.
+Wire format, per stream. The token never goes on the wire: whatever listens at the port
+learns nothing it could use. The sender writes a 72-byte header: a fresh random 32-byte nonce,
+u32 warm-up in milliseconds, u32 stream index, and 32 bytes of `sender_mac()` (HMAC-SHA256
+under the token of b"sender", the nonce, the warm-up and the index). A sink takes the stream
+only if that MAC is right (checked in constant time), the nonce is new to it and it has a
+stream left; it then proves that it holds the token with 32 bytes (`sink_proof()`:
+HMAC-SHA256 under the token of b"sink" and the nonce), and only once the sender has checked
+them (in constant time, within one deadline for connecting and proving) does it send data,
+until it shuts its side down; the sink answers with 52 bytes (u64 bytes received, u64 bytes
+received after the warm-up, f64 seconds of the window after the warm-up; then u32 the sink's
+worker, and that worker's f64 CPU seconds, f64 seconds it wanted a CPU, f64 wall seconds) and
+closes. A sender still reads the first 24 bytes alone from a sink that sends no more. Senders
+and sinks of versions that sent the token itself in a 40-byte header do not work with these:
+a sink refuses their header ("no header"), a sender finds no proof (NotASink).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
+import ipaddress
 import mmap
 import os
 import queue
@@ -45,7 +53,9 @@ from typing import Any
 
 from gpuprobe import cleanup
 
-HEADER = struct.Struct("!32sII")
+# nonce, warm-up in ms, stream index, the sender's MAC
+HEADER = struct.Struct("!32sII32s")
+NONCE = struct.Struct("!32sII")
 REPLY = struct.Struct("!QQd")
 REPLY_CPU = struct.Struct("!Iddd")
 # What one discarding recv may drop. The kernel never writes the buffer (MSG_TRUNC), so every
@@ -73,9 +83,22 @@ class NotASink(BandwidthError):
     sink that refused the token): no data was sent there."""
 
 
-def proof(token: bytes, header: bytes) -> bytes:
+def sender_mac(token: bytes, nonce: bytes, warmup_ms: int, index: int) -> bytes:
+    """The sender's proof that it holds the token, bound to this stream's nonce, warm-up and
+    index (a listener can replay it only to the sink itself, which takes each nonce once)."""
+    message = b"sender" + NONCE.pack(nonce, warmup_ms, index)
+    return hmac.new(token, message, hashlib.sha256).digest()
+
+
+def sink_proof(token: bytes, nonce: bytes) -> bytes:
     """What a sink answers a stream's header with: proof that it holds the token."""
-    return hmac.new(token, b"gpuprobe-sink\0" + header, hashlib.sha256).digest()
+    return hmac.new(token, b"sink" + nonce, hashlib.sha256).digest()
+
+
+def header(token: bytes, warmup_ms: int, index: int, nonce: bytes | None = None) -> bytes:
+    """A stream's header under `token` (a fresh random nonce unless one is given)."""
+    nonce = secrets.token_bytes(32) if nonce is None else nonce
+    return HEADER.pack(nonce, warmup_ms, index, sender_mac(token, nonce, warmup_ms, index))
 
 
 def default_threads(streams: int) -> int:
@@ -343,7 +366,7 @@ class TcpSink:
         threads: int | None = None,
     ) -> None:
         self.token = secrets.token_bytes(32)
-        self.allowed_peer = allowed_peer
+        self.allowed_peer = normal_address(allowed_peer)
         self.streams = streams
         self.max_bytes = max_bytes
         self.max_seconds = max_seconds
@@ -352,22 +375,44 @@ class TcpSink:
         self._lock = threading.Lock()
         self._finished = 0
         self._all_finished = threading.Event()
+        self._nonces: set[bytes] = set()
         count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
-        self._workers = [_SinkWorker(i, self) for i in range(count)]
-        family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((bind_host, 0))
-        self._listener.listen(streams + 4)
-        self._listener.setblocking(False)
-        self.port: int = self._listener.getsockname()[1]
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._listener, selectors.EVENT_READ, None)
-        self._forget = cleanup.on_exit(self.close)
+        self._workers: list[_SinkWorker] = []
         self._thread = threading.Thread(target=self._serve, name="tcp-sink", daemon=True)
+        try:
+            with contextlib.ExitStack() as undo:  # a sink that cannot open leaves nothing
+                undo.callback(self._stop_workers)
+                for i in range(count):
+                    self._workers.append(_SinkWorker(i, self))
+                family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+                self._listener = socket.socket(family, socket.SOCK_STREAM)
+                undo.callback(self._listener.close)
+                self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                self._listener.bind((bind_host, 0))
+                self._listener.listen(streams + 4)
+                self._listener.setblocking(False)
+                self.port: int = self._listener.getsockname()[1]
+                self._selector = selectors.DefaultSelector()
+                undo.callback(self._selector.close)
+                self._selector.register(self._listener, selectors.EVENT_READ, None)
+                self._forget = cleanup.on_exit(self.close)
+                undo.callback(self._forget)
+                for worker in self._workers:
+                    worker.thread.start()
+                self._thread.start()
+                undo.pop_all()  # opened: the serving thread closes it all when done
+        except RuntimeError as exc:  # Thread.start: the process is out of threads
+            raise OSError(errno.EAGAIN, f"no thread to serve it ({exc})") from None
+
+    def _stop_workers(self) -> None:
+        """Stop and join the workers already started (each closes its own selector); close
+        the selectors of those never started."""
+        self.closed.set()
         for worker in self._workers:
-            worker.thread.start()
-        self._thread.start()
+            if worker.thread.ident is None:
+                worker.selector.close()
+            else:
+                worker.thread.join(2)
 
     @property
     def token_hex(self) -> str:
@@ -436,16 +481,17 @@ class TcpSink:
         stream.header += data
         if len(stream.header) < HEADER.size:
             return
-        token, warmup_ms, _index = HEADER.unpack(stream.header)
-        if not hmac.compare_digest(token, self.token):
+        nonce, warmup_ms, index, mac = HEADER.unpack(stream.header)
+        if not hmac.compare_digest(mac, sender_mac(self.token, nonce, warmup_ms, index)):
             self.stats.refuse("token")
             self._drop(stream)
-        elif self.stats.accepted >= self.streams:
+        elif self.stats.accepted >= self.streams or nonce in self._nonces:  # used, or replayed
             self.stats.refuse("reused")
             self._drop(stream)
         else:
+            self._nonces.add(nonce)
             with contextlib.suppress(OSError):  # 32 bytes into an empty send buffer
-                stream.conn.send(proof(self.token, stream.header))
+                stream.conn.send(sink_proof(self.token, nonce))
             self._selector.unregister(stream.conn)
             stream.window_start = stream.window_end = time.monotonic() + warmup_ms / 1000.0
             worker = self._workers[self.stats.accepted % len(self._workers)]
@@ -480,6 +526,14 @@ class TcpSink:
         for worker in self._workers:
             if worker.thread is not threading.current_thread():
                 worker.thread.join(2)
+        # A stream handed to a worker after the worker's last look at its queue (it saw the
+        # sink closed and stopped) is closed here, or its connection would stay open.
+        for worker in self._workers:
+            while True:
+                try:
+                    worker.incoming.get_nowait().conn.close()
+                except queue.Empty:
+                    break
         self._forget()
 
     def close(self) -> None:
@@ -494,19 +548,43 @@ class TcpSink:
         return not self._thread.is_alive()
 
 
+def normal_address(address: str) -> str:
+    """An IP address in its one canonical text (`fd00:0::1` and `fd00::1` alike; an
+    IPv4-mapped IPv6 address as the IPv4 address); ValueError when it is not one."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.compressed
+
+
 def _same_address(address: str, allowed: str) -> bool:
-    return address.removeprefix("::ffff:") == allowed.removeprefix("::ffff:")
+    """Whether the address a connection came from is the allowed one (as addresses, not as
+    text: the kernel writes an address its own way)."""
+    try:
+        return normal_address(address) == normal_address(allowed)
+    except ValueError:
+        return False
 
 
-def _recv_proof(conn: socket.socket) -> bytes:
-    """The sink's 32-byte proof (fewer bytes when the other end closed or sent less)."""
+def _proven(conn: socket.socket, hello: bytes, expected: bytes, deadline: float) -> bool:
+    """Whether the other end answers `hello` with `expected` before `deadline` (one deadline
+    for the whole exchange: an end that trickles its bytes gains no time by it)."""
     data = bytearray()
-    while len(data) < PROOF_BYTES:
-        chunk = conn.recv(PROOF_BYTES - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return bytes(data)
+    try:
+        conn.settimeout(max(0.001, deadline - time.monotonic()))
+        conn.sendall(hello)
+        while len(data) < PROOF_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            conn.settimeout(left)
+            chunk = conn.recv(PROOF_BYTES - len(data))
+            if not chunk:
+                return False
+            data += chunk
+    except OSError:  # timed out, reset, refused
+        return False
+    return hmac.compare_digest(bytes(data), expected)
 
 
 def _recv_reply(conn: socket.socket) -> bytes:
@@ -536,27 +614,29 @@ def send(
     """Send to a sink over `streams` parallel connections; the rate the sink received.
 
     The streams are driven by at most `threads` worker threads (the test's CPU budget;
-    default: one per stream up to this process's cores). No data goes out on a stream before
-    the sink proved it holds `token`. Raises NotASink when nothing at `host`:`port` proves to
-    be the sink (within `connect_timeout` to connect and as long to prove), BandwidthError
-    when the sink refuses us or cuts the test.
+    default: one per stream up to this process's cores). The token itself never goes out, and
+    no data goes out on a stream before the sink proved it holds `token`. Raises NotASink
+    when nothing at `host`:`port` proves to be the sink on every stream within
+    `connect_timeout` (one deadline for connecting and proving them all), BandwidthError when
+    the sink refuses us or cuts the test.
     """
     conns: list[socket.socket] = []
+    not_a_sink = NotASink(f"nothing proved to be the sink at {host}:{port}")
+    deadline = time.monotonic() + connect_timeout
     try:
         for index in range(streams):
-            header = HEADER.pack(token, int(warmup * 1000), index)
+            nonce = secrets.token_bytes(32)
+            hello = header(token, int(warmup * 1000), index, nonce)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise not_a_sink
             try:
-                conn = socket.create_connection((host, port), timeout=connect_timeout)
+                conn = socket.create_connection((host, port), timeout=left)
             except OSError:
-                raise NotASink(f"nothing proved to be the sink at {host}:{port}") from None
+                raise not_a_sink from None
             conns.append(conn)
-            try:
-                conn.sendall(header)
-                answer = _recv_proof(conn)
-            except OSError:
-                answer = b""
-            if not hmac.compare_digest(answer, proof(token, header)):
-                raise NotASink(f"nothing proved to be the sink at {host}:{port}")
+            if not _proven(conn, hello, sink_proof(token, nonce), deadline):
+                raise not_a_sink
         count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
         with _zeros() as zeros:
             end = time.monotonic() + warmup + duration

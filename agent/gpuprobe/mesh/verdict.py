@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpuprobe.report import Action, Finding, Severity
@@ -133,12 +134,13 @@ def _blame(links: list[Link]) -> list[Finding]:
     partners: dict[str, set[str]] = defaultdict(set)
     unreachable: dict[str, str] = {}
     unavailable: dict[str, str] = {}
+    at_fault = _failure_culprits(links)
     for link in links:
         if link.verdict == LOW:
             partners[link.source].add(link.target)
             partners[link.target].add(link.source)
         elif link.verdict == FAILED:
-            node = link.blamed or link.target
+            node = at_fault(link)
             book = unavailable if link.unavailable else unreachable
             book.setdefault(node, link.error or "the test failed")
     culprits = {node for node, others in partners.items() if len(others) >= 2}
@@ -240,6 +242,37 @@ def _cpu_capped(links: list[Link]) -> list[Finding]:
             )
         )
     return findings
+
+
+def _failure_culprits(links: list[Link]) -> Callable[[Link], str]:
+    """Who a failed test is blamed on. A sender tells which side failed as well as it can
+    see, but a sender whose own data NIC is dead sees every peer's sink as unreachable. So a
+    failure blamed on a node that measured fine with others is moved to the other end when
+    that end failed with two or more partners and measured nothing: the two-partner rule of
+    low links, for failed ones."""
+    measured: dict[str, set[str]] = defaultdict(set)
+    failing: dict[str, set[str]] = defaultdict(set)
+    for link in links:
+        if link.bytes_per_second is not None:
+            measured[link.source].add(link.target)
+            measured[link.target].add(link.source)
+        elif link.verdict == FAILED and not link.unavailable:
+            failing[link.source].add(link.target)
+            failing[link.target].add(link.source)
+
+    def culprit(link: Link) -> str:
+        node = link.blamed or link.target
+        other = link.source if node == link.target else link.target
+        if (
+            not link.unavailable
+            and measured[node]
+            and not measured[other]
+            and len(failing[other]) >= 2
+        ):
+            return other
+        return node
+
+    return culprit
 
 
 def unreachable_finding(node: str, why: str) -> Finding:

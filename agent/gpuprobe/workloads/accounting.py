@@ -10,7 +10,8 @@ Each round after the first adds the wall-clock time since the round before:
   Without new samples (NVML does not serve them, or none came) the GPU is idle when it has no
   process and its utilization now is at or below the threshold;
 - a MIG-enabled GPU counts in MIG devices: each is 1/n of its GPU (n its MIG devices), held or
-  not by its own holders, idle when no process runs in it (NVML samples whole GPUs only).
+  not by its own holders, idle when no process runs in it (NVML samples whole GPUs only;
+  when NVML cannot list its processes, no idle is counted, as for a whole GPU).
 
 So the figures are GPU-seconds: a GPU split in seven with three MIG devices held for an hour is
 3/7 of an hour allocated. Allocation is read once per round and holds for the time before it.
@@ -28,6 +29,7 @@ daemon goes on from them without counting anything twice:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ from typing import Any
 from gpuprobe.report import format_time, now
 from gpuprobe.workloads.attribution import DeviceUse
 
+LOG = logging.getLogger("gpuprobe.workloads")
 STATE_FILE = "workload-accounting.json"
 FORMAT = 1
 
@@ -110,7 +113,7 @@ def account(ledger: Ledger, devices: list[DeviceUse], clock: float, threshold: f
                 totals.unallocated += seconds
                 continue
             totals.allocated += seconds
-            busy = busy_share if unit is gpu else (1.0 if unit.processes else 0.0)
+            busy = busy_share if unit is gpu else _mig_busy(unit)
             idle = seconds * (1.0 - busy) if busy is not None else 0.0
             for holder in holders:
                 namespace = holder.namespace
@@ -127,6 +130,14 @@ def _by_gpu(devices: list[DeviceUse]) -> list[tuple[DeviceUse, list[tuple[Device
         units = [(m, 1.0 / len(migs)) for m in migs] if migs and not gpu.grants else [(gpu, 1.0)]
         found.append((gpu, units))
     return found
+
+
+def _mig_busy(mig: DeviceUse) -> float | None:
+    """A MIG device's busy share: busy with a process in it, idle without; None (no idle
+    counted, as for a whole GPU) when NVML cannot list its processes."""
+    if mig.processes is None:
+        return None
+    return 1.0 if mig.processes else 0.0
 
 
 def _busy_share(ledger: Ledger, key: str, gpu: DeviceUse, threshold: float) -> float | None:
@@ -147,10 +158,15 @@ def _busy_share(ledger: Ledger, key: str, gpu: DeviceUse, threshold: float) -> f
 
 
 def load_ledger(state_dir: str) -> Ledger:
-    """The totals a state file holds (new ones when it is absent or unreadable: a counter
-    reset, which Prometheus' rate() and increase() take in their stride)."""
+    """The totals a state file holds; new ones when there is none yet. A file that cannot be
+    read or parsed, or of another format, is kept aside as `<file>.bad` (logged), so the
+    fresh totals written after this round never overwrite it: counters restart (which
+    Prometheus' rate() and increase() take in their stride), nothing is lost."""
+    path = Path(state_dir) / STATE_FILE
     try:
-        content = json.loads((Path(state_dir) / STATE_FILE).read_text(encoding="utf-8"))
+        content = json.loads(path.read_text(encoding="utf-8"))
+        if content.get("format") != FORMAT:
+            raise ValueError(f"format {content.get('format')!r}, this version reads {FORMAT}")
         ledger = Ledger(since=str(content["since"]))
         for key, entry in content["gpus"].items():
             ledger.gpus[str(key)] = GpuSeconds(
@@ -160,11 +176,27 @@ def load_ledger(state_dir: str) -> Ledger:
                 float(entry["unallocated_seconds"]),
                 {str(n): float(s) for n, s in entry["idle_allocated_seconds"].items()},
             )
-        if content.get("format") != FORMAT:
-            raise ValueError(content.get("format"))
         return ledger
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except FileNotFoundError:
         return new_ledger()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        aside = path.with_name(f"{STATE_FILE}.bad")
+        try:
+            os.replace(path, aside)
+            kept = f"kept as {aside}"
+        except OSError as error:
+            kept = f"and could not be kept aside ({error.strerror or error})"
+        LOG.warning("workloads: accounting state %s unreadable (%s), %s; starting afresh",
+                    path, _reason(exc), kept)  # fmt: skip
+        return new_ledger()
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    if isinstance(exc, KeyError):
+        return f"no {exc}"
+    return str(exc) or type(exc).__name__
 
 
 def save_ledger(state_dir: str, ledger: Ledger) -> str | None:
@@ -176,6 +208,8 @@ def save_ledger(state_dir: str, ledger: Ledger) -> str | None:
         with os.fdopen(handle, "w", encoding="utf-8") as f:
             json.dump(ledger.to_json(), f, indent=1)
             f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())  # on disk before it replaces the old totals
         os.replace(temporary, directory / STATE_FILE)
     except OSError as exc:
         if temporary is not None:

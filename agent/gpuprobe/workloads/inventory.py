@@ -102,7 +102,7 @@ def _gpu(nvml: Nvml, device: Device) -> Gpu:
     mode = current_pending(device.get("nvmlDeviceGetMigMode"))
     gpu.mig_enabled = bool(mode and mode[0] == 1)
     if gpu.mig_enabled:
-        gpu.migs = _migs(nvml, device)
+        gpu.migs = mig_devices(nvml, device)
     else:
         gpu.utilization_percent = _utilization(device.get("nvmlDeviceGetUtilizationRates"))
         gpu.samples = utilization_samples(
@@ -117,7 +117,8 @@ def _gpu(nvml: Nvml, device: Device) -> Gpu:
     return gpu
 
 
-def _migs(nvml: Nvml, gpu: Device) -> list[MigDev]:
+def mig_devices(nvml: Nvml, gpu: Device) -> list[MigDev]:
+    """The MIG devices of a MIG-enabled GPU, found as the device plugin finds them."""
     slots = as_int(gpu.get("nvmlDeviceGetMaxMigDeviceCount")) or 7
     found = []
     for slot in range(min(slots, MIG_SLOT_LIMIT)):

@@ -43,6 +43,8 @@ def drain(
                     stamp = _event_time(event.time, now)
                     if xid:
                         x = Seen(gpu, event.data, 1, stamp, "nvml-event")
+                        if event.data == 154:  # no text: the field says what it asks for
+                            x.recovery_field = nvml_events.recovery_field(host.nvml, event.device)
                     else:
                         said = nvml_events.detail(host.nvml, event.type, event.device)
                         if said == "NONE":  # the recovery is done: the field asks for none
@@ -55,6 +57,7 @@ def drain(
                         x.count += int(old.get("count", 0))
                         x.last_seen = later(old.get("last_seen"), x.last_seen)
                         x.message = x.message or str(old.get("message") or "")
+                        x.recovery_field = x.recovery_field or old.get("recovery_field")
                     events[x.key] = x.to_entry()
         except NvmlError as exc:
             sources["nvml_events"] = f"error ({exc.name})"

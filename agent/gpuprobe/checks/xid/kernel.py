@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -33,24 +34,13 @@ def read(
 ) -> list[Seen]:
     """The current boot's XIDs in the kernel log files, one line counted once across logs;
     the SXid lines (with how often each was logged) are added to `sxids`."""
-    boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
-    streams: dict[str, list[str]] = {}
-    for path in config.xid.kernel_logs:
-        streams.setdefault(re.sub(r"\.\d+$", "", path), []).append(path)
-    opened: list[str] = []
+    logs, opened = read_logs(host, config, now)
     # kern.log and syslog hold the same kernel lines: a line counts as often as the one log
     # that holds it most often (identical lines within one log are separate XIDs).
     lines: dict[str, tuple[kernel_log.XidLine, int]] = {}
     switch_lines: dict[str, tuple[kernel_log.SxidLine, int]] = {}
     uuids: dict[str, str] = {}
-    for paths in streams.values():
-        texts = []
-        for path in paths:
-            content = _tail(host, path, config.xid.kernel_log_max_bytes)
-            if content is not None:
-                texts.append(content)
-                opened.append(path)
-        found = kernel_log.read_stream(texts, boot=boot, now=now)
+    for found in logs:
         counted = Counter(line.line for line in found.xids)
         for line in found.xids:
             if counted[line.line] > lines.get(line.line, (line, 0))[1]:
@@ -82,6 +72,44 @@ def read(
         else:
             seen[x.key] = x
     return list(seen.values())
+
+
+def read_logs(
+    host: Host, config: Config, now: datetime
+) -> tuple[list[kernel_log.KernelLog], list[str]]:
+    """The current boot's lines of each configured kernel log (`xid.kernel_logs`), its
+    rotated files read as one stream oldest first; and the files that could be read. The one
+    reader of the kernel log files for every check that ties a fault to an XID."""
+    boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
+    logs: list[kernel_log.KernelLog] = []
+    opened: list[str] = []
+    for paths in rotation_streams(config.xid.kernel_logs):
+        texts = []
+        for path in paths:
+            content = _tail(host, path, config.xid.kernel_log_max_bytes)
+            if content is not None:
+                texts.append(content)
+                opened.append(path)
+        logs.append(kernel_log.read_stream(texts, boot=boot, now=now))
+    return logs, opened
+
+
+def rotation_streams(paths: Iterable[str]) -> list[list[str]]:
+    """The log files grouped by log (`kern.log` with its `kern.log.1`, ...), each group oldest
+    first: by rotation number, the highest first and the live log last, whatever order they
+    are listed in (a boot marker in an older file must not drop the current boot's lines)."""
+    streams: dict[str, list[str]] = {}
+    for path in paths:
+        group = streams.setdefault(re.sub(r"\.\d+$", "", path), [])
+        if path not in group:
+            group.append(path)
+    return [sorted(group, key=_rotation, reverse=True) for group in streams.values()]
+
+
+def _rotation(path: str) -> int:
+    """A rotated file's number (`kern.log.2`: 2); the live log's is 0."""
+    match = re.search(r"\.(\d+)$", path)
+    return int(match.group(1)) if match else 0
 
 
 def _outranks(new: Seen, old: Seen) -> bool:

@@ -12,7 +12,7 @@ from gpuprobe.checks.xid.state import XidState
 from gpuprobe.gpu import nvlink5, nvml_events
 from gpuprobe.gpu.kernel_log import SxidLine
 from gpuprobe.gpu.nvml_events import EventInfo
-from gpuprobe.gpu.xid_catalog import XidInfo, classify
+from gpuprobe.gpu.xid_catalog import XidInfo, classify, classify_unlogged
 from gpuprobe.report import format_time
 
 # The check's name, and the key of what it keeps in `host.memory`.
@@ -116,6 +116,8 @@ class Seen:
     held: bool = False
     # How it cleared itself, when it did (docs/checks.md, "Faults that clear themselves").
     recovered: str | None = None
+    # An Xid 154 drained as an NVML event: the GPU's recovery action field then (None: unread).
+    recovery_field: str | None = None
 
     @property
     def is_xid(self) -> bool:
@@ -132,7 +134,13 @@ class Seen:
     def info(self) -> XidInfo | EventInfo:
         """The catalog's verdict on this XID, or the verdict on the event type."""
         if self.is_xid:
-            return apply_xid(classify(self.xid, self.message), self.override)
+            # No kernel-log text (the XID came only as an NVML event): nothing to decode.
+            found = (
+                classify(self.xid, self.message)
+                if self.message
+                else classify_unlogged(self.xid, self.recovery_field)
+            )
+            return apply_xid(found, self.override)
         verdict = nvml_events.info(self.event, self.message)
         if verdict is None:  # an entry that no run of this version wrote
             raise ValueError(f"no verdict on NVML event type {self.event}")
@@ -151,6 +159,7 @@ class Seen:
             "message": self.message,
             "event": self.event,
             "times": self.times[-MAX_TIMES:],
+            **({"recovery_field": self.recovery_field} if self.recovery_field else {}),
         }
 
     @classmethod
@@ -176,6 +185,9 @@ class Seen:
                 str(entry.get("message") or ""),
                 event=event,
                 times=[t for t in (time_text(v) for v in entry.get("times") or []) if t],
+                recovery_field=str(entry["recovery_field"])
+                if entry.get("recovery_field")
+                else None,
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -55,7 +55,7 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
             x.override = policy.find(config, "xid", x.xid, driver)
     saved = dict(state.cleared) if same_boot and state is not None else {}
     cleared = observation.cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
-    nvml_seen = recovery.observe_gpus(host, gpus, memory)
+    nvml_seen = recovery.observe_gpus(host, gpus, memory, now)
     recovery.apply(list(seen.values()), observation.resets_logged, nvml_seen, cleared, memory, now)
     sticky.judge(list(seen.values()), cleared, memory, config, now)
     observation.xids = sorted(seen.values(), key=lambda x: (x.gpu.index or 0, x.xid, x.event))
@@ -87,5 +87,6 @@ def _merge(seen: dict[str, Seen], x: Seen) -> None:
         old.times = x.times
     old.last_seen = later(old.last_seen, x.last_seen)
     old.message = old.message or x.message
+    old.recovery_field = old.recovery_field or x.recovery_field
     if x.source == "nvml-event":
         old.source = "nvml-event"

@@ -8,7 +8,9 @@ is seen done, and only then (what cannot be seen stays until `gpuprobe clear-xid
     the GPU, later than the fault (the driver's recovery action returns to None once the GPU
     was reset);
   - the GPU's recovery action field (NVML field 230) read NONE in this round after it asked
-    for a reset (GPU_RESET, BUS_RESET, DRAIN_AND_RESET, DRAIN_P2P) in an earlier one;
+    for a reset (GPU_RESET, BUS_RESET, DRAIN_AND_RESET) in an earlier one; only faults last
+    seen before the round that first saw the request end (one seen after it was asked may be
+    a new fault); a DRAIN_P2P ending is no reset;
   - a GPU that was lost (NVML could not read it) answers again with the same UUID: this one
     also ends a lost GPU's REBOOT_NODE faults (Xid 79: the GPU is back on the bus).
 Each clearing is kept like an operator's (a mark with its count and time, and `by`: what was
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +34,8 @@ from gpuprobe.report import Action, format_time
 
 LOG = logging.getLogger("gpuprobe.xid")
 RECOVERY_NONE = re.compile(r"changed from .*? to \s*(?:0x0+\s*)?\(None\)", re.IGNORECASE)
-_RESET_ASKED = frozenset({"GPU_RESET", "BUS_RESET", "DRAIN_AND_RESET", "DRAIN_P2P"})
+# A DRAIN_P2P request ending means the peer-to-peer work was drained, not that the GPU was reset.
+_RESET_ASKED = frozenset({"GPU_RESET", "BUS_RESET", "DRAIN_AND_RESET"})
 _RESET_ANSWERS = frozenset({Action.RESET_GPU, Action.DRAIN_NODE, Action.RESTART_APP})
 _BACK_ANSWERS = _RESET_ANSWERS | {Action.REBOOT_NODE}
 
@@ -47,13 +51,26 @@ def reset_logged(lines: list[XidLine]) -> dict[str, str]:
     return found
 
 
-def observe_gpus(host: Host, gpus: dict[str, Gpu], memory: dict[str, Any]) -> dict[str, str]:
+@dataclass(frozen=True)
+class NvmlSeen:
+    """A reset or return NVML showed this round: what was observed, and for a reset the
+    round that first saw it asked (only faults last seen before then end)."""
+
+    why: str
+    asked_at: str | None = None
+    back: bool = False
+
+
+def observe_gpus(
+    host: Host, gpus: dict[str, Gpu], memory: dict[str, Any], now: datetime
+) -> dict[str, NvmlSeen]:
     """Resets and returns seen in NVML this round, by GPU ident: why each GPU's faults ended
     (the recovery field back to NONE after asking for a reset; a lost GPU answering again).
     Remembers this round's readings for the next."""
     fields: dict[str, str] = memory.setdefault("recovery_field", {})
+    asked: dict[str, str] = memory.setdefault("reset_asked_at", {})
     lost: dict[str, bool] = memory.setdefault("lost", {})
-    seen: dict[str, str] = {}
+    seen: dict[str, NvmlSeen] = {}
     for key, gpu in gpus.items():
         if not key.isdigit() or gpu.index is None or not gpu.uuid:
             continue
@@ -62,23 +79,27 @@ def observe_gpus(host: Host, gpus: dict[str, Gpu], memory: dict[str, Any]) -> di
             lost[gpu.uuid] = True
             continue
         if lost.pop(gpu.uuid, False):
-            seen[gpu.ident] = f"GPU {gpu.index} answers again with the same UUID {gpu.uuid}"
+            why = f"GPU {gpu.index} answers again with the same UUID {gpu.uuid}"
+            seen[gpu.ident] = NvmlSeen(why, back=True)
         field = nvml_events.detail(host.nvml, nvml_events.RECOVERY, gpu.index)
         before = fields.get(gpu.uuid)
         if field:
             fields[gpu.uuid] = field
-        if field == "NONE" and before in _RESET_ASKED:
-            seen.setdefault(
-                gpu.ident,
-                f"GPU {gpu.index}'s recovery action field reads NONE after asking for {before}",
-            )
+        since = asked.get(gpu.uuid)
+        if field in _RESET_ASKED:
+            asked.setdefault(gpu.uuid, format_time(now))
+        elif field:
+            asked.pop(gpu.uuid, None)
+        if field == "NONE" and before in _RESET_ASKED and gpu.ident not in seen:
+            why = f"GPU {gpu.index}'s recovery action field reads NONE after asking for {before}"
+            seen[gpu.ident] = NvmlSeen(why, since)
     return seen
 
 
 def apply(
     xids: list[Seen],
     logged: dict[str, str],
-    nvml_seen: dict[str, str],
+    nvml_seen: dict[str, NvmlSeen],
     cleared: dict[str, dict[str, Any]],
     memory: dict[str, Any],
     now: datetime,
@@ -103,9 +124,11 @@ def apply(
             why = f"the driver logged the GPU's recovery action back to None at {when} (Xid 154)"
         observed = nvml_seen.get(x.gpu.ident)
         if why is None and observed is not None:
-            back = observed.endswith(x.gpu.uuid) and "answers again" in observed
-            if info.action in (_BACK_ANSWERS if back else _RESET_ANSWERS):
-                why = observed
+            answers = _BACK_ANSWERS if observed.back else _RESET_ANSWERS
+            asked = observed.asked_at
+            before = asked is None or x.last_seen is None or x.last_seen < asked
+            if info.action in answers and before:
+                why = observed.why
         if why is None:
             continue
         mark = {"count": x.count, "last_seen": x.last_seen or stamp, "by": why}

@@ -38,7 +38,7 @@ def judge(
             x.held, x.active = True, False
             continue
         mark = cleared.get(x.key)
-        x.cleared = mark is not None and _covers(mark, x)
+        x.cleared = mark is not None and covers(mark, x.count, x.last_seen)
         x.recovered = recovered_by(mark) if x.cleared else None
         last = grew.get(x.key)
         if last is None or x.count > last[0]:
@@ -66,12 +66,14 @@ def newest_clearings(
     return cleared
 
 
-def _covers(mark: dict[str, Any], x: Seen) -> bool:
-    """Whether a clearing still covers the XID: nothing new since (count and time)."""
-    if x.count > mark_count(mark):
+def covers(mark: dict[str, Any], count: int, last_seen: str | None) -> bool:
+    """Whether a clearing still covers an XID or SXid seen `count` times, last at
+    `last_seen`: nothing new since, by count and by time (a rotated log lowers the count, so
+    a new line at a count no higher than the cleared one is told by its time)."""
+    if count > mark_count(mark):
         return False
     last = time_text(mark.get("last_seen"))
-    return x.last_seen is None or last is None or x.last_seen <= last
+    return last_seen is None or last is None or last_seen <= last
 
 
 def mark_count(mark: dict[str, Any]) -> int:

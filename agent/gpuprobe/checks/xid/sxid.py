@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuprobe.checks.xid import policy
 from gpuprobe.checks.xid.model import Observation, later
-from gpuprobe.checks.xid.sticky import mark_count
+from gpuprobe.checks.xid.sticky import covers
 from gpuprobe.config import Config
 from gpuprobe.gpu.kernel_log import SxidLine
 from gpuprobe.gpu.sxid_catalog import GUIDE_URL, SxidInfo, classify
@@ -128,7 +128,7 @@ def judge(
             error.held, error.active = True, False
             continue
         mark = cleared.get(error.key)
-        error.cleared = mark is not None and error.count <= mark_count(mark)
+        error.cleared = mark is not None and covers(mark, error.count, error.last_seen)
         last = grew.get(error.key)
         if last is None or error.count > last[0]:
             grew[error.key] = [error.count, stamp]
