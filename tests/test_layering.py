@@ -54,6 +54,8 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.config",
             "gpuprobe.errors",
             "gpuprobe.families",
+            "gpuprobe.files",  # bounded reads of regular files
+            "gpuprobe.threads",  # thread starts the system may refuse
             "gpuprobe.v1",  # the generated wire types
             "gpuprobe.kubelet",  # the kubelet's generated PodResources types
         ],

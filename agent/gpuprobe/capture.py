@@ -10,6 +10,7 @@ Replaying the snapshot with `gpuprobe check --snapshot DIR` gives the same findi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -20,12 +21,13 @@ from gpuprobe import __version__
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
 from gpuprobe.host import SNAPSHOT_FORMAT, Host, recording_host
-from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, read_agent_file, write_agent_file
+from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, agent_file_bytes, read_agent_file
 from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
 from gpuprobe.host.netlink import RecordingNetlink
 from gpuprobe.host.nvml import RecordingNvml
-from gpuprobe.host.podresources import PODRESOURCES_FILE, RecordingPodResources, write_podresources
+from gpuprobe.host.podresources import PODRESOURCES_FILE, RecordingPodResources
 from gpuprobe.host.processes import to_json
+from gpuprobe.host.writetree import WriteTree
 from gpuprobe.report import NodeReport, format_time, now
 
 
@@ -36,108 +38,164 @@ def capture(
     from gpuprobe.checks.runner import run_checks
 
     target = Path(directory)
-    prepare_target(target)
-    host = recording_host(root, node_name)
-    if config.device_plugin.config_file is not None:  # read once, by the checks and for DIR
-        host.device_plugin_config = read_agent_file(config.device_plugin.config_file)
-    report = run_checks(host, config, names)
+    tree = prepare_target(target)
     try:
-        write_snapshot(target, host, report)
-    except OSError as exc:  # the disk filled or the directory went away while checks ran
-        raise UsageError(f"capture: cannot write to {directory}: {_reason(exc)}") from None
+        host = recording_host(root, node_name)
+        if config.device_plugin.config_file is not None:  # read once, by the checks and DIR
+            host.device_plugin_config = read_agent_file(config.device_plugin.config_file)
+        report = run_checks(host, config, names)
+        try:
+            write_snapshot(tree, host, report)
+        except OSError as exc:  # the disk filled, or something was planted in the directory
+            raise UsageError(f"capture: cannot write to {directory}: {_reason(exc)}") from None
+    finally:
+        tree.close()
     return report
 
 
-def prepare_target(target: Path) -> None:
-    """Create the snapshot directory and prove it writable, before any check runs.
+# Write bits for group and others: a directory they can write to is one where they could
+# plant links or files while root writes the snapshot.
+_SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
-    A path that cannot hold a snapshot (under a file, in /proc, read-only) is a usage error,
-    found before the checks spend their time.
+
+def prepare_target(target: Path) -> WriteTree:
+    """The snapshot directory, open, proven writable, before any check runs.
+
+    capture creates the directory itself; an existing one must be an empty directory (not a
+    link) owned by this user and writable by no one else, or another user could plant links in
+    it for root to write through. A path that cannot hold a snapshot (under a file, in /proc,
+    read-only) is a usage error too, found before the checks spend their time.
     """
     try:
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise UsageError(f"capture: {target} exists and is not an empty directory")
-        target.mkdir(parents=True, exist_ok=True)
-        probe = target / ".gpuprobe-write-test"
-        probe.touch()
-        probe.unlink()
+        if not os.path.lexists(target):
+            if not os.path.lexists(target.parent):
+                target.parent.mkdir(parents=True, exist_ok=True)
+            # Raced with another creator: judged as an existing directory below.
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(target, 0o755)
+        before = os.lstat(target)
+        _judge_existing(target, before)
+        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise UsageError(f"capture: cannot write to {target}: {_reason(exc)}") from None
+    tree = WriteTree(fd)
+    try:
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (before.st_dev, before.st_ino):
+            raise UsageError(f"capture: {target} was replaced while it was opened")
+        if os.listdir(fd):
+            raise UsageError(f"capture: {target} exists and is not an empty directory")
+        tree.write(PROBE, b"")
+        os.unlink(PROBE, dir_fd=fd)
+    except OSError as exc:
+        tree.close()
+        raise UsageError(f"capture: cannot write to {target}: {_reason(exc)}") from None
+    except UsageError:
+        tree.close()
+        raise
+    return tree
+
+
+PROBE = ".gpuprobe-write-test"
+
+
+def _judge_existing(target: Path, st: os.stat_result) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"capture: {target} is a symbolic link: name the directory itself")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"capture: {target} exists and is not an empty directory")
+    if st.st_uid != os.geteuid():
+        raise UsageError(
+            f"capture: {target} belongs to another user (uid {st.st_uid}): "
+            "name a new directory and capture creates it"
+        )
+    if st.st_mode & _SHARED_WRITE:
+        raise UsageError(
+            f"capture: {target} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+            "name a new directory and capture creates it"
+        )
 
 
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def write_snapshot(target: Path, host: Host, report: NodeReport) -> None:
+def write_snapshot(tree: WriteTree, host: Host, report: NodeReport) -> None:
     """Write the snapshot files of a recording host and its report."""
     assert isinstance(host.nvml, RecordingNvml)
-    target.mkdir(parents=True, exist_ok=True)
     meta = {
         "format": SNAPSHOT_FORMAT,
         "node": host.node_name,
         "captured_at": format_time(now()),
         "gpuprobe_version": __version__,
     }
-    _write_json(target / "snapshot.json", meta)
-    _write_json(target / "nvml.json", host.nvml.record())
-    _write_json(target / "processes.json", to_json(host.processes().seen()))
-    _write_json(target / "report.json", report.to_dict())
+    _write_json(tree, "snapshot.json", meta)
+    _write_json(tree, "nvml.json", host.nvml.record())
+    _write_json(tree, "processes.json", to_json(host.processes().seen()))
+    _write_json(tree, "report.json", report.to_dict())
     if isinstance(host.netlink, RecordingNetlink) and (links := host.netlink.recorded()):
-        _write_json(target / "netlink.json", links.to_json())
+        _write_json(tree, "netlink.json", links.to_json())
     if host.device_plugin_config is not None:
-        write_agent_file(target / DEVICE_PLUGIN_FILE, host.device_plugin_config)
+        tree.write(DEVICE_PLUGIN_FILE, agent_file_bytes(host.device_plugin_config))
     if isinstance(host.podresources, RecordingPodResources) and host.podresources.last:
-        write_podresources(target / PODRESOURCES_FILE, host.podresources.last)
-    copy_tree(host.fs, target / "rootfs")
+        answer = host.podresources.last
+        if not answer.absent:  # nothing for an absent socket, as the contract says
+            _write_json(tree, PODRESOURCES_FILE, answer.to_json())
+    rootfs = tree.subtree("rootfs")
+    try:
+        copy_tree(host.fs, rootfs)
+    finally:
+        rootfs.close()
 
 
-def _write_json(path: Path, content: Any) -> None:
-    path.write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
+def _write_json(tree: WriteTree, name: str, content: Any) -> None:
+    tree.write(name, (json.dumps(content, indent=1) + "\n").encode("utf-8"))
 
 
-def copy_tree(fs: HostFS, rootfs: Path) -> None:
+def copy_tree(fs: HostFS, rootfs: WriteTree | Path) -> None:
     """Copy what the checks asked of the host's files into `rootfs`, at their host paths.
 
     A file that was read is copied (the last 16 MiB of a larger one); a path whose existence
     was asked about is kept as an empty placeholder (a directory as a directory); a listed
     directory keeps its entries' names as placeholders; a link read as a link stays a link.
     Sockets and device nodes become empty regular files, as the snapshot format says.
+    Every write goes through `rootfs` as a WriteTree: links (planted, or copied from the host)
+    are resolved inside it, never followed out of it.
     """
-    rootfs.mkdir(exist_ok=True)
+    if isinstance(rootfs, Path):
+        rootfs.mkdir(exist_ok=True)
+        tree = WriteTree(os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW))
+        try:
+            copy_tree(fs, tree)
+        finally:
+            tree.close()
+        return
     recorded = fs.recorded()
     for path, uses in sorted(recorded.items()):
-        real, dest = fs.root / path.lstrip("/"), rootfs / path.lstrip("/")
+        real, dest = fs.root / path.lstrip("/"), path.lstrip("/")
         if LINK in uses and os.path.islink(real):
-            _copy_link(real, dest)
+            rootfs.symlink(os.readlink(real), dest)
         else:
-            _placeholder(real, dest)
+            _placeholder(rootfs, real, dest)
             if LIST in uses:
                 for entry in _entries(real):
-                    _placeholder(real / entry, dest / entry)
+                    _placeholder(rootfs, real / entry, f"{dest}/{entry}")
     for path, uses in sorted(recorded.items()):
         if READ in uses:
-            _copy_file(fs.root / path.lstrip("/"), rootfs / path.lstrip("/"))
+            _copy_file(rootfs, fs.root / path.lstrip("/"), path.lstrip("/"))
 
 
-def _copy_link(real: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if not os.path.lexists(dest):
-        os.symlink(os.readlink(real), dest)
-
-
-def _placeholder(real: Path, dest: Path) -> None:
+def _placeholder(tree: WriteTree, real: Path, dest: str) -> None:
     try:
         mode = real.stat().st_mode
     except OSError:
         return  # absent (or unreachable): absent in the snapshot too
-    if os.path.lexists(dest):
+    if tree.kind(dest) is not None:
         return
-    dest.parent.mkdir(parents=True, exist_ok=True)
     if stat.S_ISDIR(mode):
-        dest.mkdir()
+        tree.makedirs(dest)
     else:
-        dest.touch()
+        tree.write(dest, b"")
 
 
 def _entries(real: Path) -> list[str]:
@@ -149,22 +207,28 @@ def _entries(real: Path) -> list[str]:
 
 def _tail(src: BinaryIO) -> bytes:
     """The last 16 MiB of a file; procfs files (/proc/<pid>/cgroup) cannot seek from their
-    end (EINVAL) and are read from their start instead."""
+    end (EINVAL) and are read from their start instead. At most 16 MiB either way: a device
+    (a link to /dev/zero) has no end."""
     try:
         size = src.seek(0, os.SEEK_END)
     except OSError:
         return src.read(MAX_READ_BYTES)
     src.seek(max(0, size - MAX_READ_BYTES))
-    return src.read()
+    return src.read(MAX_READ_BYTES)
 
 
-def _copy_file(real: Path, dest: Path) -> None:
+def _copy_file(tree: WriteTree, real: Path, dest: str) -> None:
     try:
-        with open(real, "rb") as src:
+        # Non-blocking: a FIFO on the host would hold capture for ever.
+        with open(real, "rb", opener=_nonblocking) as src:
             data = _tail(src)
     except OSError:
         return  # absent or unreadable (write-only sysfs files): no content to keep
-    if os.path.isdir(dest):
+    kind = tree.kind(dest)
+    if kind is not None and stat.S_ISDIR(kind):
         return
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(data)
+    tree.write(dest, data)
+
+
+def _nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)

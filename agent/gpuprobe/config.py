@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import re
 import types
 import typing
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpuprobe.errors import ConfigError
+from gpuprobe.files import MAX_NESTING, FileRefused, nesting_depth, read_regular
 
 T = TypeVar("T")
 
@@ -402,6 +404,12 @@ class NcclConfig:
             raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be above 0")
 
 
+# Bounds on the daemon's counts: each watcher holds a gRPC worker thread, and a burst beyond a
+# thousand calls is no rate limit.
+MAX_WATCHERS = 256
+MAX_CALLS_BURST = 1000
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     """How the agent daemon (`gpuprobe serve`) schedules checks and guards its API."""
@@ -432,13 +440,18 @@ class ServeConfig:
             ("calls_per_minute", self.calls_per_minute),
         ] + [(f"intervals.{k}", v) for k, v in self.intervals.items()]
         for key, value in positive:
-            if value <= 0:
+            if not value > 0:  # NaN too
                 raise ConfigError(f"{key}: {value:g} must be above 0")
         if not 0 <= self.jitter_fraction <= 0.5:
             raise ConfigError(f"jitter_fraction: {self.jitter_fraction:g} is not within 0-0.5")
-        for key, count in [("calls_burst", self.calls_burst), ("max_watchers", self.max_watchers)]:
+        for key, count, most in [
+            ("calls_burst", self.calls_burst, MAX_CALLS_BURST),
+            ("max_watchers", self.max_watchers, MAX_WATCHERS),
+        ]:
             if count < 1:
                 raise ConfigError(f"{key}: {count} must be at least 1")
+            if count > most:
+                raise ConfigError(f"{key}: {count} is more than {most}")
         if self.bandwidth_threads is not None and not 1 <= self.bandwidth_threads <= 64:
             raise ConfigError(
                 f"bandwidth_threads: {self.bandwidth_threads} is not between 1 and 64"
@@ -594,6 +607,11 @@ class Config:
         return value if isinstance(value, kind) else kind()
 
 
+# A configuration is a page or two of YAML: a file far bigger is a wrong path (and PyYAML
+# would take minutes and gigabytes to parse 100 MB).
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
 _SECTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Config) if f.name != "sections")
 
 
@@ -608,12 +626,20 @@ def load_config(path: str | None, sections: Mapping[str, type[Any]] | None = Non
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
+        text = read_regular(path, MAX_CONFIG_BYTES).decode("utf-8")
+        if nesting_depth(text) > MAX_NESTING:
+            raise RecursionError  # refused before PyYAML recurses into it
+        raw = yaml.safe_load(text)
     except OSError as exc:
         raise ConfigError(f"config {path}: {exc.strerror or exc}") from None
+    except FileRefused as exc:
+        raise ConfigError(f"config {path}: {exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"config {path}: not UTF-8 text") from None
+    except RecursionError:
+        raise ConfigError(f"config {path}: nested too deeply") from None
+    except ValueError:  # Python's 4300-digit limit on an integer's text
+        raise ConfigError(f"config {path}: a number too long to read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}:" if mark else ""
@@ -681,9 +707,55 @@ def build(cls: type[T], raw: Any, where: str) -> T:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {known})")
     values = {key: _convert(hints[key], value, f"{where}: {key}") for key, value in raw.items()}
     try:
-        return cls(**values)
+        built = cls(**values)
     except ConfigError as exc:  # raised by a section's own validation
         raise ConfigError(f"{where}: {exc}") from None
+    for key, value in values.items():  # what the section's own validation left to all
+        _in_range(key, value, f"{where}: {key}")
+    return built
+
+
+# The longest duration any setting takes (a year): beyond it a timer overflows (Event.wait
+# raises OverflowError past about 292 years) and nothing would ever run.
+MAX_SECONDS = 366 * 24 * 3600.0
+# Settings of seconds whose names do not end in `_seconds`: mappings of check name → seconds.
+DURATION_MAPPINGS = frozenset({"intervals", "deadlines"})
+# Spans of seconds where 0 means "at once" (no jitter, no wait), not a timer that never ends.
+MAY_BE_ZERO_SECONDS = frozenset({"start_jitter_seconds", "clear_after_seconds"})
+# No count or size gpuprobe takes comes near this; beyond it a float loses whole numbers.
+MAX_INTEGER = 2**53
+
+
+def _in_range(key: str, value: Any, where: str) -> None:
+    """The ranges every number in the configuration keeps, by what its key names: durations
+    (`*_seconds`, `intervals`, `deadlines`) above 0 and at most a year; every other number not
+    negative and, as an integer, below 2^53. Raises ConfigError naming the key."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            duration = key in DURATION_MAPPINGS
+            _number_in_range(item, f"{where}.{name}", duration)
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            _number_in_range(item, f"{where}[{i}]", duration=False)
+    elif key in MAY_BE_ZERO_SECONDS:
+        _number_in_range(value, where, duration=True, zero=True)
+    else:
+        _number_in_range(value, where, key.endswith("_seconds"))
+
+
+def _number_in_range(value: Any, where: str, duration: bool, zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if duration and zero and not 0 <= value <= MAX_SECONDS:
+        raise ConfigError(f"{where}: {value:g} must be 0 or more, at most a year")
+    if duration and not zero and not 0 < value <= MAX_SECONDS:
+        raise ConfigError(
+            f"{where}: {value:g} must be above 0 and at most a year ({MAX_SECONDS:.0f} s)"
+        )
+    if value < 0:
+        raise ConfigError(f"{where}: {_brief(value)} must not be negative")
+    if isinstance(value, int) and value > MAX_INTEGER:
+        raise ConfigError(f"{where}: {_brief(value)} is beyond any sensible count or size")
 
 
 def _convert(hint: Any, value: Any, where: str) -> Any:
@@ -727,18 +799,37 @@ def _scalar(hint: Any, value: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected an integer, got {_kind(value)}")
     if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
         # YAML 1.1 (PyYAML) reads 1.5e9 as a string: only 1.5e+9 is a number there.
-        if isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value):
-            return float(value)
-        raise ConfigError(f"{where}: expected a number, got {_kind(value)}")
+        if not numeric and not (
+            isinstance(value, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", value)
+        ):
+            raise ConfigError(f"{where}: expected a number, got {_kind(value)}")
+        number = _float(value)
+        # .nan would pass every `<=` bound below it (and turn a rate limit off); .inf never
+        # comes: neither is a setting.
+        if not math.isfinite(number):
+            raise ConfigError(f"{where}: {_brief(value)} is not a finite number")
+        return number
     if hint is str:
         if isinstance(value, str):
             return value
         hint_text = ' (quote versions: "12.10")' if isinstance(value, float) else ""
         raise ConfigError(f"{where}: expected a string, got {_kind(value)}{hint_text}")
     raise ConfigError(f"{where}: unsupported setting type {hint!r}")  # a bug in this module
+
+
+def _brief(value: Any) -> str:
+    """A number as the file wrote it, cut short when it runs to hundreds of digits."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
+
+
+def _float(value: int | float | str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a float's range: as infinite as .inf
+        return math.inf
 
 
 def _kind(value: Any) -> str:

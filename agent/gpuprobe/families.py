@@ -8,10 +8,13 @@ imports, and a renderer is a plain function that a test can call on any data.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+log = logging.getLogger("gpuprobe.serve")
 
 
 @dataclass
@@ -37,8 +40,15 @@ def number(value: Any) -> float | None:
     """A finite number (booleans as 0/1), else None."""
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
+    if isinstance(value, int | float):
+        try:
+            as_float = float(value)
+        except OverflowError:  # an integer beyond a double (10^400): no sample can say it
+            log.warning(
+                "metric value dropped", extra={"reason": "beyond a float", "value": str(value)[:40]}
+            )
+            return None
+        return as_float if math.isfinite(as_float) else None
     return None
 
 

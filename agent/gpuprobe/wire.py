@@ -87,8 +87,17 @@ def data_to_struct(data: Mapping[str, Any]) -> struct_pb2.Struct:
     """A check's data as a Struct, exactly as the JSON report writes it (keys as text)."""
     struct = struct_pb2.Struct()
     # Through JSON, so tuples, non-text keys and odd values read as they do in the JSON report.
-    struct.update(json.loads(json.dumps(data, default=str)))
+    # An integer beyond a double (10^400) would raise OverflowError and lose the whole
+    # report: it goes as its text.
+    struct.update(json.loads(json.dumps(data, default=str), parse_int=_struct_int))
     return struct
+
+
+def _struct_int(text: str) -> float | str:
+    try:
+        return float(int(text))
+    except OverflowError:
+        return text
 
 
 def timestamp(t: datetime) -> timestamp_pb2.Timestamp:

@@ -74,6 +74,7 @@ def test_the_kustomizations_hold_the_expected_objects() -> None:
         ("ConfigMap", "gpuprobe-dashboard"),
         ("DaemonSet", "gpuprobe"),
         ("Namespace", "gpuprobe"),
+        ("NetworkPolicy", "gpuprobe"),
         ("PriorityClass", "gpuprobe-node-agent"),
         ("PrometheusRule", "gpuprobe"),
         ("Service", "gpuprobe"),
@@ -87,6 +88,7 @@ def test_the_kustomizations_hold_the_expected_objects() -> None:
     assert kinds("base") == sorted([*base, ("ConfigMap", config_map)])
     assert render("") == render("base")  # daemonset/, the documented install
     assert kinds("overlays/rdma") == kinds("base")
+    assert kinds("overlays/tls") == kinds("base")
     assert kinds("overlays/no-prometheus-operator") == sorted(
         [
             *(k for k in base if k[0] not in CUSTOM),
@@ -127,7 +129,8 @@ def test_the_agent_runs_serve_as_agreed() -> None:
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
     assert "nvidia.com/gpu" not in json.dumps(container["resources"])  # takes no GPU
-    assert container["livenessProbe"]["grpc"] == {"port": 50051}
+    # Liveness off the gRPC pool that callers share (issue 17: reflection streams filled it).
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["readinessProbe"]["grpc"] == {
         "port": 50051,
         "service": "gpuprobe.v1.NodeDiagnostics",
@@ -162,7 +165,8 @@ def test_volumes_give_the_host_read_only_and_the_state_and_scratch_writable() ->
     mounts = {m["name"]: m for m in agent()["volumeMounts"]}
     assert volumes["host"]["hostPath"] == {"path": "/", "type": "Directory"}
     assert mounts["host"]["mountPath"] == "/host" and mounts["host"]["readOnly"] is True
-    assert mounts["host"]["recursiveReadOnly"] == "IfPossible"  # /host/sys & co. too
+    # /host/sys & co. too, or no pod: IfPossible fell back to writable submounts unseen.
+    assert mounts["host"]["recursiveReadOnly"] == "Enabled"
     assert "mountPropagation" not in mounts["host"]  # recursive read-only needs None
     assert volumes["state"]["hostPath"]["path"] == "/var/lib/gpuprobe"
     assert mounts["state"]["mountPath"] == "/var/lib/gpuprobe" and "readOnly" not in mounts["state"]
@@ -414,3 +418,44 @@ def justified_checks() -> dict[str, str]:
         if len(cells) >= 3 and cells[0].startswith("`CKV"):
             found[cells[0].strip("`")] = cells[2]
     return found
+
+
+def test_the_network_policy_admits_peers_clients_and_prometheus_only() -> None:
+    policy = find(objects("base"), "NetworkPolicy")
+    spec = policy["spec"]
+    agents = {"app.kubernetes.io/name": "gpuprobe", "app.kubernetes.io/component": "node-agent"}
+    assert spec["podSelector"] == {"matchLabels": agents}
+    assert find(objects("base"), "DaemonSet")["spec"]["selector"]["matchLabels"] == agents
+    assert spec["policyTypes"] == ["Ingress"]
+    peers, clients, prometheus = spec["ingress"]
+    assert peers == {"from": [{"podSelector": {"matchLabels": agents}}]}  # any port: sinks
+
+    def namespaces(rule: dict[str, Any]) -> list[str]:
+        (source,) = rule["from"]
+        (expression,) = source["namespaceSelector"]["matchExpressions"]
+        assert expression["key"] == "kubernetes.io/metadata.name"
+        assert expression["operator"] == "In"
+        return list(expression["values"])
+
+    assert namespaces(clients) == ["gpuprobe"]
+    assert clients["ports"] == [{"port": "grpc", "protocol": "TCP"}]
+    assert namespaces(prometheus) == ["monitoring"]
+    assert prometheus["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    ports = {p["name"] for p in agent()["ports"]}
+    assert {"grpc", "metrics"} <= ports  # the named ports the policy admits exist
+
+
+def test_the_tls_overlay_serves_grpc_over_tls_from_the_secret() -> None:
+    container, spec = agent("overlays/tls"), pod("overlays/tls")
+    assert container["args"] == [
+        *agent()["args"],
+        "--tls-cert=/etc/gpuprobe/tls/tls.crt",
+        "--tls-key=/etc/gpuprobe/tls/tls.key",
+    ]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["tls"] == {"name": "tls", "mountPath": "/etc/gpuprobe/tls", "readOnly": True}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["tls"]["secret"] == {"secretName": "gpuprobe-tls", "defaultMode": 0o400}
+    # The kubelet's gRPC probe has no TLS: readiness comes from /readyz instead.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["livenessProbe"] == agent()["livenessProbe"]

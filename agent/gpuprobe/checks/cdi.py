@@ -316,15 +316,21 @@ def _stale(
     return findings
 
 
+def _on_host(host: Host, path: str) -> bool:
+    return path.startswith("/") and host.fs.exists(path)
+
+
 def _staleness(host: Host, spec: CdiSpec, nvml_gpus: int | None) -> _Staleness:
     stale = _Staleness()
     versions: set[str] = set()
     for edits in spec.all_edits():
+        # A relative path names nothing on the host (the runtime would resolve it against
+        # its own working directory): missing, as an absent one.
         for node in edits.device_nodes:
-            if not host.fs.exists(node) and node not in stale.missing_device_nodes:
+            if not _on_host(host, node) and node not in stale.missing_device_nodes:
                 stale.missing_device_nodes.append(node)
         for mount in edits.mounts:
-            if not host.fs.exists(mount) and mount not in stale.missing_mounts:
+            if not _on_host(host, mount) and mount not in stale.missing_mounts:
                 stale.missing_mounts.append(mount)
             versions |= _versions_in_path(mount)
         for hook, args in edits.hooks:

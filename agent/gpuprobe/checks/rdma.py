@@ -160,9 +160,16 @@ def _port(fs: HostFS, base: str, number: int) -> RdmaPort:
     }
 
 
+# A sysfs attribute is at most a page: more is no port's file (and the rate pattern
+# backtracks over a long run of digits).
+SYSFS_ATTRIBUTE_BYTES = 4096
+
+
 def _text(fs: HostFS, path: str) -> str | None:
-    text = fs.try_read_text(path)
-    return text.strip() if text is not None else None
+    try:
+        return fs.read_text(path, SYSFS_ATTRIBUTE_BYTES).strip()
+    except OSError:
+        return None
 
 
 def _leading_int(text: str | None) -> int | None:

@@ -32,6 +32,7 @@ from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status, now
+from gpuprobe.threads import start_thread
 
 STAGGER_SECONDS = 0.5
 
@@ -111,9 +112,11 @@ class CheckRunner:
                 return flight, False  # still running: join it rather than start a second copy
             flight = _Flight(self._checks[name])
             self._flights[name] = flight
-        threading.Thread(
-            target=self._fly, args=(flight,), name=f"check-{name}", daemon=True
-        ).start()
+        if start_thread(self._fly, f"check-{name}", (flight,)) is None:
+            # Not in flight after all (the system refused the thread: a pids limit): forget
+            # it, so that a later round starts it afresh rather than waiting on a run that
+            # never began (every round reported CHECK_TIMEOUT until a restart).
+            self._land(flight, failed(name, RuntimeError("can't start a thread for the check")))
         return flight, True
 
     def _fly(self, flight: _Flight) -> None:
@@ -123,10 +126,13 @@ class CheckRunner:
         except Exception as exc:  # one broken check must never break the report or the daemon
             result = failed(name, exc)
         result.duration_seconds = time.monotonic() - flight.started
+        self._land(flight, result)
+
+    def _land(self, flight: _Flight, result: CheckResult) -> None:
         flight.result = result
         flight.finished_at = now()
         with self._lock:
-            self._flights.pop(name, None)
+            self._flights.pop(flight.check.name, None)
         flight.done.set()
 
 

@@ -249,7 +249,7 @@ def _device_node(value: Any, where: str) -> str:
     if host_path is not None and not isinstance(host_path, str):
         raise Invalid(f"{where}.hostPath must be a string")
     node_type = value.get("type", "")
-    if node_type not in DEVICE_NODE_TYPES:
+    if not isinstance(node_type, str) or node_type not in DEVICE_NODE_TYPES:
         raise Invalid(f"device node {path!r} has an invalid type {node_type!r}")
     for key in ("major", "minor", "fileMode", "uid", "gid"):
         number = value.get(key)
@@ -275,7 +275,7 @@ def _mount(value: Any, where: str) -> str:
 def _hook(value: Any, where: str) -> tuple[str, tuple[str, ...]]:
     value = _object(value, where, HOOK_FIELDS)
     name = value.get("hookName")
-    if name not in HOOK_NAMES:
+    if not isinstance(name, str) or name not in HOOK_NAMES:  # a list is not even hashable
         raise Invalid(f"{where}.hookName {name!r} is not an OCI hook name")
     path = value.get("path")
     if not isinstance(path, str) or not path:

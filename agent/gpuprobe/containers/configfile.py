@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from gpuprobe.files import MAX_NESTING, nesting_depth
 from gpuprobe.host.fs import HostFS
 
 # Configuration files are small; a larger one is read up to this size (and then most likely
@@ -58,6 +59,8 @@ def parse_toml(path: str, raw: bytes) -> dict[str, Any] | FileProblem:
     text = _text(path, raw)
     if isinstance(text, FileProblem):
         return text
+    if nesting_depth(text) > MAX_NESTING:  # before tomllib recurses into it
+        return FileProblem(path, f"is not valid TOML: nested deeper than {MAX_NESTING} levels")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -88,6 +91,8 @@ def parse_yaml(path: str, raw: bytes) -> Any:
     text = _text(path, raw)
     if isinstance(text, FileProblem):
         return text
+    if nesting_depth(text) > MAX_NESTING:  # before PyYAML recurses into it
+        return FileProblem(path, f"is not valid YAML: nested deeper than {MAX_NESTING} levels")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

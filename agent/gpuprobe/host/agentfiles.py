@@ -40,15 +40,19 @@ def read_agent_file(path: str) -> AgentFile:
         return AgentFile(path, error=exc.strerror or str(exc))
 
 
-def write_agent_file(path: Path, file: AgentFile) -> None:
-    """Write `file` in a snapshot's JSON form (content as UTF-8 text, undecodable bytes
-    replaced)."""
+def agent_file_bytes(file: AgentFile) -> bytes:
+    """`file` in a snapshot's JSON form (content as UTF-8 text, undecodable bytes replaced)."""
     entry: dict[str, str] = {"config_file": file.path}
     if file.content is not None:
         entry["content"] = file.content.decode("utf-8", errors="replace")
     else:
         entry["error"] = file.error or "cannot be read"
-    path.write_text(json.dumps(entry, indent=1) + "\n", encoding="utf-8")
+    return (json.dumps(entry, indent=1) + "\n").encode("utf-8")
+
+
+def write_agent_file(path: Path, file: AgentFile) -> None:
+    """Write `file` in a snapshot's JSON form to `path`."""
+    path.write_bytes(agent_file_bytes(file))
 
 
 def load_agent_file(path: Path) -> AgentFile | None:

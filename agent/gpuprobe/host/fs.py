@@ -18,6 +18,13 @@ from pathlib import Path
 
 MAX_READ_BYTES = 16 * 1024 * 1024
 
+
+def _nonblocking(path: str, flags: int) -> int:
+    """Open without waiting: a FIFO planted in a snapshot's rootfs (or on the host) would
+    otherwise hold the reading check until its deadline, and its thread for good."""
+    return os.open(path, flags | os.O_NONBLOCK)
+
+
 # How a recorded path was used.
 READ, STAT, LIST, LINK = "read", "stat", "list", "link"
 
@@ -55,7 +62,7 @@ class HostFS:
 
     def read_bytes(self, path: str, max_bytes: int = MAX_READ_BYTES) -> bytes:
         """The first `max_bytes` of a file; raises OSError (FileNotFoundError when absent)."""
-        with open(self.real_path(path, READ), "rb") as f:
+        with open(self.real_path(path, READ), "rb", opener=_nonblocking) as f:
             return f.read(max_bytes)
 
     def read_text(self, path: str, max_bytes: int = MAX_READ_BYTES) -> str:
@@ -71,7 +78,7 @@ class HostFS:
 
     def read_tail(self, path: str, max_bytes: int) -> bytes:
         """The last `max_bytes` of a file (kernel logs grow large); raises OSError."""
-        with open(self.real_path(path, READ), "rb") as f:
+        with open(self.real_path(path, READ), "rb", opener=_nonblocking) as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - max_bytes))
             return f.read(max_bytes)

@@ -471,6 +471,20 @@ def load_record(path: str) -> dict[str, Any]:
     return record  # type: ignore[no-any-return]
 
 
+# Counts a snapshot may answer, bounded by what hardware has: the largest single systems
+# hold 16 GPUs (8 is usual), a GPU at most 7 MIG devices. A count of 10^7 would have every
+# check walk ten million devices (the daemon grew 13 MB/s).
+MAX_DEVICES = 64
+COUNTS = {
+    "nvmlDeviceGetCount": MAX_DEVICES,
+    "nvmlDeviceGetCount_v2": MAX_DEVICES,
+    "nvmlUnitGetCount": MAX_DEVICES,
+    "nvmlDeviceGetMaxMigDeviceCount": MAX_DEVICES,
+}
+# A recorded call's delay (testing deadlines) is at most an hour.
+MAX_REPLAY_DELAY = 3600
+
+
 def validate_record(record: Any) -> None:
     """Raise SnapshotError unless `record` has the nvml.json shape of snapshot format 1."""
     if not isinstance(record, dict):
@@ -497,6 +511,19 @@ def validate_record(record: Any) -> None:
         delay = entry.get("delay", 0)
         if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
             raise SnapshotError(f"{where}: delay must be a number of seconds")
+        if delay > MAX_REPLAY_DELAY:  # past it time.sleep overflows, and no deadline is so long
+            raise SnapshotError(f"{where}: delay {delay:g} is over {MAX_REPLAY_DELAY} s")
+        if "ret" in entry and not _fits_nvml(entry["ret"]):
+            raise SnapshotError(
+                f"{where}: {entry['fn']} answers a number beyond NVML's 64-bit types"
+            )
+        if entry["fn"] in COUNTS and "ret" in entry:
+            most = COUNTS[entry["fn"]]
+            if not (_is_int(entry["ret"]) and 0 <= entry["ret"] <= most):
+                raise SnapshotError(
+                    f"{where}: {entry['fn']} must answer a count from 0 to {most}"
+                    " (no node has more)"
+                )
     events = record.get("events", [])
     if not isinstance(events, list):
         raise SnapshotError("events must be a list")
@@ -508,6 +535,21 @@ def validate_record(record: Any) -> None:
             and _is_int(event.get("data"))
         ):
             raise SnapshotError(f"events[{i}]: needs device, type and data")
+
+
+def _fits_nvml(ret: Any) -> bool:
+    """Whether every integer in an answer fits NVML's widest C types (64 bits, signed or
+    not): a 10^400 can only be a corrupt or forged record, and no renderer can show it."""
+    stack = [ret]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif _is_int(value) and not -(2**63) <= value < 2**64:
+            return False
+    return True
 
 
 def _is_int(value: Any) -> bool:

@@ -15,6 +15,7 @@ from gpuprobe.config import KubernetesConfig
 from gpuprobe.kube.api import Access, KubeApi, in_cluster_available
 from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from gpuprobe.report import CheckResult
+from gpuprobe.threads import start_thread
 
 
 def wanted(config: KubernetesConfig, kubeconfig: str | None) -> bool:
@@ -64,17 +65,18 @@ class KubeLink:
         self.loop = PublishLoop(publisher, report_own, config, rng=rng)
         self.collector = KubeCollector(self.loop)
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self.loop.run, args=(self._stop,), name="kubernetes", daemon=True
-        )
+        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Start publishing (after the jittered first wait)."""
-        self._thread.start()
+    def start(self) -> bool:
+        """Start publishing (after the jittered first wait); False when the system refused
+        the thread."""
+        self._thread = start_thread(self.loop.run, "kubernetes", (self._stop,))
+        return self._thread is not None
 
     def stop(self, grace: float = 1.0) -> None:
         """Stop publishing; a call in flight is left to its own timeout."""
         self._stop.set()
         self.loop.offer(None)
-        self._thread.join(grace)
+        if self._thread is not None:
+            self._thread.join(grace)
         self.api.close()

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuprobe.measure.testfile import TestFile
+from gpuprobe.threads import start_thread
 
 DIRECT = "direct"
 BUFFERED = "buffered"
@@ -181,14 +182,19 @@ def _phase(
             errors.append(("fsync", exc))
             stop.set()
 
-    threads = [threading.Thread(target=job, args=(i,), daemon=True) for i in range(plan.jobs)]
+    threads: list[threading.Thread] = []
     try:
         started = time.monotonic()
         deadline = started + limit
+        for i in range(plan.jobs):
+            thread = start_thread(job, f"storage-job-{i}", (i,))
+            if thread is None:  # refused (a pids limit): stop the jobs that run, then say so
+                stop.set()
+                errors.append(("start", OSError(errno.EAGAIN, "cannot start a thread per job")))
+                break
+            threads.append(thread)
         for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+            t.join()  # before the buffers they use are closed
         elapsed = time.monotonic() - started
     finally:
         for buf in buffers:

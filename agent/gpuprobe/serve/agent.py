@@ -39,11 +39,9 @@ from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
 from gpuprobe.serve.state import AgentState, ReportStore
+from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
-
-# Watch streams and RunChecks calls each hold a worker while they last.
-SPARE_WORKERS = 16
 
 
 @dataclass(frozen=True)
@@ -159,27 +157,29 @@ class Agent:
             clear_xid,
             self.bandwidth,
         )
-        self.grpc, self.grpc_port, self.health = grpc_server.build(
-            self.service,
-            options.grpc_listen,
-            credentials,
-            workers=config.serve.max_watchers + SPARE_WORKERS,
+        self.grpc, self.grpc_port, self.health, self.streams = grpc_server.build(
+            self.service, options.grpc_listen, credentials, config.serve.max_watchers
         )
         self.store.add_view(self._serving)
-        self.http = MetricsServer(options.metrics_listen, self.metrics_page, self.healthz)
+        self.http = MetricsServer(
+            options.metrics_listen, self.metrics_page, self.healthz, self.readyz
+        )
         self.metrics_port = self.http.port
         self.tls = "mtls" if mtls else "tls" if credentials is not None else "none"
-        self._thread = threading.Thread(
-            target=self.scheduler.run, args=(self.stopping,), name="scheduler", daemon=True
-        )
 
     def start(self) -> None:
-        """Serve, and start the first round of checks."""
-        self.grpc.start()
-        self.http.start()
-        self._thread.start()
-        if self.kube is not None:
-            self.kube.start()
+        """Serve, and start the first round of checks (and the Kubernetes publisher when it
+        is on); raises UsageError when the system refuses the threads (a pids limit below what
+        the agent needs to start)."""
+        try:
+            self.grpc.start()
+            self.http.start()
+        except RuntimeError as exc:
+            raise UsageError(f"cannot start serving: {exc}") from None
+        if start_thread(self.scheduler.run, "scheduler", (self.stopping,)) is None:
+            raise UsageError("cannot start the scheduler's thread (a pids limit reached?)")
+        if self.kube is not None and not self.kube.start():
+            raise UsageError("cannot start the Kubernetes publisher's thread (a pids limit?)")
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop accepting calls, end the streams, let running checks finish within `grace`
@@ -232,6 +232,15 @@ class Agent:
             from grpc_health.v1 import health_pb2
 
             self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+
+    def readyz(self) -> tuple[int, str]:
+        """The `/readyz` page: 200 once the first report exists (what the gRPC health of
+        gpuprobe.v1.NodeDiagnostics says), 503 before it and while stopping."""
+        if self.stopping.is_set():
+            return 503, "stopping\n"
+        if self.store.current().report is None:
+            return 503, "not ready: the first round of checks is running\n"
+        return 200, "ready\n"
 
     def healthz(self) -> tuple[int, str]:
         """The `/healthz` page: 200 while serving (503 when stopping), and what the agent

@@ -8,6 +8,7 @@ families; a value the report lacks gives no sample, never an error.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -18,6 +19,8 @@ from gpuprobe.checks.registry import CHECKS
 from gpuprobe.families import Family
 from gpuprobe.report import NodeReport
 from gpuprobe.serve.state import AgentState
+
+log = logging.getLogger("gpuprobe.serve")
 
 Renderer = Callable[[AgentState, NodeReport], Iterable[Metric]]
 
@@ -44,7 +47,10 @@ def render(snapshot: AgentState, node: str) -> list[Metric]:
     if snapshot.report is None:
         return families
     for renderer in RENDERERS:
-        families.extend(renderer(snapshot, snapshot.report))
+        try:
+            families.extend(renderer(snapshot, snapshot.report))
+        except Exception:  # one part's fault costs its families, never the whole report
+            log.exception("metrics dropped", extra={"renderer": renderer.__name__})
     return families
 
 
@@ -159,8 +165,14 @@ def check_families(snapshot: AgentState, report: NodeReport) -> Iterator[Metric]
     )
     for check in records:
         result = report.check(check.name)
-        if result is not None:
-            yield from (_prometheus(family) for family in check.families(result))
+        if result is None:
+            continue
+        try:
+            rendered = [_prometheus(family) for family in check.families(result)]
+        except Exception:  # one check's renderer costs its own families, not the others'
+            log.exception("metrics dropped", extra={"renderer": check.name})
+            continue
+        yield from rendered
 
 
 def _prometheus(family: Family) -> Metric:

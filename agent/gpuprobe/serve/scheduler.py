@@ -22,8 +22,11 @@ from gpuprobe.checks.xid.findings import xid_named
 from gpuprobe.config import ServeConfig
 from gpuprobe.report import Finding
 from gpuprobe.serve.state import AgentState, ReportStore
+from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
+# How long a scheduling lane the system refused a thread for waits before it tries again.
+LANE_RETRY_SECONDS = 1.0
 
 
 @dataclass
@@ -92,17 +95,14 @@ class Scheduler:
         """Run rounds as they fall due until `stop` is set: the passive groups on one thread,
         each active group on its own (see `lanes`). Returns once `stop` is set; the lanes'
         threads end after the round they are in (see `join`)."""
-        self._threads = [
-            threading.Thread(
-                target=self._run_lane,
-                args=(lane, stop),
-                name="schedule-" + ("-".join(lane[0].names) if lane[0].active else "passive"),
-                daemon=True,
-            )
-            for lane in lanes(self.groups)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._threads = []
+        for lane in lanes(self.groups):
+            name = "schedule-" + ("-".join(lane[0].names) if lane[0].active else "passive")
+            # A lane that cannot start now (a pids limit reached) starts once it can.
+            while (thread := start_thread(self._run_lane, name, (lane, stop))) is None:
+                if stop.wait(LANE_RETRY_SECONDS):
+                    return
+            self._threads.append(thread)
         stop.wait()
 
     def join(self, timeout: float) -> list[str]:

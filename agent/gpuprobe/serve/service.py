@@ -21,6 +21,7 @@ from gpuprobe.measure.bandwidth import BandwidthTests, Refused
 from gpuprobe.report import NodeReport, now
 from gpuprobe.serve import bandwidth as wiring
 from gpuprobe.serve.limits import RateLimiter
+from gpuprobe.serve.logs import Throttle
 from gpuprobe.serve.scheduler import Scheduler
 from gpuprobe.serve.security import Guard, caller
 from gpuprobe.serve.state import AgentState, ReportStore
@@ -62,6 +63,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self.clear_xid = clear_xid
         self.bandwidth = bandwidth
         self._watchers = threading.BoundedSemaphore(max_watchers)
+        self._refusals = Throttle()
         self._report: pb.NodeReport | None = None
         self._watched: tuple[int, pb.NodeReport | None] = (0, None)  # (change, report)
         self._response: pb.GetReportResponse | None = None
@@ -191,7 +193,14 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         """Abort the call unless its caller is authorised (and, if `limited`, within rate)."""
         verdict = self.guard.check(context)
         if not verdict.allowed:
-            log.warning("call refused", extra={"peer": context.peer(), "reason": verdict.reason})
+            # Once a minute per caller and reason, with the count held back since.
+            peer = context.peer()
+            held = self._refusals.allow(f"{caller(context)} {verdict.reason}")
+            if held is not None:
+                log.warning(
+                    "call refused",
+                    extra={"peer": peer, "reason": verdict.reason, "held_back": held},
+                )
             abort(context, verdict.code, verdict.reason)
         if limited:
             wait = self.limiter.allow(caller(context))

@@ -1,0 +1,245 @@
+"""GetReport and /metrics latency of `gpuprobe serve` while attackers hold streams and
+connections open, against the same agent unloaded, in one run (loopback only).
+
+    python bench/attack_load.py --calls 400 --reflection-streams 40 --idle-connections 300
+
+Starts the agent on the 8-GPU snapshot and measures GetReport (a fresh channel, one call at a
+time) and /metrics (a fresh connection per scrape) quiet; then an attacker without a token holds
+`--reflection-streams` server-reflection streams open from 127.0.0.1 and a second one
+`--idle-connections` idle TCP connections to the metrics port from 127.0.0.2, reopening each the
+agent closes; the same calls are timed again. Prints p50/p99 of each, the loaded/quiet ratios,
+how many streams and connections the agent admitted, and its thread count and resident memory
+at the peak, as JSON. `--python` runs another checkout's agent (e.g. before a fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from gpuprobe.v1 import diagnostics_pb2 as pb
+from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOT = ROOT / "tests" / "snapshots" / "synthetic-h100-8gpu-healthy"
+ATTACKER = "127.0.0.2"
+
+
+def start(python: str) -> tuple[subprocess.Popen[str], int, int]:
+    """`gpuprobe serve` on the snapshot: the process, its gRPC and metrics ports."""
+    proc = subprocess.Popen(
+        [
+            *(python, "-m", "gpuprobe", "serve", "--snapshot", str(SNAPSHOT)),
+            *("--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        entry = json.loads(line)
+        if entry.get("msg") == "listening":
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            return proc, int(entry["grpc_port"]), int(entry["metrics_port"])
+    raise RuntimeError("gpuprobe serve exited before listening")
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    """p50 and p99 in milliseconds."""
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return {"p50_ms": round(cuts[49] * 1e3, 2), "p99_ms": round(cuts[98] * 1e3, 2)}
+
+
+def time_calls(grpc_port: int, metrics_port: int, calls: int) -> dict[str, Any]:
+    """GetReport and /metrics, alternately: latencies and failures."""
+    report, scrape, failures = [], [], {"GetReport": 0, "metrics": 0}
+    for _ in range(calls):
+        started = time.perf_counter()
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+                pb_grpc.NodeDiagnosticsStub(channel).GetReport(pb.GetReportRequest(), timeout=5)
+            report.append(time.perf_counter() - started)
+        except grpc.RpcError:
+            failures["GetReport"] += 1
+        started = time.perf_counter()
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=5)
+            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            if response.status != 200:
+                raise OSError(f"HTTP {response.status}")
+            scrape.append(time.perf_counter() - started)
+        except OSError:
+            failures["metrics"] += 1
+    return {
+        "GetReport": percentiles(report) if len(report) > 1 else None,
+        "metrics": percentiles(scrape) if len(scrape) > 1 else None,
+        "failures": failures,
+    }
+
+
+class Attack:
+    """Reflection streams held open and idle connections kept up, until `stop()`."""
+
+    def __init__(self, grpc_port: int, metrics_port: int, streams: int, idle: int) -> None:
+        self.done = threading.Event()
+        self.admitted_streams = 0
+        self.refused_streams = 0
+        self.admitted_connections = 0  # open and not answered: the agent holds them
+        self._channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+        self._calls: list[Any] = []
+        self._metrics_port = metrics_port
+        self._socks: list[socket.socket] = []
+        self._idle = idle
+        self.waiting_streams = 0  # neither answered nor refused: queued for a worker
+        stub = reflection_pb2_grpc.ServerReflectionStub(self._channel)
+        self._calls = [
+            stub.ServerReflectionInfo(self._requests(), timeout=600) for _ in range(streams)
+        ]
+        outcomes: list[str] = []
+        lock = threading.Lock()
+
+        def first_answer(call: Any) -> None:
+            try:
+                next(call)
+                outcome = "admitted"
+            except grpc.RpcError:
+                outcome = "refused"
+            with lock:
+                outcomes.append(outcome)
+
+        for call in self._calls:
+            threading.Thread(target=first_answer, args=(call,), daemon=True).start()
+        deadline = time.monotonic() + 5.0
+        while len(outcomes) < streams and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with lock:
+            self.admitted_streams = outcomes.count("admitted")
+            self.refused_streams = outcomes.count("refused")
+            self.waiting_streams = streams - len(outcomes)
+        self._thread = threading.Thread(target=self._keep_connections, daemon=True)
+        self._thread.start()
+
+    def _requests(self) -> Iterator[reflection_pb2.ServerReflectionRequest]:
+        yield reflection_pb2.ServerReflectionRequest(list_services="")
+        self.done.wait()
+
+    def _keep_connections(self) -> None:
+        while not self.done.is_set():
+            alive = []
+            for s in self._socks:  # drop those the agent answered (503) or closed
+                s.setblocking(False)
+                try:
+                    gone = s.recv(1, socket.MSG_PEEK) is not None
+                except BlockingIOError:
+                    gone = False
+                except OSError:
+                    gone = True
+                if gone:
+                    s.close()
+                else:
+                    alive.append(s)
+            self._socks = alive
+            self.admitted_connections = len(alive)
+            while len(self._socks) < self._idle and not self.done.is_set():
+                try:
+                    self._socks.append(
+                        socket.create_connection(
+                            ("127.0.0.1", self._metrics_port),
+                            timeout=2,
+                            source_address=(ATTACKER, 0),
+                        )
+                    )
+                except OSError:
+                    break
+            self.done.wait(0.5)
+
+    def stop(self) -> None:
+        self.done.set()
+        self._thread.join(5)
+        for call in self._calls:
+            call.cancel()
+        for s in self._socks:
+            s.close()
+        self._channel.close()
+
+
+def threads_and_rss(pid: int) -> tuple[int, int]:
+    """The process's thread count and resident KiB, from /proc."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return int(fields["Threads"]), int(fields["VmRSS"].split()[0])
+
+
+def main() -> None:
+    """Run the comparison and print it."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--reflection-streams", type=int, default=40)
+    parser.add_argument("--idle-connections", type=int, default=300)
+    parser.add_argument("--python", default=sys.executable, help="the agent's interpreter")
+    args = parser.parse_args()
+    proc, grpc_port, metrics_port = start(args.python)
+    try:
+        time.sleep(2.0)  # the first report
+        quiet = time_calls(grpc_port, metrics_port, args.calls)
+        quiet_threads, quiet_rss = threads_and_rss(proc.pid)
+        attack = Attack(grpc_port, metrics_port, args.reflection_streams, args.idle_connections)
+        try:
+            time.sleep(2.0)
+            peak = threads_and_rss(proc.pid)
+            loaded = time_calls(grpc_port, metrics_port, args.calls)
+            peak = max(peak, threads_and_rss(proc.pid))
+            admitted = attack.admitted_connections
+        finally:
+            attack.stop()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+    def ratio(kind: str) -> float | None:
+        q, lo = quiet[kind], loaded[kind]
+        return round(lo["p99_ms"] / q["p99_ms"], 2) if q and lo else None
+
+    print(
+        json.dumps(
+            {
+                "calls": args.calls,
+                "cpus": os.cpu_count(),
+                "quiet": quiet,
+                "attacked": loaded,
+                "p99_ratio": {"GetReport": ratio("GetReport"), "metrics": ratio("metrics")},
+                "reflection_streams": {
+                    "opened": args.reflection_streams,
+                    "admitted": attack.admitted_streams,
+                    "refused": attack.refused_streams,
+                    "waiting": attack.waiting_streams,
+                },
+                "idle_connections": {"held": args.idle_connections, "admitted": admitted},
+                "agent_threads": {"quiet": quiet_threads, "attacked": peak[0]},
+                "agent_rss_kib": {"quiet": quiet_rss, "attacked": peak[1]},
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

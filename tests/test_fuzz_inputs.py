@@ -1,0 +1,328 @@
+"""Fuzzing every kind of input a user or an attacker hands gpuprobe: the configuration and each
+file of a snapshot (its JSON files, and host files under rootfs/ that the readers parse).
+
+Each case mutates one file of a real snapshot (bytes cut, inserted, replaced or repeated; for
+JSON also a value swapped for an odd one: 10^400, deep nesting, a wrong type) and then does what
+`gpuprobe check --snapshot` and the daemon do with it: load, run the passive checks, write the
+JSON and text reports, render /metrics and the GetReport message. A crash is anything that
+escapes as an exception, an error message longer than one line, a check that overran its
+deadline (a hang) or a check that failed with an exception (CHECK_FAILED).
+
+The default run is small (GPUPROBE_FUZZ_EXAMPLES cases per kind, 8 unless set, derandomized
+so it never flakes); docs/benchmarks.md records a long run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+
+from conftest import ROOT, snapshot
+from gpuprobe import wire
+from gpuprobe.checks.registry import sections
+from gpuprobe.checks.runner import run_checks
+from gpuprobe.config import load_config
+from gpuprobe.errors import UsageError
+from gpuprobe.host import snapshot_host
+from gpuprobe.render import render_report
+from gpuprobe.serve.metrics import ReportCollector
+from gpuprobe.serve.state import AgentState
+from serving import PASSIVE
+
+EXAMPLES = int(os.environ.get("GPUPROBE_FUZZ_EXAMPLES", "8"))
+CONFIG = "config.yaml"  # the kind that is not a snapshot file
+# A configuration touching every section, so that mutations reach every converter.
+CONFIG_TEXT = (ROOT / "daemonset" / "base" / "config.yaml").read_text() + (
+    "checks: {deadline_seconds: 5, deadlines: {gpus: 8}}\n"
+    "driver: {min_version: '550.54.15', required_cuda: ['12.4']}\n"
+    "gpus: {expect: 8, idle_window_seconds: 600}\n"
+    "network: {fabric_interfaces: ['ib*'], min_speed_mbps: 400000}\n"
+    "rdma: {expected_rate_gbps: 400, devices: [mlx5_2], test: {message_bytes: 8388608}}\n"
+    "serve: {interval_seconds: 60, intervals: {xid: 10}, calls_per_minute: 6.0}\n"
+)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of input: a file of a committed snapshot (or the configuration)."""
+
+    name: str
+    snapshot: str
+    path: str
+    json: bool
+
+
+KINDS = [
+    Kind("config", "synthetic-h100-k8s-containerd-healthy", CONFIG, json=False),
+    Kind("snapshot.json", "synthetic-h100-k8s-containerd-healthy", "snapshot.json", json=True),
+    Kind("nvml.json", "synthetic-h100-k8s-containerd-healthy", "nvml.json", json=True),
+    Kind("processes.json", "synthetic-gpu-processes", "processes.json", json=True),
+    Kind("netlink.json", "synthetic-ndr-fabric-healthy", "netlink.json", json=True),
+    Kind("device-plugin.json", "synthetic-mps-daemon-missing", "device-plugin.json", json=True),
+    Kind("kernel log", "synthetic-fabric-in-progress", "rootfs/var/log/kern.log", json=False),
+    Kind(
+        "driver version",
+        "synthetic-h100-k8s-containerd-healthy",
+        "rootfs/proc/driver/nvidia/version",
+        json=False,
+    ),
+    Kind(
+        "containerd config",
+        "synthetic-h100-k8s-containerd-healthy",
+        "rootfs/etc/containerd/config.toml",
+        json=False,
+    ),
+    Kind(
+        "CDI spec",
+        "synthetic-cdi-device-plugin-spec",
+        "rootfs/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json",
+        json=True,
+    ),
+    Kind(
+        "InfiniBand port rate",
+        "synthetic-ndr-fabric-healthy",
+        "rootfs/sys/class/infiniband/mlx5_2/ports/1/rate",
+        json=False,
+    ),
+]
+
+# Bytes that have broken parsers before: non-UTF-8, JSON's non-standard constants, numbers
+# beyond a float or an int's text limit, nesting, quotes, a real kernel-log XID line.
+NASTY = [
+    b"\x00",
+    b"\xff\xfe",
+    b"Infinity",
+    b"-Infinity",
+    b"NaN",
+    b"1e400",
+    b"9" * 400,
+    b"9" * 5000,
+    b"[" * 3000,
+    b"{" * 3000,
+    b"- " * 2000,
+    b"-1",
+    b"0",
+    b"\n\n",
+    b"'",
+    b'"',
+    b"\\",
+    b"&a [*a, *a]",
+    b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.\n",
+    b"A" * 100_000,
+]
+ODD_VALUES: list[Any] = [
+    None,
+    True,
+    -1,
+    0,
+    2**64,
+    10**400,
+    10**7,
+    -(10**30),
+    1e308,
+    "",
+    "x" * 10_000,
+    [],
+    {},
+    [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
+]
+
+
+def json_values() -> st.SearchStrategy[Any]:
+    """Odd JSON values: the list above, and small random trees."""
+    leaves = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=12),
+    )
+    trees = st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+        max_leaves=8,
+    )
+    return st.one_of(st.sampled_from(ODD_VALUES), trees)
+
+
+def paths(doc: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every place in a JSON document (the root included)."""
+    yield prefix
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from paths(value, (*prefix, key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            yield from paths(value, (*prefix, i))
+
+
+def replaced(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    copy: Any = dict(doc) if isinstance(doc, dict) else list(doc)
+    copy[head] = replaced(doc[head], rest, value)
+    return copy
+
+
+@st.composite
+def byte_mutation(draw: st.DrawFn, original: bytes) -> bytes:
+    """The file with up to three cuts, insertions, replacements or repeats."""
+    data = original
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(data)))
+        op = draw(st.sampled_from(["truncate", "insert", "replace", "repeat"]))
+        piece = draw(st.one_of(st.sampled_from(NASTY), st.binary(max_size=16)))
+        if op == "truncate":
+            data = data[:at]
+        elif op == "insert":
+            data = data[:at] + piece + data[at:]
+        elif op == "replace":
+            data = data[:at] + piece + data[at + draw(st.integers(0, 64)) :]
+        else:
+            span = data[at : at + draw(st.integers(1, 4096))]
+            data = data[:at] + span * draw(st.integers(2, 50)) + data[at:]
+    return data
+
+
+@st.composite
+def json_mutation(draw: st.DrawFn, original: bytes) -> bytes:
+    """The document with one value swapped for an odd one (or the bytes mutated)."""
+    if draw(st.booleans()):
+        return draw(byte_mutation(original))
+    doc = json.loads(original)
+    places = list(paths(doc))
+    path = places[draw(st.integers(0, len(places) - 1))]
+    return json.dumps(replaced(doc, path, draw(json_values()))).encode()
+
+
+@contextmanager
+def mutated(kind: Kind, data: bytes) -> Iterator[tuple[Path, Path | None]]:
+    """A copy of the kind's snapshot with its file replaced by `data`; (snapshot, config)."""
+    with tempfile.TemporaryDirectory(prefix="gpuprobe-fuzz-") as tmp:
+        target = Path(tmp) / "snap"
+        shutil.copytree(snapshot(kind.snapshot), target, symlinks=True)
+        config = Path(tmp) / CONFIG
+        config.write_text(CONFIG_TEXT)
+        (config if kind.path == CONFIG else target / kind.path).write_bytes(data)
+        yield target, config
+
+
+def original(kind: Kind) -> bytes:
+    if kind.path == CONFIG:
+        return CONFIG_TEXT.encode()
+    return (Path(snapshot(kind.snapshot)) / kind.path).read_bytes()
+
+
+def judge(directory: Path, config_path: Path | None) -> None:
+    """Do what `check --snapshot` and the daemon do; assert nothing crashed."""
+    try:
+        config = load_config(str(config_path) if config_path else None, sections())
+        host = snapshot_host(str(directory))
+    except UsageError as exc:  # a clear one-line refusal is the right answer
+        assert str(exc) and "\n" not in str(exc), repr(exc)
+        return
+    report = run_checks(host, config, PASSIVE)
+    broken = [
+        (c.name, f.code, f.message)
+        for c in report.checks
+        for f in c.findings
+        if f.code in ("CHECK_FAILED", "CHECK_TIMEOUT")
+    ]
+    assert not broken, broken
+    json.loads(report.to_json())
+    render_report(report, colour=False)
+    registry = CollectorRegistry()
+    collector = ReportCollector(host.node_name)
+    registry.register(collector)
+    collector.update(AgentState(report, {}, version=1, change=1))
+    generate_latest(registry)
+    wire.report_to_proto(report, {})
+
+
+def test_the_unmutated_inputs_pass_the_judge() -> None:
+    """The judge itself is sound: every base snapshot and the config pass it untouched."""
+    for kind in KINDS:
+        with mutated(kind, original(kind)) as (directory, config):
+            judge(directory, config)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+def test_mutated_inputs_never_crash(kind: Kind) -> None:
+    base = original(kind)
+    strategy = json_mutation(base) if kind.json else byte_mutation(base)
+    cases: list[int] = []
+
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize="GPUPROBE_FUZZ_EXAMPLES" not in os.environ,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(data=strategy)
+    def case(data: bytes) -> None:
+        cases.append(len(data))
+        with mutated(kind, data) as (directory, config):
+            judge(directory, config)
+
+    case()
+    # The record docs/benchmarks.md keeps (seen with pytest -s).
+    print(f"fuzz {kind.name}: {len(cases)} cases, 0 crashes, largest {max(cases)} bytes")
+    assert len(cases) >= min(EXAMPLES, 8)
+
+
+def cdi_spec_with(edit: dict[str, Any]) -> bytes:
+    kind = next(k for k in KINDS if k.name == "CDI spec")
+    doc = json.loads(original(kind))
+    doc["containerEdits"] = {**doc.get("containerEdits", {}), **edit}
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("kind_name", "data"),
+    [
+        # CDI: a hookName that is a list (unhashable in the name lookup: TypeError).
+        ("CDI spec", cdi_spec_with({"hooks": [{"hookName": [], "path": "/usr/bin/x"}]})),
+        ("CDI spec", cdi_spec_with({"deviceNodes": [{"path": "/dev/nvidia0", "type": ["c"]}]})),
+        # CDI: a relative host path (HostFS takes absolute paths only: ValueError).
+        ("CDI spec", cdi_spec_with({"mounts": [{"hostPath": "x" * 300, "containerPath": "/x"}]})),
+        # sysfs: an InfiniBand rate of 250,000 digits (the rate pattern backtracked for minutes).
+        ("InfiniBand port rate", b"9" * 250_000),
+        # YAML and TOML nested past the parsers' stack: a RecursionError caught inside
+        # PyYAML ended the process ("Cannot recover from stack overflow").
+        (
+            "device-plugin.json",
+            json.dumps({"config_file": "/c.yaml", "content": "- " * 3000}).encode(),
+        ),
+        ("config", b"serve:\n  intervals: " + b"[" * 3000 + b"\n"),
+        ("config", b"a:\n" + b"".join(b" " * i + b"- x:\n" for i in range(0, 3000, 2))),
+        ("containerd config", b"a = " + b"[" * 3000 + b"]" * 3000 + b"\n"),
+    ],
+    ids=[
+        "cdi-hook-name-list",
+        "cdi-node-type-list",
+        "cdi-relative-host-path",
+        "ib-rate-digits",
+        "device-plugin-yaml-deep",
+        "config-flow-deep",
+        "config-block-deep",
+        "containerd-toml-deep",
+    ],
+)
+def test_what_fuzzing_found_stays_fixed(kind_name: str, data: bytes) -> None:
+    kind = next(k for k in KINDS if k.name == kind_name)
+    with mutated(kind, data) as (directory, config):
+        judge(directory, config)
