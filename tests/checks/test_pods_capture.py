@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from conftest import snapshot
-from gpuprobe.capture import write_snapshot
+from gpuprobe.capture import prepare_target, write_snapshot
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import recording_host, snapshot_host
@@ -29,7 +29,7 @@ def test_capture_keeps_specs_and_log_tails_then_replays(short_tmp: Path) -> None
             host = recording_host(str(root), "gpu-node-3")
             host.nvml = RecordingNvml(ReplayNvml(load_record(str(source / "nvml.json"))))
             live = run_checks(host, Config(), ["pods"])
-            write_snapshot(target, host, live)
+            write_snapshot(prepare_target(target), host, live)
         specs = sorted(p.relative_to(source) for p in source.glob("rootfs/run/**/config.json"))
         assert specs and specs == sorted(
             p.relative_to(target) for p in target.glob("rootfs/run/**/config.json")

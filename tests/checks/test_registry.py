@@ -21,8 +21,9 @@ from helpers import node_report
 # the pods of every check's GPU findings), the gpus check's judgement of gpu.health's and
 # gpu.imex's facts, and the pods check's table of failure signatures.
 MACHINERY = {"record", "registry", "runner", "attribution", "gpu_health", "imex", "pod_signatures"}
-# Config sections that belong to no one check.
-SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth"}
+# Config sections that belong to no one check: how checks run, the daemon, the bandwidth tests
+# it serves, and its Kubernetes publisher.
+SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes"}
 CHECKS_DOC = (ROOT / "docs/checks.md").read_text()
 
 

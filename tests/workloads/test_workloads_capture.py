@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from conftest import snapshot
-from gpuprobe.capture import _tail, write_snapshot
+from gpuprobe.capture import _tail, prepare_target, write_snapshot
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import recording_host, snapshot_host
@@ -36,7 +36,7 @@ def test_capture_keeps_the_kubelets_answers_and_the_cgroups_then_replays(
         table.recording = True
         host.list_processes = lambda: table
         live = run_checks(host, Config(), ["workloads"])
-        write_snapshot(target, host, live)
+        write_snapshot(prepare_target(target), host, live)
     assert json.loads((target / "podresources.json").read_text()) == recorded
     cgroup = "proc/44001/cgroup"
     assert (target / "rootfs" / cgroup).read_text() == (source / "rootfs" / cgroup).read_text()
