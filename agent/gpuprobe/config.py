@@ -557,6 +557,9 @@ class BandwidthConfig:
     peer_networks: tuple[str, ...] = PRIVATE_NETWORKS
     # How many sinks may be open at once (beyond: RESOURCE_EXHAUSTED).
     max_sinks: int = 4
+    # The most this agent sends in a TCP test, in bytes per second (50e9: a 400 Gbit/s NIC's
+    # line rate); with the test's length it also bounds the bytes sent.
+    max_send_bytes_per_second: float = 50e9
 
     def __post_init__(self) -> None:
         for network in self.peer_networks:
@@ -568,6 +571,10 @@ class BandwidthConfig:
                 ) from None
         if not 1 <= self.max_sinks <= 64:
             raise ConfigError(f"max_sinks: {self.max_sinks} is not between 1 and 64")
+        if not self.max_send_bytes_per_second > 0:
+            raise ConfigError(
+                f"max_send_bytes_per_second: {self.max_send_bytes_per_second:g} must be above 0"
+            )
 
     def allows(self, address: str) -> bool:
         """Whether `address` (an IP address) lies within the peer networks."""

@@ -22,9 +22,11 @@ from gpuprobe import cleanup
 from gpuprobe.measure.tcp import (
     HEADER,
     REPLY,
+    SEND_BYTES,
     BandwidthError,
     BandwidthResult,
     NotASink,
+    SendBudget,
     StreamResult,
     TcpSink,
     WorkerCpu,
@@ -504,3 +506,41 @@ def test_addresses_have_one_canonical_text() -> None:
     assert normal_address("10.1.2.3") == "10.1.2.3"
     with pytest.raises(ValueError):
         normal_address("node-b")
+
+
+def test_the_sender_paces_itself_to_its_rate_bound() -> None:
+    s = sink(streams=2)
+    rate = 40e6
+    result = send(LOOPBACK, s.port, s.token, streams=2, duration=1.0, warmup=0.2, max_rate=rate)
+    sent = sum(st.bytes_received for st in result.streams)
+    # 1.2 s at 40 MB/s, plus a send call's burst per worker ahead of the rate at most
+    assert sent <= rate * 1.2 + 2 * SEND_BYTES
+    assert result.bytes_per_second == pytest.approx(rate, rel=0.25)
+    assert s.wait(5)
+
+
+def test_the_sender_stops_at_its_byte_bound() -> None:
+    s = sink(streams=2)
+    started = time.monotonic()
+    result = send(
+        LOOPBACK, s.port, s.token, streams=2, duration=5.0, warmup=0.0, max_bytes=20 * 1024**2
+    )
+    assert sum(st.bytes_received for st in result.streams) == 20 * 1024**2
+    assert time.monotonic() - started < 4  # it stopped sending, not the clock
+    assert s.wait(5)
+
+
+@pytest.mark.parametrize(
+    ("budget", "sent", "elapsed", "allowed"),
+    [
+        (SendBudget(), 10**12, 0.0, SEND_BYTES),
+        (SendBudget(max_bytes=100.0), 40, 0.0, 60),
+        (SendBudget(max_bytes=100.0), 100, 0.0, 0),
+        (SendBudget(max_rate=1000.0), SEND_BYTES + 500, 1.0, 500),
+        (SendBudget(max_rate=1000.0), SEND_BYTES + 5000, 1.0, 0),
+    ],
+)
+def test_a_send_budget_allows_what_is_left_of_its_bytes_and_rate(
+    budget: SendBudget, sent: int, elapsed: float, allowed: int
+) -> None:
+    assert budget.allowed(sent, elapsed) == allowed

@@ -450,6 +450,7 @@ class BandwidthTests:
             force=request.force,
         )
         sink = self._peer_sink(request, host, port, sink_request)
+        rate = self.policy.max_send_bytes_per_second
         started = time.monotonic()
         try:
             result = tcp.send(
@@ -461,6 +462,8 @@ class BandwidthTests:
                 warmup,
                 connect_timeout=PROOF_SECONDS,  # to connect and prove every stream, in all
                 threads=self.tcp_threads,
+                max_bytes=int(rate * (duration + warmup)),
+                max_rate=rate,
             )
         except tcp.NotASink:
             # Told alike, after the same time, whatever answered (or did not) at that port.

@@ -610,11 +610,15 @@ def send(
     warmup: float = 1.0,
     connect_timeout: float = 5.0,
     threads: int | None = None,
+    max_bytes: int | None = None,
+    max_rate: float | None = None,
 ) -> BandwidthResult:
     """Send to a sink over `streams` parallel connections; the rate the sink received.
 
     The streams are driven by at most `threads` worker threads (the test's CPU budget;
-    default: one per stream up to this process's cores). The token itself never goes out, and
+    default: one per stream up to this process's cores). The sender holds itself to at most
+    `max_bytes` in all and `max_rate` bytes per second, shared out among its workers, whatever
+    the sink would take. The token itself never goes out, and
     no data goes out on a stream before the sink proved it holds `token`. Raises NotASink
     when nothing at `host`:`port` proves to be the sink on every stream within
     `connect_timeout` (one deadline for connecting and proving them all), BandwidthError when
@@ -638,10 +642,15 @@ def send(
             if not _proven(conn, hello, sink_proof(token, nonce), deadline):
                 raise not_a_sink
         count = max(1, min(threads or default_threads(streams), streams, MAX_THREADS))
+        budget = SendBudget(
+            max_bytes / count if max_bytes is not None else None,
+            max_rate / count if max_rate is not None else None,
+        )
         with _zeros() as zeros:
             end = time.monotonic() + warmup + duration
             sender = _run_workers(
-                [conns[i::count] for i in range(count)], lambda part: _pump(part, zeros, end)
+                [conns[i::count] for i in range(count)],
+                lambda part: _pump(part, zeros, end, budget),
             )
         results = []
         sink_workers: dict[int, WorkerCpu] = {}
@@ -705,21 +714,50 @@ def _run_workers(
     return [f for f in figures if f is not None]
 
 
-def _pump(conns: list[socket.socket], zeros: int, end: float) -> None:
-    """Send from the memory file of zeros on every stream until `end`.
+@dataclass(frozen=True)
+class SendBudget:
+    """What one sending worker may send: bytes in all, and bytes per second (None: no bound)."""
+
+    max_bytes: float | None = None
+    max_rate: float | None = None
+
+    def allowed(self, sent: int, elapsed: float) -> int:
+        """How many bytes the worker may hand the socket now, having sent `sent` in `elapsed`
+        seconds (a burst of one send call ahead of the rate at most)."""
+        room = float(SEND_BYTES)
+        if self.max_bytes is not None:
+            room = min(room, self.max_bytes - sent)
+        if self.max_rate is not None:
+            room = min(room, self.max_rate * elapsed + SEND_BYTES - sent)
+        return max(0, int(room))
+
+    def spent(self, sent: int) -> bool:
+        """Whether the worker has sent all it may."""
+        return self.max_bytes is not None and sent >= self.max_bytes
+
+
+def _pump(conns: list[socket.socket], zeros: int, end: float, budget: SendBudget) -> None:
+    """Send from the memory file of zeros on every stream until `end`, within `budget`.
 
     `sendfile` hands the file's pages to the socket without a copy through user space, so the
     sender's CPU goes to the network. A stream the sink stopped reading fails the test.
     """
+    sent, started = 0, time.monotonic()
     with selectors.DefaultSelector() as selector:
         for conn in conns:
             conn.setblocking(False)
             selector.register(conn, selectors.EVENT_WRITE)
-        while (now := time.monotonic()) < end:
+        while (now := time.monotonic()) < end and not budget.spent(sent):
+            if budget.allowed(sent, now - started) == 0:
+                time.sleep(min(0.005, end - now))  # ahead of the rate: wait for it
+                continue
             ready = selector.select(min(1.0, end - now))
             for key, _ in ready:
+                size = budget.allowed(sent, time.monotonic() - started)
+                if size == 0:
+                    break
                 with contextlib.suppress(BlockingIOError):
-                    os.sendfile(key.fd, zeros, 0, SEND_BYTES)
+                    sent += os.sendfile(key.fd, zeros, 0, size)
 
 
 @contextlib.contextmanager
