@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ from gpuprobe.measure.tcp import (
     normal_address,
     send,
     sink_proof,
+    usable_cores,
 )
 from listeners import trickling_listener
 
@@ -544,3 +546,23 @@ def test_a_send_budget_allows_what_is_left_of_its_bytes_and_rate(
     budget: SendBudget, sent: int, elapsed: float, allowed: int
 ) -> None:
     assert budget.allowed(sent, elapsed) == allowed
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("max 100000\n", None),  # no quota: the affinity
+        ("200000 100000\n", 2),  # a pod limited to 2 CPUs
+        ("150000 100000\n", 2),  # 1.5 CPUs: two threads, rounded up
+        ("50000 100000\n", 1),
+        ("garbage\n", None),
+    ],
+)
+def test_the_cores_a_test_uses_follow_the_cgroups_cpu_quota(
+    tmp_path: Path, content: str, expected: int | None
+) -> None:
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text(content)
+    affinity = len(os.sched_getaffinity(0))
+    assert usable_cores(str(cpu_max)) == min(affinity, expected or affinity)
+    assert usable_cores(str(tmp_path / "absent")) == affinity
