@@ -33,7 +33,7 @@ from gpuprobe import wire
 from gpuprobe.credentials import read_pem, read_token
 from gpuprobe.errors import UsageError
 from gpuprobe.report import Finding, NodeReport
-from gpuprobe.unreachable import Failure, Unreachable, explain
+from gpuprobe.unreachable import Failure, Unreachable, explain, status_code
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 
@@ -211,7 +211,7 @@ class Client:
                 yield wire.report_from_proto(response.report)
         except grpc.RpcError as exc:
             # The stream's deadline is the watch's length: reaching it is the end asked for.
-            if not (answered and _code(exc) == grpc.StatusCode.DEADLINE_EXCEEDED):
+            if not (answered and status_code(exc) == grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise
         finally:
             stream.cancel()  # a consumer that stops early must not leave the stream open
@@ -316,11 +316,6 @@ def fetch_report(
     except Exception as exc:  # an answer this client cannot read: one target, not the audit
         return failed(Unreachable(Failure.ERROR, f"unreadable answer: {type(exc).__name__}: {exc}"))
     return Fetched(target, report, message.agent_version, None, time.monotonic() - started)
-
-
-def _code(error: grpc.RpcError) -> grpc.StatusCode | None:
-    code = getattr(error, "code", None)
-    return code() if callable(code) else None
 
 
 def _read_pem(path: str | None, flag: str) -> bytes | None:

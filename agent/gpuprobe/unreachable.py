@@ -124,10 +124,15 @@ def explain(error: grpc.RpcError, timeout: float, tls: bool) -> Unreachable:
     return Unreachable(Failure.UNAVAILABLE, f"UNAVAILABLE: {cause or '-'}")
 
 
-def _code(error: grpc.RpcError) -> grpc.StatusCode:
+def status_code(error: grpc.RpcError) -> grpc.StatusCode | None:
+    """The gRPC status of a failed call, None for an error that carries none."""
     code = getattr(error, "code", None)
     value = code() if callable(code) else None
-    return value if isinstance(value, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+    return value if isinstance(value, grpc.StatusCode) else None
+
+
+def _code(error: grpc.RpcError) -> grpc.StatusCode:
+    return status_code(error) or grpc.StatusCode.UNKNOWN
 
 
 def _details(error: grpc.RpcError) -> str:

@@ -30,7 +30,7 @@ from gpuprobe.mesh import schedule, verdict
 from gpuprobe.mesh.verdict import FAILED, LOW, Link, Thresholds
 from gpuprobe.report import Action, Finding, Severity, Status, worst
 from gpuprobe.targets import discover, parse_targets
-from gpuprobe.unreachable import Failure, agents
+from gpuprobe.unreachable import Failure, agents, status_code
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 
@@ -142,7 +142,7 @@ def _refused_caller(fetched: Sequence[Fetched], credentials: Credentials) -> Cal
 def _token_refused(node: str, exc: grpc.RpcError) -> CallerRefused | None:
     """A guarded RPC (OpenBandwidthSink, MeasureBandwidth) an agent refused for the mesh's
     own token (UNAUTHENTICATED: missing or wrong), as the usage error; None otherwise."""
-    if _code(exc) != grpc.StatusCode.UNAUTHENTICATED:
+    if status_code(exc) != grpc.StatusCode.UNAUTHENTICATED:
         return None
     return CallerRefused(
         f"{node} refused the test: {_details(exc)}: pass the agents' token with --token-file"
@@ -272,11 +272,11 @@ def _measure(
     except (OSError, Refused):  # the source's address does not resolve
         return _failed(source, target, options.transport, "", False, source.node, device)
     except grpc.RpcError as exc:
-        if _code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
+        if status_code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidTest(f"{target.node} refused the test: {_details(exc)}") from None
         if refused := _token_refused(target.node, exc):
             raise refused from None
-        unavailable = _code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+        unavailable = status_code(exc) == grpc.StatusCode.FAILED_PRECONDITION
         # A precondition names the node and what it lacks; other refusals need the name.
         why = _details(exc) if unavailable else f"{target.node} refused a sink: {_details(exc)}"
         return _failed(source, target, options.transport, why, unavailable, target.node, device)
@@ -295,14 +295,14 @@ def _measure(
         with connect(source.target) as sender:
             response = sender.measure_bandwidth(request, timeout=budget)
     except grpc.RpcError as exc:
-        if _code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
+        if status_code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
             raise InvalidTest(f"{source.node} refused the test: {_details(exc)}") from None
         # The sending agent names the side at fault; without that, the fault is its own.
         peer_side = wire.failed_side(exc) == pb.TEST_SIDE_PEER
         if not peer_side and (refused := _token_refused(source.node, exc)):
             raise refused from None
         blamed = target.node if peer_side else source.node
-        unavailable = _code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+        unavailable = status_code(exc) == grpc.StatusCode.FAILED_PRECONDITION
         return _failed(
             source, target, options.transport, _details(exc), unavailable, blamed, device
         )
@@ -342,10 +342,6 @@ def _failed(
     return Link(
         source.node, target.node, transport, None, FAILED, why, blamed, unavailable, device or None
     )
-
-
-def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
-    return exc.code() if hasattr(exc, "code") else None
 
 
 def _details(exc: grpc.RpcError) -> str:

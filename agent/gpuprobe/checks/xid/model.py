@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
-from gpuprobe.checks.xid.policy import Override, apply_xid
+from gpuprobe.checks.xid.policy import Override, apply
 from gpuprobe.checks.xid.state import XidState
 from gpuprobe.gpu import nvlink5, nvml_events
 from gpuprobe.gpu.kernel_log import SxidLine
@@ -140,7 +140,7 @@ class Seen:
                 if self.message
                 else classify_unlogged(self.xid, self.recovery_field)
             )
-            return apply_xid(found, self.override)
+            return apply(found, self.override)
         verdict = nvml_events.info(self.event, self.message)
         if verdict is None:  # an entry that no run of this version wrote
             raise ValueError(f"no verdict on NVML event type {self.event}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuprobe.config import Config, XidPolicyRule
 from gpuprobe.gpu.sxid_catalog import SxidInfo
@@ -53,19 +53,11 @@ def find(config: Config, kind: str, number: int, driver: str | None) -> Override
     return None
 
 
-def apply_xid(info: XidInfo, override: Override | None) -> XidInfo:
-    """A catalog verdict with an override's severity and action."""
-    if override is None or override.rule.ignore:
-        return info
-    return dataclasses.replace(
-        info,
-        severity=Severity(override.rule.severity) if override.rule.severity else info.severity,
-        action=Action(override.rule.action) if override.rule.action else info.action,
-    )
+Verdict = TypeVar("Verdict", XidInfo, SxidInfo)
 
 
-def apply_sxid(info: SxidInfo, override: Override | None) -> SxidInfo:
-    """An SXid verdict with an override's severity and action."""
+def apply(info: Verdict, override: Override | None) -> Verdict:
+    """A catalog verdict (an XID's or an SXid's) with an override's severity and action."""
     if override is None or override.rule.ignore:
         return info
     return dataclasses.replace(
@@ -115,7 +107,7 @@ def explain(config: Config, driver: str | None) -> dict[str, Any]:
     xids = []
     for xid, info in sorted(CATALOG.items()):
         override = find(config, "xid", xid, driver)
-        effective = apply_xid(info, override)
+        effective = apply(info, override)
         xids.append(
             {
                 "xid": xid,

@@ -51,7 +51,7 @@ class SwitchError:
     @property
     def info(self) -> SxidInfo:
         """The verdict: the line's word and the catalog, with the policy's override."""
-        return policy.apply_sxid(classify(self.sxid, self.fatal), self.override)
+        return policy.apply(classify(self.sxid, self.fatal), self.override)
 
     def to_data(self, gpus: list[int]) -> dict[str, Any]:
         """The SXid as an entry of the check's `data.sxids`."""
