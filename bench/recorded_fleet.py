@@ -104,7 +104,11 @@ def serve_share(recorded_file: str, count: int, share: int, shares: int) -> int:
         "gpuprobe.v1.NodeDiagnostics",
         {"GetReport": grpc.unary_unary_rpc_method_handler(get_report)},
     )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=[handler])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=4),
+        handlers=[handler],
+        options=[("grpc.enable_channelz", 0), ("grpc.http2.bdp_probe", 0)],
+    )
     for i in range(share, count, shares):
         server.add_insecure_port(f"{address(i)}:{PORT}")
     server.start()

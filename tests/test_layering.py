@@ -56,6 +56,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.families",
             "gpuprobe.files",  # bounded reads of regular files
             "gpuprobe.threads",  # thread starts the system may refuse
+            "gpuprobe.cores",  # the cores this process may use
             "gpuprobe.v1",  # the generated wire types
             "gpuprobe.kubelet",  # the kubelet's generated PodResources types
         ],

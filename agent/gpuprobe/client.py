@@ -141,11 +141,7 @@ class Client:
                 key=_read_pem(key_file, "--tls-key"),
                 server_name=server_name,
             )
-        options = [*CHANNEL_OPTIONS]
-        if credentials.server_name:
-            options.append(("grpc.ssl_target_name_override", credentials.server_name))
-        channel_credentials = credentials.channel_credentials
-        dialled = dial_target(target)
+        dialled, options, channel_credentials = _channel_args(target, credentials)
         if channel_credentials is not None:
             self.channel = grpc.secure_channel(dialled, channel_credentials, options=options)
         else:
@@ -278,6 +274,17 @@ class Fetched:
     seconds: float = 0.0
 
 
+def _channel_args(
+    target: str, credentials: Credentials
+) -> tuple[str, list[tuple[str, Any]], grpc.ChannelCredentials | None]:
+    """What a channel to `target` is made of: the address gRPC dials, the channel options,
+    and the TLS credentials (None: plain text)."""
+    options = [*CHANNEL_OPTIONS]
+    if credentials.server_name:
+        options.append(("grpc.ssl_target_name_override", credentials.server_name))
+    return dial_target(target), options, credentials.channel_credentials
+
+
 def dial_target(target: str) -> str:
     """The gRPC target that dials `target` (host:port): an IP address goes through gRPC's
     `ipv4:`/`ipv6:` scheme, which skips the DNS resolver a name needs (a thread hop per
@@ -303,19 +310,61 @@ def fetch_report(
     call, or an answer that is not a report, comes back as `unreachable` with its reason,
     never as an exception. `view` REPORT_VIEW_SUMMARY asks for the summary view."""
     started = time.monotonic()
-
-    def failed(unreachable: Unreachable) -> Fetched:
-        return Fetched(target, None, unreachable=unreachable, seconds=time.monotonic() - started)
-
     try:
         with Client(target, credentials=credentials) as client:
             message = client.get_report_message(timeout, view)
-        report = wire.report_from_proto(message, data)
-    except grpc.RpcError as exc:
-        return failed(explain(exc, timeout, credentials.tls))
-    except Exception as exc:  # an answer this client cannot read: one target, not the audit
-        return failed(Unreachable(Failure.ERROR, f"unreadable answer: {type(exc).__name__}: {exc}"))
+        return _fetched(target, message, data, started)
+    except Exception as exc:
+        return _not_fetched(target, exc, timeout, credentials, started)
+
+
+async def fetch_report_async(
+    target: str,
+    credentials: Credentials,
+    timeout: float,
+    data: DataKeys | None = None,
+    view: pb.ReportView = pb.REPORT_VIEW_FULL,
+) -> Fetched:
+    """`fetch_report` on gRPC's asyncio API, for fan-outs that ask thousands of agents from
+    one event loop: a task per call costs about half the CPU of a thread per call (no
+    hand-offs of the interpreter between threads). Call it in a running event loop."""
+    started = time.monotonic()
+    try:
+        dialled, options, channel_credentials = _channel_args(target, credentials)
+        if channel_credentials is not None:
+            channel = grpc.aio.secure_channel(dialled, channel_credentials, options=options)
+        else:
+            channel = grpc.aio.insecure_channel(dialled, options=options)
+        async with channel:
+            call = channel.unary_unary(
+                GET_REPORT,
+                request_serializer=pb.GetReportRequest.SerializeToString,
+                response_deserializer=pb.GetReportResponse.FromString,
+            )
+            response: pb.GetReportResponse = await call(
+                pb.GetReportRequest(view=view), timeout=timeout, metadata=credentials.metadata
+            )
+        return _fetched(target, response.report, data, started)
+    except Exception as exc:
+        return _not_fetched(target, exc, timeout, credentials, started)
+
+
+def _fetched(target: str, message: pb.NodeReport, data: DataKeys | None, started: float) -> Fetched:
+    """A report as it came (converting it may raise: an answer this client cannot read)."""
+    report = wire.report_from_proto(message, data)
     return Fetched(target, report, message.agent_version, None, time.monotonic() - started)
+
+
+def _not_fetched(
+    target: str, exc: Exception, timeout: float, credentials: Credentials, started: float
+) -> Fetched:
+    """Why a GetReport gave no report: the failed call explained, or an answer this client
+    cannot read (one target's problem, never the caller's)."""
+    if isinstance(exc, grpc.RpcError):
+        unreachable = explain(exc, timeout, credentials.tls)
+    else:
+        unreachable = Unreachable(Failure.ERROR, f"unreadable answer: {type(exc).__name__}: {exc}")
+    return Fetched(target, None, unreachable=unreachable, seconds=time.monotonic() - started)
 
 
 def _read_pem(path: str | None, flag: str) -> bytes | None:

@@ -20,7 +20,7 @@ from gpuprobe.report import NodeReport
 DataKeys = Mapping[str, "DataKeys | None"]
 
 # The facts the summary view keeps, per check (a check not named keeps no data). The fleet
-# audit's skew fields and counts read these and only these (gpuprobe.audit.facts).
+# audit's skew fields, counts and usage read these (gpuprobe.audit.facts, .usage).
 SUMMARY_DATA: dict[str, DataKeys] = {
     "driver": {"driver_version": None, "cuda_driver_version": None},
     "gpus": {
@@ -48,25 +48,15 @@ SUMMARY_DATA: dict[str, DataKeys] = {
         },
     },
     "sharing": {"strategy": None, "resources": {"schedulable_units": None}},
-    # The audit's usage totals (gpuprobe.audit.usage): who holds each device now, and the
-    # idle accounting's GPU-seconds.
+    # The audit's usage totals (gpuprobe.audit.usage): whether the kubelet answered, and the
+    # node's usage digest (a dozen numbers, not every device's holders).
     "workloads": {
         "kubelet": {"state": None},
-        "devices": {
-            "gpu": None,
-            "mig": {"uuid": None},
-            "holders": {"namespace": None},
-            "processes": {"pid": None},
-        },
-        "accounting": {
+        "usage": {
+            "gpus": {"allocated": None, "busy": None, "allocated_idle": None, "unallocated": None},
+            "seconds": {"allocated": None, "busy": None, "unallocated": None},
+            "idle_allocated_seconds": None,  # by namespace
             "since": None,
-            "gpus": {
-                "gpu": None,
-                "allocated_seconds": None,
-                "busy_seconds": None,
-                "idle_allocated_seconds": None,  # by namespace
-                "unallocated_seconds": None,
-            },
         },
     },
     # The audit's workload failures (gpuprobe.audit.facts): pods failing for GPU reasons,

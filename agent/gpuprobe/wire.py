@@ -142,13 +142,11 @@ def check_from_proto(message: pb.CheckResult, keys: Keys | None = None) -> Check
 
 def finding_from_proto(message: pb.Finding) -> Finding:
     """A `gpuprobe.v1.Finding` as the Python finding (unset enums read as UNKNOWN and NONE)."""
-    severity = _enum_name(pb.Severity, message.severity, "SEVERITY_")
-    action = _enum_name(pb.Action, message.action, "ACTION_")
     return Finding(
         code=message.code,
-        severity=Severity(severity) if severity in Severity.__members__ else Severity.UNKNOWN,
+        severity=_SEVERITIES.get(message.severity, Severity.UNKNOWN),
         message=message.message,
-        action=Action(action) if action in Action.__members__ else Action.NONE,
+        action=_ACTIONS.get(message.action, Action.NONE),
         resource=message.resource,
         pods=tuple(PodRef(p.namespace, p.pod, p.container) for p in message.pods),
     )
@@ -156,8 +154,24 @@ def finding_from_proto(message: pb.Finding) -> Finding:
 
 def status_from_proto(value: int) -> Status:
     """A proto status as the Python status (unset or unknown values read as UNKNOWN)."""
-    name = _enum_name(pb.Status, value, "STATUS_")
-    return Status(name) if name in Status.__members__ else Status.UNKNOWN
+    return _STATUSES.get(value, Status.UNKNOWN)
+
+
+def _by_number(enum: Any, python: Any, prefix: str) -> dict[int, Any]:
+    """A proto enum's numbers → the Python enum's members of the same names (a number of a
+    name the Python enum lacks is left out: it reads as the caller's default). A lookup per
+    value, where the enum's own Name() costs a call and a string every time."""
+    members = python.__members__
+    return {
+        number: members[name.removeprefix(prefix)]
+        for name, number in enum.items()
+        if name.removeprefix(prefix) in members
+    }
+
+
+_STATUSES: dict[int, Status] = _by_number(pb.Status, Status, "STATUS_")
+_SEVERITIES: dict[int, Severity] = _by_number(pb.Severity, Severity, "SEVERITY_")
+_ACTIONS: dict[int, Action] = _by_number(pb.Action, Action, "ACTION_")
 
 
 def struct_to_data(struct: struct_pb2.Struct, keys: Keys | None = None) -> dict[str, Any]:
@@ -167,6 +181,8 @@ def struct_to_data(struct: struct_pb2.Struct, keys: Keys | None = None) -> dict[
 
 
 def _fields(struct: struct_pb2.Struct, keys: Keys | None) -> dict[str, Any]:
+    if keys is not None and not keys:
+        return {}  # none wanted: the Struct is not even opened
     fields = struct.fields
     if keys is None:
         return {k: _value(v, None) for k, v in fields.items()}
@@ -187,13 +203,6 @@ def _value(value: struct_pb2.Value, keys: Keys | None) -> Any:
     if kind == "list_value":
         return [_value(v, keys) for v in value.list_value.values]
     return None  # null_value
-
-
-def _enum_name(enum: Any, value: int, prefix: str) -> str:
-    try:
-        return str(enum.Name(value)).removeprefix(prefix)
-    except ValueError:  # a value from a newer agent
-        return ""
 
 
 # --- bandwidth failures ----------------------------------------------------------------------

@@ -129,7 +129,7 @@ def test_an_agent_without_views_answers_the_whole_report_and_the_audit_reads_it(
     whole, _ = views
     picked = wire.report_from_proto(whole, DATA_KEYS)
     for check in picked.checks:
-        keys = SUMMARY_DATA.get(check.name)
+        keys = DATA_KEYS.get(check.name)
         full = wire.report_from_proto(whole).check(check.name)
         assert full is not None
         assert check.data == (pick(full.data, keys) if keys else {})

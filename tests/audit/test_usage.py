@@ -63,6 +63,23 @@ def test_totals_over_nodes_with_gpu_hours_by_namespace_and_cost() -> None:
     assert usage["nodes"][1]["gpus"]["allocated_idle"] == 0.25
 
 
+def test_the_check_sums_its_usage_digest_and_an_agent_without_one_reads_the_same() -> None:
+    """`workloads.data.usage` is what the summary view carries; an agent whose check sends
+    no digest has it summed from its devices, to the same figures."""
+    mig = counted("synthetic-k8s-mig-mixed", "b")
+    result = mig.check("workloads")
+    assert result is not None
+    assert result.data["usage"] == {
+        "gpus": {"allocated": 0.75, "busy": 0.5, "allocated_idle": 0.25, "unallocated": 7.25},
+        "seconds": {"allocated": 2700.0, "busy": 1800.0, "unallocated": 26100.0},
+        "idle_allocated_seconds": {"ml-team": 900.0, "inference": 0.0},
+        "since": result.data["accounting"]["since"],
+    }
+    with_digest = build([Fetched("t", mig)]).to_dict()["usage"]
+    del result.data["usage"]
+    assert build([Fetched("t", mig)]).to_dict()["usage"] == with_digest
+
+
 def test_no_workloads_check_means_no_usage() -> None:
     plain = run_checks(snapshot_host(snapshot("synthetic-h100-8gpu-healthy")), Config(), ["gpus"])
     assert "usage" not in build([Fetched("t", plain)]).to_dict()

@@ -20,6 +20,7 @@ import pytest
 from conftest import require_root, require_tool
 from fabric import Fabric
 from gpuprobe import cleanup
+from gpuprobe.cores import usable_cores
 from gpuprobe.measure.tcp import (
     HEADER,
     REPLY,
@@ -36,7 +37,6 @@ from gpuprobe.measure.tcp import (
     normal_address,
     send,
     sink_proof,
-    usable_cores,
 )
 from listeners import trickling_listener
 

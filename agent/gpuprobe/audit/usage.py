@@ -3,11 +3,9 @@ allocated but idle and unallocated now, and the GPU-hours of each since its agen
 counting (its idle accounting), idle GPU-hours by namespace, and their cost at a price per
 GPU-hour.
 
-GPUs are counted as the kubelet hands them out: a MIG-enabled GPU's MIG devices are each 1/n
-of it (n its MIG devices), so the figures are GPU-equivalents and add up to the GPUs. A device
-held by a pod is busy when a process runs on it, else allocated-idle (as the agent judges it
-now; the hours come from its utilization samples). It reads the `workloads` facts of the
-summary view (gpuprobe.report_view.SUMMARY_DATA).
+Each node's figures are its `workloads` check's usage digest (gpuprobe.workloads.usage:
+GPU-equivalents, a MIG device 1/n of its GPU), which the summary view carries
+(gpuprobe.report_view.SUMMARY_DATA); the hours come from the agent's utilization samples.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprobe.report import NodeReport
+from gpuprobe.workloads.usage import node_usage, non_negative
 
 HOUR = 3600.0
 
@@ -86,52 +85,40 @@ class Usage:
 
 def usage(report: NodeReport) -> Usage | None:
     """One node's usage; None when its workloads check did not run or got no allocations
-    (not a Kubernetes node, or its kubelet did not answer)."""
+    (not a Kubernetes node, or its kubelet did not answer). It reads the check's usage digest
+    (`data.usage`), or sums it from the devices of an agent that sends none."""
     result = report.check("workloads")
     if result is None or not isinstance(result.data, Mapping):
         return None
-    kubelet = result.data.get("kubelet")
+    data = result.data
+    kubelet = data.get("kubelet")
     if not isinstance(kubelet, Mapping) or kubelet.get("state") != "answered":
         return None
-    found = Usage()
-    _now(found, _mappings(result.data.get("devices")))
-    accounting = result.data.get("accounting")
-    if isinstance(accounting, Mapping):
-        since = accounting.get("since")
-        found.since = since if isinstance(since, str) else None
-        for gpu in _mappings(accounting.get("gpus")):
-            found.allocated_hours += _seconds(gpu.get("allocated_seconds")) / HOUR
-            found.busy_hours += _seconds(gpu.get("busy_seconds")) / HOUR
-            found.unallocated_hours += _seconds(gpu.get("unallocated_seconds")) / HOUR
-            idle = gpu.get("idle_allocated_seconds")
-            for namespace, seconds in idle.items() if isinstance(idle, Mapping) else []:
-                hours = _seconds(seconds) / HOUR
-                found.idle_hours[str(namespace)] = found.idle_hours.get(str(namespace), 0.0) + hours
-    return found
+    digest = data.get("usage")
+    if not isinstance(digest, Mapping):
+        digest = node_usage(data.get("devices"), data.get("accounting"))
+    now = _numbers(digest.get("gpus"))
+    seconds = _numbers(digest.get("seconds"))
+    idle = digest.get("idle_allocated_seconds")
+    since = digest.get("since")
+    return Usage(
+        allocated=now.get("allocated", 0.0),
+        busy=now.get("busy", 0.0),
+        allocated_idle=now.get("allocated_idle", 0.0),
+        unallocated=now.get("unallocated", 0.0),
+        allocated_hours=seconds.get("allocated", 0.0) / HOUR,
+        busy_hours=seconds.get("busy", 0.0) / HOUR,
+        idle_hours={ns: hours / HOUR for ns, hours in _numbers(idle).items()},
+        unallocated_hours=seconds.get("unallocated", 0.0) / HOUR,
+        since=since if isinstance(since, str) else None,
+    )
 
 
-def _now(found: Usage, devices: list[Mapping[str, Any]]) -> None:
-    """GPU-equivalents allocated, busy, allocated-idle and free now."""
-    migs: dict[int | str, list[Mapping[str, Any]]] = {}
-    for device in devices:
-        gpu = device.get("gpu")
-        if device.get("mig") and isinstance(gpu, int | str):
-            migs.setdefault(gpu, []).append(device)
-    for device in devices:
-        if device.get("mig"):
-            continue
-        held_whole = bool(_mappings(device.get("holders")))
-        gpu = device.get("gpu")
-        units = migs.get(gpu) if not held_whole and isinstance(gpu, int | str) else None
-        for unit, weight in [(m, 1.0 / len(units)) for m in units] if units else [(device, 1.0)]:
-            if not _mappings(unit.get("holders")):
-                found.unallocated += weight
-                continue
-            found.allocated += weight
-            if unit.get("processes"):
-                found.busy += weight
-            else:
-                found.allocated_idle += weight
+def _numbers(value: Any) -> dict[str, float]:
+    """A mapping's counts (each a number at least 0; anything else counts as nothing)."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): non_negative(v) for k, v in value.items()}
 
 
 def cluster_usage(usages: Iterable[Usage | None]) -> Usage | None:
@@ -143,13 +130,3 @@ def cluster_usage(usages: Iterable[Usage | None]) -> Usage | None:
         found = found or Usage()
         found.add(node)
     return found
-
-
-def _mappings(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def _seconds(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        return 0.0
-    return max(0.0, float(value))

@@ -16,7 +16,8 @@ Asks the kubelet's PodResources API which pods and containers hold each GPU and 
 Each round also adds to the idle accounting (`gpuprobe.workloads.accounting`): per GPU the
 seconds allocated, allocated but idle by namespace, and unallocated, in `data.accounting`
 (the daemon's counters). A round whose allocation is unknown counts nothing, and the round
-after it starts afresh.
+after it starts afresh. `data.usage` sums devices and accounting for the node
+(`gpuprobe.workloads.usage`): what a fleet audit reads.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from gpuprobe.workloads.accounting import (
 )
 from gpuprobe.workloads.allocations import Grant
 from gpuprobe.workloads.attribution import Attribution, DeviceUse, attribute
+from gpuprobe.workloads.usage import node_usage
 
 NAME = "workloads"
 # The kubelet creates this directory on every node it runs on (the socket lives inside).
@@ -53,6 +55,7 @@ class WorkloadsData(TypedDict):
     devices: list[dict[str, Any]]  # each GPU and MIG device with its holders and users
     unresolved: list[dict[str, Any]]  # grants that name no device NVML lists
     accounting: dict[str, Any]  # the daemon's allocated / idle / unallocated GPU-seconds
+    usage: dict[str, Any]  # the node's digest of devices and accounting (workloads.usage)
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -64,11 +67,14 @@ def run(host: Host, config: Config) -> CheckResult:
         expected = host.fs.is_dir(KUBELET_PODRESOURCES_DIR)
     attribution = attribute(host, answer)
     known = answer.list is not None or (answer.absent and not expected)
+    devices = [d.to_dict() for d in attribution.devices]
+    accounting = _account(host, attribution, settings, known)
     data: WorkloadsData = {
         "kubelet": _kubelet(answer, settings, expected),
-        "devices": [d.to_dict() for d in attribution.devices],
+        "devices": devices,
         "unresolved": [_unresolved(g) for g in attribution.unresolved],
-        "accounting": _account(host, attribution, settings, known),
+        "accounting": accounting,
+        "usage": node_usage(devices, accounting),
     }
     if answer.absent and not expected:
         return CheckResult(NAME, _no_kubelet_summary(host, settings), [], data)

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprobe import cleanup
+from gpuprobe.cores import usable_cores
 
 # nonce, warm-up in ms, stream index, the sender's MAC
 HEADER = struct.Struct("!32sII32s")
@@ -104,21 +105,6 @@ def header(token: bytes, warmup_ms: int, index: int, nonce: bytes | None = None)
 def default_threads(streams: int) -> int:
     """Worker threads for `streams` streams: one each, up to the cores this process may use."""
     return max(1, min(streams, usable_cores(), MAX_THREADS))
-
-
-def usable_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
-    """The cores this process may use: its CPU affinity, and below it the CPU quota of its
-    own cgroup (cgroup v2 `cpu.max`: a pod's CPU limit), rounded up. A DaemonSet pod limited to
-    2 CPUs on a 128-core node gets 2, not 128 threads that the quota would throttle."""
-    cores = len(os.sched_getaffinity(0))
-    try:
-        with open(cpu_max, encoding="ascii") as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max" and int(period) > 0:
-            cores = min(cores, max(1, -(-int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass  # no cgroup v2 quota to read: the affinity alone
-    return cores
 
 
 @dataclass(frozen=True)
