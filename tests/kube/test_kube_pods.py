@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, gpuprobe
 from gpuprobe.config import KubernetesConfig
 from gpuprobe.errors import UsageError
 from gpuprobe.host.podstatus import ApiProblem, State, pod_from_api
@@ -213,3 +213,27 @@ def test_messages_and_containers_are_bounded() -> None:
     assert len(last.message) <= 4096
     assert last.message.startswith("head x") and last.message.endswith("requirement error")
     assert len(kept.containers) == 64
+
+
+def test_check_lists_the_nodes_pods_through_the_kubeconfig(
+    standin: KubeStandIn, tmp_path: Path
+) -> None:
+    """The command's live host gets its pods from the API server (`--publish --kubeconfig`):
+    the rejected pods show up in the `pods` check of a node whose disk holds nothing."""
+    root = tmp_path / "root"
+    root.mkdir()
+    kube = ("--publish", "--kubeconfig", str(standin.kubeconfig()))
+    done = gpuprobe(
+        "check", "--root", str(root), "--node-name", NODE, "--only", "pods", "--json", *kube
+    )
+    (check,) = json.loads(done.stdout)["checks"]
+    assert check["data"]["api"] == {"pods_read": 9, "truncated": False}
+    assert sorted(f["pod"] for f in check["data"]["failures"]) == [
+        "detector-0",
+        "jax-nightly-0",
+        "llama-finetune-0",
+        "llama-finetune-1",
+        "llama-finetune-2",
+    ]
+    listed = [r for r in standin.requests if r[2] == "/api/v1/pods"]
+    assert [r[3] for r in listed] == [200]
