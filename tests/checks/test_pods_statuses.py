@@ -260,3 +260,41 @@ def test_the_host_asks_for_its_own_node() -> None:
     host.pod_statuses = Source()
     pods.run(host, Config())
     assert asked == ["gpu-node-17"]
+
+
+def test_a_cuda_fault_in_a_termination_message_counts_at_an_xid_only() -> None:
+    """PyTorch's error as FallbackToLogsOnError keeps it: at the time of the XID 48 the
+    kernel logged on the container's GPU it is that XID's; hours later it is the app's own."""
+
+    def crashed(name: str, uid: str, finished: str) -> dict[str, Any]:
+        pod = fixture_pods()[0]
+        pod["metadata"].update(name=name, uid=uid)
+        last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
+        last["message"] = (
+            "[rank0]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+            "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+        )
+        last["finishedAt"] = finished
+        return pod
+
+    answer = PodStatusAnswer(
+        tuple(
+            pod_from_api(p)
+            for p in (
+                crashed("llama-pretrain-3", "7c1e003f-2d4b-4a8e-9f3c-00000000003f",
+                        "2026-11-29T20:41:10Z"),
+                crashed("llama-pretrain-4", "7c1e0040-2d4b-4a8e-9f3c-000000000040",
+                        "2026-11-29T23:41:10Z"),
+            )
+        )
+    )  # fmt: skip
+    host = snapshot_host(snapshot("synthetic-pods-log-signatures"))
+    host.pod_statuses = ReplayedPodStatuses(answer)
+    result = pods.run(host, Config())
+    at_xid = [f for f in result.data["failures"] if f["cause"] == "cuda-fault-at-xid"]
+    assert [(f["pod"], f.get("status"), f["xid"]) for f in at_xid] == [
+        ("llama-pretrain-3", None, 48),
+        ("llama-pretrain-3", "lastState.terminated", 48),
+    ]  # llama-pretrain-4's fault, hours after any XID, is its own
+    (finding,) = [f for f in result.findings if "llama-pretrain-3" in f.message]
+    assert "(XID 48)" in finding.message and "lastState.terminated (Error) says" in finding.message
