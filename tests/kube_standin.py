@@ -15,6 +15,11 @@ HTTPS server instead. It is as strict as the real one where gpuprobe's features 
   `type` and `spec.taints` (no patch strategy) is replaced whole; a `metadata.resourceVersion`
   in a patch is a precondition (409 Conflict when stale); a status patch changes only the
   status, a patch of the node leaves the status alone;
+- it lists pods (`GET /api/v1/pods`, and per namespace) with the API server's field selector
+  semantics for pods: only the fields the pod registry makes selectable (`metadata.name`,
+  `metadata.namespace`, `spec.nodeName`, `status.phase`, ...; any other is a 400 `field label
+  not supported`), `=`, `==` and `!=`; pages by `limit` and `continue`; a PodList as the API
+  server writes it (items without `kind`/`apiVersion`), every pod validated on the way in;
 - it can be told to be down (connections refused), slow, or to answer 409/429/500.
 
 Error bodies are `Status` objects, as the API server writes them.
@@ -22,6 +27,7 @@ Error bodies are `Status` objects, as the API server writes them.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
@@ -58,6 +64,20 @@ EVENT_MUTABLE = {"series", "metadata"}
 # plain RFC 3339 second is refused); metav1.Time with RFC 3339.
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")
+# The fields a pod's field selector may name (pkg/registry/core/pod/strategy.go,
+# PodToSelectableFields, with the metadata fields every resource has), and where they are.
+POD_FIELDS: dict[str, tuple[str, ...]] = {
+    "metadata.name": ("metadata", "name"),
+    "metadata.namespace": ("metadata", "namespace"),
+    "spec.nodeName": ("spec", "nodeName"),
+    "spec.restartPolicy": ("spec", "restartPolicy"),
+    "spec.schedulerName": ("spec", "schedulerName"),
+    "spec.serviceAccountName": ("spec", "serviceAccountName"),
+    "spec.hostNetwork": ("spec", "hostNetwork"),
+    "status.phase": ("status", "phase"),
+    "status.podIP": ("status", "podIP"),
+    "status.nominatedNodeName": ("status", "nominatedNodeName"),
+}
 
 
 class ApiFailure(Exception):
@@ -221,6 +241,13 @@ def decode_times(obj: dict[str, Any]) -> None:
         for k in ("lastHeartbeatTime", "lastTransitionTime")
     ]
     times += [t.get("timeAdded") for t in (obj.get("spec") or {}).get("taints") or []]
+    status = obj.get("status") or {}
+    times += [status.get("startTime"), (obj.get("metadata") or {}).get("creationTimestamp")]
+    for key in ("containerStatuses", "initContainerStatuses"):  # a Pod's container states
+        for container in status.get(key) or []:
+            for state in (container.get("state") or {}, container.get("lastState") or {}):
+                for detail in state.values():
+                    times += [detail.get("startedAt"), detail.get("finishedAt")]
     for value, layout, name in [(v, MICRO_TIME, "RFC3339Micro") for v in micro] + [
         (v, TIME, "RFC3339") for v in times
     ]:
@@ -313,6 +340,7 @@ class KubeStandIn:
         self.tokens: set[str] = {"agent-token"}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}  # by (namespace, name)
         self.faults = Faults()
         self.requests: list[tuple[float, str, str, int]] = []  # (arrival, method, path, code)
         self.writes: list[tuple[str, str, str]] = []  # (token, resource, name) of node writes
@@ -333,6 +361,19 @@ class KubeStandIn:
         validate(obj)
         with self._lock:
             self._store_node(obj)
+
+    def add_pod(self, pod: dict[str, Any]) -> None:
+        """Store a Pod object (as `kubectl get pod -o json` prints it), validated strictly."""
+        obj = copy.deepcopy(pod)
+        obj.setdefault("apiVersion", "v1")
+        obj.setdefault("kind", "Pod")
+        decode_times(obj)
+        validate(obj)
+        meta = obj["metadata"]
+        with self._lock:
+            self._version += 1
+            meta["resourceVersion"] = str(self._version)
+            self.pods[(meta.get("namespace", "default"), meta["name"])] = obj
 
     def _store_node(self, obj: dict[str, Any]) -> None:
         self._version += 1
@@ -497,6 +538,8 @@ class KubeStandIn:
                 self.faults.interleave = None
                 interleave()
             return 200, self._patch_node(str(info.name), info.subresource, payload, content_type)
+        if key == ("", "v1", "pods", "list", ""):
+            return 200, self._list_pods(info.namespace, query)
         if key == ("events.k8s.io", "v1", "events", "create", "") and info.namespace:
             return 201, self._create_event(info.namespace, payload)
         if key == ("events.k8s.io", "v1", "events", "patch", "") and info.namespace:
@@ -516,6 +559,40 @@ class KubeStandIn:
             "metadata": {"resourceVersion": str(self._version)},
             "items": items,
         }
+
+    def _list_pods(self, namespace: str | None, query: dict[str, list[str]]) -> dict[str, Any]:
+        """A PodList: the pods the namespace, label and field selectors pick, in key order,
+        a page of `limit` at a time (`continue` names where the next page starts)."""
+        labels = query.get("labelSelector", [""])[0]
+        selector = query.get("fieldSelector", [""])[0]
+        terms = _field_terms(selector, labels)
+        limit_text = query.get("limit", ["0"])[0]
+        if not limit_text.isdecimal():
+            raise ApiFailure(400, "BadRequest", f"invalid limit {limit_text!r}")
+        limit = int(limit_text)
+        start = _continue_key(query.get("continue", [""])[0])
+        chosen = [
+            pod
+            for key, pod in sorted(self.pods.items())
+            if (namespace is None or key[0] == namespace)
+            and (start is None or list(key) > start)
+            and _selects(labels, pod)
+            and all(_field_matches(pod, *t) for t in terms)
+        ]
+        meta: dict[str, Any] = {"resourceVersion": str(self._version)}
+        if limit and len(chosen) > limit:
+            chosen = chosen[:limit]
+            last = chosen[-1]["metadata"]
+            key = [last.get("namespace", "default"), last["name"]]
+            meta["continue"] = base64.urlsafe_b64encode(
+                json.dumps({"v": "meta.k8s.io/v1", "rv": self._version, "start": key}).encode()
+            ).decode()
+        items = []
+        for pod in chosen:
+            item = copy.deepcopy(pod)
+            item.pop("kind", None), item.pop("apiVersion", None)  # a list's items carry neither
+            items.append(item)
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
 
     def _patch(self, old: dict[str, Any], payload: Any, content_type: str) -> dict[str, Any]:
         if not isinstance(payload, dict):
@@ -646,6 +723,55 @@ def _selects(selector: str, obj: dict[str, Any]) -> bool:
         if not ok:
             return False
     return True
+
+
+def _field_terms(selector: str, labels: str) -> list[tuple[str, bool, str]]:
+    """A pod field selector's terms (field, equal?, value); 400 for a malformed one or a
+    field the pod registry does not make selectable, as the API server answers."""
+    terms = []
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        match = re.fullmatch(r"([^=!]+?)(==|=|!=)(.*)", term)
+        if match is None:
+            raise ApiFailure(
+                400, "BadRequest", f"invalid selector: '{selector}'; can't understand '{term}'"
+            )
+        name, op, value = match.groups()
+        if name not in POD_FIELDS:
+            raise ApiFailure(
+                400,
+                "BadRequest",
+                f'Unable to find "/v1, Resource=pods" that match label selector "{labels}", '
+                f'field selector "{selector}": field label not supported: {name}',
+            )
+        terms.append((name, op != "!=", value))
+    return terms
+
+
+def _field_matches(pod: dict[str, Any], name: str, equal: bool, value: str) -> bool:
+    where: Any = pod
+    for part in POD_FIELDS[name]:
+        where = where.get(part) if isinstance(where, dict) else None
+    if isinstance(where, bool):
+        where = "true" if where else "false"
+    actual = "" if where is None else str(where)
+    return (actual == value) is equal
+
+
+def _continue_key(token: str) -> list[str] | None:
+    """Where a `continue` token says the next page starts; 400 for one the server did not
+    write."""
+    if not token:
+        return None
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        start = decoded["start"]
+        if decoded.get("v") != "meta.k8s.io/v1" or not isinstance(start, list):
+            raise ValueError(token)
+        return [str(part) for part in start]
+    except (ValueError, KeyError, TypeError):
+        raise ApiFailure(
+            400, "BadRequest", "continue key is not valid: incorrect encoded start resourceVersion"
+        ) from None
 
 
 class _Server(ThreadingHTTPServer):

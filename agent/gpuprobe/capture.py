@@ -4,6 +4,8 @@ Runs every check once against the live host with recording on, then writes what 
 the NVML calls and answers (nvml.json), the host files they read (rootfs/), the process list
 (processes.json), the device plugin's configuration when one is given (device-plugin.json),
 the kubelet's PodResources answers when the node has its socket (podresources.json),
+the node's pods as the API server listed them when the agent has API access
+(pod-statuses.json),
 and the live report itself (report.json, to compare a replay with).
 Replaying the snapshot with `gpuprobe check --snapshot DIR` gives the same findings.
 """
@@ -26,21 +28,28 @@ from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
 from gpuprobe.host.netlink import RecordingNetlink
 from gpuprobe.host.nvml import RecordingNvml
 from gpuprobe.host.podresources import PODRESOURCES_FILE, RecordingPodResources
+from gpuprobe.host.podstatus import POD_STATUSES_FILE, PodStatuses, RecordingPodStatuses
 from gpuprobe.host.processes import to_json
 from gpuprobe.host.writetree import WriteTree
 from gpuprobe.report import NodeReport, format_time, now
 
 
 def capture(
-    directory: str, config: Config, names: list[str], root: str = "/", node_name: str | None = None
+    directory: str,
+    config: Config,
+    names: list[str],
+    root: str = "/",
+    node_name: str | None = None,
+    pod_statuses: PodStatuses | None = None,
 ) -> NodeReport:
-    """Run the checks on the live host and write its snapshot to `directory`."""
+    """Run the checks on the live host and write its snapshot to `directory` (the node's pods
+    from `pod_statuses`, the API server, when the agent has API access)."""
     from gpuprobe.checks.runner import run_checks
 
     target = Path(directory)
     tree = prepare_target(target)
     try:
-        host = recording_host(root, node_name)
+        host = recording_host(root, node_name, pod_statuses)
         if config.device_plugin.config_file is not None:  # read once, by the checks and DIR
             host.device_plugin_config = read_agent_file(config.device_plugin.config_file)
         report = run_checks(host, config, names)
@@ -141,6 +150,10 @@ def write_snapshot(tree: WriteTree, host: Host, report: NodeReport) -> None:
         answer = host.podresources.last
         if not answer.absent:  # nothing for an absent socket, as the contract says
             _write_json(tree, PODRESOURCES_FILE, answer.to_json())
+    if isinstance(host.pod_statuses, RecordingPodStatuses) and host.pod_statuses.last:
+        listed = host.pod_statuses.last
+        if not listed.absent:  # no API access: no file
+            _write_json(tree, POD_STATUSES_FILE, listed.to_json())
     rootfs = tree.subtree("rootfs")
     try:
         copy_tree(host.fs, rootfs)

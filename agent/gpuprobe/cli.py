@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gpuprobe.client import Credentials
     from gpuprobe.config import Config
     from gpuprobe.host import Host
+    from gpuprobe.host.podstatus import PodStatuses
     from gpuprobe.kube.api import Access as KubeAccess
     from gpuprobe.kube.once import NodeSignals
 
@@ -527,8 +528,9 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     return config, names
 
 
-def _host(args: argparse.Namespace) -> Host:
-    """The node the command looks at: a snapshot replayed, or the live node under --root."""
+def _host(args: argparse.Namespace, config: Config | None = None) -> Host:
+    """The node the command looks at: a snapshot replayed, or the live node under --root
+    (with `config`: its pods from the API server when `kubernetes.enabled` says so)."""
     from gpuprobe.errors import UsageError
     from gpuprobe.host import live_host, snapshot_host
 
@@ -540,7 +542,15 @@ def _host(args: argparse.Namespace) -> Host:
         return snapshot_host(snapshot, node_name)
     if not os.path.isdir(args.root):
         raise UsageError(f"--root {args.root}: not a directory")
-    return live_host(args.root, node_name)
+    pods = _pod_statuses(args, config) if config is not None else None
+    return live_host(args.root, node_name, pods)
+
+
+def _pod_statuses(args: argparse.Namespace, config: Config) -> PodStatuses | None:
+    """The API server as the live source of the node's pods (None: no API access)."""
+    from gpuprobe.kube.pods import pod_statuses
+
+    return pod_statuses(config.kubernetes, getattr(args, "kubeconfig", None))
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -555,7 +565,7 @@ def _check(args: argparse.Namespace) -> int:
     access = _kube_access(args.kubeconfig) if args.publish else None
     if args.kubeconfig and not args.publish:
         raise UsageError("--kubeconfig goes with --publish")
-    host = _host(args)
+    host = _host(args, config)
     report = run_checks(host, config, names)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
@@ -619,7 +629,8 @@ def _capture(args: argparse.Namespace) -> int:
     if args.only is None:
         # Active checks load the node and are never replayed: a snapshot has no use for them.
         names = [name for name in names if name not in active(names)]
-    report = capture(args.directory, config, names, args.root, args.node_name)
+    pods = _pod_statuses(args, config)
+    report = capture(args.directory, config, names, args.root, args.node_name, pods)
     print(
         f"gpuprobe: wrote the snapshot of {report.node} to {args.directory} "
         f"({len(report.checks)} checks, status {report.status.value})"
@@ -653,7 +664,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = dataclasses.replace(
             config, serve=dataclasses.replace(config.serve, interval_seconds=args.interval)
         )
-    host = _host(args)
+    host = _host(args, config)
     options = ServeOptions(
         grpc_listen=args.grpc_listen,
         metrics_listen=args.metrics_listen,

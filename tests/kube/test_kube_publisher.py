@@ -287,8 +287,14 @@ def test_the_manifests_grant_exactly_what_the_features_use(standin: KubeStandIn)
     ) == [
         ([""], ["nodes"], ["get", "list", "patch"]),
         ([""], ["nodes/status"], ["patch"]),
+        ([""], ["pods"], ["list"]),
         (["events.k8s.io"], ["events"], ["create", "patch"]),
     ]
+    assert not any(
+        r.allows("", "pods", verb, "x")
+        for r in standin.rules
+        for verb in ("get", "watch", "delete")
+    )
     assert not any(r.allows("", "nodes", "delete", NODE) for r in standin.rules)
     assert not any(r.allows("", "pods/eviction", "create", None) for r in standin.rules)
     assert not any(r.allows("", "events", "create", None) for r in standin.rules)  # core events

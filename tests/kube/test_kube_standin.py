@@ -60,7 +60,8 @@ def test_authentication_and_authorization(standin: KubeStandIn) -> None:
         f'nodes "{NODE}" is forbidden: User "system:serviceaccount:gpuprobe:gpuprobe" cannot '
         'delete resource "nodes" in API group "" at the cluster scope'
     )
-    assert call(standin, "GET", "/api/v1/namespaces/default/pods")[0] == 403
+    assert call(standin, "GET", "/api/v1/namespaces/default/pods/x")[0] == 403  # list only
+    assert call(standin, "DELETE", "/api/v1/namespaces/default/pods/x")[0] == 403
     assert call(standin, "POST", "/api/v1/namespaces/default/events", {})[0] == 403  # core events
     assert call(standin, "POST", "/api/v1/namespaces/default/pods/x/eviction", {})[0] == 403
     assert call(standin, "GET", "/apis/events.k8s.io/v1/namespaces/default/events/x")[0] == 403

@@ -194,3 +194,48 @@ def match(line: str) -> Match | None:
 def by_cause(cause: str) -> Signature:
     """The signature of a cause."""
     return next(s for s in SIGNATURES if s.cause == cause)
+
+
+@dataclass(frozen=True)
+class PodReason:
+    """A failure the kubelet writes into a pod's own status (`status.reason` and
+    `status.message`, no container ran): a cause of SIGNATURES, the reasons it comes with, the
+    exact messages that make it a GPU failure."""
+
+    cause: str
+    reasons: frozenset[str]
+    patterns: tuple[re.Pattern[str], ...]
+    needs_gpu: bool = False  # counts only in a pod that asks for NVIDIA GPUs
+
+
+# The kubelet rejects a pod at admission when its resource managers cannot give it what it
+# asks for: phase Failed, reason UnexpectedAdmissionError, message "Pod was rejected: " (older
+# kubelets: "Pod ") + "Allocate failed due to <the error>, which is unexpected"
+# (pkg/kubelet/cm/admission). The CPU and memory managers fail the same way, so only an error
+# that names an NVIDIA resource, or a device plugin's failed call in a GPU pod, is a GPU's.
+POD_REASONS: tuple[PodReason, ...] = (
+    PodReason(
+        DEVICE_PLUGIN_ALLOCATION,
+        frozenset({"UnexpectedAdmissionError"}),
+        _p(r"Allocate failed due to (?P<detail>.*?nvidia\.com/[\w.-]+.*?), which is unexpected"),
+    ),
+    PodReason(
+        DEVICE_PLUGIN_ALLOCATION,
+        frozenset({"UnexpectedAdmissionError"}),
+        _p(r"Allocate failed due to (?P<detail>(?:device plugin|rpc error).*?), which is"),
+        needs_gpu=True,
+    ),
+)
+
+
+def match_pod_reason(reason: str | None, message: str, gpu_pod: bool) -> Match | None:
+    """The signature of a pod's own status reason and message, if it is a GPU failure."""
+    for known in POD_REASONS:
+        if reason not in known.reasons or (known.needs_gpu and not gpu_pod):
+            continue
+        for pattern in known.patterns:
+            found = pattern.search(message)
+            if found:
+                excerpt = message if len(message) <= 300 else message[:300] + "…"
+                return Match(by_cause(known.cause), message, found.group("detail"), excerpt)
+    return None

@@ -14,6 +14,11 @@ the known GPU failure signatures in their logs.
    signature in every GPU pod (NVML lost everywhere) or one that indicts the node (an
    unresolvable CDI device) raises the node-level finding it implies. CUDA's error 802 stays
    a POD_GPU_FAILURE: the `gpus` check raises FABRIC_NOT_READY from NVML's fabric state.
+3. With API access, the node's pods as the API server reports them (`host.pod_statuses`):
+   a pod the kubelet rejected (`status.reason` / `message`, `pod_signatures.POD_REASONS`) and
+   each container's waiting, terminated and last terminated message (the same signatures as
+   the logs) are POD_GPU_FAILUREs too, one finding per pod and cause whether its log, its
+   status or both show it.
 """
 
 from __future__ import annotations
@@ -35,7 +40,16 @@ from gpuprobe.gpu.devices import Device, gpu_count, text
 from gpuprobe.gpu.health import as_int, current_pending
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
-from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity, gpu_resource
+from gpuprobe.host.podstatus import ContainerStatus, PodStatusAnswer, State
+from gpuprobe.report import (
+    Action,
+    CheckResult,
+    Finding,
+    PodRef,
+    Severity,
+    gpu_resource,
+    parse_time,
+)
 from gpuprobe.workloads.attribution import attribute
 from gpuprobe.workloads.inventory import mig_devices
 
@@ -98,6 +112,7 @@ class PodsData(TypedDict):
     failures: list[dict[str, Any]]  # each GPU pod failure its log shows
     logs: PodLogs
     unreadable_specs: NotRequired[list[dict[str, Any]]]
+    api: NotRequired[dict[str, Any]]  # the API server's pods: how many read, or its error
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -119,7 +134,11 @@ def run(host: Host, config: Config) -> CheckResult:
         findings += finding
     unreadable = [{"path": s.path, "problem": s.problem} for s in specs if s.problem]
     logs, unread = _read_logs(host, gpu_pods)
-    failures = _failures(host, config, logs, gpu_pods, gpus, held, specs)
+    xids = _Xids(host, config)
+    spec_gpus = _spec_gpus(specs, gpus, held)
+    failures = _failures(logs, gpu_pods, gpus, held, spec_gpus, xids)
+    listed = host.pod_statuses.ask(host.node_name)
+    failures += _status_failures(listed, gpu_pods, gpus, held, spec_gpus, xids)
     findings += _failure_findings(failures, gpu_pods)
     data: PodsData = {
         "driver_version": driver.version,
@@ -135,7 +154,9 @@ def run(host: Host, config: Config) -> CheckResult:
     }
     if unreadable:
         data["unreadable_specs"] = unreadable
-    return CheckResult(NAME, _summary(containers, failures, specs), findings, data)
+    if not listed.absent:
+        data["api"] = _api_data(listed)
+    return CheckResult(NAME, _summary(containers, failures, specs, listed), findings, data)
 
 
 def _by_pod(entry: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -434,13 +455,18 @@ class Failure:
     detail: str | None = None
     xid: int | None = None
     gpus: list[str] = field(default_factory=list)
+    # Found in the pod's status in the API rather than a log: which status and its reason.
+    status: str | None = None
+    reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The failure as the check's data shows it."""
         line = self.line if len(self.line) <= 500 else self.excerpt  # a 16 KiB JSON line
         d: dict[str, Any] = {**self.pod.to_dict(), "cause": self.cause, "line": line}
         d["time"] = self.time.isoformat().replace("+00:00", "Z") if self.time else None
-        d["file"] = self.file
+        d["file"] = self.file or None
+        if self.status is not None:
+            d["status"], d["reason"] = self.status, self.reason
         if self.detail:
             d["detail"] = self.detail
         if self.xid is not None:
@@ -450,17 +476,14 @@ class Failure:
 
 
 def _failures(
-    host: Host,
-    config: Config,
     logs: list[cri_log.ContainerLog],
     gpu_pods: set[tuple[str, str]],
     gpus: list[NodeGpu],
     held: dict[PodRef, set[int]],
-    specs: list[oci.ContainerSpec],
+    spec_gpus: dict[PodRef, set[int]],
+    xids: _Xids,
 ) -> list[Failure]:
-    xids: list[kernel_log.XidLine] | None = None
     by_index = {g.index: g for g in gpus}
-    spec_gpus = _spec_gpus(specs, gpus, held)
     found: list[Failure] = []
     for log in logs:
         pod = PodRef(log.namespace, log.pod, log.container)
@@ -473,9 +496,7 @@ def _failures(
                 continue
             xid = None
             if hit.signature.cause == sig.CUDA_FAULT_AT_XID:
-                if xids is None:
-                    xids = _xids(host, config)
-                xid = _xid_near(xids, line.time, [by_index[i] for i in own if i in by_index])
+                xid = xids.near(line.time, [by_index[i] for i in own if i in by_index])
                 if xid is None:
                     continue  # an application's own fault, not the GPU's
             failure = Failure(
@@ -502,27 +523,127 @@ def _spec_gpus(
     return out
 
 
-def _xids(host: Host, config: Config) -> list[kernel_log.XidLine]:
-    """The current boot's XID lines with a time, oldest first, read as the `xid` check reads
-    the kernel logs (each log's rotated files as one stream, oldest file first)."""
-    now = datetime.fromtimestamp(host.clock.wall(), UTC)
-    logs, _ = xid_kernel.read_logs(host, config, now)
-    timed = [x for log in logs for x in log.xids if x.time is not None]
-    return sorted(timed, key=lambda x: x.time or now)
+class _Xids:
+    """The current boot's XID lines with a time, oldest first, read (once, when a CUDA fault
+    asks) as the `xid` check reads the kernel logs (each log's rotated files as one stream,
+    oldest file first)."""
 
+    def __init__(self, host: Host, config: Config) -> None:
+        self.host, self.config = host, config
+        self._lines: list[kernel_log.XidLine] | None = None
 
-def _xid_near(
-    xids: list[kernel_log.XidLine], when: datetime | None, own: list[NodeGpu]
-) -> int | None:
-    if when is None:
+    def lines(self) -> list[kernel_log.XidLine]:
+        """The XID lines, read on first use."""
+        if self._lines is None:
+            now = datetime.fromtimestamp(self.host.clock.wall(), UTC)
+            logs, _ = xid_kernel.read_logs(self.host, self.config, now)
+            timed = [x for log in logs for x in log.xids if x.time is not None]
+            self._lines = sorted(timed, key=lambda x: x.time or now)
+        return self._lines
+
+    def near(self, when: datetime | None, own: list[NodeGpu]) -> int | None:
+        """The XID on one of `own` (any GPU when their buses are unknown) logged within
+        XID_BEFORE before or XID_AFTER after `when`."""
+        if when is None:
+            return None
+        pcis = {g.pci for g in own if g.pci}
+        for x in reversed(self.lines()):
+            if x.time is None or (pcis and x.pci not in pcis):
+                continue
+            if when - XID_BEFORE <= x.time <= when + XID_AFTER:
+                return x.xid
         return None
-    pcis = {g.pci for g in own if g.pci}
-    for x in reversed(xids):
-        if x.time is None or (pcis and x.pci not in pcis):
+
+
+# --- pod statuses from the API server ---
+
+
+def _status_failures(
+    listed: PodStatusAnswer,
+    gpu_pods: set[tuple[str, str]],
+    gpus: list[NodeGpu],
+    held: dict[PodRef, set[int]],
+    spec_gpus: dict[PodRef, set[int]],
+    xids: _Xids,
+) -> list[Failure]:
+    """The GPU failures the pods' statuses show: a pod the kubelet rejected, and each
+    container's first state (waiting, terminated, last terminated) whose message matches."""
+    by_index = {g.index: g for g in gpus}
+    found: list[Failure] = []
+    for pod in listed.pods:
+        gpu_pod = (pod.namespace, pod.name) in gpu_pods or pod.asks_for_gpus
+        whole = {
+            i for ref, own in (*held.items(), *spec_gpus.items()) for i in own
+            if (ref.namespace, ref.pod) == (pod.namespace, pod.name)
+        }  # fmt: skip
+        if pod.message:
+            text = _one_line(pod.message)
+            hit = sig.match_pod_reason(pod.reason, text, gpu_pod)
+            if hit is not None:
+                rejected = Failure(
+                    PodRef(pod.namespace, pod.name), hit.signature.cause, text, None, "",
+                    hit.excerpt, hit.detail, status="status", reason=pod.reason,
+                )  # fmt: skip
+                rejected.gpus = [by_index[i].resource for i in sorted(whole) if i in by_index]
+                found.append(rejected)
+        for container in pod.containers:
+            ref = PodRef(pod.namespace, pod.name, container.name)
+            own = sorted(held.get(ref, set()) | spec_gpus.get(ref, set()))
+            failure = _container_failure(ref, _states(container), gpu_pod)
+            if failure is None:
+                continue
+            if failure.cause == sig.CUDA_FAULT_AT_XID:
+                failure.xid = xids.near(failure.time, [by_index[i] for i in own if i in by_index])
+                if failure.xid is None:
+                    continue  # an application's own fault, not the GPU's
+            failure.gpus = [by_index[i].resource for i in own if i in by_index]
+            found.append(failure)
+    return found
+
+
+def _states(container: ContainerStatus) -> list[tuple[str, State]]:
+    """A container's states with a message, current first: where each is in the status."""
+    named = [
+        ("state.waiting", container.waiting),
+        ("state.terminated", container.terminated),
+        ("lastState.terminated", container.last_terminated),
+    ]
+    return [(where, state) for where, state in named if state is not None and state.message]
+
+
+def _container_failure(
+    ref: PodRef, states: list[tuple[str, State]], gpu_pod: bool
+) -> Failure | None:
+    for where, state in states:
+        text = _one_line(state.message or "")
+        hit = sig.match(text)
+        if hit is None or (hit.signature.needs_gpu and not gpu_pod):
             continue
-        if when - XID_BEFORE <= x.time <= when + XID_AFTER:
-            return x.xid
+        return Failure(
+            ref, hit.signature.cause, text, _finished(state), "", hit.excerpt, hit.detail,
+            status=where, reason=state.reason,
+        )  # fmt: skip
     return None
+
+
+def _one_line(text: str) -> str:
+    """A status message on one line (a runtime's error holds the hook's stderr lines)."""
+    return " ".join(text.split())
+
+
+def _finished(state: State) -> datetime | None:
+    if state.finished_at is None:
+        return None
+    try:
+        return parse_time(state.finished_at)
+    except ValueError:
+        return None
+
+
+def _api_data(listed: PodStatusAnswer) -> dict[str, Any]:
+    if listed.error is not None:
+        return {"error": {"code": listed.error.code, "message": listed.error.message}}
+    return {"pods_read": len(listed.pods), "truncated": listed.truncated}
 
 
 def _failure_findings(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list[Finding]:
@@ -532,22 +653,35 @@ def _failure_findings(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -
     findings = []
     for (namespace, pod, cause), group in grouped.items():
         signature = sig.by_cause(cause)
-        first = group[0]
         what = signature.title
-        if first.xid is not None:
-            what += f" (XID {first.xid})"
-        message = (
-            f"pod {namespace}/{pod} failed: {what}; container "
-            f'{", ".join(f.pod.container for f in group)} logged "{first.excerpt}". '
-            f"Fix: {signature.fix}"
-        )
-        resource = first.gpus[0] if first.gpus else "node"
-        pods = tuple(f.pod for f in group)
+        xid = next((f.xid for f in group if f.xid is not None), None)
+        if xid is not None:
+            what += f" (XID {xid})"
+        logged = [f for f in group if f.status is None]
+        shown = [f for f in group if f.status is not None]
+        evidence = []
+        if logged:
+            names = ", ".join(dict.fromkeys(f.pod.container for f in logged))
+            evidence.append(f'container {names} logged "{logged[0].excerpt}"')
+        if shown:
+            evidence.append(f'{_status_who(shown[0])} says "{shown[0].excerpt}"')
+        message = f"pod {namespace}/{pod} failed: {what}; {'; '.join(evidence)}. "
+        message += f"Fix: {signature.fix}"
+        resource = next((f.gpus[0] for f in group if f.gpus), "node")
+        pods = tuple(dict.fromkeys(f.pod for f in group))
         findings.append(
             Finding("POD_GPU_FAILURE", Severity.WARNING, message, signature.action, resource, pods)
         )
     findings += _node_level(failures, gpu_pods)
     return findings
+
+
+def _status_who(f: Failure) -> str:
+    """Which status of the pod shows a failure: its own, or a container's state."""
+    reason = f" ({f.reason})" if f.reason else ""
+    if f.status == "status":
+        return f"its status{reason}"
+    return f"container {f.pod.container}'s {f.status}{reason}"
 
 
 def _node_level(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list[Finding]:
@@ -583,16 +717,21 @@ def _node_level(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list
 
 
 def _summary(
-    containers: list[dict[str, Any]], failures: list[Failure], specs: list[oci.ContainerSpec]
+    containers: list[dict[str, Any]],
+    failures: list[Failure],
+    specs: list[oci.ContainerSpec],
+    listed: PodStatusAnswer,
 ) -> str:
+    unread = f"; pod statuses not read (API {listed.error.code})" if listed.error else ""
     if not specs and not failures:
-        return "no running containers found in the container runtimes' state"
+        return "no running containers found in the container runtimes' state" + unread
     too_new = sum(1 for c in containers if c["verdict"] == "too-new")
     pods = len({(f.pod.namespace, f.pod.pod) for f in failures})
+    clean = "no GPU failure in logs" + ("" if listed.absent or listed.error else " or statuses")
     parts = [f"{len(containers)} GPU container(s)"]
     parts.append(f"{too_new} need a newer driver" if too_new else "every image's CUDA runs")
-    parts.append(f"{pods} pod(s) failed for GPU reasons" if pods else "no GPU failure in logs")
-    return "; ".join(parts)
+    parts.append(f"{pods} pod(s) failed for GPU reasons" if pods else clean)
+    return "; ".join(parts) + unread
 
 
 CHECK: Check[PodsData] = Check(NAME, run)

@@ -1,10 +1,10 @@
 """The host: the only door through which checks see the node.
 
 A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links, the
-kubelet's PodResources API and the clock the checks read (`host.clock`, which a test may
-replace). It is built live (`live_host`), from a node snapshot (`snapshot_host`), or live with
-recording on (`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look
-past it.
+kubelet's PodResources API, the node's pods as the API server reports them and the clock the
+checks read (`host.clock`, which a test may replace). It is built live (`live_host`), from a
+node snapshot (`snapshot_host`), or live with recording on (`recording_host`, for `gpuprobe
+capture`). Checks receive a Host and never look past it.
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ from gpuprobe.host.podresources import (
     RecordingPodResources,
     ReplayedPodResources,
     load_podresources,
+)
+from gpuprobe.host.podstatus import (
+    POD_STATUSES_FILE,
+    PodStatuses,
+    RecordingPodStatuses,
+    ReplayedPodStatuses,
+    load_pod_statuses,
 )
 from gpuprobe.host.processes import ProcessTable, live_processes, load_processes
 from gpuprobe.report import parse_time
@@ -85,6 +92,8 @@ class Host:
     device_plugin_config: AgentFile | None = None
     # The kubelet's PodResources API (a node without a kubelet answers "absent").
     podresources: PodResources = field(default_factory=ReplayedPodResources)
+    # The node's pods from the Kubernetes API server ("absent" without API access).
+    pod_statuses: PodStatuses = field(default_factory=ReplayedPodStatuses)
     # What checks read the time from (wall and monotonic); tests step a fake one through time.
     clock: Clock = field(default_factory=SystemClock)
 
@@ -103,8 +112,11 @@ def default_node_name() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-def live_host(root: str = "/", node_name: str | None = None) -> Host:
-    """The live node, its files read under `root` (`/host` in the DaemonSet)."""
+def live_host(
+    root: str = "/", node_name: str | None = None, pod_statuses: PodStatuses | None = None
+) -> Host:
+    """The live node, its files read under `root` (`/host` in the DaemonSet); its pods from
+    `pod_statuses` (the API server, `gpuprobe.kube.pods`), absent without one."""
     fs = HostFS(root)
     return Host(
         fs=fs,
@@ -113,16 +125,20 @@ def live_host(root: str = "/", node_name: str | None = None) -> Host:
         list_processes=live_processes,
         netlink=LiveNetlink(),
         podresources=LivePodResources(fs),
+        pod_statuses=pod_statuses or ReplayedPodStatuses(),
     )
 
 
-def recording_host(root: str = "/", node_name: str | None = None) -> Host:
+def recording_host(
+    root: str = "/", node_name: str | None = None, pod_statuses: PodStatuses | None = None
+) -> Host:
     """The live node with every file access and NVML call written down (for capture)."""
-    host = live_host(root, node_name)
+    host = live_host(root, node_name, pod_statuses)
     host.fs.record()
     host.nvml = RecordingNvml(host.nvml)
     host.netlink = RecordingNetlink(host.netlink)
     host.podresources = RecordingPodResources(host.podresources)
+    host.pod_statuses = RecordingPodStatuses(host.pod_statuses)
     table = live_processes()
     table.recording = True
     host.list_processes = lambda: table
@@ -163,6 +179,7 @@ def snapshot_host(directory: str, node_name: str | None = None) -> Host:
         netlink=netlink,
         device_plugin_config=load_agent_file(path / DEVICE_PLUGIN_FILE),
         podresources=ReplayedPodResources(load_podresources(path / PODRESOURCES_FILE)),
+        pod_statuses=ReplayedPodStatuses(load_pod_statuses(path / POD_STATUSES_FILE)),
     )
 
 

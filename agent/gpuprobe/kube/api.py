@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from gpuprobe.config import KubernetesConfig
 from gpuprobe.errors import UsageError
 
 T = TypeVar("T")
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# Pods listed per request: a node's pods in one or two pages, each a bounded answer.
+PAGE = 250
 # What `kubernetes.taint.node_selector` may say: equality and existence terms, comma-separated.
 _TERM = re.compile(r"(!?)([A-Za-z0-9./_-]+)(?:(==|=|!=)([A-Za-z0-9._-]*))?")
 
@@ -38,6 +41,14 @@ def in_cluster_available(account: Path = SERVICE_ACCOUNT) -> bool:
     """Whether this process has in-cluster credentials (a pod's service-account token and the
     API server's address), which `kubernetes.enabled: auto` turns the feature on for."""
     return (account / "token").is_file() and "KUBERNETES_SERVICE_HOST" in os.environ
+
+
+def wanted(config: KubernetesConfig, kubeconfig: str | None) -> bool:
+    """Whether the agent talks to Kubernetes: `enabled` true, or auto with a `--kubeconfig` or
+    in-cluster credentials."""
+    if config.enabled == "auto":
+        return kubeconfig is not None or in_cluster_available()
+    return config.enabled is True
 
 
 def parse_selector(text: str) -> dict[str, Any]:
@@ -125,6 +136,28 @@ class KubeApi:
         return self._call(
             "list", lambda: [_plain(n) for n in self._client.list(Node, labels=labels)]
         )
+
+    def list_node_pods(
+        self, node: str, most: int, keep: Callable[[dict[str, Any]], T]
+    ) -> tuple[list[T], bool]:
+        """The pods bound to `node` in every namespace (a field selector on `spec.nodeName`,
+        read in pages), each passed through `keep`; at most `most` of them, and whether more
+        were left unread."""
+        from lightkube import ALL_NS
+        from lightkube.resources.core_v1 import Pod
+
+        def listing() -> tuple[list[T], bool]:
+            kept: list[T] = []
+            pods = self._client.list(
+                Pod, namespace=ALL_NS, fields={"spec.nodeName": node}, chunk_size=PAGE
+            )
+            for pod in pods:
+                if len(kept) == most:
+                    return kept, True
+                kept.append(keep(_plain(pod)))
+            return kept, False
+
+        return self._call("list", listing)
 
     def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A strategic merge patch of the node's status (conditions merge by `type`)."""

@@ -12,18 +12,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuprobe.config import KubernetesConfig
-from gpuprobe.kube.api import Access, KubeApi, in_cluster_available
+from gpuprobe.kube.api import Access, KubeApi, wanted
 from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from gpuprobe.report import CheckResult
 from gpuprobe.threads import start_thread
 
-
-def wanted(config: KubernetesConfig, kubeconfig: str | None) -> bool:
-    """Whether the agent talks to Kubernetes: `enabled` true, or auto with a `--kubeconfig` or
-    in-cluster credentials."""
-    if config.enabled == "auto":
-        return kubeconfig is not None or in_cluster_available()
-    return config.enabled is True
+__all__ = ["KubeCollector", "KubeLink", "wanted"]  # wanted: the serve face asks it here
 
 
 class KubeCollector(Collector):
