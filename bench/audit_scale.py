@@ -6,11 +6,12 @@ The fleet is bench/recorded_fleet.py: reports recorded from real agents (`gpupro
 Agent on the 8-GPU snapshots), answered by one gRPC server per process on thousands of
 loopback addresses (127.1.0.1, ...), so the audit meets N distinct agents while the fleet
 costs little. Each run is the whole command, `gpuprobe audit --json --targets @FILE`, under
-/usr/bin/time: its wall time and peak RSS, and what the fleet's processes spent of the two
-cores meanwhile (CPU seconds over wall seconds × cores). Beside it, a bare Python start-up
-(the floor) and, for sizes up to --reference-max, the same job done with an independent gRPC
-client: `buf curl` GetReport on each agent, 16 at a time (xargs -P 16), the API read from
-proto/ (the recorded fleet serves no reflection).
+/usr/bin/time: its wall time and peak RSS (of its largest process, and of all its processes
+together: an audit of thousands runs helper processes), and what the fleet's processes spent
+of the two cores meanwhile (CPU seconds over wall seconds × cores). Beside it, a bare Python
+start-up (the floor) and, for sizes up to --reference-max, the same job done with an
+independent gRPC client: `buf curl` GetReport on each agent, 16 at a time (xargs -P 16), the
+API read from proto/ (the recorded fleet serves no reflection).
 
 Prints a JSON object. Targets: 1,000 agents under 2 s and 10,000 under 10 s on 2 cores.
 """
@@ -47,38 +48,61 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / tick
 
 
+def tree_rss_kib(root: int) -> int:
+    """The resident memory of a process and all its descendants now (KiB, from /proc)."""
+    total, waiting = 0, [root]
+    while waiting:
+        pid = waiting.pop()
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                waiting += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue  # it exited meanwhile
+        rss = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+        total += int(rss[0]) if rss else 0  # a zombie has no VmRSS line
+    return total
+
+
 def timed(command: list[str], fleet: list[int]) -> dict[str, float]:
-    """One run of `command` under /usr/bin/time: wall seconds, peak RSS, the fleet's share."""
+    """One run of `command` under /usr/bin/time: wall seconds, peak RSS (the largest single
+    process, as /usr/bin/time reports it, and the audit's processes together, sampled every
+    20 ms), the fleet's share of the cores."""
     with tempfile.NamedTemporaryFile("r") as out:
         before = cpu_seconds(fleet)
         started = time.monotonic()
-        done = subprocess.run(
+        child = subprocess.Popen(
             ["/usr/bin/time", "-o", out.name, "-f", "%e %M", *command],
             stdout=subprocess.DEVNULL,
             env={**os.environ, "GRPC_VERBOSITY": "NONE"},
-            check=False,
         )
+        peak_tree = 0
+        while child.poll() is None:
+            peak_tree = max(peak_tree, tree_rss_kib(child.pid))
+            time.sleep(0.02)
         wall = time.monotonic() - started
         spent = cpu_seconds(fleet) - before
         elapsed, rss_kib = out.read().split()[-2:]
-    if done.returncode not in (0, 1, 2, 3):
-        raise SystemExit(f"{command[:4]} failed with {done.returncode}")
+    if child.returncode not in (0, 1, 2, 3):
+        raise SystemExit(f"{command[:4]} failed with {child.returncode}")
     cores = len(os.sched_getaffinity(0))
     return {
         "seconds": float(elapsed),
         "peak_rss_mib": round(int(rss_kib) / 1024, 1),
+        "peak_rss_all_processes_mib": round(peak_tree / 1024, 1),
         "fleet_share_of_cores": round(spent / (wall * cores), 3),
     }
 
 
 def summarize(runs: list[dict[str, float]]) -> dict[str, Any]:
-    """Median, min and max seconds; the largest peak RSS; the median fleet share."""
+    """Median, min and max seconds; the largest peak RSSs; the median fleet share."""
     seconds = [r["seconds"] for r in runs]
     return {
         "median_seconds": statistics.median(seconds),
         "min_seconds": min(seconds),
         "max_seconds": max(seconds),
         "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+        "peak_rss_all_processes_mib": max(r["peak_rss_all_processes_mib"] for r in runs),
         "fleet_share_of_cores": statistics.median(r["fleet_share_of_cores"] for r in runs),
         "runs": len(runs),
     }
