@@ -72,7 +72,7 @@ def timed(command: list[str], fleet: list[int]) -> dict[str, float]:
         before = cpu_seconds(fleet)
         started = time.monotonic()
         child = subprocess.Popen(
-            ["/usr/bin/time", "-o", out.name, "-f", "%e %M", *command],
+            ["/usr/bin/time", "-o", out.name, "-f", "%e %M %U %S", *command],
             stdout=subprocess.DEVNULL,
             env={**os.environ, "GRPC_VERBOSITY": "NONE"},
         )
@@ -82,7 +82,7 @@ def timed(command: list[str], fleet: list[int]) -> dict[str, float]:
             time.sleep(0.02)
         wall = time.monotonic() - started
         spent = cpu_seconds(fleet) - before
-        elapsed, rss_kib = out.read().split()[-2:]
+        elapsed, rss_kib, user, system = out.read().split()[-4:]
     if child.returncode not in (0, 1, 2, 3):
         raise SystemExit(f"{command[:4]} failed with {child.returncode}")
     cores = len(os.sched_getaffinity(0))
@@ -90,12 +90,14 @@ def timed(command: list[str], fleet: list[int]) -> dict[str, float]:
         "seconds": float(elapsed),
         "peak_rss_mib": round(int(rss_kib) / 1024, 1),
         "peak_rss_all_processes_mib": round(peak_tree / 1024, 1),
+        "cpu_seconds": round(float(user) + float(system), 2),  # its helpers' included
         "fleet_share_of_cores": round(spent / (wall * cores), 3),
     }
 
 
 def summarize(runs: list[dict[str, float]]) -> dict[str, Any]:
-    """Median, min and max seconds; the largest peak RSSs; the median fleet share."""
+    """Median, min and max seconds; the largest peak RSSs; the median CPU seconds and fleet
+    share."""
     seconds = [r["seconds"] for r in runs]
     return {
         "median_seconds": statistics.median(seconds),
@@ -103,6 +105,7 @@ def summarize(runs: list[dict[str, float]]) -> dict[str, Any]:
         "max_seconds": max(seconds),
         "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
         "peak_rss_all_processes_mib": max(r["peak_rss_all_processes_mib"] for r in runs),
+        "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
         "fleet_share_of_cores": statistics.median(r["fleet_share_of_cores"] for r in runs),
         "runs": len(runs),
     }

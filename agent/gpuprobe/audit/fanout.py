@@ -13,8 +13,10 @@ once per round.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -28,6 +30,9 @@ DEFAULT_DEADLINE_SECONDS = 5.0
 DEFAULT_CONCURRENCY = 64
 # A call that starts this much after the fan-out was asked late: it waited for a worker.
 LATE = 0.5
+# Allocations between two collections of the youngest generation while a fan-out runs
+# (Python's default is 700).
+FAN_OUT_GC_THRESHOLD = 100_000
 
 
 def fetch_all(
@@ -64,7 +69,22 @@ def fetch_each(
     if not targets:
         return []
     asking = Asking(credentials, deadline, time.monotonic() + deadline, concurrency, data, view)
-    return asyncio.run(fan_out(targets, asking, each))
+    with rare_collections():
+        return asyncio.run(fan_out(targets, asking, each))
+
+
+@contextlib.contextmanager
+def rare_collections() -> Iterator[None]:
+    """Collect cyclic garbage rarely while a fan-out runs (FAN_OUT_GC_THRESHOLD): a call
+    allocates thousands of short-lived objects and leaves no cycles worth chasing, and every
+    pass of the collector also walks the entries already digested, which grow with the fleet
+    (about a tenth of the audit's CPU at 10,000 agents). The thresholds are restored after."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], FAN_OUT_GC_THRESHOLD), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 @dataclass(frozen=True)

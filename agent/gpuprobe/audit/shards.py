@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from gpuprobe.audit.fanout import Asking, fan_out
+from gpuprobe.audit.fanout import Asking, fan_out, rare_collections
 from gpuprobe.client import Fetched
 from gpuprobe.cores import usable_cores
 
@@ -63,12 +63,13 @@ def fetch_sharded(
     shares = split(targets, processes)
     helpers = [Helper(share, asking, each) for share in shares[1:]]
     try:
-        done = asyncio.run(fan_out(shares[0], asking, each))
-        for helper, share in zip(helpers, shares[1:], strict=True):
-            got: list[T] | None = helper.results(asking.end)
-            if got is None:
-                got = asyncio.run(fan_out(share, asking, each))
-            done.extend(got)
+        with rare_collections():
+            done = asyncio.run(fan_out(shares[0], asking, each))
+            for helper, share in zip(helpers, shares[1:], strict=True):
+                got: list[T] | None = helper.results(asking.end)
+                if got is None:
+                    got = asyncio.run(fan_out(share, asking, each))
+                done.extend(got)
         return done
     finally:
         for helper in helpers:
@@ -164,7 +165,8 @@ def _environment() -> dict[str, str]:
 def serve_job(job: IO[bytes], out: IO[bytes]) -> int:
     """A helper's work: read the job, ask the share, write what `each` made of it."""
     targets, asking, each = pickle.load(job)
-    done = asyncio.run(fan_out(targets, asking, each))
+    with rare_collections():
+        done = asyncio.run(fan_out(targets, asking, each))
     pickle.dump(done, out, protocol=pickle.HIGHEST_PROTOCOL)
     out.flush()
     return 0
