@@ -3,7 +3,10 @@ deadline for all of them, and a helper that fails costs time, never targets."""
 
 from __future__ import annotations
 
+import os
+import pickle
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -56,9 +59,15 @@ def nodes_of(got: list[AuditedNode]) -> list[tuple[str, str | None, str | None]]
     return [(n.target, n.node, n.unreachable.failure.value if n.unreachable else None) for n in got]
 
 
-def test_three_processes_answer_as_one_does_in_the_order_of_the_targets() -> None:
+def helper_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "audit helper" in r.getMessage()]
+
+
+def test_three_processes_answer_as_one_does_in_the_order_of_the_targets(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The token travels to the helpers (the agents refuse calls without it), and each
-    helper hands back the digests of its share."""
+    helper hands back the digests of its share (no helper failed and was stood in for)."""
     answer = report_of("synthetic-h100-8gpu-healthy", node="sharded")
     with standin(wants_token(TOKEN, answer), ports=7) as server:
         targets = server.targets
@@ -69,9 +78,12 @@ def test_three_processes_answer_as_one_does_in_the_order_of_the_targets() -> Non
     assert nodes_of(split_up) == [(t, "sharded", None) for t in targets]
     assert {n.unreachable.failure for n in refused if n.unreachable} == {Failure.UNAUTHORISED}
     assert len(refused) == 7
+    assert helper_warnings(caplog) == []
 
 
-def test_a_hung_agent_in_a_helpers_share_costs_the_one_deadline() -> None:
+def test_a_hung_agent_in_a_helpers_share_costs_the_one_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     release = threading.Event()
     answer = report_of("synthetic-h100-8gpu-healthy", node="fine")
     with standin(lambda context: answer, ports=3) as fine, standin(hangs(release)) as hung:
@@ -85,7 +97,36 @@ def test_a_hung_agent_in_a_helpers_share_costs_the_one_deadline() -> None:
     assert nodes_of(got) == [(t, "fine", None) for t in fine.targets] + [
         (hung.targets[0], None, "timeout")
     ]
+    # the helper's own start-up did not make its call "asked late"
+    assert got[-1].unreachable is not None
+    assert got[-1].unreachable.reason == (
+        "no answer within 1.5 s (the agent is down, hung or filtered)"
+    )
     assert 1.5 <= elapsed < 1.5 + 1.5
+    assert helper_warnings(caplog) == []
+
+
+def test_a_failed_helpers_share_is_asked_beside_this_ones_not_after_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """This process's share holds an agent that hangs until the deadline; the helper
+    cannot start. Its share is asked at once, not when the deadline has passed."""
+    monkeypatch.setattr(shards.sys, "executable", "/nonexistent/python3")
+    release = threading.Event()
+    answer = report_of("synthetic-h100-8gpu-healthy", node="fine")
+    with standin(hangs(release)) as hung, standin(lambda context: answer, ports=3) as fine:
+        try:
+            targets = [hung.targets[0], fine.targets[0], *fine.targets[1:]]
+            got = fetch_sharded(targets, asking(1.5), audited, 2)
+        finally:
+            release.set()
+    assert nodes_of(got) == [(hung.targets[0], None, "timeout")] + [
+        (t, "fine", None) for t in fine.targets
+    ]
+    assert helper_warnings(caplog) == [
+        "audit helper failed (not started: FileNotFoundError: [Errno 2] No such file or "
+        "directory: '/nonexistent/python3'); asking its 2 targets here"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -123,12 +164,23 @@ def test_a_helper_killed_midway_has_its_share_asked_here(monkeypatch: pytest.Mon
     assert nodes_of(got) == [(t, "redone", None) for t in server.targets]
 
 
-def test_the_helper_finds_the_package_without_an_installed_one(tmp_path: Path) -> None:
-    """A parent that found gpuprobe by a path of its own (a checkout, PYTHONPATH) starts
-    helpers that import the same package: its root leads the helper's import path."""
-    env = shards._environment()
-    assert env["PYTHONPATH"].split(":")[0] == str(shards.PACKAGE_ROOT)
-    assert (shards.PACKAGE_ROOT / "gpuprobe" / "audit" / "shards.py").is_file()
+def test_the_helper_command_runs_a_job_from_anywhere(tmp_path: Path) -> None:
+    """The helper's command line as `fetch_sharded` starts it, from another directory and
+    without PYTHONPATH: it reads the pickled job on stdin and writes the digests."""
+    answer = report_of("synthetic-h100-8gpu-healthy", node="job")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with standin(lambda context: answer, ports=2) as server:
+        job = pickle.dumps((server.targets, asking(10), audited))
+        done = subprocess.run(
+            [sys.executable, "-c", shards.HELPER, str(shards.PACKAGE_ROOT)],
+            input=job,
+            capture_output=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+            check=True,
+        )
+    assert nodes_of(pickle.loads(done.stdout)) == [(t, "job", None) for t in server.targets]
 
 
 def test_an_audit_of_many_targets_takes_helpers(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -106,6 +106,7 @@ async def fan_out(targets: Sequence[str], asking: Asking, each: Callable[[Fetche
     """`fetch_each`'s work on the running event loop: `asking.concurrency` workers, each
     asking one target after another until none is left."""
     deadline, end = asking.deadline, asking.end
+    begun = time.monotonic()
     workers = max(1, min(asking.concurrency, len(targets)))
     done: list[T | None] = [None] * len(targets)
     waiting = iter(range(len(targets)))  # shared by the workers: each takes the next target
@@ -114,7 +115,9 @@ async def fan_out(targets: Sequence[str], asking: Asking, each: Callable[[Fetche
         left = end - time.monotonic()
         if left <= 0:
             return Fetched(target, None, unreachable=not_asked(deadline, workers))
-        whole = left >= deadline - LATE
+        # Asked late: it waited for a worker (not for this process to start: a helper's
+        # fan-out begins after the deadline did).
+        whole = left >= deadline - LATE or time.monotonic() - begun <= LATE
         fetched = await fetch_report_async(
             target, asking.credentials, left, asking.data, asking.view
         )

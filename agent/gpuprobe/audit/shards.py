@@ -2,16 +2,18 @@
 
 One process asks about a thousand agents a second: gRPC's Python layer and the reading of
 each answer keep one core busy, so at ten thousand agents the interpreter, not the network,
-is the bound. From PER_PROCESS targets on, `fetch_sharded` splits the targets into equal
-shares, one per process up to the cores this process may use (at most MAX_PROCESSES): it asks
-the first share itself while helper processes (`python -m gpuprobe.audit.shards`: the same
-interpreter and package) ask the others, each on its own event loop and within the same end
-on the machine's monotonic clock. A helper hands back only what `each` made of its answers
-(pickled over a pipe), never whole reports. A helper that fails, or cannot start, costs time
-and nothing else: its share is asked here, within what is left of the deadline.
+is the bound. `processes_for` gives one process per full PER_PROCESS targets (two from 4,000),
+up to the cores this process may use and MAX_PROCESSES. `fetch_sharded` splits the targets
+into equal shares: this process asks the first itself while helper processes (the same
+interpreter running this module) ask the others, each on its own event loop and within the
+same end on the machine's monotonic clock. A helper hands back only what `each` made of its
+answers (pickled over a pipe), never whole reports.
 
-The job travels in an unlinked temporary file (the credentials in it are never on a command
-line, in the environment or under a name on disk).
+A helper that cannot start, or fails, costs time and never targets: this process asks its
+share itself as soon as it knows, beside its own share, within what is left of the deadline.
+Every helper is waited for until one bound, the deadline and GRACE_SECONDS, and stopped then.
+The job (targets, credentials, each) travels in an anonymous memory file: the token and a
+client key are never on a command line, in the environment, or on a disk.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import os
 import pickle
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -39,14 +40,20 @@ log = logging.getLogger("gpuprobe")
 # Targets a process takes before another one pays for its start (about 0.3 s of a core).
 PER_PROCESS = 2000
 MAX_PROCESSES = 8
-# How long after the deadline a helper may take to read its last answers and hand them over.
+# How long after the deadline the helpers may take to read their last answers and hand over.
 GRACE_SECONDS = 10.0
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
+# The helper's command: this module, with the package's root at the end of its import path
+# (found first where it is installed; found at all where the parent found it by a path).
+HELPER = (
+    "import runpy, sys; sys.path.append(sys.argv[1]); "
+    "runpy.run_module('gpuprobe.audit.shards', run_name='__main__')"
+)
 
 
 def processes_for(count: int, cores: int | None = None) -> int:
-    """How many processes ask `count` targets: one per PER_PROCESS of them, at most one per
-    usable core and MAX_PROCESSES, at least one."""
+    """How many processes ask `count` targets: one per full PER_PROCESS of them, at most one
+    per usable core and MAX_PROCESSES, at least one."""
     cores = usable_cores() if cores is None else cores
     return max(1, min(cores, MAX_PROCESSES, count // PER_PROCESS))
 
@@ -61,19 +68,37 @@ def fetch_sharded(
     `processes` processes (this one among them). `each` and what it returns must pickle (a
     module-level function and plain data)."""
     shares = split(targets, processes)
-    helpers = [Helper(share, asking, each) for share in shares[1:]]
+    helpers: list[Helper] = []
     try:
+        helpers += [Helper(share, asking, each) for share in shares[1:]]
         with rare_collections():
-            done = asyncio.run(fan_out(shares[0], asking, each))
-            for helper, share in zip(helpers, shares[1:], strict=True):
-                got: list[T] | None = helper.results(asking.end)
-                if got is None:
-                    got = asyncio.run(fan_out(share, asking, each))
-                done.extend(got)
-        return done
+            return asyncio.run(_gathered(shares, helpers, asking, each))
     finally:
         for helper in helpers:
             helper.stop()
+
+
+async def _gathered(
+    shares: list[Sequence[str]],
+    helpers: list[Helper],
+    asking: Asking,
+    each: Callable[[Fetched], T],
+) -> list[T]:
+    """This process's share and each helper's, at once; a helper's share asked here as soon
+    as the helper is known to have failed."""
+    until = asking.end + GRACE_SECONDS
+
+    async def helped(helper: Helper, share: Sequence[str]) -> list[T]:
+        got: list[T] | None = await asyncio.to_thread(helper.results, until)
+        if got is None:
+            return await fan_out(share, asking, each)
+        return got
+
+    parts = await asyncio.gather(
+        fan_out(shares[0], asking, each),
+        *(helped(h, s) for h, s in zip(helpers, shares[1:], strict=True)),
+    )
+    return [entry for part in parts for entry in part]
 
 
 def split(targets: Sequence[str], parts: int) -> list[Sequence[str]]:
@@ -90,46 +115,49 @@ def split(targets: Sequence[str], parts: int) -> list[Sequence[str]]:
 
 
 class Helper:
-    """A helper process asking one share of the targets."""
+    """A helper process asking one share of the targets (or, when it could not be started,
+    one that has failed already)."""
 
     def __init__(self, share: Sequence[str], asking: Asking, each: Callable[[Fetched], Any]):
         self.count = len(share)
         self.process: subprocess.Popen[bytes] | None = None
-        self.errors = tempfile.TemporaryFile()  # noqa: SIM115  (closed by stop())
-        # a fresh Credentials: the channel credentials it caches do not pickle
-        job = (list(share), replace(asking, credentials=replace(asking.credentials)), each)
-        with tempfile.TemporaryFile() as job_file:
-            pickle.dump(job, job_file, protocol=pickle.HIGHEST_PROTOCOL)
-            job_file.seek(0)
-            try:
+        self.errors: IO[bytes] | None = None
+        self.failure: str | None = None
+        try:
+            # a fresh Credentials: the channel credentials it caches do not pickle
+            job = (list(share), replace(asking, credentials=replace(asking.credentials)), each)
+            with _memory_file("gpuprobe-audit-job") as job_file:
+                pickle.dump(job, job_file, protocol=pickle.HIGHEST_PROTOCOL)
+                job_file.seek(0)
+                self.errors = _memory_file("gpuprobe-audit-helper-stderr")
                 self.process = subprocess.Popen(
-                    [sys.executable, "-m", "gpuprobe.audit.shards"],
+                    [sys.executable, "-c", HELPER, str(PACKAGE_ROOT)],
                     stdin=job_file,
                     stdout=subprocess.PIPE,
                     stderr=self.errors,
-                    env=_environment(),
                 )
-            except OSError as exc:
-                log.warning("audit helper not started (%s); asking its targets here", exc)
+        except Exception as exc:  # no memory file, no process, a job that does not pickle
+            self.failure = f"not started: {type(exc).__name__}: {exc}"
 
-    def results(self, end: float) -> list[Any] | None:
-        """What the helper made of its share, waiting until `end` (monotonic) and a grace;
-        None when it failed or took too long (it is stopped then, and a warning logged)."""
-        if self.process is None:
-            return None
-        found, why = self._collect(max(0.0, end - time.monotonic()) + GRACE_SECONDS)
+    def results(self, until: float) -> list[Any] | None:
+        """What the helper made of its share, waiting until `until` (monotonic); None when
+        it failed, or had not handed over by then (it is stopped then). A warning names
+        why."""
+        found, why = self._collect(until)
         if why is not None:
             log.warning("audit helper failed (%s); asking its %d targets here", why, self.count)
         return found
 
-    def _collect(self, wait: float) -> tuple[list[Any] | None, str | None]:
+    def _collect(self, until: float) -> tuple[list[Any] | None, str | None]:
         """The helper's results, or why there are none."""
-        assert self.process is not None
+        if self.process is None:
+            return None, self.failure or "not started"
+        wait = max(0.0, until - time.monotonic())
         try:
             out, _ = self.process.communicate(timeout=wait)
         except subprocess.TimeoutExpired:
             self.stop()
-            return None, f"no answer within {wait:.0f} s"
+            return None, f"no results within {GRACE_SECONDS:g} s after the deadline"
         if self.process.returncode != 0:
             return None, f"exit status {self.process.returncode}: {self._last_error()}"
         try:
@@ -141,6 +169,8 @@ class Helper:
         return found, None
 
     def _last_error(self) -> str:
+        if self.errors is None:
+            return "-"
         self.errors.seek(0)
         lines = self.errors.read()[-4096:].decode("utf-8", "replace").strip().splitlines()
         return lines[-1] if lines else "-"
@@ -150,16 +180,14 @@ class Helper:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-        self.errors.close()
+        if self.errors is not None:
+            self.errors.close()
 
 
-def _environment() -> dict[str, str]:
-    """The helper's environment: this one, with this package first on its import path (a
-    parent that found the package by a path of its own finds it the same way)."""
-    env = dict(os.environ)
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = f"{PACKAGE_ROOT}{os.pathsep}{path}" if path else str(PACKAGE_ROOT)
-    return env
+def _memory_file(name: str) -> IO[bytes]:
+    """An anonymous file in memory (memfd: no name on any file system), open for writing
+    and reading."""
+    return os.fdopen(os.memfd_create(name, os.MFD_CLOEXEC), "w+b")
 
 
 def serve_job(job: IO[bytes], out: IO[bytes]) -> int:
