@@ -499,11 +499,14 @@ class KubeStandIn:
                 if info.namespace
                 else " at the cluster scope"
             )
+            # The API server names the object when there is one ("nodes \"n\" is
+            # forbidden"), and leaves the name out for a list or a create.
+            named = f' "{info.name}"' if info.name else ""
             raise ApiFailure(
                 403,
                 "Forbidden",
-                f"{info.resource}{'/' + info.subresource if info.subresource else ''} "
-                f'"{info.name or ""}" is forbidden: User "{SERVICE_ACCOUNT}" cannot {info.verb} '
+                f"{info.resource}{'/' + info.subresource if info.subresource else ''}"
+                f'{named} is forbidden: User "{SERVICE_ACCOUNT}" cannot {info.verb} '
                 f'resource "{info.rbac_resource}" in API group "{info.group}"{where}',
             )
         if self.faults.delay:

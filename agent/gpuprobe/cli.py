@@ -547,10 +547,19 @@ def _host(args: argparse.Namespace, config: Config | None = None) -> Host:
 
 
 def _pod_statuses(args: argparse.Namespace, config: Config) -> PodStatuses | None:
-    """The API server as the live source of the node's pods (None: no API access)."""
+    """The API server as the live source of the node's pods (None: no API access). Only
+    `serve` and `check --publish` insist on access that does not work; a plain `check` (or
+    `capture`) without a `--kubeconfig` reads the node's disk alone then."""
+    from gpuprobe.errors import UsageError
     from gpuprobe.kube.pods import pod_statuses
 
-    return pod_statuses(config.kubernetes, getattr(args, "kubeconfig", None))
+    kubeconfig = getattr(args, "kubeconfig", None)
+    try:
+        return pod_statuses(config.kubernetes, kubeconfig)
+    except UsageError:
+        if args.command == "serve" or getattr(args, "publish", False) or kubeconfig:
+            raise
+        return None
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -565,7 +574,8 @@ def _check(args: argparse.Namespace) -> int:
     access = _kube_access(args.kubeconfig) if args.publish else None
     if args.kubeconfig and not args.publish:
         raise UsageError("--kubeconfig goes with --publish")
-    host = _host(args, config)
+    # The pods check alone reads the API server: no client for a run without it.
+    host = _host(args, config if "pods" in names else None)
     report = run_checks(host, config, names)
     if args.json:
         sys.stdout.write(report.to_json() + "\n")

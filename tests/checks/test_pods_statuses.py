@@ -15,6 +15,7 @@ SyneRBI/PETRIC2#27), the CPU manager's "not enough cpus available to satisfy req
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -239,7 +240,7 @@ def test_the_command_replays_a_snapshots_pod_statuses(tmp_path: Path) -> None:
                 ],
                 "truncated": False,
             },
-            '"state" may hold "waiting" and "terminated" only',
+            '"state.running" must be {"startedAt": a string}',
         ),
     ],
 )
@@ -298,3 +299,39 @@ def test_a_cuda_fault_in_a_termination_message_counts_at_an_xid_only() -> None:
     ]  # llama-pretrain-4's fault, hours after any XID, is its own
     (finding,) = [f for f in result.findings if "llama-pretrain-3" in f.message]
     assert "(XID 48)" in finding.message and "lastState.terminated (Error) says" in finding.message
+
+
+@pytest.mark.parametrize("only", ["driver", "pods"])
+def test_a_plain_check_with_kubernetes_on_and_no_credentials_reads_the_disk_alone(
+    tmp_path: Path, only: str
+) -> None:
+    """`kubernetes.enabled: true` is the daemon's setting; `check` without `--publish` on a
+    machine with no credentials runs as without API access (it once exited 64 asking for a
+    --kubeconfig that it then refused without --publish)."""
+    config = tmp_path / "gpuprobe.yaml"
+    config.write_text("kubernetes:\n  enabled: true\n")
+    args = ["--root", str(tmp_path), "--config", str(config), "--only", only, "--json"]
+    done = gpuprobe("check", *args)
+    assert done.returncode != 64, done.stderr
+    report = json.loads(done.stdout)
+    assert [c["name"] for c in report["checks"]] == [only]
+    assert "api" not in report["checks"][0]["data"]
+
+
+def test_a_running_containers_last_failure_is_the_pods_not_the_nodes() -> None:
+    """A container that could not start for an unresolvable CDI device and runs now (the
+    spec was regenerated): its pod's failure stays, with its status, but the node's
+    CDI_SPEC_STALE (CRITICAL) does not; waiting on the same error, the node's is raised."""
+    pod = copy.deepcopy(fixture_pods()[3])
+    status = pod["status"]["containerStatuses"][0]
+    failing = run(PodStatusAnswer((pod_from_api(copy.deepcopy(pod)),)))
+    status["lastState"] = {"terminated": {**status["state"]["waiting"], "exitCode": 128}}
+    status["state"] = {"running": {"startedAt": "2026-11-29T21:02:11Z"}}
+    recovered = run(PodStatusAnswer((pod_from_api(pod),)))
+    assert by_pod(recovered)["detector-0"] == [
+        ("cdi-device-unresolvable", "lastState.terminated", "CreateContainerError")
+    ]
+    assert ("CDI_SPEC_STALE", "CRITICAL", "FIX_CONFIG", "node") in codes(failing)
+    assert "CDI_SPEC_STALE" not in {c[0] for c in codes(recovered)}
+    recorded = answer_from_json(PodStatusAnswer((pod_from_api(pod),)).to_json())
+    assert recorded.pods[0].containers[0].running_since == "2026-11-29T21:02:11Z"

@@ -125,7 +125,7 @@ def test_without_the_rbac_grant_the_answer_is_the_403(tmp_path: Path) -> None:
         answer = live(standin).ask(NODE)
     assert answer.pods == () and answer.error == ApiProblem(
         "403",
-        'pods "" is forbidden: User "system:serviceaccount:gpuprobe:gpuprobe" cannot list '
+        'pods is forbidden: User "system:serviceaccount:gpuprobe:gpuprobe" cannot list '
         'resource "pods" in API group "" at the cluster scope',
     )
 

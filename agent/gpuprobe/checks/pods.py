@@ -458,6 +458,9 @@ class Failure:
     # Found in the pod's status in the API rather than a log: which status and its reason.
     status: str | None = None
     reason: str | None = None
+    # The last termination of a container that runs now: the pod failed so, but the node
+    # may be fixed since (a CDI spec regenerated), so it implies no node-level finding.
+    past: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The failure as the check's data shows it."""
@@ -592,6 +595,9 @@ def _status_failures(
             failure = _container_failure(ref, _states(container), gpu_pod)
             if failure is None:
                 continue
+            failure.past = (
+                failure.status == "lastState.terminated" and container.running_since is not None
+            )
             if failure.cause == sig.CUDA_FAULT_AT_XID:
                 failure.xid = xids.near(failure.time, [by_index[i] for i in own if i in by_index])
                 if failure.xid is None:
@@ -687,9 +693,10 @@ def _status_who(f: Failure) -> str:
 def _node_level(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list[Finding]:
     """The node-level findings that some signatures imply."""
     findings = []
+    failures = [f for f in failures if not f.past]
     lost = {(f.pod.namespace, f.pod.pod) for f in failures if f.cause == sig.NVML_UNKNOWN_ERROR}
     if lost and len(gpu_pods) > 1 and lost >= gpu_pods:
-        pods = tuple(f.pod for f in failures if f.cause == sig.NVML_UNKNOWN_ERROR)
+        pods = tuple(dict.fromkeys(f.pod for f in failures if f.cause == sig.NVML_UNKNOWN_ERROR))
         message = (
             f'every GPU pod on the node ({len(gpu_pods)}) lost its GPUs ("Failed to '
             "initialize NVML: Unknown Error\"): the node's device cgroup rules were rewritten "
@@ -709,7 +716,7 @@ def _node_level(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list
             "on the node defines it (missing, or generated before a driver or GPU change). "
             f"Fix: {sig.by_cause(sig.CDI_UNRESOLVABLE).fix}"
         )
-        pods = tuple(f.pod for f in unresolved)
+        pods = tuple(dict.fromkeys(f.pod for f in unresolved))
         findings.append(
             Finding("CDI_SPEC_STALE", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
         )
@@ -734,4 +741,13 @@ def _summary(
     return "; ".join(parts) + unread
 
 
-CHECK: Check[PodsData] = Check(NAME, run)
+def _least_deadline(config: Config) -> float:
+    """The disk's sources within the usual deadline, and the API server's list besides: up
+    to API_REQUESTS requests, each bounded by `kubernetes.timeout_seconds` (a slow API server
+    must not time out the findings the disk gave)."""
+    return config.checks.deadline_seconds + API_REQUESTS * config.kubernetes.timeout_seconds
+
+
+# The list's requests at most: MAX_PODS in pages of 250, and one to learn there are more.
+API_REQUESTS = 3
+CHECK: Check[PodsData] = Check(NAME, run, least_deadline=_least_deadline)

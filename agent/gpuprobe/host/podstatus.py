@@ -77,10 +77,14 @@ class ContainerStatus:
     waiting: State | None = None
     terminated: State | None = None
     last_terminated: State | None = None
+    # `state.running.startedAt` of a container that runs now (None: it does not).
+    running_since: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The container as pod-statuses.json holds it."""
-        state = {}
+        state: dict[str, Any] = {}
+        if self.running_since is not None:
+            state["running"] = {"startedAt": self.running_since}
         if self.waiting is not None:
             state["waiting"] = self.waiting.to_json()
         if self.terminated is not None:
@@ -232,6 +236,7 @@ def pod_from_api(pod: Mapping[str, Any]) -> PodStatus:
                 _state(state.get("waiting")),
                 _state(state.get("terminated")),
                 _state(last.get("terminated")),
+                _running_since(state.get("running")),
             )
         )
     return PodStatus(
@@ -255,6 +260,15 @@ def _gpu_resources(resources: Mapping[str, Any]) -> tuple[str, ...]:
             if wanted and str(quantity).strip() not in ("0", ""):
                 found.add(str(name))
     return tuple(sorted(found))
+
+
+def _running_since(value: Any) -> str | None:
+    """When a running container started (the API's `state.running`; "" when it says no
+    time); None for a container that does not run."""
+    if not isinstance(value, Mapping):
+        return None
+    started = value.get("startedAt")
+    return started[:64] if isinstance(started, str) else ""
 
 
 def _state(value: Any) -> State | None:
@@ -348,8 +362,15 @@ def _container(d: Any, where: str) -> ContainerStatus:
     if not isinstance(d["init"], bool):
         raise SnapshotError(f'{where}: "init" must be true or false')
     state, last = d["state"], d["lastState"]
-    if not isinstance(state, dict) or not set(state) <= {"waiting", "terminated"}:
-        raise SnapshotError(f'{where}: "state" may hold "waiting" and "terminated" only')
+    if not isinstance(state, dict) or not set(state) <= {"running", "waiting", "terminated"}:
+        raise SnapshotError(f'{where}: "state" may hold "running", "waiting", "terminated" only')
+    running = state.get("running")
+    if running is not None and (
+        not isinstance(running, dict)
+        or set(running) != {"startedAt"}
+        or not isinstance(running["startedAt"], str)
+    ):
+        raise SnapshotError(f'{where}: "state.running" must be {{"startedAt": a string}}')
     if not isinstance(last, dict) or not set(last) <= {"terminated"}:
         raise SnapshotError(f'{where}: "lastState" may hold "terminated" only')
     return ContainerStatus(
@@ -360,6 +381,7 @@ def _container(d: Any, where: str) -> ContainerStatus:
         _state_json(state.get("waiting"), f"{where}.state.waiting"),
         _state_json(state.get("terminated"), f"{where}.state.terminated"),
         _state_json(last.get("terminated"), f"{where}.lastState.terminated"),
+        running["startedAt"] if running is not None else None,
     )
 
 
