@@ -67,7 +67,7 @@ class Action(enum.StrEnum):
 
 def worst(statuses: Iterable[Status]) -> Status:
     """The worst of several statuses; OK when there are none."""
-    return max(statuses, key=lambda s: s.rank, default=Status.OK)
+    return max(statuses, key=_RANK.__getitem__, default=Status.OK)
 
 
 def gpu_resource(index: int, uuid: str | None) -> str:
@@ -156,6 +156,8 @@ class CheckResult:
     @property
     def status(self) -> Status:
         """The worst of the findings' severities and the check's own floor."""
+        if not self.findings:  # most checks of a healthy node: no list to build
+            return self.floor
         return worst([self.floor, *(f.severity.status for f in self.findings)])
 
     def to_dict(self) -> dict[str, Any]:
@@ -199,7 +201,10 @@ class NodeReport:
 
     def check(self, name: str) -> CheckResult | None:
         """The result of the named check, if it ran."""
-        return next((c for c in self.checks if c.name == name), None)
+        for check in self.checks:  # a dozen checks: a loop beats building an index
+            if check.name == name:
+                return check
+        return None
 
     def findings(self) -> list[tuple[str, Finding]]:
         """Every finding with the name of the check that raised it."""
