@@ -143,7 +143,7 @@ async def fan_out(targets: Sequence[str], asking: Asking, each: Callable[[Fetche
 
 
 def not_asked(deadline: float, workers: int) -> Unreachable:
-    """A target the deadline passed before a thread was free to ask it."""
+    """A target the deadline passed before a worker was free to ask it."""
     return Unreachable(
         Failure.TIMEOUT,
         f"not asked: the deadline ({deadline:g} s) passed while the {agents(workers)} asked "
