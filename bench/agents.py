@@ -30,11 +30,19 @@ def start_agent(
 ) -> tuple[subprocess.Popen[str], int]:
     """`gpuprobe serve` on the snapshot (and `extra` flags); returns the process and its
     metrics port."""
+    proc, _, metrics_port = serve(["--interval", str(interval), *extra], snapshot)
+    return proc, metrics_port
+
+
+def serve(
+    flags: Sequence[str] = (), snapshot: Path = SNAPSHOT, python: str = sys.executable
+) -> tuple[subprocess.Popen[str], int, int]:
+    """`gpuprobe serve` on the snapshot with `flags`, on ephemeral loopback ports, once it
+    listens: the process, its gRPC port and its metrics port."""
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "gpuprobe", "serve", "--snapshot", str(snapshot)),
-            *("--interval", str(interval), "--grpc-listen", "127.0.0.1:0"),
-            *("--metrics-listen", "127.0.0.1:0", *extra),
+            *(python, "-m", "gpuprobe", "serve", "--snapshot", str(snapshot)),
+            *("--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", *flags),
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -45,7 +53,7 @@ def start_agent(
         if entry.get("msg") == "listening":
             # Keep reading its log, so a full pipe never blocks the agent.
             threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, int(entry["metrics_port"])
+            return proc, int(entry["grpc_port"]), int(entry["metrics_port"])
     raise RuntimeError("gpuprobe serve exited before listening")
 
 

@@ -20,7 +20,6 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -31,31 +30,11 @@ from typing import Any
 import grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from agents import serve
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 
-ROOT = Path(__file__).resolve().parent.parent
-SNAPSHOT = ROOT / "tests" / "snapshots" / "synthetic-h100-8gpu-healthy"
 ATTACKER = "127.0.0.2"
-
-
-def start(python: str) -> tuple[subprocess.Popen[str], int, int]:
-    """`gpuprobe serve` on the snapshot: the process, its gRPC and metrics ports."""
-    proc = subprocess.Popen(
-        [
-            *(python, "-m", "gpuprobe", "serve", "--snapshot", str(SNAPSHOT)),
-            *("--grpc-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        entry = json.loads(line)
-        if entry.get("msg") == "listening":
-            threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, int(entry["grpc_port"]), int(entry["metrics_port"])
-    raise RuntimeError("gpuprobe serve exited before listening")
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -196,7 +175,7 @@ def main() -> None:
     parser.add_argument("--idle-connections", type=int, default=300)
     parser.add_argument("--python", default=sys.executable, help="the agent's interpreter")
     args = parser.parse_args()
-    proc, grpc_port, metrics_port = start(args.python)
+    proc, grpc_port, metrics_port = serve(python=args.python)
     try:
         time.sleep(2.0)  # the first report
         quiet = time_calls(grpc_port, metrics_port, args.calls)
