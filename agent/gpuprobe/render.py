@@ -6,7 +6,7 @@ import textwrap
 from collections.abc import Callable
 from datetime import datetime
 
-from gpuprobe.report import NodeReport, Status
+from gpuprobe.report import Finding, NodeReport, Status
 
 _COLOURS = {
     Status.OK: "\033[32m",
@@ -98,12 +98,21 @@ def render_report(
         lines += rest
         findings = sorted(check.findings, key=lambda f: -f.severity.status.rank)
         for finding in findings:
-            severity = paint(finding.severity.status, finding.severity.value)
-            head = f"{finding.code} on {finding.resource}"
-            skip = 10 + len(finding.severity.value) + 1
-            first, *rest = wrap(head, FINDING_INDENT, width, first=skip)
-            lines.append(f"{'':10}{severity} {first[skip:]}")
-            lines += rest
-            lines += wrap(finding.message, FINDING_INDENT, width)
+            lines += finding_lines(finding, f"{finding.code} on {finding.resource}", paint, width)
             lines += wrap(f"action: {finding.action.value}", FINDING_INDENT, width)
     return "\n".join(lines) + "\n"
+
+
+def finding_lines(
+    finding: Finding, head: str, paint: Callable[[Status, str], str], width: int | None
+) -> list[str]:
+    """A finding as both reports print it: its severity, then `head` wrapped beside it and
+    under it, then its message."""
+    severity = paint(finding.severity.status, finding.severity.value)
+    skip = 10 + len(finding.severity.value) + 1
+    first, *rest = wrap(head, FINDING_INDENT, width, first=skip)
+    return [
+        f"{'':10}{severity} {first[skip:]}",
+        *rest,
+        *wrap(finding.message, FINDING_INDENT, width),
+    ]

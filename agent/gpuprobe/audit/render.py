@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
 from gpuprobe.audit.facts import Counts, driver_needed, ranked_images
 from gpuprobe.audit.usage import Usage
-from gpuprobe.render import FINDING_INDENT, counted, painter, wrap
+from gpuprobe.render import counted, finding_lines, painter, wrap
 
 STATUS_WIDTH = 8  # CRITICAL
 
@@ -34,13 +34,8 @@ def render_cluster(report: ClusterReport, colour: bool = False, width: int | Non
             + _summary(node)
         )
         for check, finding in sorted(node.findings, key=lambda cf: -cf[1].severity.status.rank):
-            severity = paint(finding.severity.status, finding.severity.value)
             head = f"{finding.code} on {finding.resource} ({check}), action {finding.action.value}"
-            skip = 10 + len(finding.severity.value) + 1
-            first, *rest = wrap(head, FINDING_INDENT, width, first=skip)
-            lines.append(f"{'':10}{severity} {first[skip:]}")
-            lines += rest
-            lines += wrap(finding.message, FINDING_INDENT, width)
+            lines += finding_lines(finding, head, paint, width)
     if report.skew:
         lines += ["", "skew (majority value, and the nodes that differ)"]
         field_width = max(len(s.field) for s in report.skew)
