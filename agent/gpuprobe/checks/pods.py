@@ -134,11 +134,16 @@ def run(host: Host, config: Config) -> CheckResult:
         findings += finding
     unreadable = [{"path": s.path, "problem": s.problem} for s in specs if s.problem]
     logs, unread = _read_logs(host, gpu_pods)
-    xids = _Xids(host, config)
-    spec_gpus = _spec_gpus(specs, gpus, held)
-    failures = _failures(logs, gpu_pods, gpus, held, spec_gpus, xids)
+    owners = _Owners(
+        gpu_pods,
+        {g.index: g for g in gpus},
+        held,
+        _spec_gpus(specs, gpus, held),
+        _Xids(host, config),
+    )
+    failures = _failures(logs, owners)
     listed = host.pod_statuses.ask(host.node_name)
-    failures += _status_failures(listed, gpu_pods, gpus, held, spec_gpus, xids)
+    failures += _status_failures(listed, owners)
     findings += _failure_findings(failures, gpu_pods)
     data: PodsData = {
         "driver_version": driver.version,
@@ -478,20 +483,39 @@ class Failure:
         return d
 
 
-def _failures(
-    logs: list[cri_log.ContainerLog],
-    gpu_pods: set[tuple[str, str]],
-    gpus: list[NodeGpu],
-    held: dict[PodRef, set[int]],
-    spec_gpus: dict[PodRef, set[int]],
-    xids: _Xids,
-) -> list[Failure]:
-    by_index = {g.index: g for g in gpus}
+@dataclass(frozen=True)
+class _Owners:
+    """What ties a failure to GPUs: the pods that hold GPUs, the node's GPUs by index, each
+    container's GPUs (from the kubelet's PodResources and from its OCI spec), and the XIDs."""
+
+    gpu_pods: set[tuple[str, str]]
+    by_index: dict[int, NodeGpu]
+    held: dict[PodRef, set[int]]
+    spec_gpus: dict[PodRef, set[int]]
+    xids: _Xids
+
+    def of(self, ref: PodRef) -> list[NodeGpu]:
+        """A container's GPUs, by index."""
+        own = self.held.get(ref, set()) | self.spec_gpus.get(ref, set())
+        return [self.by_index[i] for i in sorted(own) if i in self.by_index]
+
+    def of_pod(self, namespace: str, pod: str) -> list[NodeGpu]:
+        """The GPUs of all a pod's containers, by index."""
+        own = {
+            i
+            for ref, indexes in (*self.held.items(), *self.spec_gpus.items())
+            if (ref.namespace, ref.pod) == (namespace, pod)
+            for i in indexes
+        }
+        return [self.by_index[i] for i in sorted(own) if i in self.by_index]
+
+
+def _failures(logs: list[cri_log.ContainerLog], owners: _Owners) -> list[Failure]:
     found: list[Failure] = []
     for log in logs:
         pod = PodRef(log.namespace, log.pod, log.container)
-        has_gpu = (log.namespace, log.pod) in gpu_pods
-        own = sorted(held.get(pod, set()) | spec_gpus.get(pod, set()))
+        has_gpu = (log.namespace, log.pod) in owners.gpu_pods
+        own = owners.of(pod)
         failure = None
         for line in reversed(log.lines):  # the last failure is the one that ended it
             hit = sig.match(line.text)
@@ -499,14 +523,14 @@ def _failures(
                 continue
             xid = None
             if hit.signature.cause == sig.CUDA_FAULT_AT_XID:
-                xid = xids.near(line.time, [by_index[i] for i in own if i in by_index])
+                xid = owners.xids.near(line.time, own)
                 if xid is None:
                     continue  # an application's own fault, not the GPU's
             failure = Failure(
                 pod, hit.signature.cause, line.text, line.time, line.file, hit.excerpt
             )
             failure.detail, failure.xid = hit.detail, xid
-            failure.gpus = [by_index[i].resource for i in own if i in by_index]
+            failure.gpus = [g.resource for g in own]
             break
         if failure is not None:
             found.append(failure)
@@ -561,24 +585,12 @@ class _Xids:
 # --- pod statuses from the API server ---
 
 
-def _status_failures(
-    listed: PodStatusAnswer,
-    gpu_pods: set[tuple[str, str]],
-    gpus: list[NodeGpu],
-    held: dict[PodRef, set[int]],
-    spec_gpus: dict[PodRef, set[int]],
-    xids: _Xids,
-) -> list[Failure]:
+def _status_failures(listed: PodStatusAnswer, owners: _Owners) -> list[Failure]:
     """The GPU failures the pods' statuses show: a pod the kubelet rejected, and each
     container's first state (waiting, terminated, last terminated) whose message matches."""
-    by_index = {g.index: g for g in gpus}
     found: list[Failure] = []
     for pod in listed.pods:
-        gpu_pod = (pod.namespace, pod.name) in gpu_pods or pod.asks_for_gpus
-        whole = {
-            i for ref, own in (*held.items(), *spec_gpus.items()) for i in own
-            if (ref.namespace, ref.pod) == (pod.namespace, pod.name)
-        }  # fmt: skip
+        gpu_pod = (pod.namespace, pod.name) in owners.gpu_pods or pod.asks_for_gpus
         if pod.message:
             text = _one_line(pod.message)
             hit = sig.match_pod_reason(pod.reason, text, gpu_pod)
@@ -587,11 +599,11 @@ def _status_failures(
                     PodRef(pod.namespace, pod.name), hit.signature.cause, text, None, "",
                     hit.excerpt, hit.detail, status="status", reason=pod.reason,
                 )  # fmt: skip
-                rejected.gpus = [by_index[i].resource for i in sorted(whole) if i in by_index]
+                rejected.gpus = [g.resource for g in owners.of_pod(pod.namespace, pod.name)]
                 found.append(rejected)
         for container in pod.containers:
             ref = PodRef(pod.namespace, pod.name, container.name)
-            own = sorted(held.get(ref, set()) | spec_gpus.get(ref, set()))
+            own = owners.of(ref)
             failure = _container_failure(ref, _states(container), gpu_pod)
             if failure is None:
                 continue
@@ -599,10 +611,10 @@ def _status_failures(
                 failure.status == "lastState.terminated" and container.running_since is not None
             )
             if failure.cause == sig.CUDA_FAULT_AT_XID:
-                failure.xid = xids.near(failure.time, [by_index[i] for i in own if i in by_index])
+                failure.xid = owners.xids.near(failure.time, own)
                 if failure.xid is None:
                     continue  # an application's own fault, not the GPU's
-            failure.gpus = [by_index[i].resource for i in own if i in by_index]
+            failure.gpus = [g.resource for g in own]
             found.append(failure)
     return found
 
