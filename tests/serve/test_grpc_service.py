@@ -5,6 +5,7 @@ health and reflection."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
@@ -17,7 +18,7 @@ from gpuprobe.checks import registry
 from gpuprobe.client import Client
 from gpuprobe.config import Config
 from gpuprobe.host import Host
-from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity
+from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, parse_time
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import config, use_check
 from serving import PASSIVE, in_process_agent, wait_for
@@ -43,11 +44,18 @@ def test_get_report_is_the_report_check_json_gives() -> None:
         message = client.get_report_message()
         report = client.get_report()
     got = report.to_dict()
+    starts = []
     for d in (got, expected):
         d.pop("time")
         for c in d["checks"]:
             c.pop("duration_seconds")
+            if c["name"] == "workloads":
+                # when the idle accounting began: the clock second of each run's first round
+                since = c["data"]["accounting"].pop("since")
+                assert c["data"]["usage"].pop("since") == since
+                starts.append(parse_time(since))
     assert got == expected
+    assert timedelta(0) <= starts[0] - starts[1] <= timedelta(seconds=30)
     assert message.status == pb.STATUS_CRITICAL
     assert message.agent_version
     assert all(c.time.seconds > 0 for c in message.checks)
