@@ -213,6 +213,20 @@ def starting_agent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
             release.set()  # before the agent stops
 
 
+def test_a_summary_whose_facts_are_not_json_is_an_unreadable_answer() -> None:
+    broken = pb.GetReportResponse(
+        report=pb.NodeReport(
+            node="n", checks=[pb.CheckResult(name="driver", data_json='{"driver_version": 550')]
+        )
+    )
+    with standin(lambda context: broken) as server:
+        assert why(server.target) == Unreachable(
+            Failure.ERROR,
+            "unreadable answer: ValueError: the driver check's data_json is not JSON: "
+            "Expecting ',' delimiter: line 1 column 23 (char 22)",
+        )
+
+
 def test_an_agent_without_a_report_yet_is_not_ready(starting_agent: Agent) -> None:
     assert why(f"127.0.0.1:{starting_agent.grpc_port}") == Unreachable(
         Failure.NOT_READY, "the agent has no report yet: the first round of checks is running"

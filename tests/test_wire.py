@@ -125,3 +125,38 @@ def test_a_findings_pods_travel_as_pod_refs_and_come_back() -> None:
     # A finding from an agent before pods existed reads as one with none.
     old = pb.Finding(code="XID", message="m", resource="node")
     assert wire.finding_from_proto(old).pods == ()
+
+
+def test_the_summary_facts_as_json_come_back_as_the_struct_does_and_are_preferred() -> None:
+    report = NodeReport(
+        "gpu-node-17",
+        datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC),
+        [CheckResult("driver", "ok", data={"driver_version": "550.54.15", "huge": 2**60})],
+    )
+    message = wire.summary_to_proto(report)
+    (check,) = message.checks
+    assert check.data_json == '{"driver_version":"550.54.15"}'  # the summary's facts only
+    assert wire.report_to_proto(report).checks[0].data_json == ""
+    # where both are set the JSON is read (a test of which one: make them differ)
+    check.data_json = '{"driver_version":"570.86.15","since":12}'
+    back = wire.report_from_proto(message).check("driver")
+    assert back is not None and back.data == {"driver_version": "570.86.15", "since": 12}
+    # keys leave out the other top-level keys; a check no key asks for is not parsed
+    picked = wire.report_from_proto(message, {"driver": {"since": None}})
+    assert picked.checks[0].data == {"since": 12}
+    check.data_json = "not parsed"
+    assert wire.report_from_proto(message, {"gpus": None}).checks[0].data == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"gpus": [', "the gpus check's data_json is not JSON: Expecting value: line 1 column 11"),
+        ("[8]", "the gpus check's data_json is not a JSON object: '[8]'"),
+    ],
+)
+def test_data_json_that_is_not_an_object_is_an_unreadable_check(text: str, reason: str) -> None:
+    message = pb.NodeReport(node="n", checks=[pb.CheckResult(name="gpus", data_json=text)])
+    with pytest.raises(ValueError) as raised:
+        wire.report_from_proto(message)
+    assert str(raised.value).startswith(reason)

@@ -3,6 +3,7 @@ the audit's figures from it the same as from the whole report."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,14 +66,30 @@ def test_the_summary_view_carries_no_per_gpu_telemetry(
     assert full_data is not None
     full_gpu_keys = keys_of(full_data.data["gpus"])
     assert TELEMETRY & full_gpu_keys, "the whole report should carry the GPUs' telemetry"
-    report = wire.report_from_proto(summary)
-    for check in report.checks:
-        assert keys_of(check.data) <= allowed(SUMMARY_DATA.get(check.name, {})), check.name
-    gpus = report.check("gpus")
+    for check in summary.checks:
+        # both copies of the facts: the Struct (older audits read it) and the JSON text
+        for data in (wire.struct_to_data(check.data), json.loads(check.data_json)):
+            assert keys_of(data) <= allowed(SUMMARY_DATA.get(check.name, {})), check.name
+    gpus = wire.report_from_proto(summary).check("gpus")
     assert gpus is not None
     # `lost` is in a GPU's data only when it is lost
     assert [set(g) for g in gpus.data["gpus"]] == [{"index", "name", "idle"}] * 8
     assert summary.ByteSize() * 4 < whole.ByteSize()
+
+
+def test_the_summary_view_sends_each_checks_facts_as_a_struct_and_as_the_same_json(
+    views: tuple[pb.NodeReport, pb.NodeReport],
+) -> None:
+    whole, summary = views
+    with_facts = 0
+    for check in summary.checks:
+        assert check.data_json, check.name  # set for every check, "{}" for one without facts
+        assert json.loads(check.data_json) == wire.struct_to_data(check.data), check.name
+        with_facts += check.data_json != "{}"
+    assert with_facts == 7  # driver, gpus, mig, toolkit, sharing, workloads, pods
+    gpus = json.loads(next(c.data_json for c in summary.checks if c.name == "gpus"))
+    assert gpus["gpus_on_pci_bus"] == 8 and isinstance(gpus["gpus_on_pci_bus"], int)
+    assert [c.data_json for c in whole.checks] == [""] * len(whole.checks)
 
 
 def test_the_summary_view_keeps_every_check_status_summary_and_finding(
@@ -95,6 +112,12 @@ def test_the_audit_reads_the_same_figures_from_either_view(
     assert skew_values(from_summary) == skew_values(from_whole)
     assert counts(from_summary) == counts(from_whole)
     assert audited(Fetched("t", from_summary)) == audited(Fetched("t", from_whole))
+    # an agent of the version before data_json sends the Struct alone
+    struct_only = pb.NodeReport.FromString(summary.SerializeToString())
+    for check in struct_only.checks:
+        check.ClearField("data_json")
+    from_struct = wire.report_from_proto(struct_only, DATA_KEYS)
+    assert audited(Fetched("t", from_struct)) == audited(Fetched("t", from_summary))
 
 
 @pytest.mark.parametrize(
@@ -119,6 +142,8 @@ def test_the_audit_digests_the_summary_view_as_it_digests_the_whole_report(name:
     assert audited(Fetched("t", summary(report))) == whole
     through_the_wire = wire.report_from_proto(wire.report_to_proto(summary(report)))
     assert audited(Fetched("t", through_the_wire)) == whole
+    as_the_agent_sends_it = wire.report_from_proto(wire.summary_to_proto(report), DATA_KEYS)
+    assert audited(Fetched("t", as_the_agent_sends_it)) == whole
 
 
 def test_an_agent_without_views_answers_the_whole_report_and_the_audit_reads_it(

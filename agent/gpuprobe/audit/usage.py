@@ -10,7 +10,7 @@ GPU-equivalents, a MIG device 1/n of its GPU), which the summary view carries
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,14 +88,14 @@ def usage(report: NodeReport) -> Usage | None:
     (not a Kubernetes node, or its kubelet did not answer). It reads the check's usage digest
     (`data.usage`), or sums it from the devices of an agent that sends none."""
     result = report.check("workloads")
-    if result is None or not isinstance(result.data, Mapping):
+    if result is None or not isinstance(result.data, dict):
         return None
     data = result.data
     kubelet = data.get("kubelet")
-    if not isinstance(kubelet, Mapping) or kubelet.get("state") != "answered":
+    if not isinstance(kubelet, dict) or kubelet.get("state") != "answered":
         return None
     digest = data.get("usage")
-    if not isinstance(digest, Mapping):
+    if not isinstance(digest, dict):
         digest = node_usage(data.get("devices"), data.get("accounting"))
     now = _numbers(digest.get("gpus"))
     seconds = _numbers(digest.get("seconds"))
@@ -116,7 +116,7 @@ def usage(report: NodeReport) -> Usage | None:
 
 def _numbers(value: Any) -> dict[str, float]:
     """A mapping's counts (each a number at least 0; anything else counts as nothing)."""
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict):
         return {}
     return {str(k): non_negative(v) for k, v in value.items()}
 

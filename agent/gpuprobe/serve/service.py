@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from gpuprobe import report_view, wire
+from gpuprobe import wire
 from gpuprobe.checks.xid.state import StateError
 from gpuprobe.measure.bandwidth import BandwidthTests, Refused
 from gpuprobe.report import NodeReport, now
@@ -81,7 +81,7 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self._report = report
         self._watched = (state.change, report)
         self._response = pb.GetReportResponse(report=report)
-        summary = wire.report_to_proto(report_view.summary(state.report), state.check_times)
+        summary = wire.summary_to_proto(state.report, state.check_times)
         self._summary = pb.GetReportResponse(report=summary)
 
     # --- read-only -----------------------------------------------------------------------

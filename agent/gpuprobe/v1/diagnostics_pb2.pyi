@@ -92,7 +92,7 @@ class NodeReport(_message.Message):
     def __init__(self, node: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[Status, str]] = ..., checks: _Optional[_Iterable[_Union[CheckResult, _Mapping]]] = ..., agent_version: _Optional[str] = ...) -> None: ...
 
 class CheckResult(_message.Message):
-    __slots__ = ("name", "status", "summary", "duration_seconds", "findings", "data", "time")
+    __slots__ = ("name", "status", "summary", "duration_seconds", "findings", "data", "time", "data_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class CheckResult(_message.Message):
     FINDINGS_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     status: Status
     summary: str
@@ -107,7 +108,8 @@ class CheckResult(_message.Message):
     findings: _containers.RepeatedCompositeFieldContainer[Finding]
     data: _struct_pb2.Struct
     time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., summary: _Optional[str] = ..., duration_seconds: _Optional[float] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    data_json: str
+    def __init__(self, name: _Optional[str] = ..., status: _Optional[_Union[Status, str]] = ..., summary: _Optional[str] = ..., duration_seconds: _Optional[float] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., data_json: _Optional[str] = ...) -> None: ...
 
 class Finding(_message.Message):
     __slots__ = ("code", "severity", "message", "action", "resource", "pods")
