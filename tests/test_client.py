@@ -12,7 +12,7 @@ import pytest
 
 from certs import make_pki
 from gpuprobe import __version__
-from gpuprobe.client import Client, Credentials, fetch_report
+from gpuprobe.client import Client, Credentials, dial_target, fetch_report
 from gpuprobe.errors import UsageError
 from gpuprobe.report import Action, Finding, Severity
 from gpuprobe.unreachable import Failure
@@ -159,3 +159,18 @@ def test_watch_reports_raises_when_the_agent_never_answers() -> None:
         ):
             next(client.watch_reports(timeout=0.5))
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+@pytest.mark.parametrize(
+    ("target", "dialled"),
+    [
+        ("10.0.0.7:50051", "ipv4:10.0.0.7:50051"),
+        ("[fd00::7]:50051", "ipv6:[fd00::7]:50051"),
+        ("[fe80::1%eth0]:50051", "ipv6:[fe80::1%eth0]:50051"),
+        ("gpu-node-7:50051", "gpu-node-7:50051"),  # a name: gRPC's resolver looks it up
+        ("010.0.0.7:50051", "010.0.0.7:50051"),  # not an address in either parser
+        ("unix:/run/gpuprobe.sock", "unix:/run/gpuprobe.sock"),
+    ],
+)
+def test_addresses_skip_the_resolver_and_names_do_not(target: str, dialled: str) -> None:
+    assert dial_target(target) == dialled

@@ -153,6 +153,8 @@ def test_the_summary_facts_as_json_come_back_as_the_struct_does_and_are_preferre
     [
         ('{"gpus": [', "the gpus check's data_json is not JSON: Expecting value: line 1 column 11"),
         ("[8]", "the gpus check's data_json is not a JSON object: '[8]'"),
+        ('{"a": 1} {', "the gpus check's data_json is not JSON: Extra data: line 1 column 10"),
+        ('{"a": tru}', "the gpus check's data_json is not JSON: Expecting value: line 1 column 7"),
     ],
 )
 def test_data_json_that_is_not_an_object_is_an_unreadable_check(text: str, reason: str) -> None:
@@ -160,3 +162,11 @@ def test_data_json_that_is_not_an_object_is_an_unreadable_check(text: str, reaso
     with pytest.raises(ValueError) as raised:
         wire.report_from_proto(message)
     assert str(raised.value).startswith(reason)
+
+
+def test_data_json_may_have_space_around_and_inside_it() -> None:
+    # another agent's JSON writer may indent; only gpuprobe's own is compact
+    assert wire.json_to_data(' {\n  "gpus": [ {"index": 0} ],\n  "n": 2 }\n') == {
+        "gpus": [{"index": 0}],
+        "n": 2,
+    }
