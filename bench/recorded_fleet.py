@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-PORT = 50051
+DEFAULT_PORT = 50051
 PLACEHOLDER = "fleet-node-XXXXXX"
 PER_OCTET = 250
 GET_REPORT = "/gpuprobe.v1.NodeDiagnostics/GetReport"
@@ -85,8 +85,8 @@ def record(snapshots: Sequence[str]) -> list[dict[str, str]]:
     return recorded
 
 
-def serve_share(recorded_file: str, count: int, share: int, shares: int) -> int:
-    """Serve the addresses i with i % shares == share, until stdin closes.
+def serve_share(recorded_file: str, count: int, share: int, shares: int, port: int) -> int:
+    """Serve the addresses i with i % shares == share on `port`, until stdin closes.
 
     The server is gRPC's core driven from one thread through its completion queue (the
     `grpc._cython.cygrpc` layer that grpcio's own server is built on), without that server's
@@ -109,10 +109,14 @@ def serve_share(recorded_file: str, count: int, share: int, shares: int) -> int:
         return answers[i % len(answers)][view].replace(placeholder, f"fleet-node-{i:06d}".encode())
 
     queue = cygrpc.CompletionQueue()
-    server = cygrpc.Server((("grpc.enable_channelz", 0), ("grpc.http2.bdp_probe", 0)), False)
+    # No SO_REUSEPORT: a second fleet on the same addresses and port fails to start rather
+    # than sharing (and, as it stops, cancelling) the first one's connections.
+    options = (("grpc.enable_channelz", 0), ("grpc.http2.bdp_probe", 0), ("grpc.so_reuseport", 0))
+    server = cygrpc.Server(options, False)
     server.register_completion_queue(queue)
     for i in range(share, count, shares):
-        server.add_http2_port(f"{address(i)}:{PORT}".encode())
+        if not server.add_http2_port(f"{address(i)}:{port}".encode()):
+            raise SystemExit(f"recorded_fleet: cannot listen on {address(i)}:{port}")
     server.start()
     new_call, done = object(), object()
     for _ in range(WAITING_CALLS):
@@ -163,22 +167,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--count", type=int, required=True, help="how many agents")
     parser.add_argument("--processes", type=int, default=2, help="serving processes")
     parser.add_argument("--snapshot", action="append", help="a snapshot directory (repeatable)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="the port on each address")
     parser.add_argument("--share", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--recorded", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.share is not None:
-        return serve_share(args.recorded, args.count, args.share, args.processes)
+        return serve_share(args.recorded, args.count, args.share, args.processes, args.port)
     snapshots = args.snapshot or [str(ROOT / "tests/snapshots/synthetic-h100-8gpu-healthy")]
     with tempfile.TemporaryDirectory(prefix="gpuprobe-fleet-") as tmp:
         recorded = Path(tmp) / "recorded.json"
         recorded.write_text(json.dumps(record(snapshots)))
         targets = Path(tmp) / "targets"
-        targets.write_text("".join(f"{address(i)}:{PORT}\n" for i in range(args.count)))
+        targets.write_text("".join(f"{address(i)}:{args.port}\n" for i in range(args.count)))
         children = [
             subprocess.Popen(
                 [
                     *(sys.executable, __file__, "--count", str(args.count)),
                     *("--processes", str(args.processes), "--share", str(k)),
+                    *("--port", str(args.port)),
                     *("--recorded", str(recorded)),
                 ],
                 stdin=subprocess.PIPE,
