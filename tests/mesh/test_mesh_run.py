@@ -27,7 +27,12 @@ from serving import in_process_agent
 
 TOKEN = "mesh-token"
 LOOPBACK = {"peer_networks": ["127.0.0.0/8"]}
-CALM = Thresholds(min_relative_drop=0.95)  # loopback figures swing with the machine's load
+# These tests are about which links are tested, and failures, never rates: no link is LOW
+# (a rate below median × 0). Loopback rates between agents in one interpreter swing beyond any
+# threshold under load: a sender waiting for another agent's hold on the GIL is neither on a
+# CPU nor waiting for one, so the test's CPU-limit detection cannot tell, and one LOW link
+# would make its ends suspects and change what quick mode retests.
+CALM = Thresholds(min_relative_drop=1.0)
 
 
 @pytest.fixture
