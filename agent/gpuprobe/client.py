@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import TracebackType
@@ -34,6 +34,7 @@ from gpuprobe import wire
 from gpuprobe.credentials import read_pem, read_token
 from gpuprobe.errors import UsageError
 from gpuprobe.report import Finding, NodeReport
+from gpuprobe.report_view import DataKeys
 from gpuprobe.unreachable import Failure, Unreachable, explain, status_code
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
@@ -52,8 +53,6 @@ CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.http2.bdp_probe", 0),
     ("grpc.use_local_subchannel_pool", 1),
 )
-# Which parts of each check's data to convert: check name → keys (None: all of it).
-DataKeys = Mapping[str, wire.Keys | None]
 
 
 def read_token_file(path: str) -> str:

@@ -20,18 +20,13 @@ from google.protobuf import struct_pb2, timestamp_pb2
 
 from gpuprobe import __version__, report_view
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity, Status
+from gpuprobe.report_view import DataKeys
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 _EXACT_INT = 2**53
 # A failed MeasureBandwidth call carries a MeasureBandwidthResponse, with `failed_side` set,
 # in its trailing metadata under this key (serialized).
 FAILURE_KEY = "gpuprobe-failure-bin"
-
-# Which keys of a check's data to convert: a key maps to None (its whole value) or to the
-# keys to keep of its value (of the object, or of each object in the list). A tool that
-# reads a few facts of many reports converts only those: an 8-GPU report's whole `gpus`
-# data costs milliseconds to convert, the few keys an audit reads a fraction of that.
-Keys = Mapping[str, "Keys | None"]
 
 
 def report_to_proto(
@@ -133,13 +128,13 @@ def timestamp(t: datetime) -> timestamp_pb2.Timestamp:
 # --- from the proto ------------------------------------------------------------------------
 
 
-def report_from_proto(
-    message: pb.NodeReport, data: Mapping[str, Keys | None] | None = None
-) -> NodeReport:
+def report_from_proto(message: pb.NodeReport, data: DataKeys | None = None) -> NodeReport:
     """A `gpuprobe.v1.NodeReport` as the Python report (the statuses kept as sent).
 
     `data` selects what to convert of the checks' data: check name → its keys (None: all of
     it); a check it does not name gets empty data. Without it every check's data is converted.
+    A tool that reads a few facts of many reports converts only those: an 8-GPU report's whole
+    `gpus` data costs milliseconds to convert, the few keys an audit reads a fraction of that.
     """
     if data is None:
         checks = [check_from_proto(c) for c in message.checks]
@@ -148,10 +143,10 @@ def report_from_proto(
     return NodeReport(node=message.node, time=message.time.ToDatetime(tzinfo=UTC), checks=checks)
 
 
-_NONE: Keys = {}  # no key of a check's data
+_NONE: DataKeys = {}  # no key of a check's data
 
 
-def check_from_proto(message: pb.CheckResult, keys: Keys | None = None) -> CheckResult:
+def check_from_proto(message: pb.CheckResult, keys: DataKeys | None = None) -> CheckResult:
     """A `gpuprobe.v1.CheckResult` as the Python result (of its data only `keys`, if given)."""
     if keys is not None and not keys:
         data: dict[str, Any] = {}  # none wanted: neither the JSON nor the Struct is opened
@@ -213,7 +208,7 @@ _ACTIONS: dict[int, Action] = _by_number(pb.Action, Action, "ACTION_")
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 
 
-def json_to_data(text: str, keys: Keys | None = None) -> dict[str, Any]:
+def json_to_data(text: str, keys: DataKeys | None = None) -> dict[str, Any]:
     """A check's `data_json` as its data dict; raises ValueError when the text is not a JSON
     object. The parser reads the text whole, so `keys` only leaves out the check's other
     top-level keys (picking through every level would cost more than the parse), and a check
@@ -234,13 +229,13 @@ def json_to_data(text: str, keys: Keys | None = None) -> dict[str, Any]:
     return data if keys is None else {k: data[k] for k in keys if k in data}
 
 
-def struct_to_data(struct: struct_pb2.Struct, keys: Keys | None = None) -> dict[str, Any]:
+def struct_to_data(struct: struct_pb2.Struct, keys: DataKeys | None = None) -> dict[str, Any]:
     """A Struct as the check's data dict (only `keys`, if given), integral doubles turned
     back into ints."""
     return _fields(struct, keys)
 
 
-def _fields(struct: struct_pb2.Struct, keys: Keys | None) -> dict[str, Any]:
+def _fields(struct: struct_pb2.Struct, keys: DataKeys | None) -> dict[str, Any]:
     if keys is not None and not keys:
         return {}  # none wanted: the Struct is not even opened
     fields = struct.fields
@@ -249,7 +244,7 @@ def _fields(struct: struct_pb2.Struct, keys: Keys | None) -> dict[str, Any]:
     return {k: _value(fields[k], sub) for k, sub in keys.items() if k in fields}
 
 
-def _value(value: struct_pb2.Value, keys: Keys | None) -> Any:
+def _value(value: struct_pb2.Value, keys: DataKeys | None) -> Any:
     kind = value.WhichOneof("kind")
     if kind == "number_value":
         number = float(value.number_value)

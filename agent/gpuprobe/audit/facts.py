@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.client import DataKeys
 from gpuprobe.gpu import cuda
 from gpuprobe.report import Action, NodeReport
-from gpuprobe.report_view import SUMMARY_DATA
+from gpuprobe.report_view import SUMMARY_DATA, DataKeys
 
 # The parts of the checks' data the audit reads; it converts only these. They are the
 # summary view's facts, which an agent sends when asked for the summary, and the workloads

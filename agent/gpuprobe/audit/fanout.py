@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from gpuprobe.client import Credentials, DataKeys, Fetched, fetch_report_async
+from gpuprobe.client import Credentials, Fetched, fetch_report_async
+from gpuprobe.report_view import DataKeys
 from gpuprobe.unreachable import Failure, Unreachable, agents, no_answer
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
