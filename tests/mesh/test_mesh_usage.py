@@ -13,6 +13,7 @@ import pytest
 
 from certs import Pki, make_pki
 from conftest import gpuprobe
+from gpuprobe.config import Config
 from grpc_standins import report_of, standin, wants_token
 from serving import in_process_agent
 
@@ -178,3 +179,86 @@ def test_an_auth_proxy_refusing_get_report_names_the_token_flag(tmp_path: Path) 
             f"{server.target}: refused our credentials (PERMISSION_DENIED): token not allowed "
             "(--token-file: is it the agents' token?)"
         )
+
+
+def refused_by_n3(
+    agents: list[str], token_file: str
+) -> tuple[int, list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """A mesh over the agents (n1, n2 alike, n3 not): its exit status, its links (source,
+    target, verdict, error) and its findings (code, resource, message)."""
+    out = gpuprobe(
+        *("mesh", "--json", "--seconds", "0.3", "--warmup", "0.1"),
+        *("--targets", ",".join(agents), "--token-file", token_file),
+    )
+    result = json.loads(out.stdout)
+    links = sorted(
+        (x["source"], x["target"], x["verdict"], x.get("error", "")) for x in result["links"]
+    )
+    findings = [(f["code"], f["resource"], f["message"]) for f in result["findings"]]
+    return out.returncode, links, findings
+
+
+def test_one_agent_with_another_token_is_its_own_finding_not_the_callers(
+    token_file: str, tmp_path: Path
+) -> None:
+    """A node whose Secret went stale refuses the mesh's token while the others take it: the
+    mesh goes on and names that node, where refusing everyone stops the run (above)."""
+    other = tmp_path / "other-token"
+    other.write_text("a-token-of-its-own")
+    with ExitStack() as stack:
+        agents = [
+            stack.enter_context(in_process_agent("kvm-epyc-nogpu", token_file=path, node_name=n))
+            for n, path in (("n1", token_file), ("n2", token_file), ("n3", str(other)))
+        ]
+        code, links, findings = refused_by_n3(
+            [f"127.0.0.1:{a.grpc_port}" for a in agents], token_file
+        )
+    why = (
+        "n3 refused the mesh's token, which the other agents took (wrong bearer token): its "
+        "token file differs from theirs"
+    )
+    assert links == [
+        ("n1", "n2", "OK", ""),
+        ("n1", "n3", "FAILED", why),
+        ("n2", "n1", "OK", ""),
+        ("n2", "n3", "FAILED", why),
+        ("n3", "n1", "FAILED", why),
+        ("n3", "n2", "FAILED", why),
+    ]
+    assert findings == [
+        ("BANDWIDTH_TEST_UNAVAILABLE", "peer:n3", f"n3's bandwidth could not be tested: {why}")
+    ]
+    assert code == 3  # UNKNOWN: n3 is not known to be slow, only untested
+
+
+def test_one_agent_refusing_the_tests_parameters_is_its_own_finding(token_file: str) -> None:
+    """n3 keeps the default peer networks (the private ranges), which leave loopback out: it
+    refuses the others' address as invalid, while n1 and n2 take it."""
+    with ExitStack() as stack:
+        agents = [
+            stack.enter_context(
+                in_process_agent(
+                    "kvm-epyc-nogpu", config=config, token_file=token_file, node_name=n
+                )
+            )
+            for n, config in (("n1", None), ("n2", None), ("n3", Config()))
+        ]
+        code, links, findings = refused_by_n3(
+            [f"127.0.0.1:{a.grpc_port}" for a in agents], token_file
+        )
+    assert [link[:3] for link in links] == [
+        ("n1", "n2", "OK"),
+        ("n1", "n3", "FAILED"),
+        ("n2", "n1", "OK"),
+        ("n2", "n3", "FAILED"),
+        ("n3", "n1", "FAILED"),
+        ("n3", "n2", "FAILED"),
+    ]
+    (finding,) = findings
+    assert finding[:2] == ("BANDWIDTH_TEST_UNAVAILABLE", "peer:n3")
+    assert finding[2].startswith(
+        "n3's bandwidth could not be tested: n3 refused the test, which the other agents took ("
+    )
+    assert "127.0.0.1 is not within this agent's peer networks" in finding[2]
+    assert finding[2].endswith("): it runs another version or configuration")
+    assert code == 3

@@ -83,8 +83,33 @@ ClientFactory = Callable[[str], Client]
 
 
 class InvalidTest(UsageError):
-    """An agent refused a test's parameters (INVALID_ARGUMENT): the mesh's request is wrong
-    for every link, so the run stops with one line instead of blaming the nodes."""
+    """An agent refused a test's parameters (INVALID_ARGUMENT): when no agent took them, the
+    mesh's request is wrong for every link, so the run stops with one line instead of blaming
+    the nodes."""
+
+
+@dataclass
+class Hearing:
+    """What the agents have said of the mesh's credentials and test parameters so far: a
+    refusal (a wrong token, parameters refused as invalid) is the caller's fault while no
+    agent has taken a guarded call, and one node's (a token or version unlike the others')
+    once another agent has. Shared by a round's pairs (a flag set and a list appended to)."""
+
+    accepted: bool = False
+    refusals: list[UsageError] = field(default_factory=list)
+
+    def refused(
+        self, refusal: Refusal, source: Peer, target: Peer, transport: str, device: str
+    ) -> Link:
+        """A test one agent refused: its link, FAILED and unavailable, blamed on that agent
+        (what `check` raises instead while no agent has taken a call)."""
+        self.refusals.append(refusal.error)
+        return _failed(source, target, transport, refusal.reason, True, refusal.node, device)
+
+    def check(self) -> None:
+        """Raise the first refusal while no agent has taken a guarded call."""
+        if self.refusals and not self.accepted:
+            raise self.refusals[0]
 
 
 def mesh(
@@ -139,14 +164,38 @@ def _refused_caller(fetched: Sequence[Fetched], credentials: Credentials) -> Cal
     return None
 
 
-def _token_refused(node: str, exc: grpc.RpcError) -> CallerRefused | None:
+@dataclass(frozen=True)
+class Refusal:
+    """An agent refused the mesh's token or test parameters: the usage error for the caller
+    (when no agent took them), and what it says of the node when others did."""
+
+    node: str
+    error: UsageError
+    reason: str
+
+
+def _refusal(node: str, exc: grpc.RpcError) -> Refusal | None:
     """A guarded RPC (OpenBandwidthSink, MeasureBandwidth) an agent refused for the mesh's
-    own token (UNAUTHENTICATED: missing or wrong), as the usage error; None otherwise."""
-    if status_code(exc) != grpc.StatusCode.UNAUTHENTICATED:
-        return None
-    return CallerRefused(
-        f"{node} refused the test: {_details(exc)}: pass the agents' token with --token-file"
-    )
+    own token (UNAUTHENTICATED: missing or wrong) or parameters (INVALID_ARGUMENT); None for
+    any other failure."""
+    code, details = status_code(exc), _details(exc)
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        error: UsageError = InvalidTest(f"{node} refused the test: {details}")
+        reason = (
+            f"{node} refused the test, which the other agents took ({details}): it runs "
+            "another version or configuration"
+        )
+        return Refusal(node, error, reason)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        error = CallerRefused(
+            f"{node} refused the test: {details}: pass the agents' token with --token-file"
+        )
+        reason = (
+            f"{node} refused the mesh's token, which the other agents took ({details}): its "
+            "token file differs from theirs"
+        )
+        return Refusal(node, error, reason)
+    return None
 
 
 def _too_few(peers: Sequence[Peer], addresses: Sequence[str]) -> list[Finding]:
@@ -184,14 +233,19 @@ def run_mesh(peers: Sequence[Peer], options: MeshOptions, connect: ClientFactory
     by_node = {p.node: p for p in peers}
     rails = options.rdma_devices if options.transport == "rdma" else ("",)
     links: list[Link] = []
+    hearing = Hearing()
     for device in rails:
-        links += _rail(by_node, options, connect, device)
+        links += _rail(by_node, options, connect, hearing, device)
     judged = verdict.judge(links, options.thresholds)
     return MeshResult(judged, verdict.blame(judged))
 
 
 def _rail(
-    by_node: dict[str, Peer], options: MeshOptions, connect: ClientFactory, device: str
+    by_node: dict[str, Peer],
+    options: MeshOptions,
+    connect: ClientFactory,
+    hearing: Hearing,
+    device: str,
 ) -> list[Link]:
     """The links of one mesh over the nodes: TCP, or one RDMA device (`device`)."""
     names = list(by_node)
@@ -203,7 +257,7 @@ def _rail(
         raise ValueError(f"unknown mesh mode {options.mode!r}")
     links: list[Link] = []
     for pairs in rounds:
-        links += _round(pairs, by_node, options, connect, device)
+        links += _round(pairs, by_node, options, connect, hearing, device)
     if options.mode == "quick":
         judged = verdict.judge(links, options.thresholds)
         suspects = sorted(
@@ -215,7 +269,8 @@ def _rail(
             }
         )
         good = [n for n in names if n not in suspects]
-        links += _round(schedule.retest_round(suspects, good), by_node, options, connect, device)
+        retests = schedule.retest_round(suspects, good)
+        links += _round(retests, by_node, options, connect, hearing, device)
     return links
 
 
@@ -224,20 +279,18 @@ def _round(
     by_node: dict[str, Peer],
     options: MeshOptions,
     connect: ClientFactory,
+    hearing: Hearing,
     device: str = "",
 ) -> list[Link]:
-    """One round: its pairs side by side, each pair both ways, one after the other."""
+    """One round: its pairs side by side, each pair both ways, one after the other; raises the
+    first refusal of the mesh's credentials or parameters while no agent has taken them."""
     found: list[list[Link]] = [[] for _ in pairs]
-    invalid: list[UsageError] = []  # InvalidTest, CallerRefused: wrong for every link
 
     def pair(i: int, a: str, b: str) -> None:
-        try:
-            found[i] = [
-                _measure(by_node[a], by_node[b], options, connect, device),
-                _measure(by_node[b], by_node[a], options, connect, device),
-            ]
-        except UsageError as exc:
-            invalid.append(exc)
+        found[i] = [
+            _measure(by_node[a], by_node[b], options, connect, device, hearing),
+            _measure(by_node[b], by_node[a], options, connect, device, hearing),
+        ]
 
     threads = [
         threading.Thread(target=pair, args=(i, a, b), daemon=True) for i, (a, b) in enumerate(pairs)
@@ -246,16 +299,21 @@ def _round(
         thread.start()
     for thread in threads:
         thread.join()
-    if invalid:
-        raise invalid[0]
+    hearing.check()
     return [link for links in found for link in links]
 
 
 def _measure(
-    source: Peer, target: Peer, options: MeshOptions, connect: ClientFactory, device: str
+    source: Peer,
+    target: Peer,
+    options: MeshOptions,
+    connect: ClientFactory,
+    device: str,
+    hearing: Hearing,
 ) -> Link:
     """One test, source → target: a sink on the target for the source's address, then the
-    source sends to it."""
+    source sends to it. What each agent says of the credentials and parameters goes to
+    `hearing`."""
     seconds = options.seconds + options.warmup
     sink_request = pb.OpenBandwidthSinkRequest(
         transport=options.transport, streams=options.streams, force=options.force
@@ -272,14 +330,13 @@ def _measure(
     except (OSError, Refused):  # the source's address does not resolve
         return _failed(source, target, options.transport, "", False, source.node, device)
     except grpc.RpcError as exc:
-        if status_code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
-            raise InvalidTest(f"{target.node} refused the test: {_details(exc)}") from None
-        if refused := _token_refused(target.node, exc):
-            raise refused from None
+        if refusal := _refusal(target.node, exc):
+            return hearing.refused(refusal, source, target, options.transport, device)
         unavailable = status_code(exc) == grpc.StatusCode.FAILED_PRECONDITION
         # A precondition names the node and what it lacks; other refusals need the name.
         why = _details(exc) if unavailable else f"{target.node} refused a sink: {_details(exc)}"
         return _failed(source, target, options.transport, why, unavailable, target.node, device)
+    hearing.accepted = True
     request = pb.MeasureBandwidthRequest(
         peer=target.target,
         transport=options.transport,
@@ -295,12 +352,10 @@ def _measure(
         with connect(source.target) as sender:
             response = sender.measure_bandwidth(request, timeout=budget)
     except grpc.RpcError as exc:
-        if status_code(exc) == grpc.StatusCode.INVALID_ARGUMENT:
-            raise InvalidTest(f"{source.node} refused the test: {_details(exc)}") from None
         # The sending agent names the side at fault; without that, the fault is its own.
         peer_side = wire.failed_side(exc) == pb.TEST_SIDE_PEER
-        if not peer_side and (refused := _token_refused(source.node, exc)):
-            raise refused from None
+        if not peer_side and (refusal := _refusal(source.node, exc)):
+            return hearing.refused(refusal, source, target, options.transport, device)
         blamed = target.node if peer_side else source.node
         unavailable = status_code(exc) == grpc.StatusCode.FAILED_PRECONDITION
         return _failed(
