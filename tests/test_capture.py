@@ -11,6 +11,8 @@ import jsonschema
 
 from conftest import ROOT, gpuprobe, schema, snapshot
 from gpuprobe.capture import copy_tree
+from gpuprobe.gpu import aer
+from gpuprobe.gpu.pci import nvidia_devices
 from gpuprobe.host.fs import HostFS
 
 
@@ -128,6 +130,39 @@ def test_copy_tree_reads_placeholders_listings_and_sockets(short_tmp: Path) -> N
     assert HostFS(rootfs, snapshot=True).is_socket(
         "/var/lib/kubelet/device-plugins/nvidia-gpu.sock"
     )
+
+
+def test_copy_tree_keeps_a_listed_directorys_links_that_were_read_as_links(
+    short_tmp: Path,
+) -> None:
+    """/sys/bus/pci/devices is listed (the GPUs on the bus) and each entry is a link into the
+    device tree, which the AER reader follows up to the root port: the copy keeps the links,
+    so replay walks the same bridges, where directory placeholders for the listing's entries
+    would hide them (and the AER files the reader looks for below them)."""
+    host = short_tmp / "host"
+    gpu = "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0"
+    (host / gpu).mkdir(parents=True)
+    (host / gpu / "vendor").write_text("0x10de\n")
+    (host / gpu / "aer_dev_correctable").write_text("RxErr 3\nTOTAL_ERR_COR 3\n")
+    (host / "sys/devices/pci0000:15/0000:15:01.0/aer_dev_correctable").write_text(
+        "BadTLP 1\nTOTAL_ERR_COR 1\n"
+    )
+    (host / "sys/bus/pci/devices").mkdir(parents=True)
+    link = "../../../devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0"
+    (host / "sys/bus/pci/devices/0000:17:00.0").symlink_to(link)
+    fs = HostFS(host)
+    fs.record()
+    found = nvidia_devices(fs)
+    read = aer.read(fs, [d.address for d in found])
+    copy_tree(fs, short_tmp / "rootfs")
+    replayed = HostFS(short_tmp / "rootfs", snapshot=True)
+    assert (short_tmp / "rootfs/sys/bus/pci/devices/0000:17:00.0").readlink() == Path(link)
+    assert nvidia_devices(replayed) == found
+    assert aer.read(replayed, [d.address for d in found]) == read
+    assert [(d.address, d.below, d.root_port) for d in read] == [
+        ("0000:17:00.0", None, False),
+        ("0000:15:01.0", "0000:16:00.0", True),
+    ]
 
 
 def test_capture_keeps_the_device_plugin_configuration_and_replay_reads_it(

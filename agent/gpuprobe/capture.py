@@ -184,11 +184,19 @@ def copy_tree(fs: HostFS, rootfs: WriteTree | Path) -> None:
             tree.close()
         return
     recorded = fs.recorded()
+    # The links first: a listed directory's entries become placeholders, and an entry that is
+    # a link read as a link (/sys/bus/pci/devices/<address>, into the device tree) must stay
+    # one rather than turn into the directory it points at.
+    links = {
+        path
+        for path, uses in recorded.items()
+        if LINK in uses and os.path.islink(fs.root / path.lstrip("/"))
+    }
+    for path in sorted(links):
+        rootfs.symlink(os.readlink(fs.root / path.lstrip("/")), path.lstrip("/"))
     for path, uses in sorted(recorded.items()):
         real, dest = fs.root / path.lstrip("/"), path.lstrip("/")
-        if LINK in uses and os.path.islink(real):
-            rootfs.symlink(os.readlink(real), dest)
-        else:
+        if path not in links:
             _placeholder(rootfs, real, dest)
             if LIST in uses:
                 for entry in _entries(real):
