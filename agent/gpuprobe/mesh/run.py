@@ -354,9 +354,11 @@ def _measure(
     except grpc.RpcError as exc:
         # The sending agent names the side at fault; without that, the fault is its own.
         peer_side = wire.failed_side(exc) == pb.TEST_SIDE_PEER
-        if not peer_side and (refusal := _refusal(source.node, exc)):
-            return hearing.refused(refusal, source, target, options.transport, device)
         blamed = target.node if peer_side else source.node
+        # (a peer refusing the sending agent's own credentials is not the mesh's token)
+        token_refused = status_code(exc) == grpc.StatusCode.UNAUTHENTICATED
+        if not (peer_side and token_refused) and (refusal := _refusal(blamed, exc)):
+            return hearing.refused(refusal, source, target, options.transport, device)
         unavailable = status_code(exc) == grpc.StatusCode.FAILED_PRECONDITION
         return _failed(
             source, target, options.transport, _details(exc), unavailable, blamed, device
