@@ -155,6 +155,10 @@ def test_the_summary_facts_as_json_come_back_as_the_struct_does_and_are_preferre
         ("[8]", "the gpus check's data_json is not a JSON object: '[8]'"),
         ('{"a": 1} {', "the gpus check's data_json is not JSON: Extra data: line 1 column 10"),
         ('{"a": tru}', "the gpus check's data_json is not JSON: Expecting value: line 1 column 7"),
+        (
+            '{"a":' + "[" * 100_000 + "]" * 100_000 + "}",
+            "the gpus check's data_json is nested deeper than Python's parser goes",
+        ),
     ],
 )
 def test_data_json_that_is_not_an_object_is_an_unreadable_check(text: str, reason: str) -> None:

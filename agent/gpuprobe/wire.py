@@ -219,6 +219,8 @@ def json_to_data(text: str, keys: DataKeys | None = None) -> dict[str, Any]:
         data, end = _SCAN(text, 0)
     except (StopIteration, json.JSONDecodeError):
         end = -1
+    except RecursionError:
+        raise ValueError("data_json is nested deeper than Python's parser goes") from None
     if end != len(text):  # not JSON, or JSON with space around it: the whole parser says which
         try:
             data = json.loads(text)
