@@ -154,10 +154,11 @@ def serve_share(recorded_file: str, count: int, share: int, shares: int, port: i
                 finish(call, cygrpc.StatusCode.internal, str(exc).encode())
             else:
                 finish(call, cygrpc.StatusCode.ok, b"", reply)
-    server.shutdown(queue, done)
+    shut, bound = object(), time.monotonic() + 10
+    server.shutdown(queue, shut)
     server.cancel_all_calls()
-    while queue.poll(time.time() + 5).tag is not done:  # until the server has shut down
-        pass
+    while time.monotonic() < bound and queue.poll(time.time() + 1).tag is not shut:
+        pass  # the calls' last events, until the server has shut down
     return 0
 
 
