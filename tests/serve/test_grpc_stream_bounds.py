@@ -131,6 +131,25 @@ def test_the_total_bound_holds_whatever_the_callers(
         assert max(unary_answers(target)) < 0.5
 
 
+def test_every_health_watch_and_reflection_stream_at_once_leave_unary_calls_answering(
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each health Watch holds a worker (a blocking generator): all 32, with every reflection
+    stream, still leave GetReport and health Check their own workers."""
+    bounds = agent.streams.bounds
+    for kind in ("health Watch", "ServerReflectionInfo"):  # one caller here: lift per-caller
+        monkeypatch.setitem(bounds, kind, grpc_server.StreamBound(bounds[kind].total, 64))
+    target = f"127.0.0.1:{agent.grpc_port}"
+    with held(target) as streams:
+        streams.health_watch(grpc_server.HEALTH_WATCH.total + 4)
+        streams.reflection(grpc_server.REFLECTION.total)
+        assert len(streams.calls) == grpc_server.HEALTH_WATCH.total + grpc_server.REFLECTION.total
+        assert [e.details() for e in streams.refused] == [
+            "too many health Watch streams open (at most 32); try again later"
+        ] * 4
+        assert max(unary_answers(target)) < 0.5
+
+
 def test_every_kind_of_stream_is_bounded_per_caller(agent: Agent) -> None:
     target = f"127.0.0.1:{agent.grpc_port}"
     with held(target) as streams:
@@ -148,10 +167,12 @@ def test_every_kind_of_stream_is_bounded_per_caller(agent: Agent) -> None:
 
 
 def test_the_pool_leaves_unary_workers_whatever_the_streams() -> None:
-    """Every stream kind that holds a worker, at its bound, still leaves UNARY_WORKERS."""
+    """Every stream kind holds a worker (health Watch too: a blocking generator); all of
+    them at their bounds still leave UNARY_WORKERS."""
     for watchers in (1, 16, 256):
         bounds = grpc_server.stream_bounds(watchers)
-        holding = sum(b.total for k, b in bounds.items() if k != "health Watch")
+        assert set(bounds) == {"ServerReflectionInfo", "health Watch", "WatchReports", "stream"}
+        holding = sum(b.total for b in bounds.values())
         assert grpc_server.pool_workers(watchers) - holding == grpc_server.UNARY_WORKERS
 
 

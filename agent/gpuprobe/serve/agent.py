@@ -42,8 +42,6 @@ from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
-# How long the shutdown waits for the health service to tell its watchers NOT_SERVING.
-HEALTH_SHUTDOWN_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -191,13 +189,8 @@ class Agent:
         self.stopping.set()
         if self.kube is not None:
             self.kube.stop()
-        # The health service sends NOT_SERVING to its Watch streams holding its lock; a Watch
-        # stream ending at that moment takes the same lock in gRPC's serving thread, which
-        # the send waits on (grpcio-health-checking), and gRPC itself can lose a send that
-        # races a cancel. Either would hang the shutdown: it waits for the send only so long.
-        told = start_thread(self.health.enter_graceful_shutdown, "health-shutdown")
-        if told is not None:
-            told.join(HEALTH_SHUTDOWN_SECONDS)
+        # NOT_SERVING for the health checks and each Watch (queued: a Watch's worker sends it).
+        self.health.enter_graceful_shutdown()
         self.store.wake_all()
         done = self.grpc.stop(grace)
         self.http.stop()

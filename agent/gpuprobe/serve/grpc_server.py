@@ -50,8 +50,8 @@ class StreamBound:
     per_peer: int
 
 
-# Reflection (buf curl, grpcurl) needs a stream for a moment per command; health Watch is
-# served off the worker pool (grpc_health's non-blocking mode) but holds memory per stream.
+# Reflection (buf curl, grpcurl) needs a stream for a moment per command; a health Watch holds
+# a worker for its life (grpc_health's blocking mode, below), so the pool has one per Watch.
 REFLECTION = StreamBound(total=4, per_peer=2)
 HEALTH_WATCH = StreamBound(total=32, per_peer=4)
 WATCH_REPORTS_PER_PEER = 4
@@ -72,9 +72,9 @@ def stream_bounds(max_watchers: int) -> dict[str, StreamBound]:
 
 
 def pool_workers(max_watchers: int) -> int:
-    """Worker threads for the bounded streams that hold one (reflection, WatchReports, any
-    other) plus `UNARY_WORKERS` left for the unary calls."""
-    return max_watchers + REFLECTION.total + OTHER_STREAMS.total + UNARY_WORKERS
+    """Worker threads for the bounded streams, each of which holds one (reflection, health
+    Watch, WatchReports, any other), plus `UNARY_WORKERS` left for the unary calls."""
+    return sum(bound.total for bound in stream_bounds(max_watchers).values()) + UNARY_WORKERS
 
 
 def stream_kind(method: str) -> str:
@@ -176,7 +176,7 @@ def _bounded(behavior: Callable[..., Any], admit: Callable[[Any], None]) -> Call
         admit(context)
         return behavior(request, context, *more)
 
-    # grpc_health's Watch runs off the worker pool (a callback per stream): keep that so.
+    # grpc_health marks its Watch as blocking or not (and on which pool): keep the mark.
     for attribute in ("experimental_non_blocking", "experimental_thread_pool"):
         if hasattr(behavior, attribute):
             setattr(bounded, attribute, getattr(behavior, attribute))
@@ -216,10 +216,12 @@ def build(
     handlers = method_handlers(service)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
-    checker = health.HealthServicer(
-        experimental_non_blocking=True,
-        experimental_thread_pool=futures.ThreadPoolExecutor(max_workers=1),
-    )
+    # Blocking mode: each Watch is a generator a worker drains, and `set` only queues the new
+    # status for it. In the non-blocking mode `set` sends to every Watch while holding the
+    # servicer's lock and waits for gRPC to take each send, while a Watch that closes takes
+    # the same lock in the thread that would complete the send: status changes racing
+    # closing Watch streams froze the whole server within seconds (tests/serve).
+    checker = health.HealthServicer(experimental_non_blocking=False)
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     # The agent process is alive; the API is SERVING once the first report exists.
     checker.set("", health_pb2.HealthCheckResponse.SERVING)
