@@ -446,14 +446,20 @@ def test_a_signal_in_the_middle_of_the_write_leaves_nothing(
     assert os.listdir(scratch) == ["checkpoint.pt"]
 
 
+# The O_DIRECT probe writes one page and truncates it away before the test writes
+# (measure/throughput.py): a file of that size or less has not been written to yet.
+PROBE_BYTES = 4096
+
+
 def wait_for_test_file(directory: Path, proc: subprocess.Popen[bytes]) -> Path:
-    """The test file, once it holds data; fails if the process ends first."""
+    """The test file, once the test's write holds data in it; fails if the process ends
+    first."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         assert proc.poll() is None, "gpuprobe ended before it was signalled"
         for name in os.listdir(directory):
             path = directory / name
-            if name.startswith(testfile.PREFIX) and path.stat().st_size > 0:
+            if name.startswith(testfile.PREFIX) and path.stat().st_size > PROBE_BYTES:
                 return path
         time.sleep(0.005)
     raise AssertionError("no test file appeared")
