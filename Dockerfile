@@ -1,7 +1,10 @@
 # gpuprobe's image: the agent (gpuprobe serve) and the one-shot commands.
-# Build: docker build -t gpuprobe:0.1.0 .   (docs/deploy.md, "The image")
-# NVML is not in the image: the NVIDIA container runtime mounts the node's libnvidia-ml
-# into the container (NVIDIA_DRIVER_CAPABILITIES=utility), so one image fits every driver.
+# Build and push (docs/deploy.md, "The image"):
+#   docker build -t registry.example.com/gpuprobe:0.1.0 .
+#   docker push registry.example.com/gpuprobe:0.1.0
+# NVML is not in the image: the agent loads the node's own libnvidia-ml.so.1 from the host's
+# library directories under --root /host (no NVIDIA runtime needed), so one image fits every
+# driver.
 
 # Build stage: install gpuprobe and its runtime dependencies into a virtual environment.
 FROM python:3.11-slim-bookworm AS build
@@ -32,7 +35,9 @@ ENV PATH=/opt/gpuprobe/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 USER 10001
-# Kubernetes probes the agent over gRPC health (the DaemonSet); the image has no HTTP client.
+# No HEALTHCHECK: Kubernetes ignores it and probes the agent itself (the DaemonSet): liveness
+# is GET /healthz on the metrics port (9760), readiness gRPC health of gpuprobe.v1.NodeDiagnostics
+# (GET /readyz with TLS). The image has no HTTP client for a HEALTHCHECK to call.
 HEALTHCHECK NONE
 EXPOSE 50051 9760
 ENTRYPOINT ["gpuprobe"]

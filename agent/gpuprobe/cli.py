@@ -237,14 +237,15 @@ def _add_serve_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--grpc-listen",
         metavar="HOST:PORT",
-        default="0.0.0.0:50051",
-        help="gRPC address (port 0: any free port; the bound ports are logged)",
+        default="[::]:50051",
+        help="gRPC address (port 0: any free port; the bound ports are logged); the default "
+        "[::] takes IPv6 and IPv4 (IPv4 alone where the kernel has no IPv6)",
     )
     parser.add_argument(
         "--metrics-listen",
         metavar="HOST:PORT",
-        default="0.0.0.0:9760",
-        help="Prometheus /metrics and /healthz address",
+        default="[::]:9760",
+        help="Prometheus /metrics, /healthz and /readyz address ([::]: IPv6 and IPv4)",
     )
     parser.add_argument(
         "--interval",

@@ -17,17 +17,32 @@ MAX_TOKEN_BYTES = 4096
 
 
 class TokenFile:
-    """The bearer token in a file, re-read when the file changes (a rotated Secret)."""
+    """The bearer token in a file, re-read when the file changes (a rotated Secret).
+
+    A file missing from a directory that exists is a token not created yet: the DaemonSet
+    mounts the Secret gpuprobe-token as optional, so the pods start before it exists, with
+    an empty directory there. Until the file appears `token()` is None, and the guarded RPCs
+    stay closed (secure by default); then it is read like any change. A file that exists but
+    is bad, or a directory that does not exist (a wrong path), is a usage error at start."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] | None = None
+        self._token: str | None = None
+        if self.pending():
+            return
         self._token = read_token(path)  # a bad file at start is a usage error
         self._stamp = self._stat()
 
-    def token(self) -> str:
-        """The current token; the last good one when the file became unreadable."""
+    def pending(self) -> bool:
+        """Whether the file is not there yet, in a directory that is (an optional Secret
+        not created yet)."""
+        return not os.path.lexists(self.path) and os.path.isdir(os.path.dirname(self.path) or ".")
+
+    def token(self) -> str | None:
+        """The current token; the last good one when the file became unreadable; None while
+        the file has never existed."""
         stamp = self._stat()
         if stamp is not None and stamp != self._stamp:
             with self._lock:

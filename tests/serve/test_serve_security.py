@@ -134,7 +134,7 @@ def test_bad_token_files_are_usage_errors(tmp_path: Path, content: bytes, error:
     with pytest.raises(UsageError, match=error):
         read_token(str(path))
     with pytest.raises(UsageError, match="No such file"):
-        TokenFile(str(tmp_path / "absent"))
+        TokenFile(str(tmp_path / "absent" / "token"))  # a wrong path (its directory too)
 
 
 def test_a_token_file_going_bad_keeps_the_last_good_token(token_file: Path) -> None:
@@ -160,3 +160,40 @@ def test_bearer_reads_the_authorization_metadata(
     metadata: list[tuple[str, str]] | None, token: str | None
 ) -> None:
     assert bearer(metadata) == token
+
+
+def test_a_token_file_not_created_yet_keeps_the_guarded_rpcs_closed_until_it_is(
+    tmp_path: Path,
+) -> None:
+    """The DaemonSet mounts the Secret gpuprobe-token as optional: the pods start before it
+    exists, with an empty directory where it will be. The agent starts, refuses the guarded
+    RPCs to everyone (no token is no open door), and takes the token once the kubelet writes
+    it, the way it projects a Secret volume (..data, a link to a timestamped directory)."""
+    mount = tmp_path / "token-mount"
+    mount.mkdir()
+    path = mount / "token"
+    assert TokenFile(str(path)).pending() and TokenFile(str(path)).token() is None
+    with in_process_agent(token_file=str(path)) as agent:
+        target = f"127.0.0.1:{agent.grpc_port}"
+        for presented in (None, TOKEN, "anything"):
+            with Client(target, token=presented) as client:
+                with pytest.raises(grpc.RpcError) as err:
+                    client.run_checks(["driver"])
+                assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                assert "does not exist yet" in (err.value.details() or "")
+                assert client.get_report().status.value  # read-only RPCs stay open
+        (mount / "..2026_12_02_09_50_00.1").mkdir()
+        (mount / "..2026_12_02_09_50_00.1" / "token").write_text(TOKEN)
+        (mount / "..data").symlink_to("..2026_12_02_09_50_00.1")
+        path.symlink_to("..data/token")
+        with Client(target, token=TOKEN) as client:
+            assert [c.name for c in client.run_checks(["driver"]).checks] == ["driver"]
+        with Client(target, token="wrong") as client:
+            assert refused(client) == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_token_path_whose_directory_does_not_exist_is_still_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(UsageError, match="No such file or directory"):
+        TokenFile(str(tmp_path / "no-such-dir" / "token"))

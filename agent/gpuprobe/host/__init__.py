@@ -120,7 +120,7 @@ def live_host(
     fs = HostFS(root)
     return Host(
         fs=fs,
-        nvml=LiveNvml(),
+        nvml=LiveNvml(root),
         node_name=node_name or default_node_name(),
         list_processes=live_processes,
         netlink=LiveNetlink(),

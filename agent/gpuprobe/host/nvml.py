@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 
 from gpuprobe.errors import SnapshotError
 from gpuprobe.host.jsonfile import read_json
+from gpuprobe.host.nvml_library import find_nvml_library
 
 # NVML return codes by name (nvml.h); used to name errors pynvml raises without a subclass.
 ERROR_CODES = {
@@ -196,9 +198,18 @@ def to_plain(value: Any) -> Any:
 
 
 class LiveNvml:
-    """NVML on this host, through pynvml; initialised on first use."""
+    """NVML on this host, through pynvml; initialised on first use.
 
-    def __init__(self) -> None:
+    With a `root` other than `/` (`--root /host`), the library is the host's own
+    `libnvidia-ml.so.1`, found in the host's library directories under the root
+    (gpuprobe.host.nvml_library): the agent runs without the NVIDIA container runtime, so
+    nothing puts NVML into its container. Where no directory under the root holds it, the
+    process's own loader path is tried last (a runtime that did inject it)."""
+
+    def __init__(self, root: str = "/") -> None:
+        self.root = root
+        # The library file loaded from under the root, None when loaded by its soname.
+        self.library: str | None = None
         self._lock = threading.Lock()
         self._initialised = False
         self._init_error: str | None = None
@@ -223,11 +234,28 @@ class LiveNvml:
                 import pynvml
 
                 self._pynvml = pynvml
+                self._load_from_root(pynvml)
                 pynvml.nvmlInit()
             except ImportError:
                 self._init_error = "LibraryNotFound"
             except Exception as exc:  # pynvml raises NVMLError subclasses
                 self._init_error = error_name(exc)
+
+    def _load_from_root(self, pynvml: Any) -> None:
+        """Give pynvml the host's library under the root before nvmlInit loads one by its
+        soname (pynvml loads only while its `nvmlLib` is unset)."""
+        if os.path.realpath(self.root) == "/":
+            return
+        path = find_nvml_library(self.root)
+        if path is None:
+            return
+        with pynvml.libLoadLock:
+            if pynvml.nvmlLib is None:
+                try:
+                    pynvml.nvmlLib = ctypes.CDLL(path)
+                except OSError:
+                    return  # not a loadable library: nvmlInit says LibraryNotFound
+                self.library = path
 
     def call(self, fn: str, *args: Any) -> Any:
         """Call `pynvml.<fn>` with device references turned into handles."""

@@ -48,8 +48,8 @@ log = logging.getLogger("gpuprobe.serve")
 class ServeOptions:
     """What `gpuprobe serve`'s flags say about listening and security."""
 
-    grpc_listen: str = "0.0.0.0:50051"
-    metrics_listen: str = "0.0.0.0:9760"
+    grpc_listen: str = "[::]:50051"
+    metrics_listen: str = "[::]:9760"
     token_file: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None

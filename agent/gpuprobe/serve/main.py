@@ -53,6 +53,8 @@ def serve(host: Host, config: Config, names: list[str], options: ServeOptions) -
             "checks": names,
             "tls": agent.tls,
             "token": options.token_file is not None,
+            # an optional Secret not created yet: guarded RPCs closed until the file appears
+            "token_pending": agent.guard.token is not None and agent.guard.token.pending(),
             "open_mode": options.allow_unauthenticated,
             "version": __version__,
         },

@@ -14,6 +14,7 @@ answers from memory too. Errors are logged as JSON lines, never as a bare traceb
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import logging
@@ -52,6 +53,10 @@ REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(REFUSAL_BODY), REFUSAL_BODY)
 )
+
+
+# What socket(AF_INET6) and bind(("::", port)) fail with where the kernel has no IPv6.
+NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL})
 
 
 class _Server(WSGIServer):
@@ -114,6 +119,13 @@ class _Server(WSGIServer):
 
 class _Server6(_Server):
     address_family = socket.AF_INET6
+
+    def server_bind(self) -> None:
+        """`[::]` takes IPv4 too (dual-stack: IPV6_V6ONLY off, whatever the system default
+        net.ipv6.bindv6only says), as gRPC's own wildcard listener does."""
+        if self.server_address[0] == "::":
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
 
 def _refuse(request: socket.socket) -> None:
@@ -251,9 +263,15 @@ class MetricsServer:
 
         server_class = _Server6 if ":" in host else _Server
         try:
-            self._server = make_server(
-                host or "0.0.0.0", port, app, server_class, handler_class=_Handler
-            )
+            try:
+                self._server = make_server(
+                    host or "0.0.0.0", port, app, server_class, handler_class=_Handler
+                )
+            except OSError as exc:
+                # `[::]` on a kernel without IPv6 (ipv6.disable=1): every IPv4 address instead.
+                if host != "::" or exc.errno not in NO_IPV6:
+                    raise
+                self._server = make_server("0.0.0.0", port, app, _Server, handler_class=_Handler)
         except OSError as exc:
             raise UsageError(f"--metrics-listen {listen}: {exc.strerror or exc}") from None
 

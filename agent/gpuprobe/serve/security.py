@@ -3,7 +3,8 @@
 A caller is authorised by the shared bearer token (`authorization: Bearer <token>`, read
 from `--token-file`, e.g. a mounted Kubernetes Secret, and re-read when the file changes) or
 by a client certificate the server verified (mTLS). Without a token and without mTLS these
-RPCs are refused, unless the operator chose the open mode explicitly.
+RPCs are refused, unless the operator chose the open mode explicitly; a token file that does
+not exist yet (an optional Secret not created) keeps them refused until it does.
 """
 
 from __future__ import annotations
@@ -40,13 +41,21 @@ class Guard:
             return Verdict(True)  # the server verified the client's certificate
         presented = bearer(context.invocation_metadata())
         if self.token is not None:
+            expected = self.token.token()
+            if expected is None:
+                return Verdict(
+                    False,
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"this agent's token file {self.token.path} does not exist yet (the "
+                    "Secret gpuprobe-token is not created): guarded RPCs stay closed until it is",
+                )
             if presented is None:
                 return Verdict(
                     False,
                     grpc.StatusCode.UNAUTHENTICATED,
                     "this RPC needs a bearer token (authorization: Bearer <token>)",
                 )
-            if not hmac.compare_digest(presented.encode(), self.token.token().encode()):
+            if not hmac.compare_digest(presented.encode(), expected.encode()):
                 return Verdict(False, grpc.StatusCode.UNAUTHENTICATED, "wrong bearer token")
             return Verdict(True)
         if self.open_mode:
