@@ -2,9 +2,15 @@
 
 - the Grafana node-health dashboard, built here with grafana-foundation-sdk, to
   daemonset/base/dashboards/gpuprobe-node-health.json;
+- each alert's runbook_url in daemonset/base/prometheusrule.yaml: DOCS_URL, then
+  `deploy.md#<the alert's name in lower case>` (its section of docs/deploy.md, "Runbooks");
 - the alerting rules as a plain Prometheus rules file, taken from the PrometheusRule
   (daemonset/base/prometheusrule.yaml), to
-  daemonset/overlays/no-prometheus-operator/gpuprobe.rules.yml.
+  daemonset/overlays/no-prometheus-operator/gpuprobe.rules.yml;
+- the Helm chart's copies of what the base holds (daemonset/chart/files/: the agent's
+  configuration, the dashboard, the rules file, the auditor's ClusterRole; a chart cannot read
+  files outside its directory), and the chart's README with the table of its values, from
+  values.yaml and the descriptions in values.schema.json.
 
 Run `python scripts/build_deploy.py` after changing either source; a test fails when the
 committed files differ from what this writes.
@@ -13,6 +19,7 @@ committed files differ from what this writes.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,6 +43,27 @@ ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "daemonset" / "base" / "dashboards" / "gpuprobe-node-health.json"
 PROMETHEUS_RULE = ROOT / "daemonset" / "base" / "prometheusrule.yaml"
 RULES_FILE = ROOT / "daemonset" / "overlays" / "no-prometheus-operator" / "gpuprobe.rules.yml"
+
+CHART = ROOT / "daemonset" / "chart"
+CHART_FILES = {
+    CHART / "files" / "config.yaml": ROOT / "daemonset" / "base" / "config.yaml",
+    CHART / "files" / "gpuprobe-node-health.json": DASHBOARD,
+    CHART / "files" / "gpuprobe.rules.yml": RULES_FILE,
+    CHART / "files" / "auditor-clusterrole.yaml": ROOT
+    / "daemonset"
+    / "auditor"
+    / "clusterrole.yaml",
+}
+CHART_README = CHART / "README.md"
+
+# Where the alerts' runbooks are read: the base of every runbook_url. An alert in
+# Alertmanager, Slack or PagerDuty needs an absolute URL to be clickable, and the docs must be
+# served somewhere to have one. gpuprobe has no published home yet, so this is a placeholder
+# in a domain reserved for examples (RFC 2606), which no one can mistake for a real page:
+# whoever publishes the docs (a Git host's view of docs/, a docs site) sets it here and runs
+# this script; a Helm install sets prometheusRule.runbookBaseURL instead.
+DOCS_URL = "https://gpuprobe.example/docs/"
+RUNBOOK_URL = re.compile(r"^(\s*runbook_url: ).*$", re.MULTILINE)
 
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 CLUSTER = 'cluster=~"$cluster"'
@@ -496,9 +524,26 @@ def build_dashboard() -> dict[str, Any]:
     return encoded
 
 
+def runbook_url(alert: str) -> str:
+    """The runbook of an alert: its section of docs/deploy.md, under DOCS_URL."""
+    return f"{DOCS_URL}deploy.md#{alert.lower()}"
+
+
+def prometheus_rule_text() -> str:
+    """daemonset/base/prometheusrule.yaml with every runbook_url set from DOCS_URL (the file
+    is edited by hand otherwise: its comments stay)."""
+    text = PROMETHEUS_RULE.read_text()
+    alerts = re.findall(r"^\s*- alert: (\w+)$", text, re.MULTILINE)
+    urls = iter(runbook_url(name) for name in alerts)
+    rewritten = RUNBOOK_URL.sub(lambda m: m.group(1) + next(urls), text)
+    if len(RUNBOOK_URL.findall(text)) != len(alerts):
+        raise SystemExit(f"{PROMETHEUS_RULE}: not one runbook_url per alert")
+    return rewritten
+
+
 def build_rules() -> dict[str, Any]:
     """The PrometheusRule's groups as a plain Prometheus rules file."""
-    resource = yaml.safe_load(PROMETHEUS_RULE.read_text())
+    resource = yaml.safe_load(prometheus_rule_text())
     return {"groups": resource["spec"]["groups"]}
 
 
@@ -516,9 +561,50 @@ def rules_text() -> str:
     return header + yaml.safe_dump(build_rules(), sort_keys=False, width=10000)
 
 
+def chart_readme_text() -> str:
+    """The chart's README: its head (kept as written, above the marker) and the table of every
+    value: its key, type, default and description (values.schema.json)."""
+    marker = "<!-- The table below is written by scripts/build_deploy.py: do not edit it. -->"
+    head = _read(CHART_README) or f"# gpuprobe Helm chart\n\n{marker}\n"
+    head = head.split(marker, 1)[0] + marker + "\n"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    rows = ["", "| value | type | default | description |", "| --- | --- | --- | --- |"]
+    for key, node, default in _schema_leaves(schema, defaults, ""):
+        kind = node.get("type", "")
+        kind = " or ".join(kind) if isinstance(kind, list) else kind
+        shown = json.dumps(default, sort_keys=True) if default is not None else ""
+        description = " ".join(node.get("description", "").split()).replace("|", "\\|")
+        rows.append(f"| `{key}` | {kind} | `{shown}` | {description} |".replace("``", ""))
+    return head + "\n".join(rows) + "\n"
+
+
+def _schema_leaves(
+    schema: dict[str, Any], defaults: Any, prefix: str
+) -> list[tuple[str, dict[str, Any], Any]]:
+    """(dotted key, its schema, its default) of every value the README lists: each property
+    that has a description (an object without one is listed through its properties)."""
+    found = []
+    for name, node in schema.get("properties", {}).items():
+        key = f"{prefix}{name}"
+        default = defaults.get(name) if isinstance(defaults, dict) else None
+        if "description" in node:
+            found.append((key, node, default))
+        if node.get("type") == "object" and "properties" in node:
+            found.extend(_schema_leaves(node, default, f"{key}."))
+    return found
+
+
 def main(argv: list[str]) -> int:
     """Write the generated files (or, with --check, say whether they are current)."""
-    outputs = {DASHBOARD: dashboard_text(), RULES_FILE: rules_text()}
+    outputs = {
+        DASHBOARD: dashboard_text(),
+        PROMETHEUS_RULE: prometheus_rule_text(),
+        RULES_FILE: rules_text(),
+    }
+    for copy, source in CHART_FILES.items():
+        outputs[copy] = outputs.get(source) or source.read_text()
+    outputs[CHART_README] = chart_readme_text()
     if "--check" in argv:
         stale = [str(p.relative_to(ROOT)) for p, text in outputs.items() if _read(p) != text]
         for name in stale:

@@ -105,3 +105,42 @@ def dashboard_queries() -> dict[str, str]:
         selector = text[len("label_values(") : -1].rsplit(",", 1)[0].strip()
         found[f"variable:{variable['name']}"] = selector
     return found
+
+
+CHART = DAEMONSET / "chart"
+# The chart's release in the comparisons: the base's namespace.
+RELEASE, NAMESPACE = "gpuprobe", "gpuprobe"
+
+
+def helm() -> Any:
+    """helm-python-sdk (the test extra pins it): Helm v4's own engine, no helm binary."""
+    try:
+        import helm_python
+    except ImportError:
+        require(False, "helm-python-sdk is not installed")
+    return helm_python
+
+
+def chart_render(values: dict[str, Any] | None = None) -> str:
+    """The chart rendered with Helm's engine (values over its defaults), as YAML text."""
+    with helm().Chart.load(str(CHART)) as chart:
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return "\n---\n".join(manifests[name] for name in sorted(manifests))
+
+
+def chart_objects(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The chart's rendered objects."""
+    return [doc for doc in yaml.safe_load_all(chart_render(values)) if doc]
+
+
+def docs_url() -> str:
+    """scripts/build_deploy.py's DOCS_URL: the base of every alert's runbook_url."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "build_deploy", ROOT / "scripts" / "build_deploy.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.DOCS_URL)

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from conftest import require_root, require_tool, snapshot
-from deployment import METRICS_DOC, alerts, dashboard_queries, rule_groups
+from deployment import METRICS_DOC, alerts, dashboard_queries, docs_url, rule_groups
 from fabric import Fabric
 from gpuprobe.client import Client
 from gpuprobe.v1 import diagnostics_pb2 as pb
@@ -317,7 +317,7 @@ def assert_rendered(name: str, alert: dict[str, Any]) -> None:
     if name in GPU_ALERTS:
         assert f"GPU {alert['labels']['gpu']}" in text, (name, text)
         assert alert["labels"]["uuid"] in alert["annotations"]["description"]
-    assert alert["annotations"]["runbook_url"] == f"docs/deploy.md#{name.lower()}"
+    assert alert["annotations"]["runbook_url"] == f"{docs_url()}deploy.md#{name.lower()}"
 
 
 def test_alert_descriptions_name_what_the_agent_found(cluster: Cluster) -> None:
@@ -386,7 +386,7 @@ def test_agents_absent_fires_when_no_agent_is_scraped() -> None:
             "severity": "warning",
         }
         assert alert["state"] == "pending"  # for: 10m
-        assert alert["annotations"]["runbook_url"] == "docs/deploy.md#gpuprobeagentsabsent"
+        assert alert["annotations"]["runbook_url"] == f"{docs_url()}deploy.md#gpuprobeagentsabsent"
 
 
 # GpuprobeLinkBandwidthLow: agents in network namespaces joined by a bridge (tests/fabric.py),

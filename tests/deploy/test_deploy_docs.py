@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 
+import yaml
+
 from conftest import ROOT
-from deployment import DEPLOY_DOC, KUSTOMIZATIONS, alerts
+from deployment import CHART, DEPLOY_DOC, KUSTOMIZATIONS, alerts, docs_url
 
 SECTIONS = [
     "## Prerequisites",
@@ -44,9 +46,12 @@ def test_every_alert_links_to_its_runbook_section() -> None:
     headings = [line for line in runbooks.splitlines() if line.startswith("### ")]
     assert [h[4:] for h in headings] == list(alerts())  # one each, in the rules' order
     anchors = {anchor(h) for h in text.splitlines() if h.startswith("#")}
+    base = docs_url()
+    assert base.startswith("https://") and base.endswith("/")  # absolute: clickable in alerts
     for name, rule in alerts().items():
-        path, _, fragment = rule["annotations"]["runbook_url"].partition("#")
-        assert (ROOT / path).resolve() == DEPLOY_DOC.resolve(), name
+        url, _, fragment = rule["annotations"]["runbook_url"].partition("#")
+        assert url.startswith(base), name
+        assert (ROOT / "docs" / url.removeprefix(base)).resolve() == DEPLOY_DOC.resolve(), name
         assert fragment in anchors, name
 
 
@@ -67,3 +72,17 @@ def test_the_audit_commands_ask_the_service_of_every_agent() -> None:
         audits = re.findall(r"gpuprobe audit --targets\s+(dns:[\w:.-]+)", doc.read_text())
         assert audits, doc
         assert set(audits) == {"dns:gpuprobe-all.gpuprobe.svc.cluster.local:50051"}, doc
+
+
+def test_the_helm_values_the_docs_set_exist() -> None:
+    """Every `--set key=` and `key=true` of a value in docs/deploy.md and the chart's README
+    names a value of the chart (values.yaml)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    texts = DEPLOY_DOC.read_text() + (CHART / "README.md").read_text()
+    keys = set(re.findall(r"--set ([\w.]+)=", texts))
+    assert {"image.repository", "image.tag", "rdma.enabled", "tls.enabled"} <= keys
+    for key in keys:
+        node = values
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, key
+            node = node[part]
