@@ -57,6 +57,8 @@ class DriverData(TypedDict):
     cuda_toolkit_max: NotRequired[str | None]
     cuda_toolkit_max_release: NotRequired[str | None]
     required_cuda: NotRequired[list[CudaVerdict]]
+    # The GPU vendors whose GPUs this node shows (the bus, a loaded driver, NVML).
+    vendors: list[str]
     # With AMD GPUs on the PCI bus: the amdgpu driver's facts.
     amd: NotRequired[amd.AmdDriverData]
 
@@ -72,11 +74,14 @@ def run(host: Host, config: Config) -> CheckResult:
         "kernel_module_version": module.version if module else None,
         "kernel_module_type": ("open" if module.open else "proprietary") if module else None,
         "nvml_init_error": host.nvml.init_error,
+        "vendors": [],
     }
     node = read_amd(host, ask_library=True)
+    nvidia = _nvidia_seen(host, gpus_on_bus, module)
+    data["vendors"] = ["nvidia"] * nvidia + [amd.VENDOR] * bool(node.gpus)
     if node.gpus:
         data["amd"] = amd.driver_data(node.module, node.gpus, node.rocm_version, node.smi)
-        if not _nvidia_seen(host, gpus_on_bus, module):
+        if not nvidia:
             return _amd_only(node, data)
     if host.nvml.init_error is not None:
         result = _without_nvml(host, config, gpus_on_bus, module, data)

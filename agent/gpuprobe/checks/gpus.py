@@ -37,6 +37,7 @@ from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
 
 NAME = "gpus"
+NVIDIA = "nvidia"
 COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "ExclusiveProcess"}
 
 
@@ -45,7 +46,7 @@ class GpuFacts(TypedDict, total=False):
     check, its health from `gpu.health.read_health`; what NVML cannot tell is left out."""
 
     index: int
-    vendor: str  # "amd" on AMD GPUs (NVIDIA's entries predate the field and leave it out)
+    vendor: str  # "nvidia" | "amd"
     uuid: str  # an AMD GPU's unique_id (its PCI address without one)
     unique_id: str | None
     driver: str | None
@@ -191,6 +192,7 @@ def _nvidia(host: Host, config: Config, amd_gpus: int) -> CheckResult:
     gpus = []
     for device in devices:
         facts = inventory(device, finish=False)
+        facts = {"index": facts.pop("index"), "vendor": NVIDIA, **facts}
         if not device.lost:
             facts.update(read_health(device, table))
         gpus.append(_finish(device, facts))

@@ -8,8 +8,9 @@ log some lines through DRM without it):
   `amdgpu 0000:c5:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=2662395, emitted
   seq=2662397` (older: `[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring sdma0 timeout, ...`),
   followed by the process (`Process information: process python3 pid 1234 ...`);
-- a GPU reset: `GPU reset begin!`, then `GPU reset(2) succeeded!` or `GPU reset(2) failed` /
-  `GPU reset end with ret = -110`, and `VRAM is lost due to GPU reset!`;
+- a GPU reset: `GPU reset begin!`, then `GPU reset(2) succeeded!`, or `GPU reset(2) failed`,
+  `GPU reset end with ret = -110` and (through DRM, without the device) `*ERROR* GPU Recovery
+  Failed: -110`;
 - an uncorrectable RAS error: `socket: 0, die: 0 1 uncorrectable hardware errors detected in
   umc block` (or without the socket), and the fatal interrupt
   `{1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!`;
@@ -76,7 +77,9 @@ _PCI = r"(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
 _DEVICE = re.compile(r"amdgpu " + _PCI + r": ")
 _RING = re.compile(r"ring (?P<ring>\S+) timeout, signaled seq=(\d+), emitted seq=(\d+)")
 _RESET_DONE = re.compile(r"GPU reset(?:\(\d+\))? succeeded!")
-_RESET_FAILED = re.compile(r"GPU reset(?:\(\d+\))? failed|GPU reset end with ret = -\d+")
+_RESET_FAILED = re.compile(
+    r"GPU reset(?:\(\d+\))? failed|GPU reset end with ret = -\d+|GPU Recovery Failed"
+)
 _RAS = re.compile(
     r"(?P<count>\d+) (?:new )?uncorrectable hardware errors detected in (?P<block>\w+) block"
 )
@@ -151,7 +154,8 @@ def read_faults(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
     """This boot's amdgpu faults in one log, given oldest part first: what a log held
     before its last `Linux version` line belongs to earlier boots. A fault line without a
     device (the older DRM-prefixed ones) takes the device of the next line that names one
-    within the same burst (the driver logs the reset of that GPU right after)."""
+    within the same burst (the driver logs the reset of that GPU right after), else the
+    device of the fault before it (`GPU Recovery Failed` follows its device's lines)."""
     faults: list[AmdgpuFault] = []
     for text in texts:
         for line in text.splitlines():
@@ -168,6 +172,12 @@ def read_faults(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
             if fault.pci is not None:
                 _adopt(faults, fault.pci)
             faults.append(fault)
+    for i in range(1, len(faults)):
+        if faults[i].pci is None and faults[i - 1].pci is not None:
+            old = faults[i]
+            faults[i] = AmdgpuFault(
+                faults[i - 1].pci, old.cause, old.detail, old.process, old.time, old.line
+            )
     return faults
 
 
