@@ -197,3 +197,28 @@ def test_a_node_with_both_vendors_keeps_nvidias_verdict_and_adds_amds(mixed: Pat
     assert result.summary == (
         "8 GPUs: NVIDIA H100 80GB HBM3; 2 AMD GPUs: AMD Instinct MI300X; 1 with findings"
     )
+
+
+def test_the_amd_device_plugin_registered_its_gpus() -> None:
+    result = run_check("device_plugin", "synthetic-amd-k8s-device-plugin")
+    assert result.findings == []
+    assert result.summary == "AMD device plugin registered: amd.com/gpu"
+    assert (result.data["amd_gpus"], result.data["amd_plugin_sockets"]) == (8, ["amd.com_gpu"])
+    assert result.data["amd_resources"] == ["amd.com/gpu"]
+    assert result.data["gpus"] == 0  # NVIDIA's
+
+
+def test_an_amd_node_without_its_device_plugin_advertises_no_gpu() -> None:
+    result = run_check("device_plugin", "synthetic-amd-k8s-no-device-plugin")
+    assert codes(result) == [("DEVICE_PLUGIN_NOT_REGISTERED", "CRITICAL", "FIX_CONFIG", "node")]
+    assert result.findings[0].message.startswith(
+        "no AMD device plugin socket (amd.com_*) in /var/lib/kubelet/device-plugins for the 8 "
+        "AMD GPUs on the PCI bus: the kubelet advertises no amd.com/gpu"
+    )
+    assert result.summary == "no AMD device plugin registered (8 GPUs)"
+
+
+def test_off_kubernetes_an_amd_node_needs_no_device_plugin() -> None:
+    result = run_check("device_plugin", "synthetic-amd-mi300x-8gpu-healthy")
+    assert result.findings == []
+    assert result.summary == "not a Kubernetes node (no /var/lib/kubelet/device-plugins)"

@@ -2761,6 +2761,16 @@ def amd_variants() -> list[Node]:
     )
     nodes.append(node)
 
+    # On Kubernetes: the AMD GPU device plugin's socket beside the kubelet's (kubevirt's
+    # device-plugin-manager names it `<namespace>_<resource>`, no suffix), and a node without.
+    node = mi300x_node("synthetic-amd-k8s-device-plugin")
+    node.file("/var/lib/kubelet/device-plugins/kubelet.sock")
+    node.file("/var/lib/kubelet/device-plugins/amd.com_gpu")
+    nodes.append(node)
+    node = mi300x_node("synthetic-amd-k8s-no-device-plugin")
+    node.file("/var/lib/kubelet/device-plugins/kubelet.sock")
+    nodes.append(node)
+
     # GPU 6 lost its XGMI link to GPU 1 (hive node 2): both ends show no link.
     node = mi300x_node("synthetic-amd-xgmi-link-down")
     for own, peer in ((6, 1), (1, 6)):

@@ -49,9 +49,7 @@ class Cause:
 
 
 CAUSES: dict[str, Cause] = {
-    RING_TIMEOUT: Cause(
-        "WARNING", "RESTART_APP", "a GPU job hung and the driver killed it (ring timeout)"
-    ),
+    RING_TIMEOUT: Cause("WARNING", "RESTART_APP", "a GPU job hung and the driver timed it out"),
     GPU_RESET: Cause(
         "WARNING", "RESTART_APP", "the driver reset the GPU; work on it was lost and it recovered"
     ),
