@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SNAPSHOTS
-from gpuprobe.checks import driver, gpus
+from gpuprobe.checks import driver, gpus, toolkit
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
 from helpers import codes, config, run_check
@@ -222,3 +222,55 @@ def test_off_kubernetes_an_amd_node_needs_no_device_plugin() -> None:
     result = run_check("device_plugin", "synthetic-amd-mi300x-8gpu-healthy")
     assert result.findings == []
     assert result.summary == "not a Kubernetes node (no /var/lib/kubelet/device-plugins)"
+
+
+def test_rocm_containers_need_dev_kfd() -> None:
+    result = run_check("toolkit", "synthetic-amd-kfd-missing")
+    assert codes(result) == [("GPU_DEVICE_NODE_MISSING", "CRITICAL", "FIX_CONFIG", "node")]
+    assert result.findings[0].message.startswith(
+        "/dev/kfd missing on a node with 8 AMD GPUs amdgpu drives: ROCm containers cannot "
+        "reach any GPU"
+    )
+    assert result.data["amd"]["kfd"] is False
+    healthy = run_check("toolkit", "synthetic-amd-mi300x-8gpu-healthy")
+    assert healthy.findings == []
+    assert healthy.summary == "AMD GPUs: /dev/kfd present, 8 of 8 render nodes"
+    assert healthy.data["amd"]["render_nodes"]["/dev/dri/renderD184"] is True
+
+
+def test_the_amd_container_runtime_is_held_to_its_binary(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    shutil.copytree(SNAPSHOTS / "synthetic-amd-mi300x-8gpu-healthy", root, symlinks=True)
+    # What `amd-ctk runtime configure --runtime=docker` writes, with the toolkit since removed.
+    daemon = root / "rootfs/etc/docker/daemon.json"
+    daemon.parent.mkdir(parents=True)
+    daemon.write_text(
+        '{\n    "runtimes": {\n        "amd": {\n            "path": "amd-container-runtime",\n'
+        '            "runtimeArgs": []\n        }\n    }\n}\n'
+    )
+    result = toolkit.run(snapshot_host(root), config())
+    assert codes(result) == [
+        ("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", "file:/etc/docker/daemon.json")
+    ]
+    assert result.data["amd"]["runtimes"] == [
+        {"engine": "docker", "binary": "amd-container-runtime", "found": False}
+    ]
+    binary = root / "rootfs/usr/bin/amd-container-runtime"
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    assert toolkit.run(snapshot_host(root), config()).findings == []
+
+
+def test_a_stale_amd_cdi_spec_is_named_with_the_nodes_it_lost() -> None:
+    result = run_check("cdi", "synthetic-amd-cdi-stale")
+    assert codes(result) == [
+        ("CDI_SPEC_STALE", "WARNING", "FIX_CONFIG", "file:/var/run/cdi/amd.json")
+    ]
+    assert "/dev/dri/renderD129, /dev/dri/renderD130, /dev/dri/renderD131, " in (
+        result.findings[0].message
+    )
+    assert "and 3 more" in result.findings[0].message
+    assert result.data["specs"][0]["stale"]["missing_device_nodes"] == [
+        f"/dev/dri/renderD{n}" for n in range(129, 136)
+    ]

@@ -2683,6 +2683,11 @@ def mi300x_node(name: str) -> Node:
         node.file(f"{hwmon}/temp2_input", f"{61000 + 1000 * i}\n")
         node.file(f"{hwmon}/temp3_label", "mem\n")
         node.file(f"{hwmon}/temp3_input", f"{52000 + 1000 * i}\n")
+    # The device nodes ROCm containers are given (empty files stand for device nodes).
+    node.file("/dev/kfd")
+    for i in range(len(MI300X_PCI)):
+        node.file(f"/dev/dri/card{1 + 8 * i}")
+        node.file(f"/dev/dri/renderD{128 + 8 * i}")
     node.file("/sys/module/amdgpu/initstate", "live\n")
     node.file("/sys/module/amdgpu/version", AMDGPU_VERSION + "\n")
     node.file("/sys/module/amdgpu/parameters/bad_page_threshold", "-1\n")
@@ -2691,6 +2696,31 @@ def mi300x_node(name: str) -> Node:
     node.file("/proc/stat", f"cpu  49860 1 10153 215654 882 0 236 2148 0 0\nbtime {BOOT_TIME}\n")
     node.file("/var/log/kern.log", amd_kernel_log())
     return node
+
+
+def amd_cdi_spec(render_base: int = 128, step: int = 8) -> str:
+    """/var/run/cdi/amd.json as the AMD Container Toolkit writes it (Go's json.Encoder of a
+    CDI 0.6.0 spec: each GPU's card and render node, then /dev/kfd; and `all`)."""
+    kfd = {"path": "/dev/kfd", "type": "c", "major": 235, "minor": 0, "fileMode": 438,
+           "permissions": "rwm", "uid": 0, "gid": 110}  # fmt: skip
+
+    def node(path: str, minor: int) -> dict[str, Any]:
+        return {"path": path, "type": "c", "major": 226, "minor": minor, "fileMode": 432,
+                "permissions": "rwm", "uid": 0, "gid": 44}  # fmt: skip
+
+    devices = []
+    every = []
+    for i in range(len(MI300X_PCI)):
+        gpu = [
+            node(f"/dev/dri/card{1 + 8 * i}", 1 + 8 * i),
+            node(f"/dev/dri/renderD{render_base + step * i}", render_base + step * i),
+        ]
+        every += gpu
+        devices.append({"name": str(i), "containerEdits": {"deviceNodes": [*gpu, kfd]}})
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": [*every, kfd]}})
+    spec = {"cdiVersion": "0.6.0", "kind": "amd.com/gpu", "devices": devices,
+            "containerEdits": {}}  # fmt: skip
+    return json.dumps(spec, separators=(",", ":"))
 
 
 def amd_variants() -> list[Node]:
@@ -2769,6 +2799,18 @@ def amd_variants() -> list[Node]:
     nodes.append(node)
     node = mi300x_node("synthetic-amd-k8s-no-device-plugin")
     node.file("/var/lib/kubelet/device-plugins/kubelet.sock")
+    nodes.append(node)
+
+    # amdgpu loaded but its KFD did not start (an IOMMU left in a mode KFD refuses): no
+    # /dev/kfd, so no ROCm container can reach a GPU.
+    node = mi300x_node("synthetic-amd-kfd-missing")
+    del node.files["/dev/kfd"]
+    nodes.append(node)
+
+    # A CDI spec the AMD Container Toolkit wrote (amd-ctk cdi generate: /var/run/cdi/amd.json,
+    # one JSON line) before the GPUs' DRM minors moved: it names render nodes that are gone.
+    node = mi300x_node("synthetic-amd-cdi-stale")
+    node.file("/var/run/cdi/amd.json", amd_cdi_spec(render_base=129, step=1) + "\n")
     nodes.append(node)
 
     # GPU 6 lost its XGMI link to GPU 1 (hive node 2): both ends show no link.

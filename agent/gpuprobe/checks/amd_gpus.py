@@ -13,12 +13,18 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from gpuprobe.containers.engines import Engine
+from gpuprobe.containers.toolkit import resolve_binary
 from gpuprobe.gpu.amd.ras import bad_page_threshold
 from gpuprobe.gpu.amd.sysfs import AmdGpu, AmdgpuModule
+from gpuprobe.host.fs import HostFS
 from gpuprobe.host.rocm_smi import SmiProbe
 from gpuprobe.report import Action, Finding, Severity
 
 VENDOR = "amd"
+KFD = "/dev/kfd"
+# The AMD Container Toolkit's runtime: `amd-ctk runtime configure` names it `amd`.
+AMD_RUNTIME = "amd"
 # Retired pages at or above this share of the threshold raise RAS_BAD_PAGES as a warning.
 BAD_PAGES_WARN_RATIO = 0.9
 
@@ -368,3 +374,66 @@ def _unreadable(gpu: AmdGpu, where: str) -> list[Finding]:
 
 def _s(n: int) -> str:
     return "" if n == 1 else "s"
+
+
+class AmdContainerData(TypedDict):
+    """The `toolkit` check's `data.amd` (docs/checks.md): the device nodes ROCm containers
+    need and the AMD Container Toolkit's runtime in each engine that names one."""
+
+    kfd: bool
+    render_nodes: dict[str, bool]
+    runtimes: list[dict[str, object]]
+
+
+def container_access(
+    fs: HostFS, gpus: list[AmdGpu], engines: list[Engine]
+) -> tuple[AmdContainerData, list[Finding]]:
+    """What ROCm containers need on the host: `/dev/kfd` (the compute interface) and each
+    GPU's `/dev/dri/renderD<N>` (which the AMD device plugin, or `--device`, passes in), and
+    where an engine names the AMD Container Toolkit's `amd` runtime, its binary."""
+    bound = [g for g in gpus if g.bound]
+    kfd = fs.exists(KFD)
+    nodes = {f"/dev/dri/{g.render_node}": fs.exists(f"/dev/dri/{g.render_node}")
+             for g in bound if g.render_node}  # fmt: skip
+    runtimes: list[dict[str, object]] = []
+    findings = []
+    for engine in engines:
+        runtime = engine.config.runtimes.get(AMD_RUNTIME)
+        if runtime is None:
+            continue
+        found = resolve_binary(fs, runtime.binary or "")
+        runtimes.append(
+            {"engine": engine.config.flavor, "binary": runtime.binary, "found": found is not None}
+        )
+        if found is None:
+            findings.append(
+                Finding(
+                    "RUNTIME_NOT_CONFIGURED",
+                    Severity.CRITICAL,
+                    f"{engine.config.flavor}'s `amd` runtime (AMD Container Toolkit) names "
+                    f"{runtime.binary or 'no binary'}, which does not exist: containers run "
+                    "with it fail to start. Install amd-container-toolkit, or run amd-ctk "
+                    "runtime configure again",
+                    Action.FIX_CONFIG,
+                    f"file:{runtime.defined_in}",
+                )
+            )
+    missing = ([] if kfd or not bound else [KFD]) + [n for n, ok in nodes.items() if not ok]
+    if missing:
+        findings.insert(
+            0,
+            Finding(
+                "GPU_DEVICE_NODE_MISSING",
+                Severity.CRITICAL,
+                f"{', '.join(missing)} missing on a node with {len(bound)} AMD GPU"
+                f"{_s(len(bound))} amdgpu drives: ROCm containers cannot reach "
+                + (
+                    "any GPU (no /dev/kfd: amdgpu's KFD did not start; read the kernel log "
+                    "for kfd, and check the IOMMU settings)"
+                    if KFD in missing
+                    else "those GPUs (check udev's DRM rules)"
+                ),
+                Action.FIX_CONFIG,
+            ),
+        )
+    return {"kfd": kfd, "render_nodes": nodes, "runtimes": runtimes}, findings
