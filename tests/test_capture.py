@@ -216,3 +216,27 @@ def test_a_malformed_device_plugin_file_is_a_usage_error(tmp_path: Path) -> None
         'device-plugin.json: needs either a string "content" or a string "error"'
     )
     assert "Traceback" not in out.stderr
+
+
+def test_capture_of_an_amd_node_replays_its_gpus_and_faults(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    source = Path(snapshot("synthetic-amd-xgmi-link-down")) / "rootfs"
+    shutil.copytree(source, root, symlinks=True)
+    target = tmp_path / "snap"
+    assert gpuprobe("capture", str(target), "--root", str(root)).returncode == 0
+    rootfs = target / "rootfs"
+    gpu = rootfs / "sys/bus/pci/devices/0000:bf:00.0"
+    assert (gpu / "xgmi_num_links").read_text() == "01 00 01 01 01 01 00 01 \n"
+    assert (gpu / "ras/umc_err_count").read_text() == "ue: 0\nce: 0\n"
+    assert (rootfs / "sys/module/amdgpu/version").read_text() == "6.10.5\n"
+    live = json.loads((target / "report.json").read_text())
+    replay = gpuprobe("check", "--json", "--only", "driver,gpus", "--snapshot", str(target))
+    assert findings_of(replay.json()) == {k: v for k, v in findings_of(live).items()
+                                          if k in ("driver", "gpus")}  # fmt: skip
+    assert findings_of(live)["gpus"] == (
+        "CRITICAL",
+        [
+            ("XGMI_LINK_DOWN", "CRITICAL", "REBOOT_NODE", "gpu:1:7c3a51d2e0b50711"),
+            ("XGMI_LINK_DOWN", "CRITICAL", "REBOOT_NODE", "gpu:6:7c3a51d2e0b55c66"),
+        ],
+    )

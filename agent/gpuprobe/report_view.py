@@ -22,11 +22,16 @@ DataKeys = Mapping[str, "DataKeys | None"]
 # The facts the summary view keeps, per check (a check not named keeps no data). The fleet
 # audit's skew fields, counts and usage read these (gpuprobe.audit.facts, .usage).
 SUMMARY_DATA: dict[str, DataKeys] = {
-    "driver": {"driver_version": None, "cuda_driver_version": None},
+    "driver": {
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "amd": {"amdgpu_version": None, "rocm_version": None},
+    },
     "gpus": {
         "gpus_on_pci_bus": None,
         "gpus_seen_by_nvml": None,
-        "gpus": {"index": None, "name": None, "lost": None, "idle": None},
+        "gpus_seen_by_amdgpu": None,
+        "gpus": {"index": None, "vendor": None, "name": None, "lost": None, "idle": None},
     },
     "mig": {
         "gpus": {

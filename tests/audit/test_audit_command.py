@@ -139,6 +139,8 @@ def reachable(
         "facts": {
             "driver_version": "550.54.15",
             "cuda_driver_version": "12.4",
+            "amdgpu_version": None,
+            "rocm_version": None,
             "gpu_model": H100,
             "gpu_count": "8",
             "mig_layout": "disabled",

@@ -39,6 +39,8 @@ def facts(
     return {
         "driver_version": driver,
         "cuda_driver_version": cuda,
+        "amdgpu_version": None,
+        "rocm_version": None,
         "gpu_model": model,
         "gpu_count": count,
         "mig_layout": mig,
@@ -255,3 +257,19 @@ def test_garbage_data_never_breaks_the_facts(data: dict[str, Any]) -> None:
     assert all(v is None or isinstance(v, str) for v in values.values())
     counted = counts(node).to_dict()
     assert all(isinstance(v, int) and v >= 0 for v in counted.values())
+
+
+def test_an_amd_nodes_facts() -> None:
+    node = report("synthetic-amd-mi300x-8gpu-healthy", None)
+    values = skew_values(node)
+    assert {
+        k: values[k] for k in ("driver_version", "amdgpu_version", "gpu_model", "gpu_count")
+    } == {
+        "driver_version": "6.10.5",
+        "amdgpu_version": "6.10.5",
+        "gpu_model": "AMD Instinct MI300X",
+        "gpu_count": "8",
+    }
+    assert values["cuda_driver_version"] is None and values["rocm_version"] is None
+    gone = skew_values(report("synthetic-amd-gpu-not-initialized", None))
+    assert gone["gpu_count"] == "7"

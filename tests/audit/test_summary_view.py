@@ -73,7 +73,7 @@ def test_the_summary_view_carries_no_per_gpu_telemetry(
     gpus = wire.report_from_proto(summary).check("gpus")
     assert gpus is not None
     # `lost` is in a GPU's data only when it is lost
-    assert [set(g) for g in gpus.data["gpus"]] == [{"index", "name", "idle"}] * 8
+    assert [set(g) for g in gpus.data["gpus"]] == [{"index", "vendor", "name", "idle"}] * 8
     assert summary.ByteSize() * 4 < whole.ByteSize()
 
 

@@ -18,6 +18,7 @@ def test_healthy_node_reports_versions_and_no_finding() -> None:
         "kernel_module_version": "550.54.15",
         "kernel_module_type": "open",
         "nvml_init_error": None,
+        "vendors": ["nvidia"],
         "nvml_version": "12.550.54.15",
         "cuda_toolkit_max": "12.4.1",
         "cuda_toolkit_max_release": "12.4 Update 1",

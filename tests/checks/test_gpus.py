@@ -31,6 +31,7 @@ def test_healthy_node_lists_eight_gpus_and_raises_nothing() -> None:
     assert result.data["fabric_manager_running"] is True
     assert result.data["gpus"][2] == {
         "index": 2,
+        "vendor": "nvidia",
         "uuid": "GPU-5f1c0002-8e2b-4c1d-9a7e-000000000002",
         "name": "NVIDIA H100 80GB HBM3",
         "serial": "1654922000002",
@@ -299,6 +300,7 @@ def test_a_gpu_whose_handle_is_lost_is_placed_on_the_pci_bus_with_no_uuid() -> N
     assert result.findings[0].message.startswith("GPU 2 (0000:3a:00.0) is lost: ")
     assert result.data["gpus"][2] == {
         "index": 2,
+        "vendor": "nvidia",
         "lost": True,
         "pci_bus_id": "0000:3a:00.0",
         "nvml_errors": {"nvmlDeviceGetHandleByIndex": "GpuIsLost"},

@@ -19,8 +19,18 @@ from helpers import node_report
 
 # The modules of the checks package that are not checks: the machinery (attribution names
 # the pods of every check's GPU findings), the gpus check's judgement of gpu.health's and
-# gpu.imex's facts, and the pods check's table of failure signatures.
-MACHINERY = {"record", "registry", "runner", "attribution", "gpu_health", "imex", "pod_signatures"}
+# gpu.imex's facts, the driver and gpus checks' judgement of AMD GPUs, and the pods check's
+# table of failure signatures.
+MACHINERY = {
+    "record",
+    "registry",
+    "runner",
+    "attribution",
+    "gpu_health",
+    "imex",
+    "amd_gpus",
+    "pod_signatures",
+}
 # Config sections that belong to no one check: how checks run, the daemon, the bandwidth tests
 # it serves, and its Kubernetes publisher.
 SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes"}

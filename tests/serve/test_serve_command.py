@@ -46,6 +46,7 @@ def normalize(text: str) -> str:
         "synthetic-gpu-lost",
         "kvm-epyc-nogpu",
         "synthetic-k8s-ecc-on-training-gpu",
+        "synthetic-amd-ras-uncorrectable",
     ],
 )
 def test_metrics_match_the_golden_file_and_pass_promtool(name: str) -> None:

@@ -703,6 +703,7 @@ def variants() -> list[Node]:
         + fabric_variants()
         + workload_variants()
         + pod_failure_variants()
+        + amd_variants()
     )
 
 
@@ -2589,6 +2590,235 @@ def pod_failure_variants() -> list[Node]:
         for i in range(2)
     ]  # fmt: skip
     nodes.append(with_containers(node, trainers))
+    return nodes
+
+
+# An 8-GPU AMD Instinct MI300X node (an OAM platform: one XGMI hive, every GPU a direct
+# neighbour of the other seven over one link), amdgpu 6.10.5 from ROCm 6.3's DKMS package.
+# Each GPU's DRM nodes step by 8 (card1, card9, ... card57), as on real MI300X nodes.
+MI300X_PCI = [
+    "0000:0c:00.0",
+    "0000:22:00.0",
+    "0000:38:00.0",
+    "0000:5c:00.0",
+    "0000:9f:00.0",
+    "0000:af:00.0",
+    "0000:bf:00.0",
+    "0000:df:00.0",
+]
+MI300X_VRAM = 206141652992  # 196592 MiB, as amdgpu reports an MI300X's HBM3
+MI300X_HIVE = "11386580467236257794"
+MI300X_RAS_BLOCKS = ("umc", "sdma", "gfx", "mmhub", "xgmi_wafl")
+AMDGPU_VERSION = "6.10.5"
+
+
+def amd_unique_id(index: int) -> str:
+    """A stable, made-up amdgpu unique_id (16 hex digits, as the driver prints it)."""
+    return f"{0x7C3A51D2E0B4F600 + index * 0x1111:016x}"
+
+
+def amd_kernel_log(*extra: str, loaded: bool = True) -> str:
+    """kern.log of an MI300X node: this boot's amdgpu start-up lines (none where amdgpu did
+    not load), then `extra`."""
+    boot = (
+        f"{stamp('08:00:02')} Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) "
+        "(x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) 13.2.0) #49-Ubuntu SMP\n"
+    )
+    if not loaded:
+        return boot + "".join(extra)
+    lines = [
+        boot,
+        f"{stamp('08:00:07')} [drm] amdgpu kernel modesetting enabled.\n",
+        f"{stamp('08:00:07')} [drm] amdgpu version: {AMDGPU_VERSION}\n",
+        f"{stamp('08:00:07')} [drm] initializing kernel modesetting (IP DISCOVERY "
+        "0x1002:0x74A1 0x1002:0x74A1 0x00).\n",
+    ]
+    lines += [
+        f"{stamp('08:00:19')} [drm] Initialized amdgpu 3.59.0 20150101 for {a} on minor "
+        f"{1 + 8 * i}\n"
+        for i, a in enumerate(MI300X_PCI)
+    ]
+    return "".join(lines) + "".join(extra)
+
+
+def xgmi_row(own: int, count: int, value: str) -> str:
+    """An xgmi_num_hops / xgmi_num_links line: one hex byte per hive node, this GPU's 00."""
+    return "".join("00 " if i == own else f"{value} " for i in range(count)) + "\n"
+
+
+def mi300x_node(name: str) -> Node:
+    """A healthy 8x MI300X node: no NVIDIA GPU, no NVML."""
+    node = Node(name, init_error="LibraryNotFound")
+    for address, (vendor, device, class_code) in OTHER_PCI.items():
+        node.pci(address, vendor, device, class_code)
+    first = MI300X_PCI[0]
+    for i, address in enumerate(MI300X_PCI):
+        base = f"/sys/bus/pci/devices/{address}"
+        node.pci(address, "0x1002", "0x74a1", "0x120000")
+        node.symlink(f"{base}/driver", "../../../../bus/pci/drivers/amdgpu")
+        node.directories |= {f"{base}/drm/card{1 + 8 * i}", f"{base}/drm/renderD{128 + 8 * i}"}
+        node.file(f"{base}/unique_id", amd_unique_id(i) + "\n")
+        node.file(f"{base}/mem_info_vram_total", f"{MI300X_VRAM}\n")
+        node.file(f"{base}/mem_info_vram_used", f"{(142 + i) * 2**30}\n")
+        node.file(f"{base}/gpu_busy_percent", "100\n")
+        for link in ("current", "max"):
+            node.file(f"{base}/{link}_link_speed", "32.0 GT/s PCIe\n")
+            node.file(f"{base}/{link}_link_width", "16\n")
+        for block in MI300X_RAS_BLOCKS:
+            node.file(f"{base}/ras/{block}_err_count", "ue: 0\nce: 0\n")
+        node.file(f"{base}/ras/gpu_vram_bad_pages", "")
+        node.file(f"{base}/ras/features", "feature mask: 0x3c5f\n")
+        # The hive's directory lies under its first GPU; the others link to it (amdgpu_xgmi.c).
+        if address == first:
+            node.file(f"{base}/xgmi_hive_info/xgmi_hive_id", MI300X_HIVE + "\n")
+        else:
+            node.symlink(f"{base}/xgmi_hive_info", f"../{first}/xgmi_hive_info")
+        node.file(f"{base}/xgmi_device_id", f"{4613629217419446300 + i}\n")
+        node.file(f"{base}/xgmi_physical_id", f"{i}\n")
+        node.file(f"{base}/xgmi_num_hops", xgmi_row(i, len(MI300X_PCI), "01"))
+        node.file(f"{base}/xgmi_num_links", xgmi_row(i, len(MI300X_PCI), "01"))
+        node.file(f"{base}/xgmi_error", "0\n")
+        hwmon = f"{base}/hwmon/hwmon{3 + i}"
+        node.file(f"{hwmon}/temp2_label", "junction\n")
+        node.file(f"{hwmon}/temp2_input", f"{61000 + 1000 * i}\n")
+        node.file(f"{hwmon}/temp3_label", "mem\n")
+        node.file(f"{hwmon}/temp3_input", f"{52000 + 1000 * i}\n")
+    # The device nodes ROCm containers are given (empty files stand for device nodes).
+    node.file("/dev/kfd")
+    for i in range(len(MI300X_PCI)):
+        node.file(f"/dev/dri/card{1 + 8 * i}")
+        node.file(f"/dev/dri/renderD{128 + 8 * i}")
+    node.file("/sys/module/amdgpu/initstate", "live\n")
+    node.file("/sys/module/amdgpu/version", AMDGPU_VERSION + "\n")
+    node.file("/sys/module/amdgpu/parameters/bad_page_threshold", "-1\n")
+    node.file("/proc/sys/kernel/osrelease", "6.8.0-49-generic\n")
+    node.file("/proc/sys/kernel/random/boot_id", BOOT_ID)
+    node.file("/proc/stat", f"cpu  49860 1 10153 215654 882 0 236 2148 0 0\nbtime {BOOT_TIME}\n")
+    node.file("/var/log/kern.log", amd_kernel_log())
+    return node
+
+
+def amd_cdi_spec(render_base: int = 128, step: int = 8) -> str:
+    """/var/run/cdi/amd.json as the AMD Container Toolkit writes it (Go's json.Encoder of a
+    CDI 0.6.0 spec: each GPU's card and render node, then /dev/kfd; and `all`)."""
+    kfd = {"path": "/dev/kfd", "type": "c", "major": 235, "minor": 0, "fileMode": 438,
+           "permissions": "rwm", "uid": 0, "gid": 110}  # fmt: skip
+
+    def node(path: str, minor: int) -> dict[str, Any]:
+        return {"path": path, "type": "c", "major": 226, "minor": minor, "fileMode": 432,
+                "permissions": "rwm", "uid": 0, "gid": 44}  # fmt: skip
+
+    devices = []
+    every = []
+    for i in range(len(MI300X_PCI)):
+        gpu = [
+            node(f"/dev/dri/card{1 + 8 * i}", 1 + 8 * i),
+            node(f"/dev/dri/renderD{render_base + step * i}", render_base + step * i),
+        ]
+        every += gpu
+        devices.append({"name": str(i), "containerEdits": {"deviceNodes": [*gpu, kfd]}})
+    devices.append({"name": "all", "containerEdits": {"deviceNodes": [*every, kfd]}})
+    spec = {"cdiVersion": "0.6.0", "kind": "amd.com/gpu", "devices": devices,
+            "containerEdits": {}}  # fmt: skip
+    return json.dumps(spec, separators=(",", ":"))
+
+
+def amd_variants() -> list[Node]:
+    """AMD Instinct MI300X nodes: healthy, and one fault each."""
+    nodes = [mi300x_node("synthetic-amd-mi300x-8gpu-healthy")]
+    gpu3 = f"/sys/bus/pci/devices/{MI300X_PCI[3]}"
+
+    # amdgpu did not load (a kernel upgrade without the DKMS rebuild): no driver files at all.
+    node = mi300x_node("synthetic-amd-driver-not-loaded")
+    node.files = {p: c for p, c in node.files.items()
+                  if (not p.startswith("/sys/module/amdgpu")
+                  and not p.startswith("/sys/bus/pci/devices/0000:")) or p.endswith(
+                      ("/vendor", "/device", "/class"))}  # fmt: skip
+    node.symlinks = {}
+    node.directories = set()
+    node.file("/var/log/kern.log", amd_kernel_log(loaded=False))
+    nodes.append(node)
+
+    # GPU 3 stayed out of the driver (its initialisation failed): still on the bus.
+    node = mi300x_node("synthetic-amd-gpu-not-initialized")
+    node.files = {
+        p: c
+        for p, c in node.files.items()
+        if not p.startswith(f"{gpu3}/") or p.endswith(("/vendor", "/device", "/class"))
+    }
+    node.symlinks = {p: t for p, t in node.symlinks.items() if not p.startswith(f"{gpu3}/")}
+    node.directories = {d for d in node.directories if not d.startswith(f"{gpu3}/")}
+    nodes.append(node)
+
+    # Uncorrectable HBM errors on GPU 3: the UMC block counts them, the driver logs them,
+    # and pages wait to be retired at the next reset.
+    node = mi300x_node("synthetic-amd-ras-uncorrectable")
+    node.file(f"{gpu3}/ras/umc_err_count", "ue: 2\nce: 17\n")
+    node.file(
+        f"{gpu3}/ras/gpu_vram_bad_pages",
+        "0x0000a4c3 : 0x00001000 : R\n0x0001f207 : 0x00001000 : P\n",
+    )
+    node.file(
+        "/var/log/kern.log",
+        amd_kernel_log(
+            f"{stamp('20:41:07')} amdgpu {MI300X_PCI[3]}: amdgpu: socket: 0, die: 0 2 "
+            "uncorrectable hardware errors detected in umc block\n",
+        ),
+    )
+    nodes.append(node)
+
+    # GPU 5 has retired pages close to the driver's threshold (192 GiB / 100 MiB = 1965).
+    node = mi300x_node("synthetic-amd-bad-pages-near-threshold")
+    pages = "".join(f"0x{0x10000 + 7 * n:08x} : 0x00001000 : R\n" for n in range(1800))
+    node.file(f"/sys/bus/pci/devices/{MI300X_PCI[5]}/ras/gpu_vram_bad_pages", pages)
+    nodes.append(node)
+
+    # A ring timeout on GPU 2, the driver's reset, and the reset's success.
+    node = mi300x_node("synthetic-amd-ring-timeout-reset")
+    gpu2 = MI300X_PCI[2]
+    node.file(
+        "/var/log/kern.log",
+        amd_kernel_log(
+            f"{stamp('20:52:31')} amdgpu {gpu2}: amdgpu: ring comp_1.0.0 timeout, signaled "
+            "seq=1894471, emitted seq=1894473\n",
+            f"{stamp('20:52:31')} amdgpu {gpu2}: amdgpu:  Process python3 pid 48211 thread "
+            "python3 pid 48290\n",
+            f"{stamp('20:52:31')} amdgpu {gpu2}: amdgpu: GPU reset begin!\n",
+            f"{stamp('20:52:33')} amdgpu {gpu2}: amdgpu: MODE1 reset\n",
+            f"{stamp('20:52:33')} amdgpu {gpu2}: amdgpu: GPU reset succeeded, trying to resume\n",
+            f"{stamp('20:52:34')} amdgpu {gpu2}: amdgpu: GPU reset(1) succeeded!\n",
+        ),
+    )
+    nodes.append(node)
+
+    # On Kubernetes: the AMD GPU device plugin's socket beside the kubelet's (kubevirt's
+    # device-plugin-manager names it `<namespace>_<resource>`, no suffix), and a node without.
+    node = mi300x_node("synthetic-amd-k8s-device-plugin")
+    node.file("/var/lib/kubelet/device-plugins/kubelet.sock")
+    node.file("/var/lib/kubelet/device-plugins/amd.com_gpu")
+    nodes.append(node)
+    node = mi300x_node("synthetic-amd-k8s-no-device-plugin")
+    node.file("/var/lib/kubelet/device-plugins/kubelet.sock")
+    nodes.append(node)
+
+    # amdgpu loaded but its KFD did not start (an IOMMU left in a mode KFD refuses): no
+    # /dev/kfd, so no ROCm container can reach a GPU.
+    node = mi300x_node("synthetic-amd-kfd-missing")
+    del node.files["/dev/kfd"]
+    nodes.append(node)
+
+    # A CDI spec the AMD Container Toolkit wrote (amd-ctk cdi generate: /var/run/cdi/amd.json,
+    # one JSON line) before the GPUs' DRM minors moved: it names render nodes that are gone.
+    node = mi300x_node("synthetic-amd-cdi-stale")
+    node.file("/var/run/cdi/amd.json", amd_cdi_spec(render_base=129, step=1) + "\n")
+    nodes.append(node)
+
+    # GPU 6 lost its XGMI link to GPU 1 (hive node 2): both ends show no link.
+    node = mi300x_node("synthetic-amd-xgmi-link-down")
+    for own, peer in ((6, 1), (1, 6)):
+        links = [f"{0 if i == own else (0 if i == peer else 1):02x} " for i in range(8)]
+        node.file(f"/sys/bus/pci/devices/{MI300X_PCI[own]}/xgmi_num_links", "".join(links) + "\n")
+    nodes.append(node)
     return nodes
 
 

@@ -70,7 +70,8 @@ def _text(value: Any) -> str | None:
 
 
 def driver_version(report: NodeReport) -> str | None:
-    """The NVIDIA driver version NVML reports (`driver.data.driver_version`)."""
+    """The driver's version (`driver.data.driver_version`): NVIDIA's as NVML reports it, or
+    amdgpu's on a node with only AMD GPUs."""
     return _text(_data(report, "driver").get("driver_version"))
 
 
@@ -87,12 +88,29 @@ def gpu_model(report: NodeReport) -> str | None:
 
 
 def gpu_count(report: NodeReport) -> str | None:
-    """How many GPUs NVML sees and can query (a lost GPU does not count); "0" on a node with
-    no NVIDIA GPU on the PCI bus; None when NVML is unavailable on a GPU node."""
+    """How many GPUs the drivers see and can query: NVML's (a lost GPU does not count) and
+    amdgpu's; "0" on a node with no GPU on the PCI bus; None when NVML is unavailable on a
+    node with NVIDIA GPUs."""
     data = _data(report, "gpus")
+    amd = data.get("gpus_seen_by_amdgpu")
+    amd_count = amd if isinstance(amd, int) else 0
     if data.get("gpus_seen_by_nvml") is None:
-        return "0" if data.get("gpus_on_pci_bus") == 0 else None
-    return str(sum(1 for g in _gpus(report) if not g.get("lost")))
+        return str(amd_count) if data.get("gpus_on_pci_bus") == 0 else None
+    nvidia = sum(1 for g in _gpus(report) if not g.get("lost") and g.get("vendor") != "amd")
+    return str(nvidia + amd_count)
+
+
+def amdgpu_version(report: NodeReport) -> str | None:
+    """The amdgpu driver's version on a node with AMD GPUs (`driver.data.amd.amdgpu_version`:
+    a DKMS build's own; an in-tree driver has none and goes by `driver_version`)."""
+    amd = _data(report, "driver").get("amd")
+    return _text(amd.get("amdgpu_version")) if isinstance(amd, dict) else None
+
+
+def rocm_version(report: NodeReport) -> str | None:
+    """The host's ROCm release where ROCm is installed on the host (`driver.data.amd`)."""
+    amd = _data(report, "driver").get("amd")
+    return _text(amd.get("rocm_version")) if isinstance(amd, dict) else None
 
 
 def mig_layout(report: NodeReport) -> str | None:
@@ -155,6 +173,8 @@ SkewField = Callable[[NodeReport], "str | None"]
 SKEW_FIELDS: dict[str, SkewField] = {
     "driver_version": driver_version,
     "cuda_driver_version": cuda_driver_version,
+    "amdgpu_version": amdgpu_version,
+    "rocm_version": rocm_version,
     "gpu_model": gpu_model,
     "gpu_count": gpu_count,
     "mig_layout": mig_layout,

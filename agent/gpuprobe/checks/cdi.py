@@ -35,6 +35,7 @@ from gpuprobe.containers.toolkit import (
     effective_toolkit_config,
     load_toolkit_configs,
 )
+from gpuprobe.gpu.amd.sysfs import amd_gpu_addresses
 from gpuprobe.gpu.devices import gpu_count
 from gpuprobe.host import Host
 from gpuprobe.node import loaded_driver_version, nvidia_gpu_count
@@ -45,6 +46,8 @@ SPEC_SUFFIXES = (".json", ".yaml")
 # The device plugin's own CDI kind and spec file (k8s-device-plugin internal/cdi: vendor
 # k8s.device-plugin.nvidia.com, class gpu, saved as /var/run/cdi/<vendor>-<class>.json).
 PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
+# The AMD Container Toolkit's specs (amd-ctk cdi generate): kind amd.com/gpu.
+AMD_VENDOR = "amd.com"
 PLUGIN_SPEC = "/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json"
 # The CDI directories containerd and CRI-O read by default (their `cdi_spec_dirs`).
 ENGINE_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -134,15 +137,18 @@ def run(host: Host, config: Config) -> CheckResult:
         "ignored_files": [],
     }
     specs, findings = _load(host, dirs, data, critical=bool(in_use) and gpus > 0)
-    if not gpus:  # on a node without NVIDIA GPUs the specs are facts, not failures
-        return CheckResult(NAME, _summary(specs, data, gpus, in_use), [], data)
+    amd = bool(amd_gpu_addresses(host.fs))
+    amd_findings = _stale_amd(host, specs, data) if amd else []
+    if not gpus:  # on a node without NVIDIA GPUs NVIDIA's specs are facts, not failures
+        return CheckResult(NAME, _summary(specs, data, gpus, in_use, amd), amd_findings, data)
+    findings += amd_findings
     findings += _conflicts(specs, bool(in_use))
     findings += _stale(host, specs, data, driver, nvml_gpus, bool(in_use))
     # An invalid NVIDIA spec is already named; saying no spec exists would be a second finding.
     invalid_nvidia = any(not e["valid"] and e["nvidia"] for e in data["specs"])
     if not invalid_nvidia:
         findings += [_missing(n) for n in needs if not _found(n, specs)]
-    return CheckResult(NAME, _summary(specs, data, gpus, in_use), findings, data)
+    return CheckResult(NAME, _summary(specs, data, gpus, in_use, amd), findings, data)
 
 
 def _plugin_config(host: Host, config: Config) -> DevicePluginConfig | None:
@@ -316,6 +322,40 @@ def _stale(
     return findings
 
 
+def _stale_amd(host: Host, specs: list[tuple[CdiSpec, int]], data: CdiData) -> list[Finding]:
+    """CDI_SPEC_STALE for an AMD Container Toolkit spec (`amd.com/gpu`) naming device nodes
+    that are gone (the GPUs' DRM minors move when GPUs are added, removed or re-partitioned):
+    a container given one of its devices fails to start. A warning: on Kubernetes the AMD
+    device plugin passes device nodes itself, without CDI."""
+    findings = []
+    for spec, _ in specs:
+        if spec.vendor != AMD_VENDOR:
+            continue
+        stale = _staleness(host, spec, None)
+        entry = next(e for e in data["specs"] if e["path"] == spec.path)
+        entry["stale"] = stale.to_data()
+        gone = stale.missing_device_nodes + stale.missing_mounts + stale.missing_hooks
+        if not gone:
+            continue
+        findings.append(
+            Finding(
+                "CDI_SPEC_STALE",
+                Severity.WARNING,
+                f"CDI spec {spec.path} ({spec.kind}) is stale: it names "
+                f"{_names(gone)} that do not exist on this node. Containers given its devices "
+                f"fail to start: regenerate it (amd-ctk cdi generate --output={spec.path})",
+                Action.FIX_CONFIG,
+                f"file:{spec.path}",
+            )
+        )
+    return findings
+
+
+def _names(paths: list[str], shown: int = 4) -> str:
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(paths[:shown]) + more
+
+
 def _on_host(host: Host, path: str) -> bool:
     return path.startswith("/") and host.fs.exists(path)
 
@@ -404,10 +444,12 @@ def _missing(need: _Need) -> Finding:
     )
 
 
-def _summary(specs: list[tuple[CdiSpec, int]], data: CdiData, gpus: int, in_use: list[str]) -> str:
+def _summary(
+    specs: list[tuple[CdiSpec, int]], data: CdiData, gpus: int, in_use: list[str], amd: bool
+) -> str:
     total = len(data["specs"])
     if total == 0:
-        return "no CDI spec" + ("" if gpus else "; no NVIDIA GPU on this node")
+        return "no CDI spec" + ("" if gpus or amd else "; no NVIDIA GPU on this node")
     valid = len(specs)
     text = f"{total} CDI spec{'s' if total != 1 else ''}"
     if valid != total:
@@ -415,7 +457,7 @@ def _summary(specs: list[tuple[CdiSpec, int]], data: CdiData, gpus: int, in_use:
     devices = sum(len(s.devices) for s, _ in specs)
     text += f", {devices} devices"
     if not gpus:
-        return text + "; no NVIDIA GPU on this node"
+        return text + ("; AMD GPUs only" if amd else "; no NVIDIA GPU on this node")
     return text + ("; CDI in use for GPUs" if in_use else "; CDI not in use for GPUs")
 
 

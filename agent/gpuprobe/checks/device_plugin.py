@@ -8,11 +8,16 @@ NVIDIA device plugin serves one socket per resource beside the kubelet's own `ku
 Pending. When the plugin's configuration is given (`device_plugin.config_file`, or the copy a
 snapshot keeps), it is validated (CONFIG_INVALID) and the resources it should advertise are
 held against the sockets.
+
+AMD GPUs: the AMD GPU device plugin (ROCm/k8s-device-plugin, through kubevirt's
+device-plugin-manager) serves `amd.com_<resource>` sockets, no suffix (`amd.com_gpu`; the
+mixed naming strategy of partitioned GPUs serves one per partition type). A Kubernetes node
+with AMD GPUs on the bus and no such socket advertises no `amd.com/gpu`.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, DevicePluginPaths
@@ -22,6 +27,7 @@ from gpuprobe.containers.device_plugin import (
     DevicePluginConfig,
     device_plugin_config,
 )
+from gpuprobe.gpu.amd.sysfs import amd_gpu_addresses
 from gpuprobe.gpu.devices import Device, gpu_count
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
@@ -31,6 +37,8 @@ NAME = "device_plugin"
 SOCKET_PREFIX = "nvidia-"
 SOCKET_SUFFIX = ".sock"
 KUBELET_SOCKET = "kubelet.sock"
+AMD_SOCKET_PREFIX = "amd.com_"
+AMD_RESOURCE_PREFIX = "amd.com/"
 
 
 def socket_name(resource: str) -> str:
@@ -54,6 +62,10 @@ class DevicePluginData(TypedDict):
     gpus: int
     config: dict[str, Any] | None  # the plugin's configuration, as its reader gives it
     expected_resources: list[str] | None
+    # With AMD GPUs on the PCI bus:
+    amd_gpus: NotRequired[int]
+    amd_plugin_sockets: NotRequired[list[str]]
+    amd_resources: NotRequired[list[str]]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -78,10 +90,55 @@ def run(host: Host, config: Config) -> CheckResult:
         "config": None,
         "expected_resources": None,
     }
+    amd_gpus = len(amd_gpu_addresses(host.fs))
+    if amd_gpus:
+        amd_sockets = [
+            name
+            for name in host.fs.listdir(socket_dir)
+            if name.startswith(AMD_SOCKET_PREFIX) and host.fs.is_socket(f"{socket_dir}/{name}")
+        ]
+        data["amd_gpus"] = amd_gpus
+        data["amd_plugin_sockets"] = amd_sockets
+        data["amd_resources"] = [
+            AMD_RESOURCE_PREFIX + s.removeprefix(AMD_SOCKET_PREFIX) for s in amd_sockets
+        ]
     if not kubernetes:
         return CheckResult(NAME, f"not a Kubernetes node (no {socket_dir})", [], data)
-    if gpus == 0:
+    if gpus == 0 and not amd_gpus:
         return CheckResult(NAME, "no NVIDIA GPU on this node: no device plugin needed", [], data)
+    if gpus == 0:
+        return _amd(data, socket_dir)
+    result = _nvidia(host, config, data, socket_dir)
+    if amd_gpus:
+        amd = _amd(data, socket_dir)
+        result.findings.extend(amd.findings)
+        result.summary += f"; {amd.summary}"
+    return result
+
+
+def _amd(data: DevicePluginData, socket_dir: str) -> CheckResult:
+    """The AMD GPU device plugin's sockets against the AMD GPUs on the bus."""
+    gpus = data["amd_gpus"] if "amd_gpus" in data else 0
+    resources = data["amd_resources"] if "amd_resources" in data else []
+    if resources:
+        return CheckResult(NAME, f"AMD device plugin registered: {', '.join(resources)}", [], data)
+    kubelet = data["kubelet_socket"]
+    finding = Finding(
+        "DEVICE_PLUGIN_NOT_REGISTERED",
+        Severity.CRITICAL,
+        f"no AMD device plugin socket ({AMD_SOCKET_PREFIX}*) in {socket_dir}"
+        + ("" if kubelet else f" (and no {KUBELET_SOCKET} either: is the kubelet up?)")
+        + f" for the {gpus} AMD GPU{'s' if gpus != 1 else ''} on the PCI bus: the kubelet "
+        "advertises no amd.com/gpu and GPU pods stay Pending. Check the AMD GPU device "
+        "plugin DaemonSet's pod on this node (node selector and labels, taints, its logs)",
+        Action.FIX_CONFIG,
+    )
+    return CheckResult(NAME, f"no AMD device plugin registered ({gpus} GPUs)", [finding], data)
+
+
+def _nvidia(host: Host, config: Config, data: DevicePluginData, socket_dir: str) -> CheckResult:
+    """The NVIDIA device plugin's sockets against NVIDIA's GPUs and its configuration."""
+    gpus, sockets = data["gpus"], data["plugin_sockets"]
     findings: list[Finding] = []
     plugin = None
     loaded = device_plugin_config(host, config)

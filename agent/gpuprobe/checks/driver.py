@@ -1,9 +1,10 @@
-"""Check `driver`: is the NVIDIA driver there, loaded, consistent, and new enough?
+"""Check `driver`: is the GPU driver there, loaded, consistent, and new enough?
 
 Reads NVML's init outcome and versions, the kernel module's version from
 `/proc/driver/nvidia/version`, the NVIDIA GPUs on the PCI bus, and holds the driver against
 the configured minimum and against the CUDA toolkits this node's images need (NVIDIA's
-table in `gpuprobe.gpu.cuda`).
+table in `gpuprobe.gpu.cuda`). AMD GPUs on the bus add the amdgpu driver's facts under
+`data.amd` (`gpuprobe.checks.amd_gpus`); a node with only AMD GPUs is judged on those alone.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict
 
+from gpuprobe.checks import amd_gpus as amd
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, DriverConfig
 from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
+from gpuprobe.gpu.amd.node import AmdNode, read_amd
 from gpuprobe.gpu.devices import driver_version
 from gpuprobe.gpu.driver import KernelModule, kernel_module, library_versions
 from gpuprobe.gpu.pci import nvidia_gpus
@@ -54,6 +57,10 @@ class DriverData(TypedDict):
     cuda_toolkit_max: NotRequired[str | None]
     cuda_toolkit_max_release: NotRequired[str | None]
     required_cuda: NotRequired[list[CudaVerdict]]
+    # The GPU vendors whose GPUs this node shows (the bus, a loaded driver, NVML).
+    vendors: list[str]
+    # With AMD GPUs on the PCI bus: the amdgpu driver's facts.
+    amd: NotRequired[amd.AmdDriverData]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -67,10 +74,36 @@ def run(host: Host, config: Config) -> CheckResult:
         "kernel_module_version": module.version if module else None,
         "kernel_module_type": ("open" if module.open else "proprietary") if module else None,
         "nvml_init_error": host.nvml.init_error,
+        "vendors": [],
     }
+    node = read_amd(host, ask_library=True)
+    nvidia = _nvidia_seen(host, gpus_on_bus, module)
+    data["vendors"] = ["nvidia"] * nvidia + [amd.VENDOR] * bool(node.gpus)
+    if node.gpus:
+        data["amd"] = amd.driver_data(node.module, node.gpus, node.rocm_version, node.smi)
+        if not nvidia:
+            return _amd_only(node, data)
     if host.nvml.init_error is not None:
-        return _without_nvml(host, config, gpus_on_bus, module, data)
-    return _with_nvml(host, config, module, data)
+        result = _without_nvml(host, config, gpus_on_bus, module, data)
+    else:
+        result = _with_nvml(host, config, module, data)
+    if node.gpus:
+        result.findings.extend(amd.driver_findings(node.module, node.gpus))
+        result.summary += f"; {amd.driver_summary(node.module, node.gpus)}"
+    return result
+
+
+def _nvidia_seen(host: Host, gpus_on_bus: int, module: KernelModule | None) -> bool:
+    """Anything shows NVIDIA GPUs: on the bus, their module loaded, NVML up or answering."""
+    error = host.nvml.init_error
+    return bool(gpus_on_bus) or module is not None or error is None or error in DRIVER_ANSWERED
+
+
+def _amd_only(node: AmdNode, data: DriverData) -> CheckResult:
+    """A node whose GPUs are all AMD's: the amdgpu driver is its driver."""
+    data["driver_version"] = amd.driver_version(node.module)
+    findings = amd.driver_findings(node.module, node.gpus)
+    return CheckResult(NAME, amd.driver_summary(node.module, node.gpus), findings, data)
 
 
 def _without_nvml(

@@ -10,6 +10,9 @@ by `gpuprobe.checks.gpu_health`.
 Idle GPUs: the check remembers (in `host.memory`) since when each GPU has been idle, so the
 daemon raises GPU_IDLE once one stays idle past `gpus.idle_window_seconds`; a one-shot check
 has no history and only reports idleness in `data`.
+
+AMD GPUs on the bus are listed after NVIDIA's (`vendor: amd`, indexed in PCI order on their
+own) with the amdgpu driver's facts, and judged by `gpuprobe.checks.amd_gpus`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
+from gpuprobe.checks import amd_gpus as amd
 from gpuprobe.checks import imex as imex_check
 from gpuprobe.checks.gpu_health import health_findings, idle_finding
 from gpuprobe.checks.record import Check
@@ -24,6 +28,7 @@ from gpuprobe.config import Config, GpusConfig
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
 from gpuprobe.gpu import imex
+from gpuprobe.gpu.amd.node import AmdNode, read_amd
 from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
 from gpuprobe.gpu.health import FABRIC_MANAGER, read_health
 from gpuprobe.gpu.own_load import own_gpu_test_running
@@ -32,6 +37,7 @@ from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
 
 NAME = "gpus"
+NVIDIA = "nvidia"
 COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "ExclusiveProcess"}
 
 
@@ -40,7 +46,11 @@ class GpuFacts(TypedDict, total=False):
     check, its health from `gpu.health.read_health`; what NVML cannot tell is left out."""
 
     index: int
-    uuid: str
+    vendor: str  # "nvidia" | "amd"
+    uuid: str  # an AMD GPU's unique_id (its PCI address without one)
+    unique_id: str | None
+    driver: str | None
+    card: str
     name: str
     serial: str
     pci_bus_id: str
@@ -80,6 +90,15 @@ class GpuFacts(TypedDict, total=False):
     mig_mode_current: int
     idle: bool
     idle_seconds: float | None
+    # AMD GPUs:
+    pcie_link_speed_gts: float
+    pcie_link_speed_max_gts: float
+    temperatures_celsius: dict[str, float]
+    ras_errors: dict[str, dict[str, int]]
+    ras_inaccessible: list[str]
+    bad_pages: dict[str, int]
+    xgmi: dict[str, Any]
+    sysfs_errors: dict[str, str]
 
 
 class GpusData(TypedDict):
@@ -92,10 +111,59 @@ class GpusData(TypedDict):
     gpus: list[GpuFacts]
     fabric_manager_running: NotRequired[bool]
     imex: NotRequired[dict[str, Any]]  # the node's IMEX domain, when it is in one
+    # With AMD GPUs on the PCI bus:
+    amd_gpus_on_pci_bus: NotRequired[int]
+    gpus_seen_by_amdgpu: NotRequired[int]
 
 
 def run(host: Host, config: Config) -> CheckResult:
     """Count, list and identify the GPUs."""
+    node = read_amd(host)
+    result = _nvidia(host, config, amd_gpus=len(node.gpus))
+    if node.gpus:
+        _add_amd(result, node, config.gpus.expect)
+    return result
+
+
+def _add_amd(result: CheckResult, node: AmdNode, expected: int | None) -> None:
+    """The AMD GPUs' facts and findings, after NVIDIA's; on a node without NVIDIA GPUs the
+    summary is theirs alone."""
+    data = cast(GpusData, result.data)
+    data["amd_gpus_on_pci_bus"] = len(node.gpus)
+    data["gpus_seen_by_amdgpu"] = sum(g.bound for g in node.gpus)
+    data["gpus"].extend(cast(GpuFacts, amd.gpu_facts(g)) for g in node.gpus)
+    nvidia = data["gpus_on_pci_bus"] or data["gpus_seen_by_nvml"]
+    findings = amd.count_findings(node.gpus, node.module)
+    if not nvidia and expected is not None and len(node.gpus) != expected:
+        findings.insert(0, amd.expected_finding(len(node.gpus), expected))
+    for gpu in node.gpus:
+        findings += amd.health_findings(gpu, node.module)
+    result.findings.extend(findings)
+    summary = _amd_summary(node, findings)
+    result.summary = f"{result.summary}; {summary}" if nvidia else summary
+    if not node.module.loaded:
+        result.floor = Status.UNKNOWN  # no driver: nothing tells how the GPUs are
+
+
+def _amd_summary(node: AmdNode, findings: list[Finding]) -> str:
+    seen = [g for g in node.gpus if g.bound]
+    if not node.module.loaded:
+        return (
+            f"{len(node.gpus)} AMD GPUs on the PCI bus; amdgpu is not loaded, so their "
+            "health is unknown (the driver check says why)"
+        )
+    names = sorted({g.name for g in seen})
+    summary = f"{len(seen)} AMD GPU{'s' if len(seen) != 1 else ''}: {', '.join(names)}"
+    if len(seen) < len(node.gpus):
+        summary = f"amdgpu drives {len(seen)} of the {len(node.gpus)} AMD GPUs on the PCI bus"
+    troubled = sorted({f.resource for f in findings if f.resource.startswith("gpu:")})
+    if troubled:
+        summary += f"; {len(troubled)} with findings"
+    return summary
+
+
+def _nvidia(host: Host, config: Config, amd_gpus: int) -> CheckResult:
+    """The NVIDIA GPUs (`amd_gpus`: how many AMD GPUs the bus shows besides)."""
     pci = nvidia_devices(host.fs)
     bus = [d for d in pci if d.is_gpu]
     expected = config.gpus.expect
@@ -108,7 +176,7 @@ def run(host: Host, config: Config) -> CheckResult:
         "gpus": [],
     }
     if count is None:
-        findings = _count_findings(bus, None, expected, [])
+        findings = _count_findings(bus, None, expected if not amd_gpus else None, [])
         if not bus:
             return CheckResult(NAME, "no NVIDIA GPU on this node", findings, data)
         return CheckResult(
@@ -124,6 +192,7 @@ def run(host: Host, config: Config) -> CheckResult:
     gpus = []
     for device in devices:
         facts = inventory(device, finish=False)
+        facts = {"index": facts.pop("index"), "vendor": NVIDIA, **facts}
         if not device.lost:
             facts.update(read_health(device, table))
         gpus.append(_finish(device, facts))
@@ -475,6 +544,11 @@ def metric_families(data: GpusData) -> Iterator[Family]:
         count = Family("gpuprobe_gpus", "GPUs NVML sees (0 when NVML cannot start)")
         count.add([], number(seen) or 0)
         yield count
+    amd_seen = number(data["gpus_seen_by_amdgpu"] if "gpus_seen_by_amdgpu" in data else None)
+    if amd_seen is not None:
+        amd_count = Family("gpuprobe_amd_gpus", "AMD GPUs the amdgpu driver drives")
+        amd_count.add([], amd_seen)
+        yield amd_count
     # The values are still held to numbers and text: a report may come from elsewhere.
     entries = mappings(data["gpus"] if "gpus" in data else None)
     gpus = [cast(GpuFacts, g) for g in entries if "index" in g]

@@ -5,12 +5,18 @@ finds the container engines (containerd with its imports and drop-ins, k3s and R
 containerd, Docker, CRI-O) and, for each that runs GPU containers, holds its `nvidia` runtime
 against the host: is it there, does its binary exist, is it the default (if not, pods need
 `runtimeClassName: nvidia`).
+
+AMD GPUs need no runtime of their own on Kubernetes (the AMD device plugin passes `/dev/kfd`
+and `/dev/dri/renderD<N>` into the container): where the bus shows AMD GPUs the check holds
+those device nodes against the host, and an engine's `amd` runtime (AMD Container Toolkit),
+where one is configured, against its binary (`gpuprobe.checks.amd_gpus`).
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
+from gpuprobe.checks import amd_gpus as amd
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
@@ -26,6 +32,7 @@ from gpuprobe.containers.toolkit import (
     resolve_binary,
     toolkit_binaries,
 )
+from gpuprobe.gpu.amd.sysfs import read_gpus
 from gpuprobe.host import Host
 from gpuprobe.node import is_kubernetes_node, nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -51,6 +58,8 @@ class ToolkitData(TypedDict):
     toolkit_config: dict[str, Any] | None  # the effective config, as its reader gives it
     engines: list[dict[str, Any]]  # each engine, as its reader gives it
     runtime_class_required: bool
+    # With AMD GPUs on the PCI bus:
+    amd: NotRequired[amd.AmdContainerData]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -73,10 +82,41 @@ def run(host: Host, config: Config) -> CheckResult:
         "engines": [e.to_data() for e in engines],
         "runtime_class_required": False,
     }
+    amd_gpus = read_gpus(host.fs)
+    if amd_gpus:
+        data["amd"], amd_findings = amd.container_access(host.fs, amd_gpus, engines)
+        if gpus == 0:
+            return CheckResult(NAME, _amd_summary(data["amd"]), amd_findings, data)
+        result = _nvidia(host, kubernetes, binaries, toolkit_configs, engines, effective, data)
+        result.findings.extend(amd_findings)
+        result.summary += f"; {_amd_summary(data['amd'])}"
+        return result
     if gpus == 0:
         return CheckResult(
             NAME, "no NVIDIA GPU on this node: no container toolkit needed", [], data
         )
+    return _nvidia(host, kubernetes, binaries, toolkit_configs, engines, effective, data)
+
+
+def _amd_summary(data: amd.AmdContainerData) -> str:
+    nodes = len(data["render_nodes"])
+    text = f"AMD GPUs: /dev/kfd {'present' if data['kfd'] else 'MISSING'}"
+    text += f", {sum(data['render_nodes'].values())} of {nodes} render nodes"
+    if data["runtimes"]:
+        text += ", AMD runtime in " + ", ".join(str(r["engine"]) for r in data["runtimes"])
+    return text
+
+
+def _nvidia(
+    host: Host,
+    kubernetes: bool,
+    binaries: dict[str, list[str]],
+    toolkit_configs: list[ToolkitConfig | FileProblem],
+    engines: list[Engine],
+    effective: ToolkitConfig | FileProblem | None,
+    data: ToolkitData,
+) -> CheckResult:
+    """The NVIDIA Container Toolkit and every engine that runs NVIDIA GPU containers."""
     judged = [e for e in engines if e.judged]
     findings = [_invalid(p) for e in engines for p in e.config.problems]
     findings += [_invalid(c) for c in toolkit_configs if isinstance(c, FileProblem)]

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.record import Check
-from gpuprobe.checks.xid import aer, sxid
+from gpuprobe.checks.xid import aer, amdgpu, sxid
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.clearing import clear
 from gpuprobe.checks.xid.findings import finding, summary
@@ -55,6 +55,8 @@ class XidData(TypedDict):
     sources: dict[str, Any]
     state_file: str | None
     state_error: NotRequired[str | None]
+    # With AMD GPUs on the PCI bus: amdgpu's faults this boot (`amdgpu`).
+    amdgpu_faults: NotRequired[list[amdgpu.AmdgpuFaultEntry]]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -68,11 +70,14 @@ def run(host: Host, config: Config) -> CheckResult:
         switches = sxid.gather(seen, config)
         sxid.judge(switches, seen.cleared, memory, config, now)
         aer_findings, aer_data = aer.read(host, config, seen.gpus, memory, now)
+        amd = amdgpu.read(host, config, now)
+    amd_findings, amd_faults = amd if amd is not None else ([], [])
     active = [x for x in seen.xids if x.active]
     gpus = sorted({g.index for g in seen.gpus.values() if g.index is not None})
     findings = [finding(x) for x in active]
     findings += [sxid.finding(e, gpus) for e in switches if e.active]
     findings += aer_findings
+    findings += amd_findings
     data: XidData = {
         "xids": [x.to_data() for x in seen.xids if x.is_xid],
         "events": [x.to_event_data() for x in seen.xids if not x.is_xid],
@@ -86,9 +91,12 @@ def run(host: Host, config: Config) -> CheckResult:
     if seen.state_error or persist_error:
         data["state_error"] = seen.state_error or persist_error
     text = summary(seen.xids, active)
-    others = len(findings) - len(active)
+    others = len(findings) - len(active) - len(amd_findings)
     if others:
         text += f"; {others} NVSwitch / PCIe AER finding{'s' if others != 1 else ''}"
+    if amd is not None:
+        data["amdgpu_faults"] = amd_faults
+        text += f"; {amdgpu.summary(amd_faults)}"
     return CheckResult(NAME, text, findings, data)
 
 

@@ -1,0 +1,202 @@
+"""amdgpu faults in the kernel log: what AMD GPUs log where NVIDIA's log an XID.
+
+amdgpu has no XID numbers; its faults are classes of messages (the shapes are the driver's,
+as kernel logs in public bug reports show them; newer kernels prefix the device, older ones
+log some lines through DRM without it):
+
+- a ring timeout, the scheduler giving up on a job:
+  `amdgpu 0000:c5:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=2662395, emitted
+  seq=2662397` (older: `[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring sdma0 timeout, ...`),
+  followed by the process (`Process information: process python3 pid 1234 ...`);
+- a GPU reset: `GPU reset begin!`, then `GPU reset(2) succeeded!`, or `GPU reset(2) failed`,
+  `GPU reset end with ret = -110` and (through DRM, without the device) `*ERROR* GPU Recovery
+  Failed: -110`;
+- an uncorrectable RAS error: `socket: 0, die: 0 1 uncorrectable hardware errors detected in
+  umc block` (or without the socket), and the fatal interrupt
+  `{1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!`;
+- GPU VM faults, a bad address in a workload:
+  `amdgpu 0000:0b:00.0: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32770, for
+  process python pid 1796 thread python pid 1796)` (or `[mmhub0] no-retry page fault`).
+
+Each becomes an `AmdgpuFault` with its cause; how bad each cause is, and what to do, is in
+`CAUSES`, the analogue of NVIDIA's XID catalog.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpuprobe.gpu.kernel_log import line_time
+
+RING_TIMEOUT = "ring_timeout"
+GPU_RESET = "gpu_reset"
+GPU_RESET_FAILED = "gpu_reset_failed"
+RAS_UNCORRECTABLE = "ras_uncorrectable"
+RAS_FATAL = "ras_fatal"
+VM_FAULT = "vm_fault"
+
+
+@dataclass(frozen=True)
+class Cause:
+    """How bad one class of amdgpu fault is and what to do about it."""
+
+    severity: str
+    action: str
+    description: str
+
+
+CAUSES: dict[str, Cause] = {
+    RING_TIMEOUT: Cause("WARNING", "RESTART_APP", "a GPU job hung and the driver timed it out"),
+    GPU_RESET: Cause(
+        "WARNING", "RESTART_APP", "the driver reset the GPU; work on it was lost and it recovered"
+    ),
+    GPU_RESET_FAILED: Cause(
+        "CRITICAL",
+        "REBOOT_NODE",
+        "the driver's GPU reset failed; the GPU is unusable until a reboot",
+    ),
+    RAS_UNCORRECTABLE: Cause(
+        "CRITICAL", "RESET_GPU", "uncorrectable hardware errors (RAS); a reset retires bad pages"
+    ),
+    RAS_FATAL: Cause(
+        "CRITICAL",
+        "RESET_GPU",
+        "a fatal RAS interrupt; the GPU needs a reset (a reboot if it fails)",
+    ),
+    VM_FAULT: Cause(
+        "WARNING", "RESTART_APP", "GPU page faults: a workload touched memory it does not own"
+    ),
+}
+
+_PCI = r"(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+_DEVICE = re.compile(r"amdgpu " + _PCI + r": ")
+_RING = re.compile(r"ring (?P<ring>\S+) timeout, signaled seq=(\d+), emitted seq=(\d+)")
+_RESET_DONE = re.compile(r"GPU reset(?:\(\d+\))? succeeded!")
+_RESET_FAILED = re.compile(
+    r"GPU reset(?:\(\d+\))? failed|GPU reset end with ret = -\d+|GPU Recovery Failed"
+)
+_RAS = re.compile(
+    r"(?P<count>\d+) (?:new )?uncorrectable hardware errors detected in (?P<block>\w+) block"
+)
+_RAS_FATAL = re.compile(r"uncorrectable hardware error\((?P<event>\w+)\) detected!")
+_VM = re.compile(r"\[(?P<hub>\w+)\] (?:no-retry |retry )?page fault \(src_id:")
+_PROCESS = re.compile(r"process (?P<process>\S*) pid (?P<pid>\d+)")
+# The line after a ring timeout or VM fault that names the process, old and new shapes:
+# `Process information: process blender pid 10728 thread ...`, `  Process code pid 1048641
+# thread ...`, `  in process cosmic-comp pid 4732 thread ...`.
+_PROCESS_LINE = re.compile(
+    r"(?:Process information: process|\bProcess|\bin process) (?P<process>\S*) pid (?P<pid>\d+)"
+)
+_BOOT = re.compile(r"(?:kernel: )?(?:\[\s*\d+\.\d+\] )?Linux version \d")
+
+
+@dataclass(frozen=True)
+class AmdgpuFault:
+    """One amdgpu fault line: the GPU's PCI address (None where the line names none), its
+    cause, the detail (ring, RAS block, hub), the process it names, when, and the line."""
+
+    pci: str | None
+    cause: str
+    detail: str
+    process: str | None
+    time: datetime | None
+    line: str
+
+
+def parse_fault(line: str, *, boot: datetime | None, now: datetime) -> AmdgpuFault | None:
+    """The amdgpu fault a kernel log line reports, or None."""
+    if "amdgpu" not in line and "GPU reset" not in line:
+        return None
+    device = _DEVICE.search(line)
+    pci = device.group("pci").lower() if device else None
+    cause, detail = _classify(line)
+    if cause is None:
+        return None
+    process = _PROCESS.search(line)
+    return AmdgpuFault(
+        pci=pci,
+        cause=cause,
+        detail=detail,
+        process=f"{process.group('process')} (pid {process.group('pid')})"
+        if process and process.group("process")
+        else None,
+        time=line_time(line, boot=boot, now=now),
+        line=line.strip(),
+    )
+
+
+def _classify(line: str) -> tuple[str | None, str]:
+    ring = _RING.search(line)
+    if ring:
+        return RING_TIMEOUT, ring.group("ring")
+    if _RESET_FAILED.search(line):
+        return GPU_RESET_FAILED, ""
+    if _RESET_DONE.search(line):
+        return GPU_RESET, ""
+    ras = _RAS.search(line)
+    if ras:
+        return RAS_UNCORRECTABLE, f"{ras.group('count')} in {ras.group('block')}"
+    fatal = _RAS_FATAL.search(line)
+    if fatal:
+        return RAS_FATAL, fatal.group("event")
+    vm = _VM.search(line)
+    if vm:
+        return VM_FAULT, vm.group("hub")
+    return None, ""
+
+
+def read_faults(texts: Iterable[str], *, boot: datetime | None, now: datetime) -> list[AmdgpuFault]:
+    """This boot's amdgpu faults in one log, given oldest part first: what a log held
+    before its last `Linux version` line belongs to earlier boots. A fault line without a
+    device (the older DRM-prefixed ones) takes the device of the next line that names one
+    within the same burst (the driver logs the reset of that GPU right after), else the
+    device of the fault before it (`GPU Recovery Failed` follows its device's lines)."""
+    faults: list[AmdgpuFault] = []
+    for text in texts:
+        for line in text.splitlines():
+            if "Linux version" in line and _BOOT.search(line):
+                faults = []
+                continue
+            fault = parse_fault(line, boot=boot, now=now)
+            if fault is None:
+                device = _DEVICE.search(line)
+                if device:
+                    _adopt(faults, device.group("pci").lower())
+                _name_process(faults, line)
+                continue
+            if fault.pci is not None:
+                _adopt(faults, fault.pci)
+            faults.append(fault)
+    for i in range(1, len(faults)):
+        if faults[i].pci is None and faults[i - 1].pci is not None:
+            old = faults[i]
+            faults[i] = AmdgpuFault(
+                faults[i - 1].pci, old.cause, old.detail, old.process, old.time, old.line
+            )
+    return faults
+
+
+def _name_process(faults: list[AmdgpuFault], line: str) -> None:
+    """Give the last fault, when it names no process, the process this line names."""
+    if not faults or faults[-1].process is not None:
+        return
+    if faults[-1].cause not in (RING_TIMEOUT, VM_FAULT):
+        return
+    match = _PROCESS_LINE.search(line)
+    if match is None or not match.group("process"):
+        return
+    old = faults[-1]
+    process = f"{match.group('process')} (pid {match.group('pid')})"
+    faults[-1] = AmdgpuFault(old.pci, old.cause, old.detail, process, old.time, old.line)
+
+
+def _adopt(faults: list[AmdgpuFault], pci: str) -> None:
+    """Give the device-less faults just before a line naming `pci` that device."""
+    i = len(faults) - 1
+    while i >= 0 and faults[i].pci is None:
+        old = faults[i]
+        faults[i] = AmdgpuFault(pci, old.cause, old.detail, old.process, old.time, old.line)
+        i -= 1

@@ -1,0 +1,74 @@
+"""The xid check on AMD nodes: amdgpu's faults in the kernel log (AMDGPU_FAULT)."""
+
+from __future__ import annotations
+
+from gpuprobe.checks import xid
+from gpuprobe.host import snapshot_host
+from helpers import FakeClock, codes, config, run_check, snapshot
+
+
+def amd_gpu(index: int) -> str:
+    return f"gpu:{index}:{0x7C3A51D2E0B4F600 + index * 0x1111:016x}"
+
+
+def test_a_ring_timeout_and_the_reset_that_followed_are_warnings_naming_the_process() -> None:
+    result = run_check("xid", "synthetic-amd-ring-timeout-reset")
+    assert codes(result) == [
+        ("AMDGPU_FAULT", "WARNING", "RESTART_APP", amd_gpu(2)),
+        ("AMDGPU_FAULT", "WARNING", "RESTART_APP", amd_gpu(2)),
+    ]
+    timeout, reset = result.findings
+    assert timeout.message == (
+        "AMD GPU 2 (0000:38:00.0): a GPU job hung and the driver timed it out (ring "
+        "comp_1.0.0), 1 time this boot; process python3 (pid 48211). Restart the job; if it "
+        "recurs on this GPU, drain it and reset it"
+    )
+    assert reset.message.startswith("AMD GPU 2 (0000:38:00.0): the driver reset the GPU")
+    assert result.summary == "no XID errors this boot; 2 amdgpu faults on 1 GPU"
+    assert result.data["amdgpu_faults"][0] == {
+        "gpu": 2,
+        "pci_bus_id": "0000:38:00.0",
+        "cause": "ring_timeout",
+        "severity": "WARNING",
+        "action": "RESTART_APP",
+        "count": 1,
+        "detail": "comp_1.0.0",
+        "processes": ["python3 (pid 48211)"],
+        "last_seen": "2026-11-29T20:52:31Z",
+        "active": True,
+    }
+
+
+def test_an_uncorrectable_ras_error_is_critical() -> None:
+    result = run_check("xid", "synthetic-amd-ras-uncorrectable")
+    assert codes(result) == [("AMDGPU_FAULT", "CRITICAL", "RESET_GPU", amd_gpu(3))]
+    assert "(2 in umc), 1 time this boot" in result.findings[0].message
+
+
+def test_a_healthy_amd_node_says_it_looked() -> None:
+    result = run_check("xid", "synthetic-amd-mi300x-8gpu-healthy")
+    assert result.findings == []
+    assert result.summary == "no XID errors this boot; no amdgpu fault"
+    assert result.data["amdgpu_faults"] == []
+
+
+def test_an_nvidia_node_has_no_amd_part() -> None:
+    result = run_check("xid", "synthetic-h100-8gpu-healthy")
+    assert "amdgpu_faults" not in result.data
+    assert "amdgpu" not in result.summary
+
+
+def test_in_the_daemon_a_warning_fault_ends_after_the_window_a_critical_one_stays() -> None:
+    cfg = config(xid={"warning_window_seconds": 600})
+    host = snapshot_host(snapshot("synthetic-amd-ring-timeout-reset"))
+    host.clock = clock = FakeClock()
+    assert len(xid.run(host, cfg).findings) == 2
+    clock.advance(601)
+    quiet = xid.run(host, cfg)
+    assert quiet.findings == []
+    assert [e["active"] for e in quiet.data["amdgpu_faults"]] == [False, False]
+    host = snapshot_host(snapshot("synthetic-amd-ras-uncorrectable"))
+    host.clock = clock = FakeClock()
+    xid.run(host, cfg)
+    clock.advance(10_000)
+    assert codes(xid.run(host, cfg)) == [("AMDGPU_FAULT", "CRITICAL", "RESET_GPU", amd_gpu(3))]
