@@ -2656,7 +2656,9 @@ def mi300x_node(name: str) -> Node:
         base = f"/sys/bus/pci/devices/{address}"
         node.pci(address, "0x1002", "0x74a1", "0x120000")
         node.symlink(f"{base}/driver", "../../../../bus/pci/drivers/amdgpu")
-        node.directories |= {f"{base}/drm/card{1 + 8 * i}", f"{base}/drm/renderD{128 + 8 * i}"}
+        for drm in (1 + 8 * i, 128 + 8 * i):  # each DRM node's `dev` (major:minor)
+            kind = "card" if drm < 128 else "renderD"
+            node.file(f"{base}/drm/{kind}{drm}/dev", f"226:{drm}\n")
         node.file(f"{base}/unique_id", amd_unique_id(i) + "\n")
         node.file(f"{base}/mem_info_vram_total", f"{MI300X_VRAM}\n")
         node.file(f"{base}/mem_info_vram_used", f"{(142 + i) * 2**30}\n")
