@@ -164,7 +164,10 @@ def overview_panels() -> list[Any]:
     agents = (
         stat.Panel()
         .title("Agents and GPUs")
-        .description("Agents that report, and the GPUs NVML sees on their nodes.")
+        .description(
+            "Agents that report, the GPUs NVML sees on their nodes, and the AMD GPUs amdgpu "
+            "drives."
+        )
         .datasource(DATASOURCE)
         .no_value("0")
         .graph_mode(common.BigValueGraphMode.NONE)
@@ -172,6 +175,9 @@ def overview_panels() -> list[Any]:
             current(f'count(gpuprobe_agent_info{{{CLUSTER}, node=~"$node"}})', "A", "agents")
         )
         .with_target(current(f"sum({on_node(f'gpuprobe_gpus{{{CLUSTER}}}')})", "B", "GPUs"))
+        .with_target(
+            current(f"sum({on_node(f'gpuprobe_amd_gpus{{{CLUSTER}}}')})", "C", "AMD GPUs")
+        )
         .span(6)
         .height(5)
     )

@@ -52,6 +52,7 @@ class Agent:
 LOOPBACK_PEERS = "bandwidth: {peer_networks: [127.0.0.0/8]}\n"
 AGENTS = {
     "healthy": Agent("synthetic-h100-8gpu-healthy"),
+    "amd-ras": Agent("synthetic-amd-ras-uncorrectable"),
     "remap-pending": Agent("synthetic-remap-pending"),
     "remap-failure": Agent("synthetic-remap-failure"),
     "ecc-uncorrectable": Agent("synthetic-ecc-uncorrectable"),
@@ -106,6 +107,7 @@ CRITICAL = {
     "library-mismatch",
     "no-nvidia-runtime",
     "cdi-invalid",
+    "amd-ras",
 }
 
 # Each alert: exactly the nodes it must select.
@@ -117,10 +119,10 @@ ALERT_NODES: dict[str, set[str]] = {
     "GpuprobeContainerToolkitBroken": {"no-nvidia-runtime", "cdi-invalid"},
     "GpuprobeGpuLost": {"gpu-lost"},
     "GpuprobeGpuCountMismatch": {"fallen-off-bus"},
-    "GpuprobeXidCritical": {"xid-critical", "fallen-off-bus"},
+    "GpuprobeXidCritical": {"xid-critical", "fallen-off-bus", "amd-ras"},
     "GpuprobeRowRemapPending": {"remap-pending"},
     "GpuprobeRowRemapFailure": {"remap-failure"},
-    "GpuprobeEccUncorrectable": {"ecc-uncorrectable"},
+    "GpuprobeEccUncorrectable": {"ecc-uncorrectable", "amd-ras"},
     "GpuprobeGpuIdle": {"idle"},
     "GpuprobeGpuAllocatedIdle": {"allocated-idle"},
     "GpuprobeStorageThroughputLow": {"storage-slow"},
@@ -135,6 +137,7 @@ PANEL_DATA: dict[str, tuple[set[str], bool]] = {
     "Nodes by status/U": ({"nvml-hang"}, True),
     "Agents and GPUs/A": ({"healthy"}, False),
     "Agents and GPUs/B": ({"healthy"}, False),
+    "Agents and GPUs/C": ({"amd-ras"}, True),
     "Agents/A": ({"healthy"}, False),
     "Failing checks/A": ({"remap-pending", "pcie-degraded", "nvml-hang"}, True),
     "Findings and actions/A": ({"remap-pending", "no-nvidia-runtime", "idle"}, True),
@@ -145,7 +148,7 @@ PANEL_DATA: dict[str, tuple[set[str], bool]] = {
     "GPU temperature/A": ({"healthy"}, False),
     "GPU power draw/A": ({"healthy"}, False),
     "GPU utilization/A": ({"healthy"}, False),
-    "Uncorrected ECC errors/A": ({"ecc-uncorrectable"}, True),
+    "Uncorrected ECC errors/A": ({"ecc-uncorrectable", "amd-ras"}, True),
     "Remapped rows/A": ({"remap-pending"}, True),
     "Row remap state/A": ({"remap-pending", "remap-failure"}, True),
     "XID errors per second/A": ({"xid-critical", "xid-app"}, True),
