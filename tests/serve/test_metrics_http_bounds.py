@@ -301,6 +301,15 @@ def test_a_body_must_come_within_its_deadline_and_its_bound(
     assert status == 405
 
 
+def test_a_head_past_its_bound_is_431_and_closed(agent: Agent) -> None:
+    with idle_connections(agent.metrics_port, 1) as (big,):
+        big.sendall(b"GET /metrics HTTP/1.1\r\nX-Pad: " + b"a" * 20_000)
+        big.settimeout(3)
+        answer = big.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 431 ") and b"Connection: close" in answer
+        assert big.recv(4096) == b""
+
+
 def get_post(port: int) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
