@@ -72,7 +72,7 @@ def test_a_slow_drip_answer_ends_at_the_request_deadline(standin: KubeStandIn) -
     outcome, took = in_thread(lambda: client.get_node(NODE), within=TIMEOUT + 4)
     assert isinstance(outcome, KubeError)
     assert (outcome.verb, outcome.code) == ("get", "timeout")
-    assert TIMEOUT - 0.1 <= took < TIMEOUT + 1.0
+    assert TIMEOUT - 0.1 <= took < TIMEOUT + 1.5
     standin.faults.drip = 0.0
     outcome, took = in_thread(lambda: client.get_node(NODE), within=TIMEOUT + 4)
     assert isinstance(outcome, dict) and outcome["metadata"]["name"] == NODE
@@ -95,8 +95,8 @@ def test_the_publisher_is_down_while_the_server_drips_and_resumes_promptly_after
         standin.faults.drip = DRIP
         dripping = time.monotonic()
         loop.offer(report(("gpus", GPU_LOST)))
-        wait(lambda: not loop.up, TIMEOUT + 2)  # the first write timed out
-        assert time.monotonic() - dripping < TIMEOUT + 1.5
+        wait(lambda: not loop.up, TIMEOUT + 2)  # the first write timed out, at its deadline
+        assert time.monotonic() - dripping >= TIMEOUT - 0.1
         assert up_metric(loop) == 0
         assert loop.errors[("patch", "timeout")] == 1
         time.sleep(3 * TIMEOUT)  # a few more tries time out, backing off

@@ -194,22 +194,30 @@ def test_slowloris_from_39_addresses_leaves_metrics_and_healthz_answering(agent:
 
 
 def test_past_the_per_address_bound_the_address_loses_its_longest_waiting_connections(
-    agent: Agent,
+    agent: Agent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    limit(monkeypatch, agent, max_per_peer=16)
     port = agent.metrics_port
     server = agent.http.server
-    per_peer = server.limits.max_per_peer
-    with idle_connections(port, 40) as socks, idle_connections(port, 40, "127.0.0.3") as more:
-        wait_for(lambda: server.open_connections() == 2 * per_peer)
-        # Each connection past the bound closed the longest waiting of its address.
-        assert answered(socks, 1.0) == socks[: 40 - per_peer]
-        assert all(s.recv(4096) == b"" for s in socks[: 40 - per_peer])
-        started = time.monotonic()
-        status, body = get(port)  # from 127.0.0.1: its own quota
-        assert status == 200 and b"gpuprobe_node_status" in body
-        assert get(port, "/healthz")[0] == 200
-        assert time.monotonic() - started < 1.0
-        assert len(answered(more, 0.1)) == 40 - per_peer
+    with idle_connections(port, 16) as old, idle_connections(port, 16, "127.0.0.3") as other:
+        wait_for(lambda: server.open_connections() == 32)
+        time.sleep(server.limits.evict_after + 0.1)
+        with idle_connections(port, 16) as new:
+            # Each connection past the bound closed the longest waiting of its address.
+            wait_for(lambda: len(answered(old, 0.1)) == 16)
+            assert all(s.recv(4096) == b"" for s in old)
+            assert answered(new + other, 0.2) == []
+            # The address's connections are all fresh now: none is closed for a newcomer
+            # (it may be a scraper's whose request is on its way), the newcomer gets 503.
+            with idle_connections(port, 1) as (late,):
+                assert answered([late], 1.0) == [late]
+                assert late.recv(4096).startswith(b"HTTP/1.1 503 ")
+            assert answered(new, 0.1) == []
+            started = time.monotonic()
+            status, body = get(port)  # from 127.0.0.1: its own quota
+            assert status == 200 and b"gpuprobe_node_status" in body
+            assert get(port, "/healthz")[0] == 200
+            assert time.monotonic() - started < 1.0
     wait_for(lambda: server.open_connections() == 0)
 
 
@@ -241,6 +249,7 @@ def test_when_every_place_is_taken_the_longest_waiting_connection_makes_room(
     monkeypatch.setattr(server, "max_connections", 4)
     with idle_connections(agent.metrics_port, 4) as socks:
         wait_for(lambda: server.open_connections() == 4)
+        time.sleep(server.limits.evict_after + 0.1)
         assert get(agent.metrics_port)[0] == 200  # the oldest idle one was closed for it
         assert answered(socks, 1.0) == [socks[0]]
         wait_for(lambda: server.open_connections() == 3)  # the scrape's connection closed

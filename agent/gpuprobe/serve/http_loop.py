@@ -8,9 +8,10 @@ costs a few kilobytes and a timer, not a thread: thousands are held cheaply. The
   deadline for the whole read (a byte now and then, slowloris, extends nothing);
 - at most `Limits.max_per_peer` connections from one address, and `max_connections` in all
   (`Limits.max_connections`, or what the open-file limit leaves): past either, the connection
-  that has waited longest for its request (of that address, or of all) is closed to make room,
-  so a newcomer (the kubelet's probe, a scrape) is served and a crowd of idle connections only
-  evicts itself; a 503 only when every connection in the way is being answered;
+  that has waited longest for its request (of that address, or of all) is closed to make room
+  if it has waited `Limits.evict_after` seconds, so a newcomer (the kubelet's probe, a scrape)
+  is served and a crowd of idle connections only evicts itself; a 503 only when every
+  connection in the way is being answered or was opened within that second;
 - at most `Limits.max_answering` answers in flight (rendered, not yet taken by the client);
   past it a request is answered 503, except the paths the server was told never to refuse
   (`/healthz`: its answer is small and comes from memory);
@@ -29,6 +30,7 @@ import queue
 import resource
 import socket
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,7 +65,10 @@ class Limits:
     """What one HTTP server admits; see the module's docstring."""
 
     max_connections: int = 4096
-    max_per_peer: int = 16
+    max_per_peer: int = 256
+    # A connection waiting less than this is never evicted (a scraper's fresh connection
+    # whose request is on its way): past the bounds with only such, the newcomer gets 503.
+    evict_after: float = 1.0
     max_answering: int = 256
     head_timeout: float = 5.0
     body_timeout: float = 5.0
@@ -202,14 +207,14 @@ class HttpServer:
         it may: the longest-waiting connection of the address, or of all, is closed for it.
         False (and a 503) when every connection in the way is being answered."""
         if self._per_peer[conn.peer] >= self.limits.max_per_peer:
-            own = self._waiting_by_peer.get(conn.peer)
-            if not own:
+            victim = self._evictable(self._waiting_by_peer.get(conn.peer))
+            if victim is None:
                 self._refuse(conn, "too many connections from this address")
                 return False
-            self._evict(next(iter(own)), "the longest waiting of its address")
+            self._evict(victim, "the longest waiting of its address")
         if len(self._open) >= self.max_connections:
-            victim = next(iter(self._waiting), None)
-            if victim is None:  # every place answering: nothing idle to give up
+            victim = self._evictable(self._waiting)
+            if victim is None:  # every place answering, or just opened: none to give up
                 self._refuse(conn, "too many connections")
                 return False
             self._evict(victim, "the longest waiting when all places were taken")
@@ -218,6 +223,13 @@ class HttpServer:
         self._wait(conn)
         return True
 
+    def _evictable(self, waiting: OrderedDict[_Connection, None] | None) -> _Connection | None:
+        """The longest-waiting connection of `waiting`, if it has waited long enough."""
+        first = next(iter(waiting), None) if waiting else None
+        if first is None or time.monotonic() - first.waiting_since < self.limits.evict_after:
+            return None
+        return first
+
     def _evict(self, victim: _Connection, why: str) -> None:
         self.evicted += 1
         log_refusal(victim.peer, f"evicted: {why}")
@@ -225,6 +237,7 @@ class HttpServer:
         victim.transport_abort()
 
     def _wait(self, conn: _Connection) -> None:
+        conn.waiting_since = time.monotonic()
         self._waiting[conn] = None
         self._waiting_by_peer.setdefault(conn.peer, OrderedDict())[conn] = None
 
@@ -308,6 +321,7 @@ class _Connection(asyncio.Protocol):
         self.request: Request | None = None
         self.need = 0  # bytes of head and body of the request being read
         self.counted_answering = False
+        self.waiting_since = 0.0  # when it began waiting for its request
         self.write_paused = False
         self.keep_alive = False
 
