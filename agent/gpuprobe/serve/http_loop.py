@@ -123,7 +123,9 @@ class _State(Enum):
 
 class HttpServer:
     """The bounded server: bind it (raises OSError), `serve_forever()` on a thread of its own,
-    `shutdown()` from any other."""
+    `shutdown()` from any other. IPv4; `HttpServer6` for IPv6."""
+
+    address_family = socket.AF_INET
 
     def __init__(
         self,
@@ -134,10 +136,7 @@ class HttpServer:
         never_refused: frozenset[str] = frozenset(),
         name: str = "http",
     ) -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.socket = socket.create_server(
-            (host or "0.0.0.0", port), family=family, backlog=LISTEN_BACKLOG
-        )
+        self.socket = self._listen(host or "0.0.0.0", port)
         self.route = route
         self.limits = limits or Limits()
         self.never_refused = never_refused
@@ -156,10 +155,31 @@ class HttpServer:
         self.evicted = 0
         self.refused = 0
 
+    def _listen(self, host: str, port: int) -> socket.socket:
+        sock = socket.socket(self.address_family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.address_family == socket.AF_INET6 and host == "::":
+                # `[::]` takes IPv4 too (dual-stack: IPV6_V6ONLY off, whatever the system
+                # default net.ipv6.bindv6only says), as gRPC's own wildcard listener does.
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((host, port))
+            sock.listen(LISTEN_BACKLOG)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
     @property
     def port(self) -> int:
         """The bound port."""
         return int(self.socket.getsockname()[1])
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        """The bound address and port."""
+        host, port = self.socket.getsockname()[:2]
+        return str(host), int(port)
 
     def open_connections(self) -> int:
         """Connections held now (read from any thread)."""
@@ -199,6 +219,8 @@ class HttpServer:
     def close(self) -> None:
         """Close the listening socket (after `shutdown()`, or when never served)."""
         self.socket.close()
+
+    server_close = close  # as socketserver names it
 
     # The loop's side: called by the connections, on the loop's thread only.
 
@@ -306,6 +328,12 @@ class HttpServer:
                 return text(500, "internal error\n")
 
         return run
+
+
+class HttpServer6(HttpServer):
+    """The bounded server on an IPv6 address (`::` takes IPv4 too)."""
+
+    address_family = socket.AF_INET6
 
 
 class _Connection(asyncio.Protocol):

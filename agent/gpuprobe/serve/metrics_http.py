@@ -14,6 +14,7 @@ never as a bare traceback.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import threading
 from collections.abc import Callable
@@ -24,10 +25,28 @@ from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from gpuprobe.errors import UsageError
 from gpuprobe.serve.grpc_server import split_host_port
-from gpuprobe.serve.http_loop import HttpServer, Later, Limits, Request, Response, text
+from gpuprobe.serve.http_loop import (
+    HttpServer,
+    HttpServer6,
+    Later,
+    Limits,
+    Request,
+    Response,
+    text,
+)
 from gpuprobe.threads import start_thread
 
 PROBE_PATHS = frozenset({"/healthz"})
+# What socket(AF_INET6) and bind(("::", port)) fail with where the kernel has no IPv6.
+NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL})
+
+
+class _Server(HttpServer):
+    """The metrics server on an IPv4 address."""
+
+
+class _Server6(HttpServer6):
+    """The metrics server on an IPv6 address (`[::]`: IPv4 too)."""
 
 
 class MetricsPage:
@@ -90,8 +109,15 @@ class MetricsServer:
                 return text(200, "gpuprobe agent: /metrics /healthz /readyz\n")
             return text(404, "not found: try /metrics or /healthz\n")
 
+        server_class = _Server6 if ":" in host else _Server
         try:
-            self._server = HttpServer(host, port, route, limits, PROBE_PATHS, name="metrics")
+            try:
+                self._server = server_class(host, port, route, limits, PROBE_PATHS, "metrics")
+            except OSError as exc:
+                # `[::]` on a kernel without IPv6 (ipv6.disable=1): every IPv4 address instead.
+                if host != "::" or exc.errno not in NO_IPV6:
+                    raise
+                self._server = _Server("0.0.0.0", port, route, limits, PROBE_PATHS, "metrics")
         except OSError as exc:
             raise UsageError(f"--metrics-listen {listen}: {exc.strerror or exc}") from None
         self._thread: threading.Thread | None = None
