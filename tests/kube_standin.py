@@ -20,7 +20,9 @@ HTTPS server instead. It is as strict as the real one where gpuprobe's features 
   `metadata.namespace`, `spec.nodeName`, `status.phase`, ...; any other is a 400 `field label
   not supported`), `=`, `==` and `!=`; pages by `limit` and `continue`; a PodList as the API
   server writes it (items without `kind`/`apiVersion`), every pod validated on the way in;
-- it can be told to be down (connections refused), slow, or to answer 409/429/500.
+- it can be told to be down (connections refused), slow, to answer 409/429/500, to drip
+  every answer a byte at a time, or to send raw answers a broken server or proxy gives (a
+  redirect without a content type, an endless body, JSON of another shape).
 
 Error bodies are `Status` objects, as the API server writes them.
 """
@@ -328,6 +330,24 @@ class Faults:
     # Another writer's change, made just before the next node patch is applied (so a
     # precondition the client read a moment ago goes stale for real).
     interleave: Callable[[], None] | None = None
+    # A slow-drip server: each answer (status line, headers, body) sent one byte every this
+    # many seconds, each byte on time, so only a bound on the whole request ends it.
+    drip: float = 0.0
+    # Answers a broken or hostile server (or a proxy in front of one) gives, sent as they are
+    # for the next requests, after authentication: see `RawAnswer`.
+    raw: list[RawAnswer] = field(default_factory=list)
+
+
+@dataclass
+class RawAnswer:
+    """An answer sent byte for byte: status, headers (none added: no Content-Type unless
+    given), and a body, whole or as chunks made on the way (`Transfer-Encoding: chunked`, no
+    length announced: a client learns the size only by reading it; or, with a
+    `Content-Length` among the headers, that length announced and the chunks sent plain)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes | Callable[[], Iterator[bytes]] = b""
 
 
 class KubeStandIn:
@@ -344,6 +364,7 @@ class KubeStandIn:
         self.faults = Faults()
         self.requests: list[tuple[float, str, str, int]] = []  # (arrival, method, path, code)
         self.writes: list[tuple[str, str, str]] = []  # (token, resource, name) of node writes
+        self.raw_sent = 0  # body bytes of chunked raw answers sent (a client stops reading)
         self._version = 100
         self._connections: set[socket.socket] = set()
         self._lock = threading.RLock()
@@ -804,12 +825,53 @@ class _Handler(BaseHTTPRequestHandler):
         with suppress(OSError):
             super().finish()
 
+    def _send(self, data: bytes) -> None:
+        drip = self.server_state.faults.drip
+        if not drip:
+            self.wfile.write(data)
+            return
+        for i in range(len(data)):
+            self.wfile.write(data[i : i + 1])
+            self.wfile.flush()
+            time.sleep(drip)
+
+    def _send_raw(self, raw: RawAnswer) -> None:
+        """A raw answer; a client that hangs up on a long one ends it."""
+        state = self.server_state
+        lines = [f"HTTP/1.1 {raw.status} {self.responses.get(raw.status, ('',))[0]}"]
+        lines += [f"{name}: {value}" for name, value in raw.headers.items()]
+        if isinstance(raw.body, bytes):
+            lines.append(f"Content-Length: {len(raw.body)}")
+            self._send(("\r\n".join(lines) + "\r\n\r\n").encode() + raw.body)
+            return
+        chunked = "Content-Length" not in raw.headers  # else the length given is announced
+        if chunked:
+            lines.append("Transfer-Encoding: chunked")
+        try:
+            self._send(("\r\n".join(lines) + "\r\n\r\n").encode())
+            for chunk in raw.body():
+                self._send(b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+                with state._lock:
+                    state.raw_sent += len(chunk)
+            if chunked:
+                self._send(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+
     def _serve(self) -> None:
         state = self.server_state
         arrived = time.monotonic()  # when the request came, not when its answer went
         url = urllib.parse.urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        auth = self.headers.get("Authorization", "")
+        with state._lock:
+            raw = state.faults.raw.pop(0) if state.faults.raw else None
+        if raw is not None and auth.removeprefix("Bearer ") in state.tokens:
+            with state._lock:
+                state.requests.append((arrived, self.command, url.path, raw.status))
+            self._send_raw(raw)
+            return
         try:
             code, answer = state.handle(
                 self.command, url.path, urllib.parse.parse_qs(url.query), self.headers, body
@@ -839,13 +901,16 @@ class _Handler(BaseHTTPRequestHandler):
         data = json.dumps(answer).encode()
         with state._lock:
             state.requests.append((arrived, self.command, url.path, code))
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        head = [
+            f"HTTP/1.1 {code} {self.responses.get(code, ('',))[0]}",
+            f"Date: {self.date_time_string()}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(data)}",
+        ]
         if code == 429:
-            self.send_header("Retry-After", "1")
-        self.end_headers()
-        self.wfile.write(data)
+            head.append("Retry-After: 1")
+        with suppress(OSError):  # a client that gave up on a slow answer
+            self._send(("\r\n".join(head) + "\r\n\r\n").encode() + data)
 
     do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 

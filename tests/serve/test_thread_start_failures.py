@@ -112,9 +112,10 @@ def report_time(page: str) -> datetime | None:
 
 @pytest.mark.slow
 def test_the_daemon_recovers_after_a_pids_limit_was_reached(tmp_path: Path) -> None:
-    """The real thing: `gpuprobe serve` in a pids cgroup; idle /metrics connections take the
-    threads up to the limit and check rounds are refused theirs meanwhile; once the limit
-    is lifted, the next report has both checks OK (it had CHECK_TIMEOUT for good)."""
+    """The real thing: `gpuprobe serve` in a pids cgroup at its limit: check rounds are refused
+    their threads meanwhile, idle /metrics connections (no thread each) and /healthz are still
+    served; once the limit is lifted, the next report has both checks OK (it had
+    CHECK_TIMEOUT for good)."""
     config = tmp_path / "config.yaml"
     config.write_text("checks: {deadline_seconds: 2}\n")
     args = ["--interval", "0.5", "--only", "driver,gpus", "--config", str(config)]
@@ -143,8 +144,8 @@ def test_the_daemon_recovers_after_a_pids_limit_was_reached(tmp_path: Path) -> N
 
             threading.Thread(target=drain, daemon=True).start()
             current = int((group / "pids.current").read_text())
-            (group / "pids.max").write_text(str(current + 4))
-            for _ in range(30):  # past the limit: connections and check rounds are refused
+            (group / "pids.max").write_text(str(current))  # no thread more: rounds are refused
+            for _ in range(30):  # idle connections cost no thread: none is refused
                 socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
 
             def check_refused() -> bool:  # a round's check thread (not only a connection's)
@@ -154,6 +155,7 @@ def test_the_daemon_recovers_after_a_pids_limit_was_reached(tmp_path: Path) -> N
                 )
 
             wait_for(check_refused, timeout=10)
+            assert healthz(port).startswith("ok\n")  # the liveness probe answers at the limit
             for s in socks:
                 s.close()
             socks.clear()

@@ -1,9 +1,11 @@
 """The thin wrapper over the Kubernetes client library (lightkube): the few calls gpuprobe makes.
 
-lightkube is imported here only, and this module only when the feature is on, so an agent
-without Kubernetes access never loads it. Every failure of a call is one `KubeError` naming
-the verb and an HTTP status (or `timeout` / `unreachable`), which is what the
-`gpuprobe_kubernetes_errors_total{verb,code}` counter and the backoff need.
+lightkube is imported here (and in kube/bounded.py, its transport) only, and this module only
+when the feature is on, so an agent without Kubernetes access never loads it. Every request
+ends within the timeout and reads a bounded answer (kube/bounded.py). Every failure of a call
+is one `KubeError` naming the verb and an HTTP status (or `timeout`, `unreachable`,
+`too_large`, `invalid`), which is what the `gpuprobe_kubernetes_errors_total{verb,code}`
+counter and the backoff need; no answer, however odd, is a traceback.
 """
 
 from __future__ import annotations
@@ -88,12 +90,12 @@ class KubeApi:
     """The calls gpuprobe makes, on the node it runs on and its events, returning plain dicts."""
 
     def __init__(self, access: Access, timeout: float) -> None:
-        import httpx2
         import yaml
-        from lightkube import Client
         from lightkube.config.kubeconfig import KubeConfig
         from lightkube.config.models import Cluster, User
         from lightkube.core.exceptions import ConfigError
+
+        from gpuprobe.kube.bounded import bounded_client
 
         try:
             if access.kubeconfig is not None:
@@ -110,9 +112,8 @@ class KubeApi:
                     cluster=Cluster(server=server, certificate_auth=str(access.account / "ca.crt")),
                     user=User(token_file=str(token)),
                 )
-            self._client = Client(
-                config, timeout=httpx2.Timeout(timeout), trust_env=False, field_manager="gpuprobe"
-            )
+            # Each request ends within `timeout` and reads a bounded answer (kube/bounded.py).
+            self._client = bounded_client(config, timeout, field_manager="gpuprobe")
         except (ConfigError, OSError, KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
             where = access.kubeconfig or str(access.account)
             text = " ".join(str(exc).split()) or type(exc).__name__
@@ -199,22 +200,20 @@ class KubeApi:
         )
 
     def _call(self, verb: str, call: Callable[[], T]) -> T:
-        import httpx2
-        from lightkube import ApiError
         from lightkube.core.exceptions import ConfigError
+
+        from gpuprobe.kube.bounded import failure_code
 
         try:
             return call()
-        except ApiError as exc:
-            raise KubeError(
-                verb, str(exc.status.code or exc.response.status_code), str(exc)
-            ) from None
-        except httpx2.TimeoutException as exc:
-            raise KubeError(verb, "timeout", str(exc) or type(exc).__name__) from None
         except ConfigError as exc:  # the token file vanished (a pod's token is remounted)
             raise KubeError(verb, "401", str(exc)) from None
-        except (httpx2.HTTPError, OSError) as exc:
-            raise KubeError(verb, "unreachable", str(exc) or type(exc).__name__) from None
+        except Exception as exc:
+            code = failure_code(exc)
+            if code is None:
+                raise
+            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            raise KubeError(verb, code, text) from None
 
 
 def _plain(obj: Any) -> dict[str, Any]:

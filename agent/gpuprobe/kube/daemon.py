@@ -35,7 +35,8 @@ class KubeCollector(Collector):
         )
         errors = CounterMetricFamily(
             "gpuprobe_kubernetes_errors",
-            "Failed Kubernetes API calls by verb and HTTP status (or timeout, unreachable)",
+            "Failed Kubernetes API calls by verb and code "
+            "(HTTP status, timeout, unreachable, too_large, invalid)",
             labels=["verb", "code"],
         )
         for (verb, code), count in sorted(dict(self.loop.errors).items()):
