@@ -120,6 +120,11 @@ def test_a_node_wide_fault_on_eight_gpus_is_one_cause_on_the_screen() -> None:
         "OK        driver, mig, xid, toolkit, cdi, device_plugin, sharing, workloads,",
         "          pods, network, rdma, nccl, storage",
     ]
+    # README shows this very screen.
+    readme = (SNAPSHOTS.parent.parent / "README.md").read_text()
+    shown = readme.split("```\nCRITICAL  first: FIX_CONFIG for FABRIC_NOT_READY", 1)[1]
+    shown = "CRITICAL  first: FIX_CONFIG for FABRIC_NOT_READY" + shown.split("```", 1)[0]
+    assert shown.splitlines() == screen("synthetic-fabric-not-started")
     out = gpuprobe("check", "--json", "--snapshot", snapshot("synthetic-fabric-not-started"))
     gpus = next(c for c in out.json()["checks"] if c["name"] == "gpus")
     assert [f["resource"].split(":")[1] for f in gpus["findings"]] == [str(i) for i in range(8)]
