@@ -178,6 +178,7 @@ def test_only_findings_that_differ_in_their_own_gpu_alone_are_one_cause() -> Non
         "\0gpu\0 x"
     )
     assert template(gpu_finding(1, "GPU 10 and GPU 1.5")) == "GPU 10 and GPU 1.5"
+    assert template(gpu_finding(1, "reset GPU 1.")) == "reset \0gpu\0."
     assert template(Finding("X", Severity.WARNING, "GPU 1", resource="node")) is None
 
 

@@ -113,7 +113,8 @@ def template(finding: Finding) -> str | None:
     index, uuid = match[1], match[2]
     # The GPU's label, as the checks write it: its index, then its PCI address or UUID.
     names = _PCI_ADDRESS + ("|" + re.escape(uuid) if uuid else "")
-    label = rf"\bGPU {index}(?: \((?:{names})\))?(?![\w.])"
+    # Not a longer number or a decimal ("GPU 10", "GPU 1.5"); a sentence's full stop may follow.
+    label = rf"\bGPU {index}(?: \((?:{names})\))?(?!\w|\.\d)"
     text = re.sub(label, lambda _: GPU_MARK, finding.message)
     text = re.sub(rf"(?<=-i ){index}\b", lambda _: INDEX_MARK, text)
     return text.replace(uuid, UUID_MARK) if uuid else text

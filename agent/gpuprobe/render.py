@@ -97,28 +97,30 @@ class _Item:
     cause: Cause | None
     summary: str = ""
 
-    def short(self) -> str:
-        """One line: what, on what (GPUs by index, pods by name), and the action."""
+    def subject(self) -> str:
+        """What and on what: the code on its resource (GPUs by index, pods by name)."""
         if self.cause is None:
             return f"{self.check}: {self.summary}"
-        index = gpu_index(self.cause.first.resource)
-        where = self.cause.where
-        if index is not None:
-            where = gpu_list(self.cause.gpus)
-        pods = self.cause.first.pods
-        if pods:
-            where += ", " + (
-                f"pod {pods[0].namespace}/{pods[0].pod}"
-                if len(pods) == 1
-                else counted(len(pods), "pod")
-            )
-        return f"{self.cause.code} on {where}: {self.cause.action.value}"
+        cause = self.cause
+        where = gpu_list(cause.gpus) if gpu_index(cause.first.resource) is not None else cause.where
+        pods = cause.first.pods
+        if len(pods) == 1:
+            where += f", pod {pods[0].namespace}/{pods[0].pod}"
+        elif pods:
+            where += ", " + counted(len(pods), "pod")
+        return f"{cause.code} on {where}"
+
+    def short(self) -> str:
+        """One line: the subject and the action."""
+        if self.cause is None:
+            return self.subject()
+        return f"{self.subject()}: {self.cause.action.value}"
 
     def verdict(self) -> str:
         """The thing to do first, when this is the worst cause."""
         if self.cause is None:
             return f"first: read why {self.check} is {self.status.value}: {self.summary}"
-        head = self.short().rsplit(": ", 1)[0] + f" ({self.check})"
+        head = f"{self.subject()} ({self.check})"
         if self.cause.action is Action.NONE:
             return f"first: read {head}"
         return f"first: {self.cause.action.value} for {head}"
@@ -199,10 +201,9 @@ def check_line(
     # Wrapped as if the first line's status and name were blanks, then put in their place.
     first, *rest = wrap(text, summary_at, width)
     status = paint(check.status, f"{check.status.value:<{STATUS_WIDTH}}")
-    name = check.name if len(check.name) >= NAME_WIDTH else f"{check.name:<{NAME_WIDTH}}"
     if len(check.name) > NAME_WIDTH:  # a check added later with a longer name: its own line
-        return [f"{status}  {name}", first, *rest]
-    return [f"{status}  {name}  {first[summary_at:]}", *rest]
+        return [f"{status}  {check.name}", first, *rest]
+    return [f"{status}  {check.name:<{NAME_WIDTH}}  {first[summary_at:]}", *rest]
 
 
 def _cause_lines(item: _Item, paint: Callable[[Status, str], str], width: int | None) -> list[str]:

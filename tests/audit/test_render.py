@@ -108,6 +108,7 @@ def test_the_first_things_to_do_name_a_cause_once_for_every_node_it_is_on() -> N
         "WARNING   HARDWARE_INSPECTION for HW_SLOWDOWN (gpus) on gpu-3 (GPU 0)",
     ]
     # Each node's eight FABRIC_NOT_READY findings are one cause under its row.
+    assert lines[8] == "CRITICAL  gpu-1  10.0.0.1:50051  8 findings (1 cause)"
     assert sum(1 for line in lines if "CRITICAL FABRIC_NOT_READY on GPUs 0-7 (gpus)" in line) == 2
 
 

@@ -179,10 +179,15 @@ def _workload_failures(counts: Counts) -> list[str]:
 
 
 def _summary(node: AuditedNode) -> str:
-    """How many findings the node has, or why it is unreachable."""
+    """How many findings the node has (and the causes they are, when fewer), or why it is
+    unreachable."""
     if node.unreachable is not None:
         return f"unreachable ({node.unreachable.failure.value}): {node.unreachable.reason}"
-    return counted(len(node.findings), "finding") if node.findings else "-"
+    if not node.findings:
+        return "-"
+    causes = len(group(node.findings))
+    found = counted(len(node.findings), "finding")
+    return found if causes == len(node.findings) else f"{found} ({counted(causes, 'cause')})"
 
 
 def _count(outliers: dict[str, list[str]]) -> int:
