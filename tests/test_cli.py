@@ -52,12 +52,35 @@ def test_human_report_shows_status_summary_finding_and_action() -> None:
     out = gpuprobe("check", "--snapshot", snapshot("synthetic-gpu-lost"))
     assert out.returncode == 2
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("node synthetic-gpu-lost ")
-    assert lines[0].endswith("CRITICAL")
-    assert any(line.startswith("CRITICAL  gpus           1 of 8 GPUs lost") for line in lines)
-    assert "          CRITICAL GPU_LOST on gpu:5:GPU-5f1c0005-8e2b-4c1d-9a7e-000000000005" in lines
-    assert "            action: REBOOT_NODE" in lines
+    assert lines[0] == "CRITICAL  first: REBOOT_NODE for GPU_LOST on GPU 5 (gpus)"
+    assert lines[1].startswith("node synthetic-gpu-lost ")
+    assert lines[3:7] == [
+        "CRITICAL  GPU_LOST on gpu:5:GPU-5f1c0005-8e2b-4c1d-9a7e-000000000005 (gpus)",
+        "          GPU 5 is lost: NVML reports GpuIsLost (fallen off the bus or hung). Reboot "
+        "the node; inspect the GPU if it happens again",
+        "          action: REBOOT_NODE",
+        "",
+    ]
+    assert lines[7:] == [
+        "OK        driver, mig, xid, toolkit, cdi, device_plugin, sharing, workloads, pods, "
+        "network, rdma, nccl, storage"
+    ]
     assert "\033[" not in out.stdout
+    verbose = gpuprobe("check", "--verbose", "--snapshot", snapshot("synthetic-gpu-lost"))
+    lines = verbose.stdout.splitlines()
+    assert lines[:7] == out.stdout.splitlines()[:7]  # the verdict and the causes, as without
+    checks = [re.sub(r"\(\d+\.\d\d s\)$", "(s)", line) for line in lines[7:]]
+    assert checks[0] == (
+        "OK        driver         driver 550.54.15, CUDA 12.4 (runs toolkits up to 12.4 Update 1)"
+        "  (s)"
+    )
+    assert checks[1] == "CRITICAL  gpus           1 of 8 GPUs lost  (s)"
+    assert [line.split()[1] for line in checks] == [
+        c["name"]
+        for c in gpuprobe("check", "--json", "--snapshot", snapshot("synthetic-gpu-lost")).json()[
+            "checks"
+        ]
+    ]
 
 
 def test_only_runs_the_named_checks() -> None:
@@ -153,13 +176,13 @@ def test_check_help_names_every_check_only_takes_and_the_exit_statuses() -> None
 
 def test_a_replayed_snapshot_shows_when_it_was_captured(tmp_path: Path) -> None:
     out = gpuprobe("check", "--snapshot", snapshot("synthetic-gpu-lost"))
-    header = out.stdout.splitlines()[0]
-    assert header == "node synthetic-gpu-lost  snapshot captured 2026-11-29 21:00:00Z  CRITICAL"
+    header = out.stdout.splitlines()[1]
+    assert header == "node synthetic-gpu-lost  snapshot captured 2026-11-29 21:00:00Z"
     bare = tmp_path / "bare"
     shutil.copytree(snapshot("synthetic-gpu-lost"), bare, symlinks=True)
     (bare / "snapshot.json").unlink()
     out = gpuprobe("check", "--snapshot", str(bare))
-    assert out.stdout.splitlines()[0] == "node bare  snapshot, capture time unknown  CRITICAL"
+    assert out.stdout.splitlines()[1] == "node bare  snapshot, capture time unknown"
 
 
 def test_a_snapshot_with_a_bad_capture_time_is_a_usage_error(tmp_path: Path) -> None:
@@ -177,15 +200,19 @@ def test_a_snapshot_with_a_bad_capture_time_is_a_usage_error(tmp_path: Path) -> 
 
 def test_the_live_header_shows_the_time_of_the_run() -> None:
     before = datetime.now(UTC).replace(microsecond=0)
-    header = gpuprobe("check", "--only", "driver").stdout.splitlines()[0]
+    header = gpuprobe("check", "--only", "driver").stdout.splitlines()[1]
     shown = datetime.strptime(header.split("  ")[1], "%Y-%m-%d %H:%M:%SZ").replace(tzinfo=UTC)
     assert before <= shown <= datetime.now(UTC)
 
 
-def on_a_terminal(*args: str, no_color: bool, columns: int = 0, status: int = 2) -> str:
+def on_a_terminal(
+    *args: str, no_color: bool, columns: int = 0, status: int = 2, term: str = "xterm-256color"
+) -> str:
     """What `gpuprobe` prints when its stdout is a terminal (a pseudo-terminal here, of
-    `columns` columns when given), read while it runs (a full terminal would block it)."""
+    `columns` columns when given, of type `term`), read while it runs (a full terminal would
+    block it)."""
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+    env["TERM"] = term
     if no_color:
         env["NO_COLOR"] = "1"
     leader, follower = pty.openpty()
@@ -217,11 +244,25 @@ def on_a_terminal(*args: str, no_color: bool, columns: int = 0, status: int = 2)
 def test_colour_only_on_a_terminal_and_never_with_no_color() -> None:
     lost = snapshot("synthetic-gpu-lost")
     coloured = on_a_terminal("check", "--snapshot", lost, no_color=False)
-    assert coloured.splitlines()[0].endswith("\033[31mCRITICAL\033[0m")
-    assert "\033[32mOK      \033[0m" in coloured  # a check that passed, in green
+    assert coloured.splitlines()[0].startswith("\033[31mCRITICAL\033[0m  first: ")
+    assert "\033[32mOK      \033[0m  driver, mig" in coloured  # the checks that passed, green
     plain = on_a_terminal("check", "--snapshot", lost, no_color=True)
     assert "\033[" not in plain
-    assert plain.splitlines()[0].endswith("  CRITICAL")
+    assert plain.splitlines()[0].startswith("CRITICAL  first: ")
+    # A terminal that cannot show escape sequences says so with TERM=dumb (Emacs' shell,
+    # some CI consoles): no colour there either, and the same text.
+    dumb = on_a_terminal("check", "--snapshot", lost, no_color=False, term="dumb")
+    assert dumb == plain
+
+
+def test_audit_colour_follows_the_same_rules() -> None:
+    dead = "127.0.0.1:9"  # the discard port: nothing listens on loopback there
+    args = ("audit", "--targets", dead, "--deadline", "2")
+    coloured = on_a_terminal(*args, no_color=False, status=3)
+    assert coloured.startswith("cluster \033[35mUNKNOWN\033[0m  1 target: ")
+    plain = on_a_terminal(*args, no_color=True, status=3)
+    assert plain.startswith("cluster UNKNOWN  1 target: ")
+    assert on_a_terminal(*args, no_color=False, status=3, term="dumb") == plain
 
 
 def test_findings_are_wrapped_to_the_terminal_with_a_hanging_indent() -> None:
@@ -232,12 +273,16 @@ def test_findings_are_wrapped_to_the_terminal_with_a_hanging_indent() -> None:
     assert max(len(line) for line in wrapped.splitlines()) <= 80
     assert wrapped.split() == piped.split()  # the same words, only the line breaks differ
     lines = wrapped.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(" " * 12 + "GPU 2 (0000"))
-    end = lines.index("            action: RESET_GPU", start)
+    start = next(i for i, line in enumerate(lines) if line.startswith(" " * 10 + "GPU 2 (0000"))
+    end = lines.index("          action: RESET_GPU", start)
     assert end - start > 3
-    assert all(line.startswith(" " * 12) and line[12] != " " for line in lines[start:end])
-    xid_line = next(i for i, line in enumerate(lines) if line.startswith("CRITICAL  xid  "))
-    assert lines[xid_line + 1].startswith(" " * 25) and lines[xid_line + 1][25] != " "
+    assert all(line.startswith(" " * 10) and line[10] != " " for line in lines[start:end])
+    # --verbose: a check's summary wraps under itself, beside its status and name.
+    verbose = on_a_terminal("check", "--verbose", "--snapshot", xid, no_color=True, columns=80)
+    lines = verbose.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    sharing = next(i for i, line in enumerate(lines) if line.startswith("OK        sharing  "))
+    assert lines[sharing + 1].startswith(" " * 25) and lines[sharing + 1][25] != " "
     # The colours do not count toward the width.
     coloured = on_a_terminal("check", "--snapshot", xid, no_color=False, columns=80)
     assert untimed(re.sub("\033\\[[0-9;]*m", "", coloured)) == wrapped
@@ -271,21 +316,25 @@ def test_render_wraps_to_the_width_it_is_given() -> None:
             )
         ],
     )
-    assert render_report(report, width=60).splitlines() == [
-        "node n1  2026-11-29 21:00:00Z  CRITICAL",
+    assert render_report(report, width=60, verbose=True).splitlines() == [
+        "CRITICAL  first: FIX_CONFIG for RUNTIME_MISSING on",
+        "          file:/etc/containerd/config.toml (toolkit)",
+        "node n1  2026-11-29 21:00:00Z",
+        "",
+        "CRITICAL  RUNTIME_MISSING on",
+        "          file:/etc/containerd/config.toml (toolkit)",
+        "          word word word word word word word word word word",
+        "          word word word word word word word word word word",
+        "          word word word word word word word word word word",
+        # A word longer than the line breaks inside the hanging indent, not past the edge.
+        "          /a/path/that/is/longer/than/the/line/ever/could/be",
+        "          /made",
+        "          action: FIX_CONFIG",
         "",
         "CRITICAL  toolkit        containerd 2.0: a very long summary",
         "                         a very long summary a very long",
         "                         summary a very long summary a very",
         "                         long summary a very long summary",
-        "                         (0.00 s)",
-        "          CRITICAL RUNTIME_MISSING on",
-        "            file:/etc/containerd/config.toml",
-        "            word word word word word word word word word",
-        "            word word word word word word word word word",
-        "            word word word word word word word word word",
-        "            word word word",
-        "            /a/path/that/is/longer/than/the/line/ever/could/be/made",  # never split
-        "            action: FIX_CONFIG",
+        "                         (0.00 s)",  # the duration's figure and unit stay together
     ]
     assert len(render_report(report).splitlines()) == 6

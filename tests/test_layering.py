@@ -51,6 +51,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe",  # the package's own __init__ (its version), not its modules
             "gpuprobe.report",
             "gpuprobe.report_view",
+            "gpuprobe.causes",  # the findings the text reports show as one cause
             "gpuprobe.config",
             "gpuprobe.errors",
             "gpuprobe.families",

@@ -117,6 +117,11 @@ def build_parser() -> _Parser:
     _add_check_flags(check)
     check.add_argument("--json", action="store_true", help="print the JSON report")
     check.add_argument(
+        "--verbose",
+        action="store_true",
+        help="end the text report with every check's summary line, not only the OK checks' names",
+    )
+    check.add_argument(
         "--explain-policy",
         action="store_true",
         help="print the effective XID policy (NVIDIA's catalog with xid.policy) and run nothing",
@@ -583,10 +588,11 @@ def _check(args: argparse.Namespace) -> int:
     else:
         text = render_report(
             report,
-            colour=sys.stdout.isatty() and "NO_COLOR" not in os.environ,
+            colour=_colour(),
             width=_terminal_width(),
             replayed=host.is_snapshot,
             captured_at=host.captured_at,
+            verbose=args.verbose,
         )
         sys.stdout.write(text)
     sys.stdout.flush()
@@ -613,6 +619,12 @@ def _kube_access(kubeconfig: str | None) -> KubeAccess:
     access = Access(kubeconfig=kubeconfig)
     KubeApi(access, timeout=1).close()  # a broken kubeconfig is a usage error before any work
     return access
+
+
+def _colour() -> bool:
+    """Whether to paint the statuses: only on a terminal that shows colour, and never with
+    NO_COLOR set (no-color.org) or on TERM=dumb (a terminal that has no escape sequences)."""
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
 
 
 def _terminal_width() -> int | None:
@@ -721,8 +733,7 @@ def _audit(args: argparse.Namespace) -> int:
             chunks = _with_key(chunks, "kubernetes", signals)
         sys.stdout.writelines(chunks)
     else:
-        colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        sys.stdout.write(render_cluster(report, colour=colour, width=_terminal_width()))
+        sys.stdout.write(render_cluster(report, colour=_colour(), width=_terminal_width()))
         if kube is not None:
             from gpuprobe.kube.once import render_signals
 

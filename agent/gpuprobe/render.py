@@ -1,12 +1,22 @@
-"""The report for people: one block per check, findings with their action and resource."""
+"""The report for people: the verdict first, then the causes worst first, then what is OK.
+
+The first screen answers what a person opens it for: is the node healthy, and what to do
+first. The first line is the verdict (the node's status and the worst cause's action); with
+several causes one line each follows, so that all of them fit the first screen; then each
+cause in full, worst first; then the checks that are OK, on one closing line (`verbose`:
+every check's summary line). Findings on several GPUs that differ only in the GPU they name
+are one cause naming its GPUs (gpuprobe.causes); the JSON report keeps every finding.
+"""
 
 from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
-from gpuprobe.report import Finding, NodeReport, Status
+from gpuprobe.causes import Cause, gpu_index, gpu_list, group
+from gpuprobe.report import Action, CheckResult, NodeReport, Severity, Status
 
 _COLOURS = {
     Status.OK: "\033[32m",
@@ -16,10 +26,15 @@ _COLOURS = {
 }
 _RESET = "\033[0m"
 NAME_WIDTH = 13  # the longest check name, device_plugin: columns line up whatever runs
-FINDING_INDENT = 12  # a finding's message and action, under its severity
+STATUS_WIDTH = 8  # CRITICAL
+CAUSE_INDENT = STATUS_WIDTH + 2  # a cause's message and action, under its head
+FINDING_INDENT = 12  # a finding's message under its severity, in the audit's node rows
 # However narrow the terminal, a wrapped line keeps this many columns of text beside its
-# indent (narrower, every word would get a line of its own).
-MIN_TEXT_WIDTH = 30
+# indent (narrower, every word would get a line of its own). With the widest indent (25,
+# a check's summary beside its status and name) every line fits 40 columns.
+MIN_TEXT_WIDTH = 15
+# Joins words that must stay on one line ("0.14 s"); a space again once wrapped.
+NO_BREAK = "\u00a0"
 
 
 def painter(colour: bool) -> Callable[[Status, str], str]:
@@ -37,7 +52,8 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
 
 
 def _time(t: datetime) -> str:
-    return t.strftime("%Y-%m-%d %H:%M:%SZ")
+    # The date and the time stay on one line however the header wraps.
+    return t.strftime(f"%Y-%m-%d{NO_BREAK}%H:%M:%SZ")
 
 
 def header_time(report: NodeReport, replayed: bool, captured_at: datetime | None) -> str:
@@ -53,18 +69,75 @@ def header_time(report: NodeReport, replayed: bool, captured_at: datetime | None
 def wrap(text: str, indent: int, width: int | None, first: int | None = None) -> list[str]:
     """`text` as lines of at most `width` columns, each indented by `indent` (the first line
     by `first` columns already taken, when given): a hanging indent. One line when `width`
-    is None. Words (resources, paths) are never split."""
+    is None. Lines break between words, never inside `word{NO_BREAK}unit`; a word longer
+    than a whole line (a path, a log excerpt) is broken inside the hanging indent rather
+    than pushed past the edge."""
     lead = " " * (indent if first is None else first)
     if width is None:
-        return [lead + text]
-    return textwrap.wrap(
+        return [(lead + text).replace(NO_BREAK, " ")]
+    lines = textwrap.wrap(
         text,
-        width=max(width, indent + MIN_TEXT_WIDTH),
+        width=max(width, indent + MIN_TEXT_WIDTH, len(lead) + MIN_TEXT_WIDTH),
         initial_indent=lead,
         subsequent_indent=" " * indent,
-        break_long_words=False,
+        break_long_words=True,
         break_on_hyphens=False,
     ) or [lead]
+    # A long word broken at a line's very end leaves the space before it there: dropped.
+    return [line.replace(NO_BREAK, " ").rstrip() for line in lines]
+
+
+@dataclass(frozen=True)
+class _Item:
+    """A cause as the node report shows it: a cause of findings, or a check that is not OK
+    with no finding to say why (its summary says it)."""
+
+    status: Status
+    check: str
+    cause: Cause | None
+    summary: str = ""
+
+    def subject(self) -> str:
+        """What and on what: the code on its resource (GPUs by index, pods by name)."""
+        if self.cause is None:
+            return f"{self.check}: {self.summary}"
+        cause = self.cause
+        where = gpu_list(cause.gpus) if gpu_index(cause.first.resource) is not None else cause.where
+        pods = cause.first.pods
+        if len(pods) == 1:
+            where += f", pod {pods[0].namespace}/{pods[0].pod}"
+        elif pods:
+            where += ", " + counted(len(pods), "pod")
+        return f"{cause.code} on {where}"
+
+    def short(self) -> str:
+        """One line: the subject and the action."""
+        if self.cause is None:
+            return self.subject()
+        return f"{self.subject()}: {self.cause.action.value}"
+
+    def verdict(self) -> str:
+        """The thing to do first, when this is the worst cause."""
+        if self.cause is None:
+            return f"first: read why {self.check} is {self.status.value}: {self.summary}"
+        head = f"{self.subject()} ({self.check})"
+        if self.cause.action is Action.NONE:
+            return f"first: read {head}"
+        return f"first: {self.cause.action.value} for {head}"
+
+
+def _items(report: NodeReport) -> list[_Item]:
+    """The node's causes, worst first; a check that is not OK without findings is one."""
+    items: list[_Item] = []
+    for check in report.checks:
+        if check.findings:
+            items += [
+                _Item(c.severity.status, c.check, c)
+                for c in group((check.name, f) for f in check.findings)
+            ]
+        elif check.status is not Status.OK:
+            items.append(_Item(check.status, check.name, None, check.summary))
+    return sorted(items, key=lambda i: -i.status.rank)
 
 
 def render_report(
@@ -73,46 +146,94 @@ def render_report(
     width: int | None = None,
     replayed: bool = False,
     captured_at: datetime | None = None,
+    verbose: bool = False,
 ) -> str:
-    """The report as text: a header line, then each check, worst findings first.
+    """The report as text: the verdict, the node and when, one line per cause (for two or
+    more), each cause in full, then the checks that are OK.
 
     `width`: wrap to that many columns with a hanging indent (a terminal's width; None: no
     wrapping, for pipes and files). `replayed`: the report is of a snapshot captured at
     `captured_at` (None: not known), which the header shows instead of the replay's time.
+    `verbose`: every check's summary line at the end instead of the OK checks' names.
     """
     paint = painter(colour)
-
-    names = max([NAME_WIDTH, *(len(c.name) for c in report.checks)])
-    lines = [
-        f"node {report.node}  {header_time(report, replayed, captured_at)}  "
-        + paint(report.status, report.status.value),
-        "",
-    ]
-    summary_at = 8 + 2 + names + 2  # status, gap, name, gap
-    for check in report.checks:
-        status = paint(check.status, f"{check.status.value:<8}")
-        text = f"{check.summary}  ({check.duration_seconds:.2f} s)"
-        # Wrapped as if the first line's status and name were blanks, then put in their place.
-        first, *rest = wrap(text, summary_at, width)
-        lines.append(f"{status}  {check.name:<{names}}  {first[summary_at:]}")
-        lines += rest
-        findings = sorted(check.findings, key=lambda f: -f.severity.status.rank)
-        for finding in findings:
-            lines += finding_lines(finding, f"{finding.code} on {finding.resource}", paint, width)
-            lines += wrap(f"action: {finding.action.value}", FINDING_INDENT, width)
+    items = _items(report)
+    status = report.status
+    if items:
+        verdict = items[0].verdict()
+    else:
+        verdict = f"{counted(len(report.checks), 'check')} OK, nothing to do"
+    lines = _beside(paint(status, f"{status.value:<{STATUS_WIDTH}}"), verdict, width)
+    when = header_time(report, replayed, captured_at)
+    header = f"node {report.node}  {when}"
+    if width is None or len(header) <= width:
+        lines.append(header.replace(NO_BREAK, " "))
+    else:  # the node's name, then when, on lines of their own
+        lines += wrap(f"node {report.node}", CAUSE_INDENT, width, first=0)
+        lines += wrap(when, CAUSE_INDENT, width)
+    if len(items) > 1:
+        lines.append("")
+        for item in items:
+            lines += _beside(
+                paint(item.status, f"{item.status.value:<{STATUS_WIDTH}}"), item.short(), width
+            )
+    for item in items:
+        lines.append("")
+        lines += _cause_lines(item, paint, width)
+    lines.append("")
+    if verbose:
+        lines += [line for check in report.checks for line in check_line(check, paint, width)]
+    else:
+        ok = [c.name for c in report.checks if c.status is Status.OK]
+        if ok:
+            lines += _beside(paint(Status.OK, f"{'OK':<{STATUS_WIDTH}}"), ", ".join(ok), width)
+        else:
+            lines.pop()
     return "\n".join(lines) + "\n"
 
 
-def finding_lines(
-    finding: Finding, head: str, paint: Callable[[Status, str], str], width: int | None
+def check_line(
+    check: CheckResult, paint: Callable[[Status, str], str], width: int | None
 ) -> list[str]:
-    """A finding as both reports print it: its severity, then `head` wrapped beside it and
-    under it, then its message."""
-    severity = paint(finding.severity.status, finding.severity.value)
-    skip = 10 + len(finding.severity.value) + 1
+    """A check's status, name and summary with its duration, as `--verbose` lists them."""
+    summary_at = STATUS_WIDTH + 2 + NAME_WIDTH + 2
+    text = f"{check.summary}  ({check.duration_seconds:.2f}{NO_BREAK}s)"
+    # Wrapped as if the first line's status and name were blanks, then put in their place.
+    first, *rest = wrap(text, summary_at, width)
+    status = paint(check.status, f"{check.status.value:<{STATUS_WIDTH}}")
+    if len(check.name) > NAME_WIDTH:  # a check added later with a longer name: its own line
+        return [f"{status}  {check.name}", first, *rest]
+    return [f"{status}  {check.name:<{NAME_WIDTH}}  {first[summary_at:]}", *rest]
+
+
+def _cause_lines(item: _Item, paint: Callable[[Status, str], str], width: int | None) -> list[str]:
+    """A cause in full: its severity and head, its message and its action."""
+    tag = paint(item.status, f"{item.status.value:<{STATUS_WIDTH}}")
+    if item.cause is None:
+        return _beside(tag, f"{item.check}: {item.summary}", width)
+    cause = item.cause
+    lines = _beside(tag, f"{cause.code} on {cause.where} ({item.check})", width)
+    lines += wrap(cause.message, CAUSE_INDENT, width)
+    lines += wrap(f"action: {cause.action.value}", CAUSE_INDENT, width)
+    return lines
+
+
+def _beside(tag: str, text: str, width: int | None) -> list[str]:
+    """`text` wrapped beside a status tag (painted or not) with a hanging indent under it."""
+    first, *rest = wrap(text, CAUSE_INDENT, width)
+    return [f"{tag}  {first[CAUSE_INDENT:]}", *rest]
+
+
+def finding_lines(
+    severity: Severity,
+    head: str,
+    message: str,
+    paint: Callable[[Status, str], str],
+    width: int | None,
+) -> list[str]:
+    """A finding (or a cause) as the audit's node rows print it: its severity, then `head`
+    wrapped beside it and under it, then its message."""
+    tag = paint(severity.status, severity.value)
+    skip = 10 + len(severity.value) + 1
     first, *rest = wrap(head, FINDING_INDENT, width, first=skip)
-    return [
-        f"{'':10}{severity} {first[skip:]}",
-        *rest,
-        *wrap(finding.message, FINDING_INDENT, width),
-    ]
+    return [f"{'':10}{tag} {first[skip:]}", *rest, *wrap(message, FINDING_INDENT, width)]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpuprobe.audit.cluster import build
 from gpuprobe.audit.render import render_cluster
 from gpuprobe.client import Fetched
@@ -26,6 +29,11 @@ def test_the_cluster_as_text() -> None:
     )
     assert render_cluster(cluster) == (
         "cluster CRITICAL  5 targets: 3 reachable, 2 unreachable, 2 healthy\n"
+        "\n"
+        "first\n"
+        "CRITICAL  REBOOT_NODE for GPU_LOST (gpus) on gpu-3 (GPU 5)\n"
+        "UNKNOWN   reach 2 unreachable targets: 10.0.0.4:50051 (refused), "
+        "dns:gone.test:50051 (dns)\n"
         "\n"
         "STATUS    NODE   TARGET               FINDINGS\n"
         "CRITICAL  gpu-3  10.0.0.3:50051       1 finding\n"
@@ -79,3 +87,71 @@ def test_findings_wrap_to_the_width_given_with_a_hanging_indent() -> None:
     lines = wrapped.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(" " * 12 + "GPU 2 (0000"))
     assert lines[start + 1].startswith(" " * 12) and lines[start + 1][12] != " "
+
+
+def test_the_first_things_to_do_name_a_cause_once_for_every_node_it_is_on() -> None:
+    cluster = build(
+        [
+            Fetched("10.0.0.1:50051", node_report("synthetic-fabric-not-started", "gpu-1")),
+            Fetched("10.0.0.2:50051", node_report("synthetic-fabric-not-started", "gpu-2")),
+            Fetched("10.0.0.3:50051", node_report("synthetic-hw-slowdown", "gpu-3")),
+            Fetched("10.0.0.4:50051", node_report("synthetic-h100-8gpu-healthy", "gpu-4")),
+        ]
+    )
+    lines = render_cluster(cluster, width=80).splitlines()
+    assert lines[:6] == [
+        "cluster CRITICAL  4 targets: 4 reachable, 0 unreachable, 1 healthy",
+        "",
+        "first",
+        "CRITICAL  FIX_CONFIG for FABRIC_NOT_READY (gpus) on 2 nodes: gpu-1 (GPUs 0-7),",
+        "          gpu-2 (GPUs 0-7)",
+        "WARNING   HARDWARE_INSPECTION for HW_SLOWDOWN (gpus) on gpu-3 (GPU 0)",
+    ]
+    # Each node's eight FABRIC_NOT_READY findings are one cause under its row.
+    assert lines[8] == "CRITICAL  gpu-1  10.0.0.1:50051  8 findings (1 cause)"
+    assert sum(1 for line in lines if "CRITICAL FABRIC_NOT_READY on GPUs 0-7 (gpus)" in line) == 2
+
+
+def test_unreachable_rows_wrap_between_words_under_their_column() -> None:
+    reason = "failed to connect to all addresses; last error: UNKNOWN: ipv4:10.0.0.4:50051: "
+    cluster = build(
+        [
+            Fetched("10.0.0.1:50051", node_report("synthetic-h100-8gpu-healthy", "gpu-1")),
+            Fetched(
+                "10.0.0.4:50051",
+                None,
+                unreachable=Unreachable(Failure.REFUSED, reason + "Connection refused"),
+            ),
+        ]
+    )
+    lines = render_cluster(cluster, width=80).splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("UNKNOWN   -  "))
+    assert lines[row : row + 4] == [
+        "UNKNOWN   -      10.0.0.4:50051  unreachable (refused): failed to connect to all",
+        "                                 addresses; last error: UNKNOWN:",
+        "                                 ipv4:10.0.0.4:50051: Connection refused",
+        "OK        gpu-1  10.0.0.1:50051  -",
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(width=st.integers(min_value=40, max_value=200))
+def test_every_line_of_the_cluster_report_fits_the_width(width: int) -> None:
+    whole = render_cluster(CLUSTER)
+    wrapped = render_cluster(CLUSTER, width=width)
+    assert max(len(line) for line in wrapped.splitlines()) <= width
+    assert "".join(wrapped.split()) == "".join(whole.split())
+
+
+CLUSTER = build(
+    [
+        Fetched("10.0.0.1:50051", node_report("synthetic-pods-log-signatures", "gpu-1")),
+        Fetched("10.0.0.2:50051", node_report("synthetic-fabric-not-started", "gpu-node-" * 6)),
+        Fetched(
+            "10.0.0.4:50051",
+            None,
+            unreachable=Unreachable(Failure.REFUSED, "connection refused"),
+        ),
+    ],
+    [DnsFailure(TargetSpec("gone.test", 50051, True), "gone.test has no address")],
+)

@@ -125,6 +125,9 @@ class Node:
     device_plugin: str | None = None  # the device plugin's config.yaml, as the agent read it
     podresources: dict[str, Any] | None = None  # the kubelet's answers (podresources.json)
     directories: set[str] = field(default_factory=set)  # empty host directories
+    # gpuprobe.yaml beside the snapshot: the settings under which a fault that is a fault
+    # only against an expectation (a CUDA version the images need, a link rate) shows.
+    config: str | None = None
 
     def file(self, path: str, content: str = "") -> Node:
         """A host file (an empty one stands for a socket or device node)."""
@@ -193,6 +196,8 @@ class Node:
             _write_json(target / "device-plugin.json", entry)
         if self.podresources is not None:
             _write_json(target / "podresources.json", self.podresources)
+        if self.config is not None:
+            (target / "gpuprobe.yaml").write_text(self.config, encoding="utf-8")
         for path, content in sorted(self.files.items()):
             dest = target / "rootfs" / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -570,11 +575,17 @@ def fabric_variants() -> list[Node]:
     """Network and RDMA variants."""
     nodes = [with_ndr_fabric(hgx_h100("synthetic-ndr-fabric-healthy"))]
     nodes.append(with_ndr_fabric(hgx_h100("synthetic-rdma-port-down"), down=("mlx5_3",)))
-    nodes.append(
-        with_ndr_fabric(
-            hgx_h100("synthetic-rdma-rate-degraded"), rate={"mlx5_5": "200 Gb/sec (4X HDR)"}
-        )
+    # mlx5_5 trained at HDR on an NDR fabric: degraded only against the rate the fabric is
+    # built for, which gpuprobe.yaml beside it says (rdma.expected_rate_gbps).
+    node = with_ndr_fabric(
+        hgx_h100("synthetic-rdma-rate-degraded"), rate={"mlx5_5": "200 Gb/sec (4X HDR)"}
     )
+    node.config = (
+        "# Replay with: gpuprobe check --snapshot DIR --config DIR/gpuprobe.yaml\n"
+        "# The fabric is NDR: every port is expected at 400 Gb/s.\n"
+        "rdma:\n  expected_rate_gbps: 400\n"
+    )
+    nodes.append(node)
     nodes.append(
         with_roce_fabric(hgx_h100("synthetic-roce-mtu-mismatch"), (9000, 9000, 1500, 9000))
     )
@@ -656,8 +667,15 @@ def variants() -> list[Node]:
     node.call("nvmlDeviceGetHandleByIndex", [2], error="GpuIsLost")
     nodes.append(node)
 
-    # Driver 535.104.05 (CUDA 12.2): too old for images built with CUDA 12.4 or 13.0.
-    nodes.append(hgx_h100("synthetic-driver-too-old", driver="535.104.05", cuda=12020))
+    # Driver 535.104.05 (CUDA 12.2): too old for images built with CUDA 12.4 or 13.0, which
+    # gpuprobe.yaml beside it says the node's images need (driver.required_cuda).
+    node = hgx_h100("synthetic-driver-too-old", driver="535.104.05", cuda=12020)
+    node.config = (
+        "# Replay with: gpuprobe check --snapshot DIR --config DIR/gpuprobe.yaml\n"
+        "# The CUDA versions this node's images are built with.\n"
+        "driver:\n  required_cuda: ['12.4', '13.0']\n"
+    )
+    nodes.append(node)
 
     # The kernel module was upgraded to 550.90.07 but NVML still answers as 550.54.15.
     node = hgx_h100("synthetic-module-library-differ")

@@ -1,13 +1,27 @@
-"""The cluster report for people: one row per node, worst first, then the skew and totals."""
+"""The cluster report for people: the verdict and the first things to do, then one row per
+node, worst first, then the skew and totals."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
 from gpuprobe.audit.facts import Counts, driver_needed, ranked_images
 from gpuprobe.audit.usage import Usage
-from gpuprobe.render import counted, finding_lines, painter, wrap
+from gpuprobe.causes import Cause, gpu_list, group, same_on_every_node, worst_first
+from gpuprobe.render import (
+    CAUSE_INDENT,
+    MIN_TEXT_WIDTH,
+    STATUS_WIDTH,
+    counted,
+    finding_lines,
+    painter,
+    wrap,
+)
+from gpuprobe.report import Status
 
-STATUS_WIDTH = 8  # CRITICAL
+FIRST_THINGS = 5  # the cluster's worst causes listed under its verdict
+NODES_NAMED = 3  # the nodes a cluster-wide cause names before it counts the rest
 
 
 def render_cluster(report: ClusterReport, colour: bool = False, width: int | None = None) -> str:
@@ -15,29 +29,32 @@ def render_cluster(report: ClusterReport, colour: bool = False, width: int | Non
     wrapped to `width` columns with a hanging indent (None: not wrapped)."""
     paint = painter(colour)
     t = report.totals
-    lines = [
-        f"cluster {paint(report.status, report.status.value)}  {counted(t.nodes, 'target')}: "
+    head = (
+        f"cluster {report.status.value}  {counted(t.nodes, 'target')}: "
         f"{t.reachable_nodes} reachable, {t.nodes - t.reachable_nodes} unreachable, "
-        f"{t.healthy_nodes} healthy",
-        "",
-    ]
+        f"{t.healthy_nodes} healthy"
+    )
+    first, *rest = wrap(head, CAUSE_INDENT, width, first=0)
+    # The status is the header's second word: whole on the first line, painted there.
+    lines = [first.replace(report.status.value, paint(report.status, report.status.value), 1)]
+    lines += rest
     nodes = sorted(report.nodes, key=lambda n: (-n.status.rank, n.node or "", n.target))
+    lines += _first_things(nodes, paint, width)
+    lines.append("")
     node_width = max([4, *(len(n.node or "-") for n in nodes)])
     target_width = max([6, *(len(n.target) for n in nodes)])
-    lines.append(
-        f"{'STATUS':<{STATUS_WIDTH}}  {'NODE':<{node_width}}  {'TARGET':<{target_width}}  FINDINGS"
-    )
+    titles = f"{'NODE':<{node_width}}  {'TARGET':<{target_width}}  "
+    lines += _row(f"{'STATUS':<{STATUS_WIDTH}}", titles, "FINDINGS", width)
     for node in nodes:
-        status = paint(node.status, f"{node.status.value:<{STATUS_WIDTH}}")
-        lines.append(
-            f"{status}  {node.node or '-':<{node_width}}  {node.target:<{target_width}}  "
-            + _summary(node)
+        row = f"{node.node or '-':<{node_width}}  {node.target:<{target_width}}  "
+        lines += _row(
+            paint(node.status, f"{node.status.value:<{STATUS_WIDTH}}"), row, _summary(node), width
         )
-        for check, finding in sorted(node.findings, key=lambda cf: -cf[1].severity.status.rank):
-            head = f"{finding.code} on {finding.resource} ({check}), action {finding.action.value}"
-            lines += finding_lines(finding, head, paint, width)
+        for cause in worst_first(group(node.findings)):
+            head = f"{cause.code} on {cause.where} ({cause.check}), action {cause.action.value}"
+            lines += finding_lines(cause.severity, head, cause.message, paint, width)
     if report.skew:
-        lines += ["", "skew (majority value, and the nodes that differ)"]
+        lines += ["", *wrap("skew (majority value, and the nodes that differ)", 2, width, first=0)]
         field_width = max(len(s.field) for s in report.skew)
         for skew in report.skew:
             agree = skew.nodes - _count(skew.outliers)
@@ -60,6 +77,67 @@ def render_cluster(report: ClusterReport, colour: bool = False, width: int | Non
     for line in _workload_failures(c):
         lines += wrap(line, 4, width, first=0) if line else [line]
     return "\n".join(lines) + "\n"
+
+
+def _row(tag: str, row: str, summary: str, width: int | None) -> list[str]:
+    """A node's row: its status tag, node and target in their columns, and its summary
+    wrapped under the summary's column; on a terminal too narrow for the columns, the row
+    wrapped whole under the status."""
+    at = STATUS_WIDTH + 2 + len(row)
+    if width is None or at + MIN_TEXT_WIDTH <= width:
+        first, *rest = wrap(summary, at, width)
+        return [f"{tag}  {row}{first[at:]}", *rest]
+    first, *rest = wrap(row + summary, CAUSE_INDENT, width)
+    return [f"{tag}  {first[CAUSE_INDENT:]}", *rest]
+
+
+def _first_things(
+    nodes: list[AuditedNode], paint: Callable[[Status, str], str], width: int | None
+) -> list[str]:
+    """The cluster's worst causes, one line each: a cause the same on several nodes is one
+    line naming them; targets that gave no report are one line; at most FIRST_THINGS."""
+    merged: dict[tuple[object, ...], tuple[Cause, list[str]]] = {}
+    for node in nodes:
+        for cause in group(node.findings):
+            where = node.node or node.target
+            if cause.gpus:
+                where += f" ({gpu_list(cause.gpus)})"
+            merged.setdefault(same_on_every_node(cause), (cause, []))[1].append(where)
+    things = [
+        (c.severity.status, f"{c.action.value} for {c.code} ({c.check}) on {_named(where)}")
+        # Worst first; among equals, the cause on the most nodes first.
+        for c, where in sorted(
+            merged.values(), key=lambda cw: (-cw[0].severity.status.rank, -len(cw[1]))
+        )
+    ]
+    unreachable = [n for n in nodes if n.unreachable is not None]
+    if unreachable:
+        shown = ", ".join(
+            f"{n.target} ({n.unreachable.failure.value})"
+            for n in unreachable[:NODES_NAMED]
+            if n.unreachable is not None
+        )
+        more = len(unreachable) - NODES_NAMED
+        thing = f"reach {counted(len(unreachable), 'unreachable target')}: {shown}"
+        things.append((Status.UNKNOWN, thing + (f" and {more} more" if more > 0 else "")))
+        things.sort(key=lambda t: -t[0].rank)
+    if not things:
+        return []
+    lines = ["", "first"]
+    for status, text in things[:FIRST_THINGS]:
+        lines += _row(paint(status, f"{status.value:<{STATUS_WIDTH}}"), "", text, width)
+    if len(things) > FIRST_THINGS:
+        lines += wrap(f"and {len(things) - FIRST_THINGS} more below", CAUSE_INDENT, width)
+    return lines
+
+
+def _named(nodes: list[str]) -> str:
+    """`gpu-3`, or `3 nodes: a, b, c`, or `12 nodes: a, b, c and 9 more`."""
+    if len(nodes) == 1:
+        return nodes[0]
+    more = len(nodes) - NODES_NAMED
+    shown = ", ".join(nodes[:NODES_NAMED]) + (f" and {more} more" if more > 0 else "")
+    return f"{counted(len(nodes), 'node')}: {shown}"
 
 
 def _usage(usage: Usage, price: float | None) -> list[str]:
@@ -101,10 +179,15 @@ def _workload_failures(counts: Counts) -> list[str]:
 
 
 def _summary(node: AuditedNode) -> str:
-    """How many findings the node has, or why it is unreachable."""
+    """How many findings the node has (and the causes they are, when fewer), or why it is
+    unreachable."""
     if node.unreachable is not None:
         return f"unreachable ({node.unreachable.failure.value}): {node.unreachable.reason}"
-    return counted(len(node.findings), "finding") if node.findings else "-"
+    if not node.findings:
+        return "-"
+    causes = len(group(node.findings))
+    found = counted(len(node.findings), "finding")
+    return found if causes == len(node.findings) else f"{found} ({counted(causes, 'cause')})"
 
 
 def _count(outliers: dict[str, list[str]]) -> int:
