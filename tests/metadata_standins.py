@@ -30,10 +30,11 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -66,6 +67,7 @@ class Request:
     method: str
     path: str
     headers: dict[str, str]
+    at: float = field(default_factory=time.monotonic)  # when it came (monotonic)
 
     def header(self, name: str) -> str | None:
         """A request header, matched without regard to case."""
