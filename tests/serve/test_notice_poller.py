@@ -122,3 +122,21 @@ def test_a_notice_reaches_report_metrics_event_and_taint_within_seconds(
         assert "\ngpuprobe_node_termination_timestamp_seconds " not in metrics(agent.metrics_port)
     finally:
         agent.stop(grace=0.5)
+
+
+def test_off_any_cloud_no_poller_runs_and_a_snapshot_replays_its_notice() -> None:
+    from serving import in_process_agent
+
+    with in_process_agent("synthetic-h100-8gpu-healthy") as agent:
+        assert agent.notices is None  # no DMI of a cloud: nobody to ask
+    with in_process_agent("synthetic-aws-spot-interruption") as agent:
+        assert agent.notices is not None
+        wait_for(lambda: agent.notices is not None and agent.notices.changes >= 1)
+        report = agent.store.current().report
+        assert report is not None
+        result = report.check("lifecycle")
+        assert result is not None
+        assert [f.code for f in result.findings] == [
+            "NODE_PREEMPTION_NOTICE",
+            "NODE_REBALANCE_RECOMMENDED",
+        ]
