@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from conftest import ROOT
+from gpuprobe.checks.registry import sections
 from gpuprobe.config import Config, build
 
 PAGE = ROOT / "docs/configuration.md"
@@ -30,11 +31,26 @@ def _section(hint: Any) -> type | None:
     return None
 
 
+def _own_sections() -> dict[str, type]:
+    """The checks' own sections (a check record's `section`) that `Config` has no field for."""
+    fields = {f.name for f in dataclasses.fields(Config)}
+    return {name: kind for name, kind in sections().items() if name not in fields}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """A dataclass's field types; for `Config`, the checks' own sections too."""
+    hints = typing.get_type_hints(cls)
+    return {**hints, **_own_sections()} if cls is Config else hints
+
+
 def accepted(cls: type = Config, prefix: str = "") -> set[str]:
     """Every key the loader accepts, dotted (`rdma.test.gid_index`); a section counts by its
     keys, a mapping setting (`checks.deadlines`) as one key."""
     keys = set()
     hints = typing.get_type_hints(cls)
+    if cls is Config:
+        for name, kind in _own_sections().items():
+            keys |= accepted(kind, f"{prefix}{name}.")
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.metadata.get("key", True):
             continue  # not a key of the file (Config.sections: the checks' own sections)
@@ -57,7 +73,7 @@ def documented(example: Any, cls: type = Config, prefix: str = "") -> set[str]:
     keys: set[str] = set()
     if not isinstance(example, dict):
         return keys
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     for key, value in example.items():
         section = _section(hints[key]) if key in hints else None
         items = value if isinstance(value, list) else [value]
@@ -84,8 +100,12 @@ def test_every_key_in_an_example_is_accepted() -> None:
 
 
 def test_every_example_loads() -> None:
+    own = _own_sections()
     for example in examples():
-        build(Config, example, "docs/configuration.md")
+        build(Config, {k: v for k, v in example.items() if k not in own}, "docs/configuration.md")
+        for name, kind in own.items():
+            if name in example:
+                build(kind, example[name], f"docs/configuration.md: {name}")
 
 
 def test_the_walk_finds_nested_and_mapping_keys() -> None:

@@ -42,7 +42,16 @@ FLOORS: list[tuple[str, list[str]]] = [
         ],
     ),
     ("checks", ["gpuprobe.checks"]),
-    ("readers", ["gpuprobe.gpu", "gpuprobe.containers", "gpuprobe.workloads", "gpuprobe.node"]),
+    (
+        "readers",
+        [
+            "gpuprobe.gpu",
+            "gpuprobe.containers",
+            "gpuprobe.workloads",
+            "gpuprobe.lifecycle",
+            "gpuprobe.node",
+        ],
+    ),
     ("measure", ["gpuprobe.measure"]),
     ("host", ["gpuprobe.host", "gpuprobe.cleanup"]),
     (

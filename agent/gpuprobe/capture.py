@@ -6,6 +6,7 @@ the NVML calls and answers (nvml.json), the host files they read (rootfs/), the 
 the kubelet's PodResources answers when the node has its socket (podresources.json),
 the node's pods as the API server listed them when the agent has API access
 (pod-statuses.json),
+the cloud metadata service's answers when the lifecycle check asked it (lifecycle.json),
 and the live report itself (report.json, to compare a replay with).
 Replaying the snapshot with `gpuprobe check --snapshot DIR` gives the same findings.
 """
@@ -25,6 +26,7 @@ from gpuprobe.errors import UsageError
 from gpuprobe.host import SNAPSHOT_FORMAT, Host, recording_host
 from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, agent_file_bytes, read_agent_file
 from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
+from gpuprobe.host.metadata import LIFECYCLE_FILE, RecordingMetadata
 from gpuprobe.host.netlink import RecordingNetlink
 from gpuprobe.host.nvml import RecordingNvml
 from gpuprobe.host.podresources import PODRESOURCES_FILE, RecordingPodResources
@@ -154,6 +156,8 @@ def write_snapshot(tree: WriteTree, host: Host, report: NodeReport) -> None:
         listed = host.pod_statuses.last
         if not listed.absent:  # no API access: no file
             _write_json(tree, POD_STATUSES_FILE, listed.to_json())
+    if isinstance(host.metadata, RecordingMetadata) and host.metadata.answers:
+        _write_json(tree, LIFECYCLE_FILE, host.metadata.to_json())  # no token: redacted
     rootfs = tree.subtree("rootfs")
     try:
         copy_tree(host.fs, rootfs)

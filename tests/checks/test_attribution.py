@@ -58,3 +58,24 @@ def test_without_workloads_or_pods_nothing_changes() -> None:
     empty = CheckResult("workloads", "s", [], {"devices": [{"resource": "gpu:0:", "gpu": 0}]})
     results = [gpus, empty]
     assert attribute_findings(results) is results
+
+
+def test_a_notice_that_the_node_goes_names_every_gpu_pod() -> None:
+    workloads = CheckResult("workloads", "s", [], {"devices": DEVICES})
+    notice = Finding(
+        "NODE_PREEMPTION_NOTICE", Severity.CRITICAL, "AWS announced it", Action.DRAIN_NODE
+    )
+    other = Finding(
+        "GRACEFUL_SHUTDOWN_DISABLED",
+        Severity.WARNING,
+        "off",
+        Action.FIX_CONFIG,
+        "file:/var/lib/kubelet/config.yaml",
+    )
+    out = attribute_findings([CheckResult("lifecycle", "s", [notice, other]), workloads])
+    a, b, c = PodRef("ml", "whole-gpu-1", "c"), PodRef("ml", "mig-1-2", "d"), PodRef("dev", "stray")
+    assert [f.pods for f in out[0].findings] == [(c, b, a), ()]
+    assert out[0].findings[0].message == (
+        "AWS announced it; affects pods dev/stray, ml/mig-1-2 (container d), "
+        "ml/whole-gpu-1 (container c)"
+    )

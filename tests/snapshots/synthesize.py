@@ -128,6 +128,7 @@ class Node:
     # gpuprobe.yaml beside the snapshot: the settings under which a fault that is a fault
     # only against an expectation (a CUDA version the images need, a link rate) shows.
     config: str | None = None
+    lifecycle: list[dict[str, Any]] | None = None  # the metadata service's answers
 
     def file(self, path: str, content: str = "") -> Node:
         """A host file (an empty one stands for a socket or device node)."""
@@ -198,6 +199,8 @@ class Node:
             _write_json(target / "podresources.json", self.podresources)
         if self.config is not None:
             (target / "gpuprobe.yaml").write_text(self.config, encoding="utf-8")
+        if self.lifecycle is not None:
+            _write_json(target / "lifecycle.json", {"format": 1, "answers": self.lifecycle})
         for path, content in sorted(self.files.items()):
             dest = target / "rootfs" / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -722,6 +725,7 @@ def variants() -> list[Node]:
         + workload_variants()
         + pod_failure_variants()
         + amd_variants()
+        + lifecycle_variants()
     )
 
 
@@ -2840,6 +2844,157 @@ def amd_variants() -> list[Node]:
         node.file(f"/sys/bus/pci/devices/{MI300X_PCI[own]}/xgmi_num_links", "".join(links) + "\n")
     nodes.append(node)
     return nodes
+
+
+KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"
+IMDS_404 = (
+    '<?xml version="1.0" encoding="iso-8859-1"?>\n<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 '
+    'Transitional//EN"\n\t"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">\n<html '
+    'xmlns="http://www.w3.org/1999/xhtml" xml:lang="en" lang="en">\n <head>\n  <title>404 - Not '
+    "Found</title>\n </head>\n <body>\n  <h1>404 - Not Found</h1>\n </body>\n</html>\n"
+)
+GCE_HEADERS = {"Metadata-Flavor": "Google", "Content-Type": "application/text"}
+
+
+def kubelet_config(graceful: bool) -> str:
+    """The kubelet's KubeletConfiguration as kubeadm writes it, with graceful node shutdown on
+    (30 s, 10 s of it for critical pods) or left at its default (off)."""
+    text = (
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nauthentication:\n  anonymous:\n"
+        "    enabled: false\n  webhook:\n    cacheTTL: 0s\n    enabled: true\n"
+        "authorization:\n  mode: Webhook\ncgroupDriver: systemd\nclusterDNS:\n- 10.96.0.10\n"
+        "clusterDomain: cluster.local\nkind: KubeletConfiguration\n"
+        "rotateCertificates: true\nstaticPodPath: /etc/kubernetes/manifests\n"
+    )
+    if graceful:
+        text += "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n"
+    return text
+
+
+def on_cloud(name: str, dmi: dict[str, str], graceful: bool, answers: list[dict[str, Any]]) -> Node:
+    """The pods of `whole_gpu_pods` on a cloud VM (its DMI strings), with the kubelet's config
+    and the metadata service's answers as capture records them."""
+    uuids = [gpu_uuid(i) for i in range(8)]
+    node = on_kubelet(
+        idle(idle(gpu_k8s_node(name), 6), 7), whole_gpu_pods(), [("nvidia.com/gpu", uuids)]
+    )
+    for key, value in dmi.items():
+        node.file(f"/sys/class/dmi/id/{key}", value + "\n")
+    node.file(KUBELET_CONFIG, kubelet_config(graceful))
+    node.lifecycle = answers
+    return node
+
+
+def imds(spot: dict[str, str] | None, rebalance: dict[str, str] | None) -> list[dict[str, Any]]:
+    """IMDSv2's answers: the token (redacted), the spot action, the rebalance, no events."""
+    text = {"Content-Type": "text/plain"}
+    html = {"Content-Type": "text/html"}
+
+    def get(path: str, body: dict[str, str] | None) -> dict[str, Any]:
+        if body is None:
+            return {"method": "GET", "path": path, "status": 404, "body": IMDS_404, "headers": html}
+        return {
+            "method": "GET",
+            "path": path,
+            "status": 200,
+            "body": json.dumps(body),
+            "headers": text,
+        }
+
+    return [
+        {
+            "method": "PUT",
+            "path": "/latest/api/token",
+            "status": 200,
+            "body": "<redacted>",
+            "headers": text,
+        },
+        get("/latest/meta-data/spot/instance-action", spot),
+        get("/latest/meta-data/events/recommendations/rebalance", rebalance),
+        {
+            "method": "GET",
+            "path": "/latest/meta-data/events/maintenance/scheduled",
+            "status": 200,
+            "body": "[]",
+            "headers": text,
+        },
+    ]
+
+
+AWS_DMI = {"sys_vendor": "Amazon EC2", "product_name": "p5.48xlarge", "bios_vendor": "Amazon EC2"}
+
+
+def lifecycle_variants() -> list[Node]:
+    """Spot and maintenance notices as each provider gives them (check `lifecycle`); captured
+    at 21:00:00."""
+    spot = {"action": "terminate", "time": "2026-11-29T21:02:00Z"}
+    gce = [
+        {
+            "method": "GET",
+            "path": "/computeMetadata/v1/instance/preempted",
+            "status": 200,
+            "body": "FALSE",
+            "headers": GCE_HEADERS,
+        },
+        {
+            "method": "GET",
+            "path": "/computeMetadata/v1/instance/maintenance-event",
+            "status": 200,
+            "body": "TERMINATE_ON_HOST_MAINTENANCE",
+            "headers": GCE_HEADERS,
+        },
+    ]
+    vm = "aks-gpupool-31415926-vmss_3"
+    events = {
+        "DocumentIncarnation": 3,
+        "Events": [
+            {
+                "EventId": "C7061BAC-AFDC-4513-B24B-AA5F13A16123",
+                "EventStatus": "Scheduled",
+                "EventType": "Preempt",
+                "ResourceType": "VirtualMachine",
+                "Resources": [vm],
+                "NotBefore": "Sun, 29 Nov 2026 21:00:30 GMT",
+                "Description": "",
+                "EventSource": "Platform",
+                "DurationInSeconds": -1,
+            }
+        ],
+    }
+    json_type = {"Content-Type": "application/json; charset=utf-8"}
+    azure = [
+        {
+            "method": "GET",
+            "path": "/metadata/scheduledevents?api-version=2020-07-01",
+            "status": 200,
+            "body": json.dumps(events),
+            "headers": json_type,
+        },
+        {
+            "method": "GET",
+            "path": "/metadata/instance/compute/name?api-version=2021-02-01&format=text",
+            "status": 200,
+            "body": vm,
+            "headers": {"Content-Type": "text/plain; charset=utf-8"},
+        },
+    ]
+    azure_dmi = {
+        "sys_vendor": "Microsoft Corporation",
+        "product_name": "Virtual Machine",
+        "chassis_asset_tag": "7783-7084-3265-9085-8269-3286-77",
+    }
+    gce_dmi = {"sys_vendor": "Google", "product_name": "Google Compute Engine"}
+    return [
+        on_cloud(
+            "synthetic-aws-spot-interruption",
+            AWS_DMI,
+            True,
+            imds(spot, {"noticeTime": "2026-11-29T20:58:13Z"}),
+        ),
+        on_cloud("synthetic-gce-maintenance", gce_dmi, True, gce),
+        on_cloud("synthetic-azure-preempt", azure_dmi, True, azure),
+        on_cloud("synthetic-graceful-shutdown-disabled", AWS_DMI, False, imds(None, None)),
+    ]
 
 
 def main(root: Path = HERE) -> None:

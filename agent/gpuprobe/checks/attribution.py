@@ -3,7 +3,9 @@
 Runs after the checks, on the whole report: every finding on a `gpu:<index>:<uuid>` or
 `mig:<gpu>:<gi>:<ci>` resource gets the pods that hold or use that device in its `pods` list,
 and its message says so. A GPU's finding affects the pods on its MIG devices too; a MIG
-device's finding affects the pods that hold its whole GPU. Checks stay unaware of pods: one
+device's finding affects the pods that hold its whole GPU. A notice that the node itself goes
+(`NODE_ENDS`: preemption, maintenance, a rebalance) affects every pod on any of its GPUs.
+Checks stay unaware of pods: one
 step, here, for all of them. Without a `workloads` result (it did not run, or found nobody)
 findings are left as they are.
 """
@@ -17,6 +19,10 @@ from typing import Any
 from gpuprobe.report import CheckResult, Finding, PodRef
 
 WORKLOADS = "workloads"
+# Node findings that end every GPU pod on the node (the `lifecycle` check's notices).
+NODE_ENDS = frozenset(
+    {"NODE_PREEMPTION_NOTICE", "NODE_MAINTENANCE_SCHEDULED", "NODE_REBALANCE_RECOMMENDED"}
+)
 
 
 def attribute_findings(results: list[CheckResult]) -> list[CheckResult]:
@@ -32,10 +38,16 @@ def attribute_findings(results: list[CheckResult]) -> list[CheckResult]:
 
 
 def _attributed(result: CheckResult, pods: PodsByDevice) -> CheckResult:
-    findings = [_with_pods(f, pods.affected(f.resource)) for f in result.findings]
+    findings = [_with_pods(f, _affected(f, pods)) for f in result.findings]
     if all(new is old for new, old in zip(findings, result.findings, strict=True)):
         return result
     return replace(result, findings=findings)
+
+
+def _affected(finding: Finding, pods: PodsByDevice) -> tuple[PodRef, ...]:
+    if finding.resource == "node" and finding.code in NODE_ENDS:
+        return pods.everyone()
+    return pods.affected(finding.resource)
 
 
 def _with_pods(finding: Finding, pods: tuple[PodRef, ...]) -> Finding:
@@ -66,6 +78,10 @@ class PodsByDevice:
 
     def __bool__(self) -> bool:
         return any(self.everything_on_gpu.values())
+
+    def everyone(self) -> tuple[PodRef, ...]:
+        """Every pod on any GPU or MIG device of the node."""
+        return tuple(sorted(set().union(*self.everything_on_gpu.values())))
 
     def affected(self, resource: str) -> tuple[PodRef, ...]:
         """The pods a finding on `resource` affects (none for a non-GPU resource)."""

@@ -1,10 +1,11 @@
 """The host: the only door through which checks see the node.
 
 A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links, the
-kubelet's PodResources API, the node's pods as the API server reports them and the clock the
-checks read (`host.clock`, which a test may replace). It is built live (`live_host`), from a
-node snapshot (`snapshot_host`), or live with recording on (`recording_host`, for `gpuprobe
-capture`). Checks receive a Host and never look past it.
+kubelet's PodResources API, the node's pods as the API server reports them, the cloud's
+instance metadata service and the clock the checks read (`host.clock`, which a test may
+replace). It is built live (`live_host`), from a node snapshot (`snapshot_host`), or live with
+recording on (`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look
+past it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, AgentFile, load_agent_f
 from gpuprobe.host.clock import Clock, SystemClock
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.jsonfile import read_json
+from gpuprobe.host.metadata import (
+    LIFECYCLE_FILE,
+    LiveMetadata,
+    MetadataService,
+    RecordingMetadata,
+    ReplayedMetadata,
+    load_lifecycle,
+)
 from gpuprobe.host.netlink import (
     LiveNetlink,
     Netlink,
@@ -96,6 +105,8 @@ class Host:
     pod_statuses: PodStatuses = field(default_factory=ReplayedPodStatuses)
     # What checks read the time from (wall and monotonic); tests step a fake one through time.
     clock: Clock = field(default_factory=SystemClock)
+    # The cloud's instance metadata service (none recorded: every request "not recorded").
+    metadata: MetadataService = field(default_factory=ReplayedMetadata)
 
     @property
     def is_snapshot(self) -> bool:
@@ -126,6 +137,7 @@ def live_host(
         netlink=LiveNetlink(),
         podresources=LivePodResources(fs),
         pod_statuses=pod_statuses or ReplayedPodStatuses(),
+        metadata=LiveMetadata(),
     )
 
 
@@ -139,6 +151,7 @@ def recording_host(
     host.netlink = RecordingNetlink(host.netlink)
     host.podresources = RecordingPodResources(host.podresources)
     host.pod_statuses = RecordingPodStatuses(host.pod_statuses)
+    host.metadata = RecordingMetadata(host.metadata)
     table = live_processes()
     table.recording = True
     host.list_processes = lambda: table
@@ -180,6 +193,7 @@ def snapshot_host(directory: str, node_name: str | None = None) -> Host:
         device_plugin_config=load_agent_file(path / DEVICE_PLUGIN_FILE),
         podresources=ReplayedPodResources(load_podresources(path / PODRESOURCES_FILE)),
         pod_statuses=ReplayedPodStatuses(load_pod_statuses(path / POD_STATUSES_FILE)),
+        metadata=load_lifecycle(path / LIFECYCLE_FILE),
     )
 
 

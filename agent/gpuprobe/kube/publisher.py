@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from gpuprobe.config import KubernetesConfig
-from gpuprobe.kube import conditions, events, taints
+from gpuprobe.kube import conditions, events, taints, terminating
 from gpuprobe.kube.api import KubeError
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, now
 
@@ -76,6 +76,7 @@ class NodePublisher:
         try:  # what keeps pods off a broken node first, what tells people after
             self._publish_conditions(report, at)
             if self.config.taint.enabled:
+                self._publish_terminating(report)  # outside the brake: the node is going
                 self._publish_taint(report, at)
             if self.config.events:
                 self._publish_events(report, at)
@@ -170,6 +171,33 @@ class NodePublisher:
                 log.warning("tainted", extra={"taint": taints.ours(new), "node": self.node})
             else:
                 log.info("taint removed", extra={"node": self.node})
+            return
+        raise KubeError("patch", "409", f"node {self.node} kept changing")
+
+    def _publish_terminating(self, report: NodeReport) -> None:
+        """Add, change or remove `gpuprobe.io/terminating` as the lifecycle check's notices
+        say (docs/kubernetes.md); no request when the node already says it."""
+        kind = terminating.wanted(report)
+        if self._taints is not None and terminating.decide(self._taints, kind) is None:
+            return
+        for _ in range(CONFLICT_RETRIES):
+            node = self.api.get_node(self.node)
+            self._remember(node)
+            new = terminating.decide(list(node.get("spec", {}).get("taints") or []), kind)
+            if new is None:
+                return
+            patch = {
+                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                "spec": {"taints": new},
+            }
+            try:
+                self._remember(self.api.patch_node(self.node, patch))
+            except KubeError as exc:
+                if exc.code == "409":  # the node changed under us: read again, decide again
+                    self.handled.append(exc)
+                    continue
+                raise
+            log.warning("terminating taint", extra={"node": self.node, "kind": kind})
             return
         raise KubeError("patch", "409", f"node {self.node} kept changing")
 

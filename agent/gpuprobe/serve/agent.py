@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from gpuprobe import cleanup
-from gpuprobe.checks import xid
+from gpuprobe.checks import lifecycle, xid
 from gpuprobe.checks.registry import CHECKS, active
 from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.config import Config
@@ -35,6 +35,7 @@ from gpuprobe.serve.bandwidth import PeerChannel, bandwidth_tests
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.metrics_http import MetricsPage, MetricsServer
+from gpuprobe.serve.notices import NoticePoller
 from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
@@ -116,6 +117,7 @@ class Agent:
         self.metrics_page = MetricsPage(report_registry, live_registry)
         self.store.add_view(self.collector.update)
         self.store.add_view(self.metrics_page.invalidate)
+        self.notices = self._notice_poller()
         self.kube = self._kube_link(options.kubeconfig, rng)
         if self.kube is not None:
             live_registry.register(self.kube.collector)
@@ -178,6 +180,10 @@ class Agent:
             raise UsageError(f"cannot start serving: {exc}") from None
         if start_thread(self.scheduler.run, "scheduler", (self.stopping,)) is None:
             raise UsageError("cannot start the scheduler's thread (a pids limit reached?)")
+        if self.notices is not None and (
+            start_thread(self.notices.run, "notices", (self.stopping,)) is None
+        ):
+            raise UsageError("cannot start the notice poller's thread (a pids limit reached?)")
         if self.kube is not None and not self.kube.start():
             raise UsageError("cannot start the Kubernetes publisher's thread (a pids limit?)")
 
@@ -204,6 +210,21 @@ class Agent:
             log.warning("checks abandoned at shutdown", extra={"checks": stuck, "lanes": lanes})
         cleanup.remove_all()
         done.wait(grace)
+
+    def _notice_poller(self) -> NoticePoller | None:
+        """The cloud's notices, heard every `lifecycle.poll_seconds` between rounds: a change
+        runs the lifecycle check now (None off any known cloud, or without the check)."""
+        if lifecycle.NAME not in self.names:
+            return None
+        sense = lifecycle.notice_sense(self.host, self.config)
+        if sense is None:
+            return None
+        settings = self.config.section(lifecycle.NAME, lifecycle.LifecycleConfig)
+        return NoticePoller(sense, self._lifecycle_now, settings.poll_seconds)
+
+    def _lifecycle_now(self) -> None:
+        """Run the lifecycle check now; its result is published like a round's."""
+        self.scheduler.run_now([lifecycle.NAME])
 
     def _kube_link(self, kubeconfig: str | None, rng: random.Random) -> KubeLink | None:
         """Node conditions, events and taints, when `kubernetes.enabled` says so."""

@@ -1,0 +1,142 @@
+"""The daemon hears a spot notice between its rounds: the report, /metrics, the node's event
+and taint within seconds, whatever --interval is, and the taint goes with the notice."""
+
+from __future__ import annotations
+
+import calendar
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import snapshot
+from gpuprobe.checks.lifecycle import LifecycleConfig
+from gpuprobe.checks.registry import CHECKS
+from gpuprobe.config import Config, KubernetesConfig, ServeConfig, TaintConfig
+from gpuprobe.host import snapshot_host
+from gpuprobe.host.metadata import LiveMetadata
+from gpuprobe.kube.terminating import TERMINATING_KEY
+from gpuprobe.serve.agent import Agent, ServeOptions
+from gpuprobe.serve.notices import NoticePoller
+from kube_standin import KubeStandIn
+from kube_standin import running as kube_running
+from metadata_standins import ImdsStandIn
+from metadata_standins import running as metadata_running
+from serving import wait_for
+
+NODE = "gpu-node-17"
+
+
+def test_the_poller_calls_on_a_change_only_and_survives_a_failing_look() -> None:
+    heard = iter([("a",), ("a",), ("b",), ("b",)])
+    changes: list[int] = []
+    poller = NoticePoller(lambda: next(heard), lambda: changes.append(1), 0.01)
+    assert [poller.step() for _ in range(4)] == [True, False, True, False]
+    assert poller.changes == 2 == len(changes)
+
+    def broken() -> tuple[str]:
+        raise RuntimeError("a bug")
+
+    stop = threading.Event()
+    failing = NoticePoller(broken, lambda: changes.append(1), 0.01)
+    thread = threading.Thread(target=failing.run, args=(stop,))
+    thread.start()
+    time.sleep(0.1)
+    assert thread.is_alive()
+    stop.set()
+    thread.join(2)
+    assert not thread.is_alive()
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[KubeStandIn]:
+    with kube_running(tmp_path) as stand_in:
+        yield stand_in
+
+
+@pytest.fixture
+def imds() -> Iterator[ImdsStandIn]:
+    with metadata_running(ImdsStandIn) as service:
+        yield service
+
+
+def metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_a_notice_reaches_report_metrics_event_and_taint_within_seconds(
+    kube: KubeStandIn, imds: ImdsStandIn
+) -> None:
+    host = snapshot_host(snapshot("synthetic-k8s-gpus-by-uuid"), NODE)
+    host.metadata = LiveMetadata()
+    config = Config(
+        serve=ServeConfig(interval_seconds=3600),
+        kubernetes=KubernetesConfig(start_jitter_seconds=0, taint=TaintConfig(enabled=True)),
+        sections={
+            "lifecycle": LifecycleConfig(provider="aws", endpoint=imds.url, poll_seconds=0.5)
+        },
+    )
+    options = ServeOptions(
+        grpc_listen="127.0.0.1:0", metrics_listen="127.0.0.1:0", kubeconfig=str(kube.kubeconfig())
+    )
+    agent = Agent(host, config, list(CHECKS), options)
+    agent.start()
+    try:
+        wait_for(lambda: agent.store.current().report is not None)
+        assert agent.notices is not None
+        assert not any(t["key"] == TERMINATING_KEY for t in kube.taints(NODE))
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
+        imds.spot = {"action": "terminate", "time": when}
+        started = time.monotonic()
+        wait_for(lambda: any(t["key"] == TERMINATING_KEY for t in kube.taints(NODE)), timeout=10)
+        took = time.monotonic() - started
+        assert took < 5  # one poll (0.5 s), the check and one publish, on a loaded machine
+        assert {"key": TERMINATING_KEY, "value": "preemption", "effect": "NoSchedule"} in (
+            kube.taints(NODE)
+        )
+        report = agent.store.current().report
+        assert report is not None
+        result = report.check("lifecycle")
+        assert result is not None and result.status.value == "CRITICAL"
+        (finding,) = [f for f in result.findings if f.code == "NODE_PREEMPTION_NOTICE"]
+        assert [p.pod for p in finding.pods] == [
+            "vllm-7d9f8-kq2xp",
+            "vllm-7d9f8-mw5tz",
+            "llama-pretrain-0",
+            "notebook-alice",
+        ]
+        page = metrics(agent.metrics_port)
+        stamp = calendar.timegm(time.strptime(when, "%Y-%m-%dT%H:%M:%SZ"))
+        (line,) = [
+            x for x in page.splitlines() if x.startswith("gpuprobe_node_termination_timestamp_")
+        ]
+        assert float(line.split()[1]) == stamp
+        assert 'gpuprobe_node_notice_info{kind="preemption",provider="aws"} 1.0' in page
+        wait_for(lambda: "NodePreemptionNotice" in {e["reason"] for e in kube.node_events(NODE)})
+        imds.spot = None  # taken back: the taint goes, no clear delay
+        wait_for(lambda: not any(t["key"] == TERMINATING_KEY for t in kube.taints(NODE)), 10)
+        assert "\ngpuprobe_node_termination_timestamp_seconds " not in metrics(agent.metrics_port)
+    finally:
+        agent.stop(grace=0.5)
+
+
+def test_off_any_cloud_no_poller_runs_and_a_snapshot_replays_its_notice() -> None:
+    from serving import in_process_agent
+
+    with in_process_agent("synthetic-h100-8gpu-healthy") as agent:
+        assert agent.notices is None  # no DMI of a cloud: nobody to ask
+    with in_process_agent("synthetic-aws-spot-interruption") as agent:
+        assert agent.notices is not None
+        wait_for(lambda: agent.notices is not None and agent.notices.changes >= 1)
+        report = agent.store.current().report
+        assert report is not None
+        result = report.check("lifecycle")
+        assert result is not None
+        assert [f.code for f in result.findings] == [
+            "NODE_PREEMPTION_NOTICE",
+            "NODE_REBALANCE_RECOMMENDED",
+        ]
