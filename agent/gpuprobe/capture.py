@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 from gpuprobe import __version__
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
-from gpuprobe.host import SNAPSHOT_FORMAT, Host, recording_host
+from gpuprobe.host import SNAPSHOT_FORMAT, Host, check_root, recording_host
 from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, agent_file_bytes, read_agent_file
 from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
 from gpuprobe.host.netlink import RecordingNetlink
@@ -47,6 +47,7 @@ def capture(
     from `pod_statuses`, the API server, when the agent has API access)."""
     from gpuprobe.checks.runner import run_checks
 
+    check_root(root)
     target = Path(directory)
     tree = prepare_target(target)
     try:
