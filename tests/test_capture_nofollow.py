@@ -91,17 +91,22 @@ def test_a_rootfs_link_planted_after_the_checks_leads_nowhere_outside(tmp_path: 
 
 
 def test_an_absolute_host_link_is_resolved_inside_the_snapshot(tmp_path: Path) -> None:
-    outside = tmp_path / "outside"  # a host directory an absolute link in the tree names
+    """An absolute link in the host's tree names a path of the host: read under the root
+    (as the checks read it), copied as a link, and the snapshot's copy resolves inside it."""
+    outside = tmp_path / "outside"  # the agent's own directory of the link's name
     outside.mkdir()
-    (outside / "speed").write_text("400000\n")
+    (outside / "speed").write_text("100000\n")
     before = (outside / "speed").stat()
     host = tmp_path / "host"
     (host / "sys/class/net").mkdir(parents=True)
+    in_host = host / str(outside).lstrip("/")  # the same path, in the host's tree
+    in_host.mkdir(parents=True)
+    (in_host / "speed").write_text("400000\n")
     (host / "sys/class/net/ib0").symlink_to(outside)  # absolute, as sysfs links are not
     fs = HostFS(host)
     fs.record()
     assert fs.readlink("/sys/class/net/ib0") == str(outside)
-    fs.read_text("/sys/class/net/ib0/speed")
+    assert fs.read_text("/sys/class/net/ib0/speed") == "400000\n"
     fs.exists("/sys/class/net/ib0/carrier")  # asked about, absent: no placeholder
     fs.exists("/sys/class/net/ib0/speed")
     rootfs = tmp_path / "rootfs"
@@ -112,6 +117,7 @@ def test_an_absolute_host_link_is_resolved_inside_the_snapshot(tmp_path: Path) -
     assert os.readlink(rootfs / "sys/class/net/ib0") == str(outside)
     copied = rootfs / str(outside).lstrip("/") / "speed"
     assert copied.read_text() == "400000\n"
+    assert HostFS(rootfs, snapshot=True).read_text("/sys/class/net/ib0/speed") == "400000\n"
 
 
 def test_prepare_target_refuses_a_non_empty_directory_it_opened(tmp_path: Path) -> None:

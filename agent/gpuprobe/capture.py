@@ -23,7 +23,7 @@ from typing import Any, BinaryIO
 from gpuprobe import __version__
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
-from gpuprobe.host import SNAPSHOT_FORMAT, Host, recording_host
+from gpuprobe.host import SNAPSHOT_FORMAT, Host, check_root, recording_host
 from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, agent_file_bytes, read_agent_file
 from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
 from gpuprobe.host.metadata import LIFECYCLE_FILE, RecordingMetadata
@@ -32,6 +32,7 @@ from gpuprobe.host.nvml import RecordingNvml
 from gpuprobe.host.podresources import PODRESOURCES_FILE, RecordingPodResources
 from gpuprobe.host.podstatus import POD_STATUSES_FILE, PodStatuses, RecordingPodStatuses
 from gpuprobe.host.processes import to_json
+from gpuprobe.host.rootwalk import RootTree
 from gpuprobe.host.writetree import WriteTree
 from gpuprobe.report import NodeReport, format_time, now
 
@@ -48,6 +49,7 @@ def capture(
     from `pod_statuses`, the API server, when the agent has API access)."""
     from gpuprobe.checks.runner import run_checks
 
+    check_root(root)
     target = Path(directory)
     tree = prepare_target(target)
     try:
@@ -188,32 +190,32 @@ def copy_tree(fs: HostFS, rootfs: WriteTree | Path) -> None:
             tree.close()
         return
     recorded = fs.recorded()
+    host_tree = fs.tree  # every host path resolved inside the root, as the checks read them
     # The links first: a listed directory's entries become placeholders, and an entry that is
     # a link read as a link (/sys/bus/pci/devices/<address>, into the device tree) must stay
     # one rather than turn into the directory it points at.
-    links = {
-        path
-        for path, uses in recorded.items()
-        if LINK in uses and os.path.islink(fs.root / path.lstrip("/"))
-    }
-    for path in sorted(links):
-        rootfs.symlink(os.readlink(fs.root / path.lstrip("/")), path.lstrip("/"))
+    links: dict[str, str] = {}
+    for path, uses in recorded.items():
+        if LINK in uses and stat.S_ISLNK(host_tree.mode(path, follow=False) or 0):
+            with contextlib.suppress(OSError, ValueError):
+                links[path] = host_tree.readlink(path)
+    for path, target in sorted(links.items()):
+        rootfs.symlink(target, path.lstrip("/"))
     for path, uses in sorted(recorded.items()):
-        real, dest = fs.root / path.lstrip("/"), path.lstrip("/")
+        dest = path.lstrip("/")
         if path not in links:
-            _placeholder(rootfs, real, dest)
+            _placeholder(rootfs, host_tree.mode(path), dest)
             if LIST in uses:
-                for entry in _entries(real):
-                    _placeholder(rootfs, real / entry, f"{dest}/{entry}")
+                for entry in _entries(host_tree, path):
+                    entry_path = f"{path.rstrip('/')}/{entry}"
+                    _placeholder(rootfs, host_tree.mode(entry_path), f"{dest}/{entry}")
     for path, uses in sorted(recorded.items()):
         if READ in uses:
-            _copy_file(rootfs, fs.root / path.lstrip("/"), path.lstrip("/"))
+            _copy_file(rootfs, host_tree, path)
 
 
-def _placeholder(tree: WriteTree, real: Path, dest: str) -> None:
-    try:
-        mode = real.stat().st_mode
-    except OSError:
+def _placeholder(tree: WriteTree, mode: int | None, dest: str) -> None:
+    if mode is None:
         return  # absent (or unreachable): absent in the snapshot too
     if tree.kind(dest) is not None:
         return
@@ -223,10 +225,10 @@ def _placeholder(tree: WriteTree, real: Path, dest: str) -> None:
         tree.write(dest, b"")
 
 
-def _entries(real: Path) -> list[str]:
+def _entries(tree: RootTree, path: str) -> list[str]:
     try:
-        return sorted(os.listdir(real))
-    except OSError:
+        return tree.listdir(path)
+    except (OSError, ValueError):
         return []
 
 
@@ -242,18 +244,17 @@ def _tail(src: BinaryIO) -> bytes:
     return src.read(MAX_READ_BYTES)
 
 
-def _copy_file(tree: WriteTree, real: Path, dest: str) -> None:
+def _copy_file(rootfs: WriteTree, tree: RootTree, path: str) -> None:
+    """Copy the host file at `path`, read where the checks read it: inside the root (a link
+    out of the host's tree is resolved in it, never to the agent's own file). Opened
+    non-blocking: a FIFO on the host would hold capture for ever."""
+    dest = path.lstrip("/")
     try:
-        # Non-blocking: a FIFO on the host would hold capture for ever.
-        with open(real, "rb", opener=_nonblocking) as src:
+        with os.fdopen(tree.open_read(path), "rb") as src:
             data = _tail(src)
-    except OSError:
+    except (OSError, ValueError):
         return  # absent or unreadable (write-only sysfs files): no content to keep
-    kind = tree.kind(dest)
+    kind = rootfs.kind(dest)
     if kind is not None and stat.S_ISDIR(kind):
         return
-    tree.write(dest, data)
-
-
-def _nonblocking(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NONBLOCK)
+    rootfs.write(dest, data)

@@ -538,7 +538,7 @@ def _host(args: argparse.Namespace, config: Config | None = None) -> Host:
     """The node the command looks at: a snapshot replayed, or the live node under --root
     (with `config`: its pods from the API server when `kubernetes.enabled` says so)."""
     from gpuprobe.errors import UsageError
-    from gpuprobe.host import live_host, snapshot_host
+    from gpuprobe.host import check_root, live_host, snapshot_host
 
     snapshot = getattr(args, "snapshot", None)
     node_name = getattr(args, "node_name", None)
@@ -546,8 +546,7 @@ def _host(args: argparse.Namespace, config: Config | None = None) -> Host:
         if args.root != "/":
             raise UsageError("--snapshot and --root exclude each other")
         return snapshot_host(snapshot, node_name)
-    if not os.path.isdir(args.root):
-        raise UsageError(f"--root {args.root}: not a directory")
+    check_root(args.root)
     pods = _pod_statuses(args, config) if config is not None else None
     return live_host(args.root, node_name, pods)
 

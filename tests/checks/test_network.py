@@ -39,6 +39,7 @@ def test_healthy_fabric_raises_nothing() -> None:
         "addresses": ["192.168.2.17/24"],
         "fabric": True,
         "rdma_device": "mlx5_2",
+        "default_route": False,
     }
 
 

@@ -3,7 +3,11 @@
 Interfaces come from netlink (state, MTU, addresses); speed and driver from sysfs
 (`/sys/class/net/<if>/speed`, `.../device/driver`). The fabric is what the configuration
 names, or else every physical NIC (one with a `device` in sysfs) that is administratively up:
-an unused port that nobody brought up is not a fault.
+an unused port that nobody brought up is not a fault. A cloud VM's primary NIC is no fabric
+NIC: a paravirtual one (virtio_net, ena, gve, hv_netvsc, vmxnet3, xen's vif) without an RDMA
+device that carries the default route (`/proc/net/route`, `/proc/net/ipv6_route`), or, where
+the routes cannot be read, the VM's only such NIC. Its siblings of the same driver (a GCE A3's
+GPUDirect-TCPX gve NICs) stay fabric NICs.
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ SYS_IB = "/sys/class/infiniband"
 # Operational states in which a link carries traffic (UNKNOWN: drivers that never report it).
 RUNNING = frozenset({"UP", "UNKNOWN"})
 LINK_TYPE_NAMES = {"ether": "Ethernet", "infiniband": "IPoIB"}
+# Drivers of hypervisors' paravirtual NICs (KVM/QEMU, AWS, GCE, Hyper-V/Azure, VMware, Xen).
+PARAVIRTUAL_DRIVERS = frozenset({"virtio_net", "ena", "gve", "hv_netvsc", "vmxnet3", "vif"})
+ROUTES = "/proc/net/route"
+IPV6_ROUTES = "/proc/net/ipv6_route"
+RTF_REJECT = 0x0200  # an unreachable route (IPv6's default on lo where none is configured)
 
 
 class Nic(TypedDict):
@@ -43,6 +52,7 @@ class Nic(TypedDict):
     addresses: list[str]
     fabric: bool
     rdma_device: str | None
+    default_route: bool
 
 
 class NetworkData(TypedDict):
@@ -57,7 +67,13 @@ def run(host: Host, config: Config) -> CheckResult:
     links = host.netlink.links()
     patterns = config.network.fabric_interfaces
     rails = _rdma_netdevs(host)
+    routed = _default_route_interfaces(host)
     interfaces = [_facts(host, link, patterns, rails.get(link.name)) for link in links]
+    for nic in interfaces:
+        nic["default_route"] = nic["name"] in (routed or ())
+    primary = _primary(interfaces, routed) if not patterns else None
+    if primary is not None:
+        primary["fabric"] = False
     fabric = [i for i in interfaces if i["fabric"]]
     findings = _missing(patterns, links)
     # A NIC that backs an RDMA device is judged by the rdma check, port by port: one finding
@@ -79,6 +95,9 @@ def run(host: Host, config: Config) -> CheckResult:
     summary = (
         f"{up} of {len(fabric)} fabric NICs up" if fabric else "no fabric NIC (no physical NIC up)"
     )
+    if primary is not None:
+        vm = f"{primary['name']} is the VM's primary {primary['driver']} NIC"
+        summary = f"{summary}; {vm}" if fabric else f"no fabric NIC ({vm})"
     return CheckResult(NAME, summary, findings, data)
 
 
@@ -89,6 +108,43 @@ def _rdma_netdevs(host: Host) -> dict[str, str]:
         for device in host.fs.listdir(SYS_IB)
         for netdev in host.fs.listdir(f"{SYS_IB}/{device}/device/net")
     }
+
+
+def _default_route_interfaces(host: Host) -> set[str] | None:
+    """The interfaces default routes leave by (IPv4 and IPv6); None when neither route table
+    can be read (an older snapshot keeps neither)."""
+    v4, v6 = host.fs.try_read_text(ROUTES), host.fs.try_read_text(IPV6_ROUTES)
+    if v4 is None and v6 is None:
+        return None
+    found: set[str] = set()
+    for line in (v4 or "").splitlines()[1:]:  # Iface Destination Gateway Flags ... Mask ...
+        fields = line.split()
+        if len(fields) >= 8 and fields[1] == "00000000" and fields[7] == "00000000":
+            found.add(fields[0])
+    for line in (v6 or "").splitlines():  # dest plen src plen next-hop metric ref use flags dev
+        fields = line.split()
+        if len(fields) < 10 or fields[0].strip("0") or fields[1] != "00":
+            continue
+        try:
+            rejected = int(fields[8], 16) & RTF_REJECT
+        except ValueError:
+            continue
+        if not rejected and fields[9] != "lo":
+            found.add(fields[9])
+    return found
+
+
+def _primary(interfaces: list[Nic], routed: set[str] | None) -> Nic | None:
+    """The cloud VM's primary NIC, which is no fabric NIC: a paravirtual NIC without an RDMA
+    device that carries the default route; where the routes are unknown, the only such NIC."""
+    candidates = [
+        i
+        for i in interfaces
+        if i["fabric"] and i["driver"] in PARAVIRTUAL_DRIVERS and i["rdma_device"] is None
+    ]
+    if routed is not None:
+        candidates = [i for i in candidates if i["name"] in routed]
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def _facts(host: Host, link: Link, patterns: tuple[str, ...], rdma_device: str | None) -> Nic:
@@ -114,6 +170,7 @@ def _facts(host: Host, link: Link, patterns: tuple[str, ...], rdma_device: str |
         "addresses": [f"{a.address}/{a.prefixlen}" for a in link.addresses],
         "fabric": fabric,
         "rdma_device": rdma_device,
+        "default_route": False,  # set by `run` from the route tables
     }
 
 

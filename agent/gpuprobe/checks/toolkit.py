@@ -140,6 +140,15 @@ def _nvidia(
 
 
 def _invalid(problem: FileProblem) -> Finding:
+    if problem.unreadable:  # its content is unknown, not wrong
+        return Finding(
+            "CONFIG_UNREADABLE",
+            Severity.UNKNOWN,
+            f"{problem.path} {problem.problem}: its settings are unknown, not judged. Let "
+            "gpuprobe read it (the DaemonSet runs as root), or check the file's permissions",
+            Action.FIX_CONFIG,
+            f"file:{problem.path}",
+        )
     return Finding(
         "CONFIG_INVALID",
         Severity.CRITICAL,
@@ -191,8 +200,9 @@ def _judge(
             return f"{label}: NVIDIA OCI hook {config.oci_hook}", []
         if default_runs_nvidia:
             return f"{label}: default runtime {config.effective_default} runs NVIDIA", []
-        if _root_unusable(config):  # its CONFIG_INVALID says why; the runtimes are unknown
-            return f"{label}: runtimes unknown ({config.config_path} is invalid)", []
+        if _root_unusable(config):  # its CONFIG_INVALID (_UNREADABLE) says why: runtimes unknown
+            how = "unreadable" if _root_unreadable(config) else "invalid"
+            return f"{label}: runtimes unknown ({config.config_path} is {how})", []
         return f"{label}: no nvidia runtime", [_no_runtime(config, label, installed)]
     problem = _binary_problem(host, config, nvidia, installed)
     findings = [problem] if problem else []
@@ -241,6 +251,11 @@ def _kept_by_containerd2_only(config: EngineConfig) -> Finding | None:
 def _fix_target(config: EngineConfig) -> str:
     """The file to fix: k3s/RKE2 regenerate config.toml from their template at start."""
     return config.template or config.config_path
+
+
+def _root_unreadable(config: EngineConfig) -> bool:
+    """Whether the engine's main file is there but could not be read at all."""
+    return any(p.path == config.config_path and p.unreadable for p in config.problems)
 
 
 def _root_unusable(config: EngineConfig) -> bool:

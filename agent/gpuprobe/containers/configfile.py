@@ -8,7 +8,9 @@ which the checks turn into a finding. A file that is absent is `None`, not a pro
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import tomllib
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,9 @@ class FileProblem:
 
     path: str
     problem: str
+    # The file is there but could not be read (permissions, I/O): nothing is known of its
+    # content, which is no fault of the file's (CONFIG_UNREADABLE, not CONFIG_INVALID).
+    unreadable: bool = False
 
 
 class Invalid(Exception):
@@ -44,7 +49,10 @@ def read_host_file(fs: HostFS, path: str) -> bytes | FileProblem | None:
     except FileNotFoundError:
         return None  # a dangling link, or removed between the two looks
     except OSError as exc:
-        return FileProblem(path, f"cannot be read ({exc.strerror or exc})")
+        who = (
+            f" by gpuprobe (uid {os.geteuid()})" if exc.errno in (errno.EACCES, errno.EPERM) else ""
+        )
+        return FileProblem(path, f"cannot be read{who} ({exc.strerror or exc})", unreadable=True)
 
 
 def _text(path: str, raw: bytes) -> str | FileProblem:

@@ -10,6 +10,7 @@ past it.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import threading
@@ -19,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpuprobe.errors import SnapshotError
+from gpuprobe.errors import SnapshotError, UsageError
 from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, AgentFile, load_agent_file
 from gpuprobe.host.clock import Clock, SystemClock
 from gpuprobe.host.fs import HostFS
@@ -168,7 +169,10 @@ def snapshot_host(directory: str, node_name: str | None = None) -> Host:
     path = Path(directory)
     if not path.is_dir():
         raise SnapshotError(f"snapshot {directory}: not a directory")
-    if not any((path / marker).exists() for marker in SNAPSHOT_MARKERS):
+    unreadable = unreadable_directory(directory)
+    if unreadable is not None:
+        raise SnapshotError(f"snapshot {directory}: {unreadable}")
+    if not any(os.path.lexists(path / marker) for marker in SNAPSHOT_MARKERS):
         raise SnapshotError(
             f"snapshot {directory}: not a node snapshot: it holds none of "
             f"{', '.join(SNAPSHOT_MARKERS)} (what gpuprobe capture writes)"
@@ -195,6 +199,34 @@ def snapshot_host(directory: str, node_name: str | None = None) -> Host:
         pod_statuses=ReplayedPodStatuses(load_pod_statuses(path / POD_STATUSES_FILE)),
         metadata=load_lifecycle(path / LIFECYCLE_FILE),
     )
+
+
+def check_root(root: str) -> None:
+    """Refuse a `--root` this process cannot read (UsageError): read through, it would look
+    like a node without GPUs or kernel log, a false all-clear."""
+    if not os.path.isdir(root):
+        raise UsageError(f"--root {root}: not a directory")
+    unreadable = unreadable_directory(root)
+    if unreadable is not None:
+        raise UsageError(f"--root {root}: {unreadable}")
+
+
+def unreadable_directory(directory: str) -> str | None:
+    """Why this process cannot read the directory (a snapshot, `--root`), in words; None
+    when it can. Listing needs the directory's read bit and looking inside its search bit: a
+    directory of mode 0700 that another user owns gives neither, and a tree read through it
+    would look empty (no GPU, no kernel log), which is no finding about the node."""
+    try:
+        os.listdir(directory)
+        os.stat(os.path.join(directory, "."))  # the search bit
+    except OSError as exc:
+        who = (
+            f" (gpuprobe runs as uid {os.geteuid()})"
+            if exc.errno in (errno.EACCES, errno.EPERM)
+            else ""
+        )
+        return f"cannot read it: {exc.strerror or exc}{who}"
+    return None
 
 
 def _captured_at(meta: dict[str, Any], path: Path) -> datetime | None:

@@ -82,7 +82,10 @@ class LivePodResources:
         """One List and one GetAllocatableResources, each within `timeout_s`."""
         if not self.fs.is_socket(socket):
             return ABSENT
-        target = f"unix://{self.fs.real_path(socket)}"
+        try:
+            target = f"unix://{self.fs.resolved_path(socket)}"
+        except OSError:
+            return ABSENT
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
         with grpc.insecure_channel(target, options=options) as channel:
             stub = api_pb2_grpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]

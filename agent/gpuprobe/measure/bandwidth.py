@@ -112,6 +112,8 @@ class Sink:
     message_bytes: int = 0
     queue_pairs: int = 0
     test_seconds: int = 0
+    # TCP: the address the sink accepts streams from; the sender binds its streams to it.
+    sender: str = ""
 
 
 @dataclass(frozen=True)
@@ -288,7 +290,8 @@ class BandwidthTests:
             self._sinks.release()
             raise
         expires = datetime.now(UTC) + timedelta(seconds=lifetime)
-        return Sink(address, port, ticket, self.node, expires, *rdma)
+        accepts = sender if transport == "tcp" else ""
+        return Sink(address, port, ticket, self.node, expires, *rdma, sender=accepts)
 
     def _tcp_sink(
         self, request: SinkRequest, address: str, sender: str, lifetime: float
@@ -451,6 +454,7 @@ class BandwidthTests:
         )
         sink = self._peer_sink(request, host, port, sink_request)
         rate = self.policy.max_send_bytes_per_second
+        source = self._source_address(sink)
         started = time.monotonic()
         try:
             result = tcp.send(
@@ -464,7 +468,14 @@ class BandwidthTests:
                 threads=self.tcp_threads,
                 max_bytes=int(rate * (duration + warmup)),
                 max_rate=rate,
+                source=source,
             )
+        except tcp.NotOurAddress as exc:
+            raise Refused(
+                Reason.CANNOT_RUN,
+                f"{self.node} cannot send from {source}, the address the sink on {sink.node} "
+                f"accepts streams from: it is not an address of {self.node} ({exc.strerror})",
+            ) from None
         except tcp.NotASink:
             # Told alike, after the same time, whatever answered (or did not) at that port.
             time.sleep(max(0.0, started + PROOF_SECONDS - time.monotonic()))
@@ -488,6 +499,15 @@ class BandwidthTests:
             cpu_limited_side=result.limited_by,
             cpu_seconds_per_gbit=result.cpu_seconds_per_gbit,
         )
+
+    def _source_address(self, sink: Sink) -> str | None:
+        """The address to send from: the one the sink accepts streams from (None: a sink
+        that does not say, from an older agent; the kernel then picks)."""
+        if not sink.sender:
+            return None
+        if not is_ip(sink.sender):
+            raise Refused(Reason.INVALID, f"the sink's sender {sink.sender!r} is not an IP address")
+        return tcp.normal_address(sink.sender)
 
     def _measure_rdma(
         self, request: MeasureRequest, host: str, port: int, duration: float

@@ -84,6 +84,11 @@ class NotASink(BandwidthError):
     sink that refused the token): no data was sent there."""
 
 
+class NotOurAddress(OSError):
+    """The address to send from is not one of this host's (EADDRNOTAVAIL at bind): the
+    sender's own fault, found before anything reached the sink."""
+
+
 def sender_mac(token: bytes, nonce: bytes, warmup_ms: int, index: int) -> bytes:
     """The sender's proof that it holds the token, bound to this stream's nonce, warm-up and
     index (a listener can replay it only to the sink itself, which takes each nonce once)."""
@@ -613,8 +618,12 @@ def send(
     threads: int | None = None,
     max_bytes: int | None = None,
     max_rate: float | None = None,
+    source: str | None = None,
 ) -> BandwidthResult:
     """Send to a sink over `streams` parallel connections; the rate the sink received.
+
+    `source` is the address the streams leave from (the one the sink accepts; None: the
+    kernel's choice). Raises NotOurAddress when this host does not hold it.
 
     The streams are driven by at most `threads` worker threads (the test's CPU budget;
     default: one per stream up to this process's cores). The sender holds itself to at most
@@ -635,10 +644,7 @@ def send(
             left = deadline - time.monotonic()
             if left <= 0:
                 raise not_a_sink
-            try:
-                conn = socket.create_connection((host, port), timeout=left)
-            except OSError:
-                raise not_a_sink from None
+            conn = _connect(host, port, left, source, not_a_sink)
             conns.append(conn)
             if not _proven(conn, hello, sink_proof(token, nonce), deadline):
                 raise not_a_sink
@@ -668,7 +674,7 @@ def send(
                 if worker not in sink_workers or wall > sink_workers[worker].wall_seconds:
                     sink_workers[worker] = WorkerCpu(cpu, wanted, wall)
     except (OSError, BandwidthError) as exc:
-        if isinstance(exc, NotASink):
+        if isinstance(exc, (NotASink, NotOurAddress)):
             raise
         raise BandwidthError(
             f"the sink cut the test (refused, or past its bounds): {exc}"
@@ -678,6 +684,32 @@ def send(
             conn.close()
     sink = cpu_use(list(sink_workers.values())) if sink_workers else None
     return BandwidthResult(tuple(results), duration, warmup, cpu_use(sender), sink)
+
+
+def _connect(
+    host: str, port: int, timeout: float, source: str | None, not_a_sink: NotASink
+) -> socket.socket:
+    """A connection to the sink, from `source` when given. A source this host does not hold
+    is NotOurAddress (the sender's fault); any other failure is `not_a_sink`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    conn = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if source is not None:
+            try:
+                conn.bind((source, 0))
+            except OSError as exc:
+                if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT, errno.EINVAL):
+                    raise NotOurAddress(exc.errno, exc.strerror or str(exc)) from None
+                raise not_a_sink from None
+        conn.settimeout(timeout)
+        try:
+            conn.connect((host, port))
+        except OSError:
+            raise not_a_sink from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _run_workers(

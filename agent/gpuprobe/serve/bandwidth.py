@@ -159,6 +159,7 @@ def sink_message(sink: Sink) -> pb.OpenBandwidthSinkResponse:
         message_bytes=sink.message_bytes,
         queue_pairs=sink.queue_pairs,
         test_seconds=sink.test_seconds,
+        sender=sink.sender,
     )
     message.expires.FromDatetime(sink.expires)
     return message
@@ -175,6 +176,7 @@ def sink_from_message(message: pb.OpenBandwidthSinkResponse) -> Sink:
         message_bytes=message.message_bytes,
         queue_pairs=message.queue_pairs,
         test_seconds=message.test_seconds,
+        sender=message.sender,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import grpc
 
 from gpuprobe import wire
+from gpuprobe.checks.xid.clearing import NoSuchGpu
 from gpuprobe.checks.xid.state import StateError
 from gpuprobe.measure.bandwidth import BandwidthTests, Refused
 from gpuprobe.report import NodeReport, now
@@ -140,6 +141,8 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         gpu = request.gpu if request.HasField("gpu") else None
         try:
             cleared = int(clear_xid(gpu))
+        except NoSuchGpu as exc:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc).removeprefix("clear-xid: "))
         except StateError as exc:  # the state directory is missing, read-only or corrupt
             abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"clearing failed: {exc}")
         except Exception as exc:  # the node's fault, told to the caller in one line

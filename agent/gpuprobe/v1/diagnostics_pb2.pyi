@@ -276,7 +276,7 @@ class OpenBandwidthSinkRequest(_message.Message):
     def __init__(self, transport: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., streams: _Optional[int] = ..., rdma_device: _Optional[str] = ..., message_bytes: _Optional[int] = ..., queue_pairs: _Optional[int] = ..., test_seconds: _Optional[int] = ..., force: _Optional[bool] = ..., sender: _Optional[str] = ...) -> None: ...
 
 class OpenBandwidthSinkResponse(_message.Message):
-    __slots__ = ("port", "ticket", "expires", "node", "address", "message_bytes", "queue_pairs", "test_seconds")
+    __slots__ = ("port", "ticket", "expires", "node", "address", "message_bytes", "queue_pairs", "test_seconds", "sender")
     PORT_FIELD_NUMBER: _ClassVar[int]
     TICKET_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_FIELD_NUMBER: _ClassVar[int]
@@ -285,6 +285,7 @@ class OpenBandwidthSinkResponse(_message.Message):
     MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     QUEUE_PAIRS_FIELD_NUMBER: _ClassVar[int]
     TEST_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
     port: int
     ticket: str
     expires: _timestamp_pb2.Timestamp
@@ -293,4 +294,5 @@ class OpenBandwidthSinkResponse(_message.Message):
     message_bytes: int
     queue_pairs: int
     test_seconds: int
-    def __init__(self, port: _Optional[int] = ..., ticket: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node: _Optional[str] = ..., address: _Optional[str] = ..., message_bytes: _Optional[int] = ..., queue_pairs: _Optional[int] = ..., test_seconds: _Optional[int] = ...) -> None: ...
+    sender: str
+    def __init__(self, port: _Optional[int] = ..., ticket: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., node: _Optional[str] = ..., address: _Optional[str] = ..., message_bytes: _Optional[int] = ..., queue_pairs: _Optional[int] = ..., test_seconds: _Optional[int] = ..., sender: _Optional[str] = ...) -> None: ...

@@ -30,7 +30,7 @@ from gpuprobe.checks.record import Check
 from gpuprobe.checks.xid import aer, amdgpu, sxid
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.clearing import clear
-from gpuprobe.checks.xid.findings import finding, summary
+from gpuprobe.checks.xid.findings import finding, read_nothing, summary
 from gpuprobe.checks.xid.model import NAME, EventEntry, XidEntry
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import save_sticky, state_dir
@@ -38,7 +38,7 @@ from gpuprobe.checks.xid.policy import driver_version, explain
 from gpuprobe.config import Config, XidConfig
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.host import Host
-from gpuprobe.report import CheckResult
+from gpuprobe.report import CheckResult, Status
 
 __all__ = ["CHECK", "NAME", "XidData", "clear", "explain_policy", "run", "state_dir"]
 
@@ -97,6 +97,9 @@ def run(host: Host, config: Config) -> CheckResult:
     if amd is not None:
         data["amdgpu_faults"] = amd_faults
         text += f"; {amdgpu.summary(amd_faults)}"
+    blind = read_nothing(seen.sources)
+    if blind is not None and not seen.xids:
+        return CheckResult(NAME, blind, findings, data, floor=Status.UNKNOWN)
     return CheckResult(NAME, text, findings, data)
 
 

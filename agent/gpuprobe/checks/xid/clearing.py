@@ -10,7 +10,14 @@ from gpuprobe.checks.xid.model import NAME
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import state_dir
 from gpuprobe.config import Config
+from gpuprobe.errors import UsageError
+from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
+
+
+class NoSuchGpu(UsageError):
+    """The GPU index to clear names no GPU of this node: clearing nothing there would read as
+    done, and the operator's intended GPU stays reported."""
 
 
 def clear(host: Host, config: Config, gpu: int | None = None) -> int:
@@ -27,6 +34,11 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
         seen = observe(host, config, directory)
         if seen.state_error:
             raise xid_state.StateError(seen.state_error)
+        if gpu is not None:
+            # NVML's order (PCI address order), also where NVML is absent.
+            on_bus: set[int | None] = set(range(len(nvidia_gpus(host.fs))))
+            listed = {g.index for g in seen.gpus.values()} | {x.gpu.index for x in seen.xids}
+            _known(gpu, on_bus | listed)
         targets = [
             x
             for x in seen.xids
@@ -55,3 +67,15 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
         for key in marks:
             memory.setdefault("sticky", {}).pop(key, None)
         return len(marks)
+
+
+def _known(gpu: int, indices: set[int | None]) -> None:
+    """Raise NoSuchGpu unless `gpu` is the index of a GPU NVML lists now, of an NVIDIA GPU on
+    the PCI bus (in address order, NVML's), or of one whose XIDs are remembered (a GPU fallen
+    off the bus keeps its sticky findings clearable)."""
+    known = sorted(i for i in indices if i is not None)
+    if gpu in known:
+        return
+    listed = ", ".join(str(i) for i in known)
+    there = f"its GPUs are {listed}" if known else "it has no NVIDIA GPU"
+    raise NoSuchGpu(f"clear-xid: no GPU {gpu} on this node ({there})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gpuprobe.checks.xid.model import XIDLESS, Seen
 from gpuprobe.gpu.nvml_events import EventInfo
@@ -136,3 +137,26 @@ def summary(xids: list[Seen], active: list[Seen]) -> str:
         if n
     ]
     return f"{' and '.join(counted)}: {', '.join(shown[:4])}{more}"
+
+
+def read_nothing(sources: dict[str, Any]) -> str | None:
+    """What the check could not read, in words, when it read no source at all (no kernel log
+    file, no NVML events); None when any source was read. Having read nothing, "no XID
+    errors" would be a false all-clear."""
+    if any(_was_read(value) for value in sources.values()):
+        return None
+    unread = [_unread(name, value) for name, value in sources.items()]
+    return "read no source of XIDs: " + " and ".join(unread or ["no source configured"])
+
+
+def _was_read(value: object) -> bool:
+    """A source's entry says it was read: "read", or the list of files that were opened."""
+    return value == "read" or (isinstance(value, list) and bool(value))
+
+
+def _unread(name: str, value: object) -> str:
+    if name == "kernel_logs":
+        return "no kernel log file could be read (xid.kernel_logs)"
+    if name == "nvml_events":
+        return f"NVML events {value}"
+    return f"{name.replace('_', ' ')} {value or 'not read'}"

@@ -1,0 +1,71 @@
+"""Clearing sticky XIDs of a GPU index the node does not have is refused (`clear-xid --gpu N`
+one line, exit 64; ClearFindings INVALID_ARGUMENT), rather than "cleared 0" read as done."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import grpc
+import pytest
+
+from conftest import gpuprobe, snapshot
+from gpuprobe.client import Client
+from gpuprobe.config import Config
+from gpuprobe.host import snapshot_host
+from gpuprobe.serve.agent import xid_clearer
+from serving import in_process_agent
+
+TOKEN = "s3cret-token"
+GPUS = "0, 1, 2, 3, 4, 5, 6, 7"
+
+
+def test_clear_xid_refuses_a_gpu_the_node_does_not_have(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    shutil.copytree(Path(snapshot("synthetic-xid-critical")) / "rootfs", root)
+    state = tmp_path / "state"
+    state.mkdir()
+    cfg = tmp_path / "gpuprobe.yaml"
+    cfg.write_text(f"xid:\n  state_dir: {state}\n")
+    for gpu in ("8", "99"):
+        out = gpuprobe("clear-xid", "--gpu", gpu, "--root", str(root), "--config", str(cfg))
+        assert (out.returncode, out.stdout, out.stderr) == (
+            64,
+            "",
+            f"gpuprobe: clear-xid: no GPU {gpu} on this node (its GPUs are {GPUS})\n",
+        )
+    assert list(state.iterdir()) == []  # nothing written
+    out = gpuprobe("clear-xid", "--gpu", "6", "--root", str(root), "--config", str(cfg))
+    assert (out.returncode, out.stdout) == (0, "gpuprobe: cleared 2 sticky findings on GPU 6\n")
+
+
+def test_clear_xid_on_a_node_without_gpus_names_none(tmp_path: Path) -> None:
+    cfg = tmp_path / "gpuprobe.yaml"
+    cfg.write_text(f"xid:\n  state_dir: {tmp_path}\n")
+    root = Path(snapshot("kvm-epyc-nogpu")) / "rootfs"
+    out = gpuprobe("clear-xid", "--gpu", "3", "--root", str(root), "--config", str(cfg))
+    assert (out.returncode, out.stderr) == (
+        64,
+        "gpuprobe: clear-xid: no GPU 3 on this node (it has no NVIDIA GPU)\n",
+    )
+
+
+def test_clear_findings_refuses_a_gpu_the_node_does_not_have(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    clearer = xid_clearer(snapshot_host(snapshot("synthetic-xid-critical")), Config())
+    with (
+        in_process_agent(
+            "synthetic-xid-critical",
+            names=["xid"],
+            clear_xid=clearer,
+            token_file=str(token_file),
+        ) as agent,
+        Client(f"127.0.0.1:{agent.grpc_port}", token=TOKEN) as client,
+    ):
+        with pytest.raises(grpc.RpcError) as err:
+            client.clear_findings(gpu=99)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details() == f"no GPU 99 on this node (its GPUs are {GPUS})"
+        cleared, _ = client.clear_findings(gpu=6)
+        assert cleared == 2

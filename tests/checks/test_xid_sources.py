@@ -1,0 +1,52 @@
+"""Check `xid` says when it read no source at all: "no XID errors" from no kernel log file
+and no NVML events would be a false all-clear."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from gpuprobe.checks import xid
+from gpuprobe.config import Config
+from gpuprobe.host import snapshot_host
+from gpuprobe.report import Status
+from helpers import run_check, snapshot
+
+BLIND = (
+    "read no source of XIDs: NVML events unavailable (NVML LibraryNotFound) and no kernel "
+    "log file could be read (xid.kernel_logs)"
+)
+
+
+def without(name: str, tmp_path: Path, *paths: str) -> Path:
+    dest = tmp_path / name
+    shutil.copytree(snapshot(name), dest)
+    for path in paths:
+        (dest / path).unlink()
+    return dest
+
+
+def test_a_recorded_vm_without_nvml_or_kernel_log_is_unknown() -> None:
+    result = run_check("xid", "kvm-epyc-nogpu")
+    assert (result.status, result.summary, result.findings) == (Status.UNKNOWN, BLIND, [])
+    assert result.data["sources"] == {
+        "nvml_events": "unavailable (NVML LibraryNotFound)",
+        "kernel_logs": [],
+    }
+
+
+def test_a_gpu_node_whose_sources_are_both_gone_is_unknown(tmp_path: Path) -> None:
+    snap = without("synthetic-h100-8gpu-healthy", tmp_path, "nvml.json", "rootfs/var/log/kern.log")
+    result = xid.run(snapshot_host(str(snap)), Config())
+    assert (result.status, result.summary) == (Status.UNKNOWN, BLIND)
+
+
+def test_one_source_read_is_enough_to_say_none(tmp_path: Path) -> None:
+    snap = without("synthetic-h100-8gpu-healthy", tmp_path, "nvml.json")
+    result = xid.run(snapshot_host(str(snap)), Config())
+    assert (result.status, result.summary) == (Status.OK, "no XID errors this boot")
+    assert result.data["sources"]["kernel_logs"] == ["/var/log/kern.log"]
+    snap = without("synthetic-h100-8gpu-healthy", tmp_path / "b", "rootfs/var/log/kern.log")
+    result = xid.run(snapshot_host(str(snap)), Config())
+    assert (result.status, result.summary) == (Status.OK, "no XID errors this boot")
+    assert result.data["sources"] == {"nvml_events": "read", "kernel_logs": []}
