@@ -293,3 +293,25 @@ def test_nvidia_visible_devices_takes_indexes_uuids_and_migs_and_passes_over_the
     assert given(mig) == [3]
     assert given("all") == [0, 1, 2, 3]
     assert given("void") is None
+
+
+def test_a_deeply_nested_spec_is_listed_unreadable_and_the_rest_judged(tmp_path: Path) -> None:
+    # Well under the 4 MiB bound, deep enough to exhaust Python's JSON decoder: one such
+    # spec once made the whole check UNKNOWN (RecursionError) for every container.
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-pods-cuda12.8-geforce-550"), copy, symlinks=True)
+    tasks = copy / "rootfs/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    (tasks / ("c" * 64)).mkdir()
+    deep = '{"annotations": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    (tasks / ("c" * 64) / "config.json").write_text(deep)
+    result = pods.run(snapshot_host(str(copy)), Config())
+    assert result.data["unreadable_specs"] == [
+        {
+            "path": "/run/containerd/io.containerd.runtime.v2.task/k8s.io/"
+            + "c" * 64
+            + "/config.json",
+            "problem": "JSON nested too deeply",
+        }
+    ]
+    assert verdicts(result) == {"llama-finetune-0": ("too-new", "12.8")}
+    assert [c for c, *_ in codes(result)] == ["IMAGE_CUDA_TOO_NEW", "POD_GPU_FAILURE"]
