@@ -61,6 +61,16 @@ FORWARD_COMPAT_BRANDS = frozenset(
     {"tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "grid", "vapps", "vpc", "vcs",
      "vws", "cloudgaming", "unknown"}
 )  # fmt: skip
+# What the runtime admits through a brand clause on a GPU without forward compatibility.
+COMPAT_UNSUPPORTED = "forward-compatibility-unsupported"
+# How a message names the brands without forward compatibility.
+BRAND_WORDS = {
+    "geforce": "a GeForce",
+    "geforcertx": "a GeForce RTX",
+    "titan": "a Titan",
+    "titanrtx": "a Titan RTX",
+    "nvs": "an NVS",
+}
 # An XID this long before (or shortly after) a container's CUDA error is its cause.
 XID_BEFORE = timedelta(seconds=120)
 XID_AFTER = timedelta(seconds=10)
@@ -79,6 +89,7 @@ class NodeGpu:
     arch: str | None
     pci: str | None
     migs: dict[str, int] = field(default_factory=dict)  # MIG UUID → parent index
+    name: str | None = None
 
     @property
     def resource(self) -> str:
@@ -210,6 +221,7 @@ def _gpus(host: Host) -> list[NodeGpu]:
                 arch,
                 kernel_log.pci_prefix(bus) if bus else None,
                 {m.uuid: index for m in migs if m.uuid},
+                text(device.get("nvmlDeviceGetName")),
             )
         )
     return found
@@ -298,6 +310,8 @@ def _judge_image(
     entry["verdict"] = verdict
     if verdict == "refused" and refusal is not None:
         return entry, _refused(spec, own, refusal)
+    if verdict == COMPAT_UNSUPPORTED and refusal is not None:
+        return entry, _compat_unsupported(spec, own, driver, image_cuda, refusal)
     if verdict != "too-new":
         return entry, []
     return entry, _too_new(spec, own, driver, image_cuda, refusal)
@@ -338,11 +352,15 @@ def _short(requirement: str) -> str:
 def _by_runtime(
     requirements: list[str], own: list[NodeGpu], driver: Driver
 ) -> tuple[str, req.Verdict | None]:
-    """What the NVIDIA runtime decides: every requirement against every GPU given."""
+    """What the NVIDIA runtime decides: every requirement against every GPU given; and
+    whether what it admits through a forward-compatibility clause can run (the verdict
+    COMPAT_UNSUPPORTED with the clause that admitted it, on a GPU of a brand without
+    forward compatibility: CUDA fails at start with error 804)."""
     facts = [req.Facts(driver.cuda, driver.version, g.arch, g.brand) for g in own] or [
         req.Facts(driver.cuda, driver.version)
     ]
     via_cuda = True
+    unsupported: req.Verdict | None = None
     for requirement in requirements:
         for fact in facts:
             verdict = req.evaluate(requirement, fact)
@@ -356,6 +374,10 @@ def _by_runtime(
                 c.lower().startswith("cuda") for c in verdict.group.split(",")
             ):
                 via_cuda = False
+                if fact.brand is not None and fact.brand not in FORWARD_COMPAT_BRANDS:
+                    unsupported = unsupported or verdict
+    if unsupported is not None:
+        return COMPAT_UNSUPPORTED, unsupported
     return ("ok" if via_cuda else "forward-compatibility"), None
 
 
@@ -407,6 +429,42 @@ def _too_new(
     return [
         Finding("IMAGE_CUDA_TOO_NEW", Severity.CRITICAL, message, Action.FIX_CONFIG, r, pods)
         for r in resources
+    ]
+
+
+def _compat_unsupported(
+    spec: oci.ContainerSpec,
+    own: list[NodeGpu],
+    driver: Driver,
+    image_cuda: str,
+    admitted: req.Verdict,
+) -> list[Finding]:
+    """An image the runtime admits through a forward-compatibility clause on GPUs that run no
+    forward compatibility (GeForce, Titan, NVS): it will not run, so its CUDA is too new."""
+    who = (
+        f"pod {spec.pod.namespace}/{spec.pod.pod}, container {spec.pod.container}"
+        if spec.pod
+        else f"container {spec.id[:12]}"
+    )
+    image = f", image {spec.image}," if spec.image else ""
+    lacking = [g for g in own if g.brand is not None and g.brand not in FORWARD_COMPAT_BRANDS]
+    gpus = ", ".join(f"GPU {g.index}" + (f" ({g.name})" if g.name else "") for g in lacking)
+    brands = sorted({BRAND_WORDS.get(g.brand or "", f"of brand {g.brand}") for g in lacking})
+    verb = "is" if len(lacking) == 1 else "are"
+    compat = sig.CUDA_ERRORS[804].words
+    message = (
+        f"{who}{image} needs CUDA {image_cuda}; driver {driver.version} supports CUDA "
+        f"{driver.cuda}: the NVIDIA runtime admits it (its NVIDIA_REQUIRE_CUDA holds through "
+        f"{admitted.group}, a forward-compatibility clause), but forward compatibility runs on "
+        f"data-center GPUs only and {gpus} {verb} {' and '.join(brands)}: CUDA will fail at "
+        f'start with error 804 ("{compat}"). {_fix(image_cuda, driver)}'
+    )
+    pods = (spec.pod,) if spec.pod else ()
+    return [
+        Finding(
+            "IMAGE_CUDA_TOO_NEW", Severity.CRITICAL, message, Action.FIX_CONFIG, g.resource, pods
+        )
+        for g in lacking
     ]
 
 
@@ -744,7 +802,7 @@ def _summary(
     unread = f"; pod statuses not read (API {listed.error.code})" if listed.error else ""
     if not specs and not failures:
         return "no running containers found in the container runtimes' state" + unread
-    too_new = sum(1 for c in containers if c["verdict"] == "too-new")
+    too_new = sum(1 for c in containers if c["verdict"] in ("too-new", COMPAT_UNSUPPORTED))
     pods = len({(f.pod.namespace, f.pod.pod) for f in failures})
     clean = "no GPU failure in logs" + ("" if listed.absent or listed.error else " or statuses")
     parts = [f"{len(containers)} GPU container(s)"]
