@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 
 from gpuprobe.config import KubernetesConfig
 from gpuprobe.errors import UsageError
+from gpuprobe.kube.kubeconfig import NotAKubeconfig, load_kubeconfig
 
 T = TypeVar("T")
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -97,7 +98,7 @@ class KubeApi:
 
         try:
             if access.kubeconfig is not None:
-                config = KubeConfig.from_file(access.kubeconfig)
+                config = load_kubeconfig(access.kubeconfig)
             else:
                 if access.server is None and not in_cluster_available(access.account):
                     raise UsageError(
@@ -113,6 +114,8 @@ class KubeApi:
             self._client = Client(
                 config, timeout=httpx2.Timeout(timeout), trust_env=False, field_manager="gpuprobe"
             )
+        except NotAKubeconfig as exc:
+            raise UsageError(f"kubernetes access ({access.kubeconfig}): {exc}") from None
         except (ConfigError, OSError, KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
             where = access.kubeconfig or str(access.account)
             text = " ".join(str(exc).split()) or type(exc).__name__
