@@ -559,10 +559,14 @@ def _pod_statuses(args: argparse.Namespace, config: Config) -> PodStatuses | Non
     kubeconfig = getattr(args, "kubeconfig", None)
     try:
         return pod_statuses(config.kubernetes, kubeconfig)
-    except UsageError:
-        insisted = config.kubernetes.enabled is True  # "true: no access is a usage error"
-        if args.command == "serve" or getattr(args, "publish", False) or kubeconfig or insisted:
+    except UsageError as exc:
+        if args.command == "serve" or getattr(args, "publish", False) or kubeconfig:
             raise
+        if config.kubernetes.enabled is True:  # "true: no access is a usage error"
+            raise UsageError(
+                f"kubernetes.enabled is true and there is no access ({exc}): run in a pod, "
+                "add --publish --kubeconfig FILE, or set kubernetes.enabled: auto"
+            ) from None
         return None
 
 

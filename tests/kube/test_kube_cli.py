@@ -193,16 +193,3 @@ def test_a_file_that_is_no_kubeconfig_is_one_line(
     done = gpuprobe("check", "--snapshot", healthy, "--publish", "--kubeconfig", str(path))
     assert (done.returncode, done.stdout) == (64, "")
     assert done.stderr == f"gpuprobe: kubernetes access ({path}): not a kubeconfig: {problem}\n"
-
-
-def test_enabled_true_without_access_is_a_usage_error_in_check(tmp_path: Path) -> None:
-    # docs/configuration.md: "true: on (no access is a usage error)"; `check` exited 3.
-    config = tmp_path / "gpuprobe.yaml"
-    config.write_text("kubernetes: {enabled: true}\n")
-    root = snapshot("kvm-epyc-nogpu") + "/rootfs"
-    done = gpuprobe("check", "--root", root, "--config", str(config), "--only", "pods")
-    assert (done.returncode, done.stdout) == (64, "")
-    assert done.stderr == (
-        "gpuprobe: kubernetes: no in-cluster credentials (/var/run/secrets/kubernetes.io/"
-        "serviceaccount/token and $KUBERNETES_SERVICE_HOST); give --kubeconfig\n"
-    )
