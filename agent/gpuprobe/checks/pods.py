@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import pod_signatures as sig
+from gpuprobe.checks import pods_bounds as bounds
 from gpuprobe.checks.record import Check
 from gpuprobe.checks.xid import kernel as xid_kernel
 from gpuprobe.config import Config
@@ -124,6 +125,10 @@ class PodsData(TypedDict):
     logs: PodLogs
     unreadable_specs: NotRequired[list[dict[str, Any]]]
     api: NotRequired[dict[str, Any]]  # the API server's pods: how many read, or its error
+    # Past the bounds (checks.pods_bounds): how many were not listed, by verdict or cause.
+    containers_not_listed: NotRequired[dict[str, Any]]
+    failures_not_listed: NotRequired[dict[str, Any]]
+    unreadable_specs_not_listed: NotRequired[int]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -131,8 +136,7 @@ def run(host: Host, config: Config) -> CheckResult:
     driver, gpus = _driver(host), _gpus(host)
     held = _held(host, config)
     specs = oci.read_specs(host.fs)
-    containers: list[dict[str, Any]] = []
-    findings: list[Finding] = []
+    judged: list[tuple[dict[str, Any], list[Finding]]] = []
     gpu_pods: set[tuple[str, str]] = {(p.namespace, p.pod) for p in held}
     for spec in specs:
         own = _container_gpus(spec, gpus, held)
@@ -140,9 +144,9 @@ def run(host: Host, config: Config) -> CheckResult:
             continue
         if spec.pod is not None:
             gpu_pods.add((spec.pod.namespace, spec.pod.pod))
-        entry, finding = _judge_image(spec, own, driver)
-        containers.append(entry)
-        findings += finding
+        judged.append(_judge_image(spec, own, driver))
+    containers = [entry for entry, _ in judged]
+    findings = _image_findings(judged, driver)
     unreadable = [{"path": s.path, "problem": s.problem} for s in specs if s.problem]
     logs, unread = _read_logs(host, gpu_pods)
     owners = _Owners(
@@ -156,11 +160,14 @@ def run(host: Host, config: Config) -> CheckResult:
     listed = host.pod_statuses.ask(host.node_name)
     failures += _status_failures(listed, owners)
     findings += _failure_findings(failures, gpu_pods)
+    listed_containers, more_containers = bounds.split(
+        containers, bounds.MAX_LISTED, bounds.container_rank
+    )
     data: PodsData = {
         "driver_version": driver.version,
         "cuda_driver_version": driver.cuda,
-        "containers": sorted(containers, key=_by_pod),
-        "failures": [f.to_dict() for f in failures],
+        "containers": sorted(listed_containers, key=_by_pod),
+        "failures": [f.to_dict() for f in failures[: bounds.MAX_LISTED]],
         "logs": {
             "containers_read": len(logs),
             "bytes_read": sum(log.bytes_read for log in logs),
@@ -168,11 +175,57 @@ def run(host: Host, config: Config) -> CheckResult:
             "containers_not_read": unread,
         },
     }
+    if more_containers:
+        data["containers_not_listed"] = bounds.not_listed(
+            "verdicts", [c["verdict"] for c in more_containers]
+        )
+    if len(failures) > bounds.MAX_LISTED:
+        data["failures_not_listed"] = bounds.not_listed(
+            "causes", [f.cause for f in failures[bounds.MAX_LISTED :]]
+        )
     if unreadable:
-        data["unreadable_specs"] = unreadable
+        data["unreadable_specs"] = unreadable[: bounds.MAX_LISTED]
+    if len(unreadable) > bounds.MAX_LISTED:
+        data["unreadable_specs_not_listed"] = len(unreadable) - bounds.MAX_LISTED
     if not listed.absent:
         data["api"] = _api_data(listed)
     return CheckResult(NAME, _summary(containers, failures, specs, listed), findings, data)
+
+
+def _image_findings(
+    judged: list[tuple[dict[str, Any], list[Finding]]], driver: Driver
+) -> list[Finding]:
+    """The image findings of the first MAX_NAMED containers that have any (in listing order),
+    and one finding per code summing up the rest."""
+    named, rest = bounds.split(
+        [(entry, found) for entry, found in judged if found],
+        bounds.MAX_NAMED,
+        lambda pair: bounds.container_rank(pair[0]),
+    )
+    findings = [f for _, found in named for f in found]
+    # One finding per container (the first of its GPUs'), so the count counts containers.
+    rest_firsts = [found[0] for _, found in rest]
+    cudas = bounds.counted([str(entry["cuda_required"]) for entry, _ in rest])
+    needs = ", ".join(f"{cuda} ×{n}" for cuda, n in cudas.items())
+
+    def what(first: Finding, count: int) -> str:
+        if first.code == "IMAGE_CUDA_TOO_NEW":
+            return (
+                f"{count} more GPU container(s) run images that need more CUDA than driver "
+                f"{driver.version} (CUDA {driver.cuda}) gives their GPUs (images' CUDA: "
+                f"{needs}); only the first {bounds.MAX_NAMED} are named one by one "
+                f"(data.containers lists the first {bounds.MAX_LISTED}, "
+                "data.containers_not_listed counts the rest by verdict). Fix: upgrade the "
+                "driver, or run images built for its CUDA"
+            )
+        return (
+            f"{count} more GPU container(s) are refused by the NVIDIA runtime in legacy mode "
+            f"(their NVIDIA_REQUIRE_* variables do not hold on this node); only the first "
+            f"{bounds.MAX_NAMED} are named one by one. Fix: give them GPUs and a driver their "
+            "NVIDIA_REQUIRE_* variables accept, or correct them"
+        )
+
+    return findings + bounds.summed_up(rest_firsts, what)
 
 
 def _by_pod(entry: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -726,8 +779,12 @@ def _failure_findings(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -
     grouped: dict[tuple[str, str, str], list[Failure]] = defaultdict(list)
     for f in failures:
         grouped[(f.pod.namespace, f.pod.pod, f.cause)].append(f)
-    findings = []
+    findings: list[Finding] = []
+    unnamed: list[str] = []  # the causes of the pods past MAX_NAMED
     for (namespace, pod, cause), group in grouped.items():
+        if len(findings) >= bounds.MAX_NAMED:
+            unnamed.append(cause)
+            continue
         signature = sig.by_cause(cause)
         what = signature.title
         xid = next((f.xid for f in group if f.xid is not None), None)
@@ -748,6 +805,15 @@ def _failure_findings(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -
         findings.append(
             Finding("POD_GPU_FAILURE", Severity.WARNING, message, signature.action, resource, pods)
         )
+    if unnamed:
+        causes = ", ".join(f"{c} ×{n}" for c, n in bounds.counted(unnamed).items())
+        message = (
+            f"{len(unnamed)} more pod failure(s) for GPU reasons ({causes}); only the first "
+            f"{bounds.MAX_NAMED} are named one by one (data.failures lists the first "
+            f"{bounds.MAX_LISTED}, data.failures_not_listed counts the rest by cause)"
+        )
+        action = sig.by_cause(next(iter(bounds.counted(unnamed)))).action
+        findings.append(Finding("POD_GPU_FAILURE", Severity.WARNING, message, action, "node"))
     findings += _node_level(failures, gpu_pods)
     return findings
 
