@@ -221,6 +221,7 @@ def run(binary: str, gpus: int, args: tuple[str, ...], timeout: float) -> NcclRe
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            errors="replace",  # a stray byte (a host or GPU name) is no reason to fail
             start_new_session=True,
         )
     except FileNotFoundError:
