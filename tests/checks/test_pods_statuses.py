@@ -338,3 +338,23 @@ def test_a_running_containers_last_failure_is_the_pods_not_the_nodes() -> None:
     assert "CDI_SPEC_STALE" not in {c[0] for c in codes(recovered)}
     recorded = answer_from_json(PodStatusAnswer((pod_from_api(pod),)).to_json())
     assert recorded.pods[0].containers[0].running_since == "2026-11-29T21:02:11Z"
+
+
+def test_the_hooks_lower_case_cuda_error_in_a_start_error_is_found() -> None:
+    """The NVIDIA hook prints CUDA's words in lower case inside the kubelet's StartError
+    message: matched regardless of case (it matched nothing)."""
+    pod = copy.deepcopy(fixture_pods()[4])  # research/jax-nightly-0, one GPU, StartError
+    terminated = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    terminated["message"] = terminated["message"].replace(
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, please "
+        "update your driver to a newer version, or use an earlier cuda container: unknown",
+        "nvidia-container-cli: initialization error: cuda error: no cuda-capable device is "
+        "detected: unknown",
+    )
+    result = run(PodStatusAnswer((pod_from_api(pod),)))
+    assert by_pod(result)["jax-nightly-0"] == [
+        ("no-cuda-device", "lastState.terminated", "StartError")
+    ]
+    (finding,) = [f for f in result.findings if "jax-nightly-0" in f.message]
+    assert (finding.code, finding.action.value) == ("POD_GPU_FAILURE", "FIX_CONFIG")
+    assert "cuda error: no cuda-capable device is detected" in finding.message
