@@ -205,7 +205,9 @@ def _image_findings(
     findings = [f for _, found in named for f in found]
     # One finding per container (the first of its GPUs'), so the count counts containers.
     rest_firsts = [found[0] for _, found in rest]
-    cudas = bounds.counted([str(entry["cuda_required"]) for entry, _ in rest])
+    cudas = bounds.counted(
+        [str(e["cuda_required"]) for e, found in rest if found[0].code == "IMAGE_CUDA_TOO_NEW"]
+    )
     needs = ", ".join(f"{cuda} ×{n}" for cuda, n in cudas.items())
 
     def what(first: Finding, count: int) -> str:
