@@ -125,6 +125,10 @@ def corrupt_snapshot(tmp_path: Path) -> str:
         (["check", "--only", "driver,warp"], "unknown check 'warp'"),
         (["check", "--only", ","], "names no check (see gpuprobe check --help)"),
         (["check", "--expect-gpus", "many"], "not a whole number: 'many' (see gpuprobe check"),
+        (
+            ["check", "--expect-gpus", str(2**53)],
+            "--expect-gpus: expect: 9007199254740992 is beyond any sensible count or size",
+        ),
         (["capture", "/tmp/x", "--bogus"], "--bogus (see gpuprobe capture --help)"),
         (["check", "--snapshot", "/nonexistent/snap"], "/nonexistent/snap: not a directory"),
         (

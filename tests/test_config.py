@@ -70,3 +70,60 @@ def test_unreadable_files(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ConfigError):
         load_config(str(path))
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (
+            "serve:\n  interval_seconds: 30\ngpus:\n  expect: 8\nserve:\n  intervals: {xid: 10}\n",
+            "line 5 column 1: duplicate key 'serve' (first at line 1)",
+        ),
+        (
+            "checks:\n  deadline_seconds: 5\n  deadline_seconds: 50\n",
+            "line 3 column 3: duplicate key 'deadline_seconds' (first at line 2)",
+        ),
+        (
+            "checks: {deadlines: {gpus: 5, gpus: 6}}\n",
+            "line 1 column 31: duplicate key 'gpus' (first at line 1)",
+        ),
+        (
+            '{"gpus": {"expect": 8}, "gpus": {"expect": 4}}\n',  # JSON works too
+            "line 1 column 25: duplicate key 'gpus' (first at line 1)",
+        ),
+    ],
+    ids=["sections", "keys", "flow", "json"],
+)
+def test_a_key_given_twice_is_refused_with_its_lines(tmp_path: Path, text: str, where: str) -> None:
+    # PyYAML keeps the last silently: the first `serve:` section's settings were lost unseen.
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert str(exc.value) == f"config {path}: {where}"
+
+
+def test_a_merge_key_may_be_overridden(tmp_path: Path) -> None:
+    text = "kubernetes:\n  <<: {timeout_seconds: 5, events: false}\n  events: true\n"
+    config = load_config(write(tmp_path, text))
+    assert (config.kubernetes.timeout_seconds, config.kubernetes.events) == (5, True)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("serve:\n  intervals: {nope: 5}\n", "serve.intervals: unknown check 'nope'"),
+        ("checks:\n  deadlines: {gpu: 5}\n", "checks.deadlines: unknown check 'gpu'"),
+    ],
+)
+@pytest.mark.parametrize("command", ["check", "capture", "serve"])
+def test_intervals_and_deadlines_name_known_checks_in_every_command(
+    tmp_path: Path, command: str, text: str, message: str
+) -> None:
+    # `check` accepted what `serve` refused: one validation now serves all.
+    from conftest import gpuprobe, snapshot
+
+    config = write(tmp_path, text)
+    where = [str(tmp_path / "out")] if command == "capture" else []
+    replay = [] if command == "capture" else ["--snapshot", snapshot("kvm-epyc-nogpu")]
+    out = gpuprobe(command, *where, *replay, "--config", config)
+    assert (out.returncode, out.stdout, out.stderr) == (64, "", f"gpuprobe: {message}\n")

@@ -95,3 +95,18 @@ def test_only_a_regular_file_of_bounded_size_is_read(tmp_path: Path) -> None:
     big.write_bytes(b"# padding\n" * (MAX_CONFIG_BYTES // 10 + 1))
     with pytest.raises(ConfigError, match=f"big.yaml: larger than {MAX_CONFIG_BYTES} bytes$"):
         load_config(str(big))
+
+
+def test_an_integer_must_be_below_2_to_the_53(tmp_path: Path) -> None:
+    # docs/configuration.md: "an integer below 2^53"; 2^53 itself was let through.
+    assert load_config(write(tmp_path, f"gpus: {{expect: {2**53 - 1}}}\n")).gpus.expect == 2**53 - 1
+    for text, key in [
+        (f"gpus: {{expect: {2**53}}}\n", "gpus: expect"),
+        (f"network: {{min_speed_mbps: {2**53}}}\n", "network: min_speed_mbps"),
+    ]:
+        with pytest.raises(ConfigError) as exc:
+            load_config(write(tmp_path, text))
+        assert str(exc.value) == (
+            f"config {tmp_path / 'gpuprobe.yaml'}: {key}: 9007199254740992 is beyond any "
+            "sensible count or size"
+        )

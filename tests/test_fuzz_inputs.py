@@ -14,6 +14,7 @@ so it never flakes); docs/benchmarks.md records a long run.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
+import helpers
 from conftest import ROOT, snapshot
 from gpuprobe import wire
 from gpuprobe.checks.registry import sections
@@ -42,7 +44,31 @@ from gpuprobe.serve.state import AgentState
 from serving import PASSIVE
 
 EXAMPLES = int(os.environ.get("GPUPROBE_FUZZ_EXAMPLES", "8"))
-CONFIG = "config.yaml"  # the kind that is not a snapshot file
+CONFIG = "config.yaml"  # the kinds that are not snapshot files
+KUBECONFIG = "kubeconfig"
+NCCL_OUTPUT = "all_gather_perf.out"
+# A kubeconfig of the shape `kubectl config view --raw` prints (never used to connect).
+KUBECONFIG_TEXT = """apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==
+    server: https://10.0.0.1:6443
+  name: gpu-cluster
+contexts:
+- context:
+    cluster: gpu-cluster
+    namespace: gpuprobe
+    user: gpuprobe
+  name: gpuprobe@gpu-cluster
+current-context: gpuprobe@gpu-cluster
+preferences: {}
+users:
+- name: gpuprobe
+  user:
+    token: eyJhbGciOiJSUzI1NiIsImtpZCI6IiJ9.e30.c2lnbmF0dXJl
+"""
+NCCL_FIXTURE = ROOT / "tests" / "fixtures" / "nccl" / "all_gather_perf-2019-layout.txt"
 # A configuration touching every section, so that mutations reach every converter.
 CONFIG_TEXT = (ROOT / "daemonset" / "base" / "config.yaml").read_text() + (
     "checks: {deadline_seconds: 5, deadlines: {gpus: 8}}\n"
@@ -96,7 +122,17 @@ KINDS = [
         "rootfs/sys/class/infiniband/mlx5_2/ports/1/rate",
         json=False,
     ),
+    Kind(
+        "OCI spec",
+        "synthetic-pods-cuda12.8-geforce-550",
+        "rootfs/run/containerd/io.containerd.runtime.v2.task/k8s.io/"
+        "b7b211d6fa61bc5fd08e9a12a468b700868839372bc547c7b6603323dbc8d1ce/config.json",
+        json=True,
+    ),
+    Kind("kubeconfig", "synthetic-h100-8gpu-healthy", KUBECONFIG, json=False),
+    Kind("nccl-tests output", "synthetic-h100-8gpu-healthy", NCCL_OUTPUT, json=False),
 ]
+OUTSIDE = {CONFIG, KUBECONFIG, NCCL_OUTPUT}  # written beside the snapshot, not in it
 
 # Bytes that have broken parsers before: non-UTF-8, JSON's non-standard constants, numbers
 # beyond a float or an int's text limit, nesting, quotes, a real kernel-log XID line.
@@ -216,14 +252,56 @@ def mutated(kind: Kind, data: bytes) -> Iterator[tuple[Path, Path | None]]:
         shutil.copytree(snapshot(kind.snapshot), target, symlinks=True)
         config = Path(tmp) / CONFIG
         config.write_text(CONFIG_TEXT)
-        (config if kind.path == CONFIG else target / kind.path).write_bytes(data)
+        (Path(tmp) / kind.path if kind.path in OUTSIDE else target / kind.path).write_bytes(data)
         yield target, config
 
 
 def original(kind: Kind) -> bytes:
     if kind.path == CONFIG:
         return CONFIG_TEXT.encode()
+    if kind.path == KUBECONFIG:
+        return KUBECONFIG_TEXT.encode()
+    if kind.path == NCCL_OUTPUT:
+        return NCCL_FIXTURE.read_bytes()
     return (Path(snapshot(kind.snapshot)) / kind.path).read_bytes()
+
+
+def judge_kind(kind: Kind, directory: Path, config_path: Path) -> None:
+    """The judge for the kind: a kubeconfig is read as `--kubeconfig` reads it, nccl-tests
+    output as the nccl check reads its binary's, everything else as `check --snapshot`."""
+    if kind.path == KUBECONFIG:
+        judge_kubeconfig(directory.parent / KUBECONFIG)
+    elif kind.path == NCCL_OUTPUT:
+        judge_nccl(directory, directory.parent / NCCL_OUTPUT)
+    else:
+        judge(directory, config_path)
+
+
+def judge_kubeconfig(path: Path) -> None:
+    """Read as every command's `--kubeconfig` is (no connection is made): a client, or one
+    line of usage error."""
+    from gpuprobe.kube.api import Access, KubeApi
+
+    try:
+        KubeApi(Access(kubeconfig=str(path)), timeout=1).close()
+    except UsageError as exc:
+        assert str(exc) and "\n" not in str(exc), repr(exc)
+
+
+def judge_nccl(directory: Path, output: Path) -> None:
+    """The nccl check with a binary that prints `output` (the real one needs GPUs): any
+    verdict, never a crash."""
+    binary = directory.parent / "all_gather_perf"
+    binary.write_text(f"#!/bin/sh\ncat {output}\n")
+    binary.chmod(0o755)
+    config = helpers.config(
+        nccl={"binary": str(binary), "force": True, "args": ["-b", "32M", "-e", "256M", "-f", "2"]}
+    )
+    report = run_checks(snapshot_host(str(directory)), config, ["nccl"])
+    broken = [f.code for c in report.checks for f in c.findings if f.code.startswith("CHECK_")]
+    assert not broken, (broken, report.checks[0].summary)
+    json.loads(report.to_json())
+    wire.report_to_proto(report, {})
 
 
 def judge(directory: Path, config_path: Path | None) -> None:
@@ -256,7 +334,7 @@ def test_the_unmutated_inputs_pass_the_judge() -> None:
     """The judge itself is sound: every base snapshot and the config pass it untouched."""
     for kind in KINDS:
         with mutated(kind, original(kind)) as (directory, config):
-            judge(directory, config)
+            judge_kind(kind, directory, config)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
@@ -276,7 +354,7 @@ def test_mutated_inputs_never_crash(kind: Kind) -> None:
     def case(data: bytes) -> None:
         cases.append(len(data))
         with mutated(kind, data) as (directory, config):
-            judge(directory, config)
+            judge_kind(kind, directory, config)
 
     case()
     # The record docs/benchmarks.md keeps (seen with pytest -s).
@@ -310,6 +388,15 @@ def cdi_spec_with(edit: dict[str, Any]) -> bytes:
         ("config", b"serve:\n  intervals: " + b"[" * 3000 + b"\n"),
         ("config", b"a:\n" + b"".join(b" " * i + b"- x:\n" for i in range(0, 3000, 2))),
         ("containerd config", b"a = " + b"[" * 3000 + b"]" * 3000 + b"\n"),
+        # Issue 31's bounds: a spec nested past the JSON decoder's stack (the pods check was
+        # UNKNOWN for every container), a key given twice, kubeconfigs lightkube indexed
+        # into, and nccl-tests output that is not UTF-8.
+        ("OCI spec", b'{"annotations": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
+        ("config", b"serve:\n  interval_seconds: 30\nserve:\n  intervals: {xid: 10}\n"),
+        ("kubeconfig", KUBECONFIG_TEXT.replace("clusters:", "clusterz:").encode()),
+        ("kubeconfig", b"- " + KUBECONFIG_TEXT.encode()),
+        ("kubeconfig", gzip.compress(KUBECONFIG_TEXT.encode())),
+        ("nccl-tests output", NCCL_FIXTURE.read_bytes().replace(b"dgx1", b"dgx\xff", 1)),
     ],
     ids=[
         "cdi-hook-name-list",
@@ -320,9 +407,15 @@ def cdi_spec_with(edit: dict[str, Any]) -> bytes:
         "config-flow-deep",
         "config-block-deep",
         "containerd-toml-deep",
+        "oci-spec-deep",
+        "config-duplicate-key",
+        "kubeconfig-no-clusters",
+        "kubeconfig-list",
+        "kubeconfig-gzip",
+        "nccl-not-utf8",
     ],
 )
 def test_what_fuzzing_found_stays_fixed(kind_name: str, data: bytes) -> None:
     kind = next(k for k in KINDS if k.name == kind_name)
     with mutated(kind, data) as (directory, config):
-        judge(directory, config)
+        judge_kind(kind, directory, config)

@@ -510,15 +510,18 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     """The configuration with flag overrides, and the checks to run."""
     import dataclasses
 
-    from gpuprobe.checks.registry import CHECKS, resolve, sections
+    from gpuprobe.checks.registry import CHECKS, refuse_unknown_names, resolve, sections
     from gpuprobe.config import load_config
     from gpuprobe.errors import UsageError
 
     config = load_config(args.config, sections())
+    refuse_unknown_names(config)
     if args.expect_gpus is not None:
-        config = dataclasses.replace(
-            config, gpus=dataclasses.replace(config.gpus, expect=args.expect_gpus)
-        )
+        try:
+            gpus = dataclasses.replace(config.gpus, expect=args.expect_gpus)
+        except UsageError as exc:
+            raise UsageError(f"--expect-gpus: {exc}") from None
+        config = dataclasses.replace(config, gpus=gpus)
     storage_paths = getattr(args, "storage_path", None) or []
     if storage_paths:
         storage = config.storage
@@ -561,9 +564,14 @@ def _pod_statuses(args: argparse.Namespace, config: Config) -> PodStatuses | Non
     kubeconfig = getattr(args, "kubeconfig", None)
     try:
         return pod_statuses(config.kubernetes, kubeconfig)
-    except UsageError:
+    except UsageError as exc:
         if args.command == "serve" or getattr(args, "publish", False) or kubeconfig:
             raise
+        if config.kubernetes.enabled is True:  # "true: no access is a usage error"
+            raise UsageError(
+                f"kubernetes.enabled is true and there is no access ({exc}): run in a pod, "
+                "add --publish --kubeconfig FILE, or set kubernetes.enabled: auto"
+            ) from None
         return None
 
 

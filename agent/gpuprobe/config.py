@@ -70,6 +70,8 @@ class GpusConfig:
     def __post_init__(self) -> None:
         if self.expect is not None and self.expect < 0:
             raise ConfigError(f"expect: {self.expect} is negative")
+        if self.expect is not None and self.expect >= MAX_INTEGER:  # --expect-gpus too
+            raise ConfigError(f"expect: {_brief(self.expect)} is beyond any sensible count or size")
         if self.idle_window_seconds <= 0:
             raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
 
@@ -636,7 +638,7 @@ def load_config(path: str | None, sections: Mapping[str, type[Any]] | None = Non
         text = read_regular(path, MAX_CONFIG_BYTES).decode("utf-8")
         if nesting_depth(text) > MAX_NESTING:
             raise RecursionError  # refused before PyYAML recurses into it
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_unique_key_loader())  # a SafeLoader: safe types only
     except OSError as exc:
         raise ConfigError(f"config {path}: {exc.strerror or exc}") from None
     except FileRefused as exc:
@@ -664,6 +666,36 @@ def load_config(path: str | None, sections: Mapping[str, type[Any]] | None = Non
         return dataclasses.replace(build(Config, rest, where), sections=read)
     except ConfigError as exc:
         raise ConfigError(_with_line(str(exc), path)) from None
+
+
+def _unique_key_loader() -> type[Any]:
+    """PyYAML's SafeLoader refusing a key given twice in one mapping (PyYAML keeps the last
+    silently: a second `serve:` would drop the first's settings unseen), naming the key and
+    the lines of both."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[tuple[str, str], int] = {}
+            for key, _ in node.value:
+                # `<<` merges another mapping in; its keys may be overridden, as YAML says.
+                if not isinstance(key, yaml.ScalarNode) or key.tag == MERGE_TAG:
+                    continue
+                first = seen.get((key.tag, key.value))
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key.value!r} (first at line {first})",
+                        key.start_mark,
+                    )
+                seen[(key.tag, key.value)] = key.start_mark.line + 1
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
+
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def _with_line(message: str, path: str) -> str:
@@ -729,7 +761,8 @@ MAX_SECONDS = 366 * 24 * 3600.0
 DURATION_MAPPINGS = frozenset({"intervals", "deadlines"})
 # Spans of seconds where 0 means "at once" (no jitter, no wait), not a timer that never ends.
 MAY_BE_ZERO_SECONDS = frozenset({"start_jitter_seconds", "clear_after_seconds"})
-# No count or size gpuprobe takes comes near this; beyond it a float loses whole numbers.
+# No count or size gpuprobe takes comes near this; from it on a float loses whole numbers.
+# An integer must be below it (docs/configuration.md).
 MAX_INTEGER = 2**53
 
 
@@ -761,7 +794,7 @@ def _number_in_range(value: Any, where: str, duration: bool, zero: bool = False)
         )
     if value < 0:
         raise ConfigError(f"{where}: {_brief(value)} must not be negative")
-    if isinstance(value, int) and value > MAX_INTEGER:
+    if isinstance(value, int) and value >= MAX_INTEGER:
         raise ConfigError(f"{where}: {_brief(value)} is beyond any sensible count or size")
 
 

@@ -177,6 +177,15 @@ def test_an_unreadable_toolkit_config_leaves_the_mode_unknown() -> None:
     assert skew_values(broken)["toolkit_mode"] is None
 
 
+def test_an_image_admitted_without_forward_compatibility_counts_as_too_new() -> None:
+    from gpuprobe.audit.facts import images_too_new
+
+    needs = images_too_new(report("synthetic-pods-cuda12.4-geforce-535"))
+    assert {key: (n.containers, n.nodes, n.namespaces) for key, n in needs.items()} == {
+        ("registry.example.com/art/sd-webui:1.9-cu124", "12.4"): (1, 1, frozenset({"art"}))
+    }
+
+
 def test_a_node_that_mixes_gpu_models() -> None:
     node = NodeReport(
         "n",

@@ -140,3 +140,30 @@ def test_the_gpus_count_as_loaded_by_gpuprobe_only_while_its_test_runs(tmp_path:
         assert future.result(timeout=30).data["ran"] is True
     memory = host.memory.of("gpu_load")
     assert memory["own_gpu_tests"] == 0 and "own_gpu_test_ended" in memory  # it ended
+
+
+def test_an_old_all_gather_table_without_redop_is_judged(tmp_path: Path) -> None:
+    # The 11-column layout of nccl-tests before 2021 (no redop, no root): read, not refused
+    # as "printed no result row".
+    binary = script(tmp_path, f"cat {TABLES / 'all_gather_perf-2019-layout.txt'}\n")
+    cfg = config(
+        nccl={"binary": binary, "force": True, "args": ["-b", "32M", "-e", "256M", "-f", "2"]}
+    )
+    result = run_check("nccl", "synthetic-h100-8gpu-healthy", cfg)
+    assert (result.status.value, result.findings) == ("OK", [])
+    assert result.summary == "busbw 110.2 GB/s at 268435456 bytes across 8 GPUs"
+
+
+def test_output_that_is_not_utf8_is_read(tmp_path: Path) -> None:
+    # Found by fuzzing nccl-tests output: a byte that is not UTF-8 (a host name, a device
+    # name) raised UnicodeDecodeError out of the check (CHECK_FAILED).
+    table = (TABLES / "all_gather_perf-2019-layout.txt").read_bytes()
+    broken = table.replace(b"dgx1-v100", b"dgx1-v\xff00", 1)
+    (tmp_path / "table.txt").write_bytes(broken)
+    binary = script(tmp_path, f"cat {tmp_path / 'table.txt'}\n")
+    cfg = config(
+        nccl={"binary": binary, "force": True, "args": ["-b", "32M", "-e", "256M", "-f", "2"]}
+    )
+    result = run_check("nccl", "synthetic-h100-8gpu-healthy", cfg)
+    assert (result.status.value, result.findings) == ("OK", [])
+    assert result.summary == "busbw 110.2 GB/s at 268435456 bytes across 8 GPUs"

@@ -112,6 +112,97 @@ def test_each_signature_matches_its_real_message(cause: str, line: str, source: 
     assert found.signature.cause == cause
 
 
+# CUDA errors in words and in lower case, as PyTorch, cudart users and the container toolkit's
+# hook print them (these matched nothing while the signatures knew only the enum names).
+WORDS = [
+    (
+        sig.DRIVER_TOO_OLD,
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
+        "functions before calling NumCudaDevices() that might have already set an error? Error "
+        "803: system has unsupported display driver / cuda driver combination",
+        "github.com/yhlleo/DeepSegmentor/issues/31 (PyTorch, error 803 in words)",
+    ),
+    (
+        sig.DRIVER_TOO_OLD,
+        "RuntimeError: CUDA error: system has unsupported display driver / cuda driver combination",
+        "PyTorch c10/cuda/CUDAException (cudaGetErrorString's words)",
+    ),
+    (
+        sig.NO_CUDA_DEVICE,
+        "Error: failed to create containerd task: failed to create shim task: OCI runtime "
+        "create failed: runc create failed: unable to start container process: error during "
+        "container init: error running hook #0: error running hook: exit status 1, stdout: , "
+        "stderr: Auto-detected mode as 'legacy'\nnvidia-container-cli: initialization error: "
+        "cuda error: no cuda-capable device is detected: unknown",
+        "the NVIDIA hook's lower-cased CUDA error inside a kubelet message",
+    ),
+    (
+        sig.NVML_DRIVER_MISMATCH,
+        "stderr: nvidia-container-cli: initialization error: nvml error: driver/library "
+        "version mismatch: unknown",
+        "the NVIDIA hook after a driver upgrade without a reboot (lower case)",
+    ),
+    (
+        sig.FORWARD_COMPAT_UNSUPPORTED,
+        "nvidia-container-cli: initialization error: cuda error: forward compatibility was "
+        "attempted on non supported hw",
+        "the NVIDIA hook's words for error 804 (lower case)",
+    ),
+    (
+        sig.CUDA_FAULT_AT_XID,
+        "gpu-node-3:41822:41901 [1] NCCL WARN Cuda failure 700 'an illegal memory access was "
+        "encountered'",
+        "NCCL's CUCHECK (WARN \"Cuda failure %d '%s'\", the number before the words)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("cause", "line", "source"), WORDS, ids=[w[2][:40] for w in WORDS])
+def test_cuda_errors_in_words_and_in_lower_case(cause: str, line: str, source: str) -> None:
+    found = sig.match(line)
+    assert found is not None, source
+    assert found.signature.cause == cause
+
+
+# Each CUDA error a signature stands for, and how programs print it.
+CUDA_CAUSES = {
+    35: sig.DRIVER_TOO_OLD,
+    803: sig.DRIVER_TOO_OLD,
+    100: sig.NO_CUDA_DEVICE,
+    802: sig.FABRIC_NOT_INITIALIZED,
+    804: sig.FORWARD_COMPAT_UNSUPPORTED,
+    214: sig.CUDA_FAULT_AT_XID,
+    700: sig.CUDA_FAULT_AT_XID,
+    702: sig.CUDA_FAULT_AT_XID,
+    716: sig.CUDA_FAULT_AT_XID,
+    719: sig.CUDA_FAULT_AT_XID,
+    999: sig.CUDA_FAULT_AT_XID,
+}
+
+
+@pytest.mark.parametrize("number", sorted(CUDA_CAUSES))
+def test_every_cuda_error_matches_by_words_and_names_in_any_case(number: int) -> None:
+    error = sig.CUDA_ERRORS[number]
+    said = [
+        f"RuntimeError: CUDA error: {error.words}",  # PyTorch
+        f"Error {number}: {error.words}",  # cudart users, PyTorch's device count
+        f"nvidia-container-cli: initialization error: cuda error: {error.words.lower()}",
+        f"code={number}({error.runtime_name})",  # CUDA samples' checkCudaErrors
+        f"failed call to cuInit: {error.driver_name}" if error.driver_name else None,
+    ]
+    for line in filter(None, said):
+        found = sig.match(line)
+        assert found is not None and found.signature.cause == CUDA_CAUSES[number], line
+    assert set(CUDA_CAUSES) == set(sig.CUDA_ERRORS)
+
+
+def test_general_words_count_only_as_a_cuda_error() -> None:
+    assert sig.match("request failed: unknown error") is None
+    assert sig.match("layout: misaligned address in struct") is None
+    found = sig.match("RuntimeError: CUDA error: misaligned address")
+    assert found is not None and found.detail == "misaligned address"
+
+
 def test_details_are_taken_from_the_message() -> None:
     assert sig.match(REAL[6][1]).detail == "cuda>=12.8"  # type: ignore[union-attr]
     assert sig.match(REAL[7][1]).detail == "cuda >= 9.0"  # type: ignore[union-attr]

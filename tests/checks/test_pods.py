@@ -65,6 +65,32 @@ def test_a_cuda_12_8_image_on_a_550_geforce_node_needs_a_newer_driver() -> None:
     )
 
 
+def test_a_cuda_12_4_image_admitted_on_a_geforce_535_node_cannot_run() -> None:
+    # nvidia/cuda 12.4.1 lists brand=geforce,driver>=535,driver<536: libnvidia-container
+    # admits the container on a GeForce GPU of that branch, but forward compatibility runs on
+    # data-center GPUs only, so CUDA fails at start (error 804), as the pod's log shows.
+    result = run_check("pods", "synthetic-pods-cuda12.4-geforce-535")
+    assert codes(result) == [
+        ("IMAGE_CUDA_TOO_NEW", "CRITICAL", "FIX_CONFIG", gpu(0)),
+        ("POD_GPU_FAILURE", "WARNING", "FIX_CONFIG", gpu(0)),
+    ]
+    assert result.findings[0].message == (
+        "pod art/sd-webui-0, container webui, image registry.example.com/art/sd-webui:1.9-cu124, "
+        "needs CUDA 12.4; driver 535.183.01 supports CUDA 12.2: the NVIDIA runtime admits it "
+        "(its NVIDIA_REQUIRE_CUDA holds through brand=geforce,driver>=535,driver<536, a "
+        "forward-compatibility clause), but forward compatibility runs on data-center GPUs "
+        "only and GPU 0 (NVIDIA GeForce RTX 3090) is a GeForce: CUDA will fail at start with "
+        'error 804 ("forward compatibility was attempted on non supported HW"). Fix: upgrade '
+        "the driver to >= 550.54.14 (CUDA 12.4 GA), or run an image built for CUDA <= 12.2 "
+        "(the driver's newest: 12.2 Update 2)."
+    )
+    assert verdicts(result) == {"sd-webui-0": ("forward-compatibility-unsupported", "12.4")}
+    assert causes(result) == {"sd-webui-0": "forward-compatibility-unsupported"}
+    assert result.summary == (
+        "1 GPU container(s); 1 need a newer driver; 1 pod(s) failed for GPU reasons"
+    )
+
+
 def test_the_same_image_on_h100s_runs_by_forward_compatibility() -> None:
     result = run_check("pods", "synthetic-pods-cuda12.8-h100-forward-compat")
     assert result.findings == [] and result.status is Status.OK
@@ -293,3 +319,25 @@ def test_nvidia_visible_devices_takes_indexes_uuids_and_migs_and_passes_over_the
     assert given(mig) == [3]
     assert given("all") == [0, 1, 2, 3]
     assert given("void") is None
+
+
+def test_a_deeply_nested_spec_is_listed_unreadable_and_the_rest_judged(tmp_path: Path) -> None:
+    # Well under the 4 MiB bound, deep enough to exhaust Python's JSON decoder: one such
+    # spec once made the whole check UNKNOWN (RecursionError) for every container.
+    copy = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-pods-cuda12.8-geforce-550"), copy, symlinks=True)
+    tasks = copy / "rootfs/run/containerd/io.containerd.runtime.v2.task/k8s.io"
+    (tasks / ("c" * 64)).mkdir()
+    deep = '{"annotations": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    (tasks / ("c" * 64) / "config.json").write_text(deep)
+    result = pods.run(snapshot_host(str(copy)), Config())
+    assert result.data["unreadable_specs"] == [
+        {
+            "path": "/run/containerd/io.containerd.runtime.v2.task/k8s.io/"
+            + "c" * 64
+            + "/config.json",
+            "problem": "JSON nested too deeply",
+        }
+    ]
+    assert verdicts(result) == {"llama-finetune-0": ("too-new", "12.8")}
+    assert [c for c, *_ in codes(result)] == ["IMAGE_CUDA_TOO_NEW", "POD_GPU_FAILURE"]

@@ -301,21 +301,24 @@ def test_a_cuda_fault_in_a_termination_message_counts_at_an_xid_only() -> None:
     assert "(XID 48)" in finding.message and "lastState.terminated (Error) says" in finding.message
 
 
-@pytest.mark.parametrize("only", ["driver", "pods"])
-def test_a_plain_check_with_kubernetes_on_and_no_credentials_reads_the_disk_alone(
-    tmp_path: Path, only: str
-) -> None:
-    """`kubernetes.enabled: true` is the daemon's setting; `check` without `--publish` on a
-    machine with no credentials runs as without API access (it once exited 64 asking for a
-    --kubeconfig that it then refused without --publish)."""
+def test_a_plain_check_with_kubernetes_on_and_no_credentials(tmp_path: Path) -> None:
+    """`kubernetes.enabled: true` means "no access is a usage error" (docs/configuration.md):
+    `check` on a machine with no credentials exits 64 naming the ways out (it exited 3, the
+    pods check reading the disk alone); without the pods check it needs no access."""
     config = tmp_path / "gpuprobe.yaml"
     config.write_text("kubernetes:\n  enabled: true\n")
-    args = ["--root", str(tmp_path), "--config", str(config), "--only", only, "--json"]
-    done = gpuprobe("check", *args)
-    assert done.returncode != 64, done.stderr
-    report = json.loads(done.stdout)
-    assert [c["name"] for c in report["checks"]] == [only]
-    assert "api" not in report["checks"][0]["data"]
+    args = ["--root", str(tmp_path), "--config", str(config), "--json"]
+    done = gpuprobe("check", *args, "--only", "pods")
+    assert (done.returncode, done.stdout) == (64, "")
+    assert done.stderr == (
+        "gpuprobe: kubernetes.enabled is true and there is no access (kubernetes: no "
+        "in-cluster credentials (/var/run/secrets/kubernetes.io/serviceaccount/token and "
+        "$KUBERNETES_SERVICE_HOST); give --kubeconfig): run in a pod, add --publish "
+        "--kubeconfig FILE, or set kubernetes.enabled: auto\n"
+    )
+    driver = gpuprobe("check", *args, "--only", "driver")
+    assert driver.returncode != 64, driver.stderr
+    assert [c["name"] for c in json.loads(driver.stdout)["checks"]] == ["driver"]
 
 
 def test_a_running_containers_last_failure_is_the_pods_not_the_nodes() -> None:
@@ -335,3 +338,23 @@ def test_a_running_containers_last_failure_is_the_pods_not_the_nodes() -> None:
     assert "CDI_SPEC_STALE" not in {c[0] for c in codes(recovered)}
     recorded = answer_from_json(PodStatusAnswer((pod_from_api(pod),)).to_json())
     assert recorded.pods[0].containers[0].running_since == "2026-11-29T21:02:11Z"
+
+
+def test_the_hooks_lower_case_cuda_error_in_a_start_error_is_found() -> None:
+    """The NVIDIA hook prints CUDA's words in lower case inside the kubelet's StartError
+    message: matched regardless of case (it matched nothing)."""
+    pod = copy.deepcopy(fixture_pods()[4])  # research/jax-nightly-0, one GPU, StartError
+    terminated = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    terminated["message"] = terminated["message"].replace(
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, please "
+        "update your driver to a newer version, or use an earlier cuda container: unknown",
+        "nvidia-container-cli: initialization error: cuda error: no cuda-capable device is "
+        "detected: unknown",
+    )
+    result = run(PodStatusAnswer((pod_from_api(pod),)))
+    assert by_pod(result)["jax-nightly-0"] == [
+        ("no-cuda-device", "lastState.terminated", "StartError")
+    ]
+    (finding,) = [f for f in result.findings if "jax-nightly-0" in f.message]
+    assert (finding.code, finding.action.value) == ("POD_GPU_FAILURE", "FIX_CONFIG")
+    assert "cuda error: no cuda-capable device is detected" in finding.message

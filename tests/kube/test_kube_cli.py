@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +145,51 @@ def test_serve_with_kubernetes_on_and_no_access_is_a_usage_error(tmp_path: Path)
         "(/var/run/secrets/kubernetes.io/serviceaccount/token and $KUBERNETES_SERVICE_HOST); "
         "give --kubeconfig"
     )
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==
+    server: https://10.0.0.1:6443
+  name: gpu-cluster
+contexts:
+- context:
+    cluster: gpu-cluster
+    user: gpuprobe
+  name: gpuprobe@gpu-cluster
+current-context: gpuprobe@gpu-cluster
+users:
+- name: gpuprobe
+  user:
+    token: abc
+"""
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (KUBECONFIG.replace("clusters:", "clusterz:"), "no 'clusters' list"),
+        (gzip.compress(KUBECONFIG.encode()), "not UTF-8 text (a binary file?)"),
+        (b"\x00\x01kubeconfig",
+         "unacceptable character #x0000: special characters are not allowed"),
+        ("- a\n- b\n", "a YAML list, not a mapping"),
+        (KUBECONFIG.replace("  name: gpu-cluster\n", ""), "clusters[0] has no name"),
+        (KUBECONFIG.replace("users:\n- name: gpuprobe", "users:\n- nom: gpuprobe"),
+         "users[0] has no name"),
+    ],
+    ids=["no-clusters", "gzip", "nul", "list", "nameless-cluster", "nameless-user"],
+)  # fmt: skip
+def test_a_file_that_is_no_kubeconfig_is_one_line(
+    tmp_path: Path, content: str | bytes, problem: str
+) -> None:
+    path = tmp_path / "kubeconfig"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    healthy = snapshot("synthetic-h100-8gpu-healthy")
+    done = gpuprobe("check", "--snapshot", healthy, "--publish", "--kubeconfig", str(path))
+    assert (done.returncode, done.stdout) == (64, "")
+    assert done.stderr == f"gpuprobe: kubernetes access ({path}): not a kubeconfig: {problem}\n"

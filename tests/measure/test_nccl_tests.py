@@ -202,3 +202,22 @@ def test_both_layouts_name_their_columns_in_the_header() -> None:
     old = header_columns((FIXTURES / "all_reduce_perf-old-layout.txt").read_text())
     assert new is not None and len(new) == 13 and new[4] == "root" and new[8] == "#wrong"
     assert old is not None and len(old) == 12 and "root" not in old and old[7] == "error"
+
+
+def test_the_11_column_layout_without_redop_is_read_by_its_header() -> None:
+    # nccl-tests before 2021 printed no `redop` (nor `root`) for the collectives that take
+    # none (all_gather_perf, alltoall_perf): `print_header` with "size", "count", "type",
+    # then time, algbw, busbw and a float error twice, rows `%12li  %12li  %6s` and
+    # `  %7s  %6.2f  %6.2f  %5.0le` out of place and in place.
+    from gpuprobe.measure.nccl import header_columns
+
+    text = (FIXTURES / "all_gather_perf-2019-layout.txt").read_text()
+    columns = header_columns(text)
+    assert columns == ["size", "count", "type"] + 2 * ["time", "algbw", "busbw", "error"]
+    result = parse_output(text)
+    assert [r.size_bytes for r in result.rows] == [2**25, 2**26, 2**27, 2**28]
+    assert result.largest.out_of_place_busbw == pytest.approx(110.18e9)
+    assert result.largest.in_place_busbw == pytest.approx(110.41e9)
+    assert result.largest.out_of_place_algbw == pytest.approx(125.93e9)
+    assert result.rows[0].wrong is None and result.wrong_values == 0
+    assert result.average_busbw == pytest.approx(103.85e9)  # both places, every size

@@ -2156,6 +2156,29 @@ CUDA_12_8_ENV = {
     "NV_LIBCUBLAS_VERSION": "12.8.3.14-1",
     "NCCL_VERSION": "2.25.1-1",
 }
+# NVIDIA_REQUIRE_CUDA of nvidia/cuda:12.4.1-*-ubuntu22.04, as its Dockerfile sets it: the
+# images up to 12.4 list GeForce and Titan branches too (forward compatibility does not run
+# there: such an image is admitted and fails at start, error 804).
+CUDA_12_4_REQUIRE = "cuda>=12.4 " + " ".join(
+    f"brand={brand},driver>={branch},driver<{branch + 1}"
+    for branch in (470, 525, 535)
+    for brand in (
+        "tesla", "unknown", "nvidia", "nvidiartx", "geforce", "geforcertx", "quadro",
+        "quadrortx", "titan", "titanrtx",
+    )
+)  # fmt: skip
+CUDA_12_4_ENV = {
+    "PATH": "/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:"
+    "/usr/sbin:/usr/bin:/sbin:/bin",
+    "NVARCH": "x86_64",
+    "NVIDIA_REQUIRE_CUDA": CUDA_12_4_REQUIRE,
+    "NV_CUDA_CUDART_VERSION": "12.4.127-1",
+    "NV_CUDA_COMPAT_PACKAGE": "cuda-compat-12-4",
+    "CUDA_VERSION": "12.4.1",
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+    "NVIDIA_VISIBLE_DEVICES": "all",
+    "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+}
 # The 12.2.2 image of the legacy kind (CUDA_VERSION without NVIDIA_REQUIRE_CUDA), as images
 # built FROM an old ubuntu with the toolkit copied in carry it.
 LEGACY_12_2_ENV = {
@@ -2339,6 +2362,23 @@ def pytorch_too_old(clock: str) -> list[str]:
     return [cri(f"{clock}.{412000 + i:09d}", line) for i, line in enumerate(lines)]
 
 
+def pytorch_error_804(clock: str) -> list[str]:
+    """PyTorch's start on a GeForce GPU with the image's cuda-compat libraries loaded (error
+    804, as lllyasviel/Fooocus#2169 and AIR-DISCOVER/ICRA2024-Sim2Real-AXS#5 show it)."""
+    lines = [
+        "/usr/local/lib/python3.10/dist-packages/torch/cuda/__init__.py:128: UserWarning: CUDA "
+        "initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
+        "functions before calling NumCudaDevices() that might have already set an error? Error "
+        "804: forward compatibility was attempted on non supported HW (Triggered internally at "
+        "../c10/cuda/CUDAFunctions.cpp:108.)",
+        "  return torch._C._cuda_getDeviceCount() > 0",
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda "
+        "functions before calling NumCudaDevices() that might have already set an error? Error "
+        "804: forward compatibility was attempted on non supported HW",
+    ]
+    return [cri(f"{clock}.{300000 + i:09d}", line) for i, line in enumerate(lines)]
+
+
 def device_query_insufficient(clock: str) -> list[str]:
     """CUDA's deviceQuery sample against a driver older than its runtime."""
     lines = [
@@ -2474,6 +2514,25 @@ def pod_failure_variants() -> list[Node]:
         {"0.log": pytorch_too_old("20:55:02"), "1.log": pytorch_too_old("20:57:40")[:3]},
     )
     nodes.append(with_containers(node, [trainer]))
+
+    # An image built FROM nvidia/cuda:12.4.1 on driver 535 (CUDA 12.2) on GeForce GPUs: its
+    # clause brand=geforce,driver>=535,driver<536 holds, so the runtime admits it, but its
+    # cuda-compat-12-4 cannot run on GeForce (error 804 at start).
+    node = with_gpu_brand(
+        gpu_k8s_node("synthetic-pods-cuda12.4-geforce-535", driver="535.183.01"),
+        5,
+        "NVIDIA GeForce RTX 3090",
+        (8, 6),
+    )
+    node.replace_call("nvmlSystemGetCudaDriverVersion_v2", [], ret=12020)
+    webui = GpuContainer(
+        Pod("art", "sd-webui-0", 41, "webui"),
+        "registry.example.com/art/sd-webui:1.9-cu124",
+        CUDA_12_4_ENV,
+        [0],
+        {"0.log": pytorch_error_804("20:53:20")},
+    )
+    nodes.append(with_containers(node, [webui]))
 
     # The same image on H100s (brand NVIDIA): its brand clause for the 550 branch holds, the
     # image's cuda-compat-12-8 runs (forward compatibility).

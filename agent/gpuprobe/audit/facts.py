@@ -47,6 +47,9 @@ DATA_KEYS: DataKeys = {
 # Findings whose action is one of these leave a GPU healthy: nothing to do (an idle GPU, an
 # informational XID), or the application's fault (XID 13, 31, 43: restart the app).
 HEALTHY_ACTIONS = frozenset({Action.NONE, Action.RESTART_APP})
+# The pods check's verdicts for an image this node's driver cannot run: too new, or admitted
+# through a forward-compatibility clause on GPUs without forward compatibility.
+TOO_NEW_VERDICTS = frozenset({"too-new", "forward-compatibility-unsupported"})
 
 
 def _data(report: NodeReport, check: str) -> Mapping[str, Any]:
@@ -287,11 +290,11 @@ def gpu_pod_failures(report: NodeReport) -> dict[tuple[str, str], int]:
 
 def images_too_new(report: NodeReport) -> dict[tuple[str, str], ImageNeed]:
     """The images whose CUDA this node's driver cannot run (`pods.data.containers` with
-    verdict `too-new`), by (image, CUDA needed): their containers, this node, their
-    namespaces."""
+    verdict `too-new` or `forward-compatibility-unsupported`), by (image, CUDA needed):
+    their containers, this node, their namespaces."""
     found: dict[tuple[str, str], ImageNeed] = {}
     for c in _list(_data(report, "pods").get("containers")):
-        if not isinstance(c, dict) or c.get("verdict") != "too-new":
+        if not isinstance(c, dict) or c.get("verdict") not in TOO_NEW_VERDICTS:
             continue
         key = (_text(c.get("image")) or "(unknown image)", str(c.get("cuda_required")))
         namespace = _text(c.get("namespace"))

@@ -6,6 +6,9 @@ them; the tests hold each pattern to a real message), the operator's fix, and wh
 only counts for a container that was given GPUs (a CPU pod that probes for CUDA prints "no
 CUDA-capable device" and is fine). Order matters: the first signature a line matches is its
 cause, so the specific ones come before the general ones.
+
+A CUDA error is matched by its words as well as by its enum names (programs print either),
+without regard to case: the NVIDIA container toolkit's hook lower-cases CUDA's and NVML's words.
 """
 
 from __future__ import annotations
@@ -28,8 +31,101 @@ class Signature:
     needs_gpu: bool = False  # counts only in a container given GPUs
 
 
-def _p(*patterns: str) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(p) for p in patterns)
+def _p(*patterns: str, flags: int = 0) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p, flags) for p in patterns)
+
+
+@dataclass(frozen=True)
+class CudaError:
+    """One CUDA error as programs print it: its number, the runtime's and the driver API's
+    enum names, and its words (what cudaGetErrorString and cuGetErrorString return)."""
+
+    number: int
+    runtime_name: str
+    driver_name: str | None
+    words: str
+
+
+# The errors the signatures stand for (CUDA Runtime API, "Data types", enum cudaError; the
+# words as cudaGetErrorString gives them and as PyTorch's "Error 803: ..." and TensorFlow's
+# "CUDA_ERROR_NO_DEVICE: ..." print them).
+CUDA_ERRORS = {
+    e.number: e
+    for e in (
+        CudaError(
+            35,
+            "cudaErrorInsufficientDriver",
+            None,
+            "CUDA driver version is insufficient for CUDA runtime version",
+        ),
+        CudaError(
+            100, "cudaErrorNoDevice", "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"
+        ),
+        CudaError(
+            214,
+            "cudaErrorECCUncorrectable",
+            "CUDA_ERROR_ECC_UNCORRECTABLE",
+            "uncorrectable ECC error encountered",
+        ),
+        CudaError(
+            700,
+            "cudaErrorIllegalAddress",
+            "CUDA_ERROR_ILLEGAL_ADDRESS",
+            "an illegal memory access was encountered",
+        ),
+        CudaError(
+            702,
+            "cudaErrorLaunchTimeout",
+            "CUDA_ERROR_LAUNCH_TIMEOUT",
+            "the launch timed out and was terminated",
+        ),
+        CudaError(
+            716, "cudaErrorMisalignedAddress", "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address"
+        ),
+        CudaError(
+            719, "cudaErrorLaunchFailure", "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"
+        ),
+        CudaError(
+            802,
+            "cudaErrorSystemNotReady",
+            "CUDA_ERROR_SYSTEM_NOT_READY",
+            "system not yet initialized",
+        ),
+        CudaError(
+            803,
+            "cudaErrorSystemDriverMismatch",
+            "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+            "system has unsupported display driver / cuda driver combination",
+        ),
+        CudaError(
+            804,
+            "cudaErrorCompatNotSupportedOnDevice",
+            "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+            "forward compatibility was attempted on non supported HW",
+        ),
+        CudaError(999, "cudaErrorUnknown", "CUDA_ERROR_UNKNOWN", "unknown error"),
+    )
+}
+# How programs introduce an error's words: PyTorch "CUDA error: ", cudart users and PyTorch's
+# device count "Error 804: ", onnxruntime "CUDA failure 804: ", NCCL "Cuda failure 700 '"
+# (older NCCL without the number), the container toolkit's hook "cuda error: ".
+_INTRODUCED = r"(?:CUDA error: |Error \d+: |CUDA failure \d+: |Cuda failure (?:\d+ )?')"
+
+
+def _cuda(
+    *numbers: int, introduced: bool = False, detail: bool = False
+) -> tuple[re.Pattern[str], ...]:
+    """Patterns for CUDA errors by their words and by both enum names, in any case (the
+    container toolkit's hook prints them in lower case). Words as general as "unknown error"
+    count only `introduced` as a CUDA error."""
+    errors = [CUDA_ERRORS[n] for n in numbers]
+    words = "|".join(re.escape(e.words) for e in errors)
+    names = "|".join(
+        re.escape(name) for e in errors for name in (e.runtime_name, e.driver_name) if name
+    )
+    group = "(?P<detail>" if detail else "(?:"
+    said = rf"{_INTRODUCED}{group}{words})" if introduced else rf"{group}{words})"
+    return _p(said, rf"\b{group}{names})\b", flags=re.IGNORECASE)
 
 
 DRIVER_TOO_OLD = "cuda-driver-too-old"
@@ -74,10 +170,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         FORWARD_COMPAT_UNSUPPORTED,
         "the image's CUDA forward-compatibility libraries do not run on this GPU",
-        _p(
-            r"CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
-            r"forward compatibility was attempted on non supported HW",
-        ),
+        _cuda(804),
         "upgrade the driver to one that supports the image's CUDA (forward compatibility "
         "runs on data-center GPUs only), or run an image built for this driver's CUDA",
         Action.FIX_CONFIG,
@@ -85,11 +178,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         FABRIC_NOT_INITIALIZED,
         "CUDA found the GPUs' NVSwitch fabric not initialized (error 802)",
-        _p(
-            r"system not yet initialized",
-            r"cudaErrorSystemNotReady",
-            r"CUDA_ERROR_SYSTEM_NOT_READY",
-        ),
+        _cuda(802),
         "start nvidia-fabricmanager at the driver's exact version (`systemctl enable --now "
         "nvidia-fabricmanager`) and wait for the GPUs' fabric registration; then restart the pod",
         Action.FIX_CONFIG,
@@ -98,11 +187,8 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         DRIVER_TOO_OLD,
         "the driver is older than the CUDA runtime in the image",
-        _p(
-            r"CUDA driver version is insufficient for CUDA runtime version",
-            r"The NVIDIA driver on your system is too old \(found version (?P<detail>\d+)\)",
-            r"CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-        ),
+        _p(r"The NVIDIA driver on your system is too old \(found version (?P<detail>\d+)\)")
+        + _cuda(35, 803),
         "upgrade the driver to one that supports the image's CUDA, or run an image built "
         "for the CUDA this driver supports",
         Action.FIX_CONFIG,
@@ -111,7 +197,11 @@ SIGNATURES: tuple[Signature, ...] = (
         NVML_DRIVER_MISMATCH,
         "the container's NVML library and the loaded kernel module differ (a driver "
         "upgraded without a reboot)",
-        _p(r"Failed to initialize NVML: Driver/library version mismatch"),
+        # nvidia-smi's words; the container toolkit's hook says them in lower case.
+        _p(
+            r"(?:Failed to initialize NVML|nvml error): Driver/library version mismatch",
+            flags=re.IGNORECASE,
+        ),
         "reboot the node (or reload the nvidia kernel modules) so the loaded driver is "
         "the installed one",
         Action.REBOOT_NODE,
@@ -119,7 +209,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         NVML_UNKNOWN_ERROR,
         "the container lost access to its GPUs (NVML cannot open the device nodes)",
-        _p(r"Failed to initialize NVML: Unknown Error"),
+        _p(r"Failed to initialize NVML: Unknown Error", flags=re.IGNORECASE),
         "a `systemctl daemon-reload` (or a unit change) made systemd rewrite the container's "
         "device cgroup without the GPU nodes the NVIDIA hook added; create the /dev/char "
         "links (`nvidia-ctk system create-dev-char-symlinks --create-all`, and the udev rule "
@@ -130,11 +220,7 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         NO_CUDA_DEVICE,
         "the container was given GPUs but CUDA sees none",
-        _p(
-            r"no CUDA-capable device is detected",
-            r"RuntimeError: No CUDA GPUs are available",
-            r"CUDA_ERROR_NO_DEVICE",
-        ),
+        _cuda(100) + _p(r"RuntimeError: No CUDA GPUs are available"),
         "check that the pod's runtime class is the NVIDIA runtime (or that CDI is enabled) "
         "and that NVIDIA_VISIBLE_DEVICES is not overridden in the pod spec",
         Action.FIX_CONFIG,
@@ -143,12 +229,8 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         CUDA_FAULT_AT_XID,
         "the container's CUDA work failed at the time of an XID on its GPU",
-        _p(
-            r"CUDA error: (?P<detail>an illegal memory access was encountered|unspecified "
-            r"launch failure|uncorrectable ECC error encountered|unknown error|misaligned "
-            r"address|the launch timed out and was terminated)",
-            r"Cuda failure '(?P<detail2>[^']+)'",
-        ),
+        _cuda(700, 719, 214, 716, 702, 999, introduced=True, detail=True)
+        + _p(r"Cuda failure (?:\d+ )?'(?P<detail>[^']+)'"),
         "see the XID finding on the container's GPU for the GPU's repair; restart the pod "
         "once the GPU is healthy",
         Action.RESTART_APP,
@@ -170,7 +252,13 @@ class Match:
 # Every pattern at once, without its named groups: one search tells most lines apart (logs
 # are long, failures rare) before the signatures are tried one by one.
 ANY = re.compile(
-    "|".join(re.sub(r"\(\?P<\w+>", "(?:", p.pattern) for s in SIGNATURES for p in s.patterns)
+    "|".join(
+        ("(?i:" if p.flags & re.IGNORECASE else "(?:")
+        + re.sub(r"\(\?P<\w+>", "(?:", p.pattern)
+        + ")"
+        for s in SIGNATURES
+        for p in s.patterns
+    )
 )
 
 

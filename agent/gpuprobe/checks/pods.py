@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import pod_signatures as sig
+from gpuprobe.checks import pods_bounds as bounds
 from gpuprobe.checks.record import Check
 from gpuprobe.checks.xid import kernel as xid_kernel
 from gpuprobe.config import Config
@@ -61,6 +62,16 @@ FORWARD_COMPAT_BRANDS = frozenset(
     {"tesla", "nvidia", "quadro", "quadrortx", "nvidiartx", "grid", "vapps", "vpc", "vcs",
      "vws", "cloudgaming", "unknown"}
 )  # fmt: skip
+# What the runtime admits through a brand clause on a GPU without forward compatibility.
+COMPAT_UNSUPPORTED = "forward-compatibility-unsupported"
+# How a message names the brands without forward compatibility.
+BRAND_WORDS = {
+    "geforce": "a GeForce",
+    "geforcertx": "a GeForce RTX",
+    "titan": "a Titan",
+    "titanrtx": "a Titan RTX",
+    "nvs": "an NVS",
+}
 # An XID this long before (or shortly after) a container's CUDA error is its cause.
 XID_BEFORE = timedelta(seconds=120)
 XID_AFTER = timedelta(seconds=10)
@@ -79,6 +90,7 @@ class NodeGpu:
     arch: str | None
     pci: str | None
     migs: dict[str, int] = field(default_factory=dict)  # MIG UUID → parent index
+    name: str | None = None
 
     @property
     def resource(self) -> str:
@@ -113,6 +125,10 @@ class PodsData(TypedDict):
     logs: PodLogs
     unreadable_specs: NotRequired[list[dict[str, Any]]]
     api: NotRequired[dict[str, Any]]  # the API server's pods: how many read, or its error
+    # Past the bounds (checks.pods_bounds): how many were not listed, by verdict or cause.
+    containers_not_listed: NotRequired[dict[str, Any]]
+    failures_not_listed: NotRequired[dict[str, Any]]
+    unreadable_specs_not_listed: NotRequired[int]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -120,8 +136,7 @@ def run(host: Host, config: Config) -> CheckResult:
     driver, gpus = _driver(host), _gpus(host)
     held = _held(host, config)
     specs = oci.read_specs(host.fs)
-    containers: list[dict[str, Any]] = []
-    findings: list[Finding] = []
+    judged: list[tuple[dict[str, Any], list[Finding]]] = []
     gpu_pods: set[tuple[str, str]] = {(p.namespace, p.pod) for p in held}
     for spec in specs:
         own = _container_gpus(spec, gpus, held)
@@ -129,9 +144,9 @@ def run(host: Host, config: Config) -> CheckResult:
             continue
         if spec.pod is not None:
             gpu_pods.add((spec.pod.namespace, spec.pod.pod))
-        entry, finding = _judge_image(spec, own, driver)
-        containers.append(entry)
-        findings += finding
+        judged.append(_judge_image(spec, own, driver))
+    containers = [entry for entry, _ in judged]
+    findings = _image_findings(judged, driver)
     unreadable = [{"path": s.path, "problem": s.problem} for s in specs if s.problem]
     logs, unread = _read_logs(host, gpu_pods)
     owners = _Owners(
@@ -145,11 +160,14 @@ def run(host: Host, config: Config) -> CheckResult:
     listed = host.pod_statuses.ask(host.node_name)
     failures += _status_failures(listed, owners)
     findings += _failure_findings(failures, gpu_pods)
+    listed_containers, more_containers = bounds.split(
+        containers, bounds.MAX_LISTED, bounds.container_rank
+    )
     data: PodsData = {
         "driver_version": driver.version,
         "cuda_driver_version": driver.cuda,
-        "containers": sorted(containers, key=_by_pod),
-        "failures": [f.to_dict() for f in failures],
+        "containers": sorted(listed_containers, key=_by_pod),
+        "failures": [f.to_dict() for f in failures[: bounds.MAX_LISTED]],
         "logs": {
             "containers_read": len(logs),
             "bytes_read": sum(log.bytes_read for log in logs),
@@ -157,11 +175,59 @@ def run(host: Host, config: Config) -> CheckResult:
             "containers_not_read": unread,
         },
     }
+    if more_containers:
+        data["containers_not_listed"] = bounds.not_listed(
+            "verdicts", [c["verdict"] for c in more_containers]
+        )
+    if len(failures) > bounds.MAX_LISTED:
+        data["failures_not_listed"] = bounds.not_listed(
+            "causes", [f.cause for f in failures[bounds.MAX_LISTED :]]
+        )
     if unreadable:
-        data["unreadable_specs"] = unreadable
+        data["unreadable_specs"] = unreadable[: bounds.MAX_LISTED]
+    if len(unreadable) > bounds.MAX_LISTED:
+        data["unreadable_specs_not_listed"] = len(unreadable) - bounds.MAX_LISTED
     if not listed.absent:
         data["api"] = _api_data(listed)
     return CheckResult(NAME, _summary(containers, failures, specs, listed), findings, data)
+
+
+def _image_findings(
+    judged: list[tuple[dict[str, Any], list[Finding]]], driver: Driver
+) -> list[Finding]:
+    """The image findings of the first MAX_NAMED containers that have any (in listing order),
+    and one finding per code summing up the rest."""
+    named, rest = bounds.split(
+        [(entry, found) for entry, found in judged if found],
+        bounds.MAX_NAMED,
+        lambda pair: bounds.container_rank(pair[0]),
+    )
+    findings = [f for _, found in named for f in found]
+    # One finding per container (the first of its GPUs'), so the count counts containers.
+    rest_firsts = [found[0] for _, found in rest]
+    cudas = bounds.counted(
+        [str(e["cuda_required"]) for e, found in rest if found[0].code == "IMAGE_CUDA_TOO_NEW"]
+    )
+    needs = ", ".join(f"{cuda} ×{n}" for cuda, n in cudas.items())
+
+    def what(first: Finding, count: int) -> str:
+        if first.code == "IMAGE_CUDA_TOO_NEW":
+            return (
+                f"{count} more GPU container(s) run images that need more CUDA than driver "
+                f"{driver.version} (CUDA {driver.cuda}) gives their GPUs (images' CUDA: "
+                f"{needs}); only the first {bounds.MAX_NAMED} are named one by one "
+                f"(data.containers lists the first {bounds.MAX_LISTED}, "
+                "data.containers_not_listed counts the rest by verdict). Fix: upgrade the "
+                "driver, or run images built for its CUDA"
+            )
+        return (
+            f"{count} more GPU container(s) are refused by the NVIDIA runtime in legacy mode "
+            f"(their NVIDIA_REQUIRE_* variables do not hold on this node); only the first "
+            f"{bounds.MAX_NAMED} are named one by one. Fix: give them GPUs and a driver their "
+            "NVIDIA_REQUIRE_* variables accept, or correct them"
+        )
+
+    return findings + bounds.summed_up(rest_firsts, what)
 
 
 def _by_pod(entry: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -210,6 +276,7 @@ def _gpus(host: Host) -> list[NodeGpu]:
                 arch,
                 kernel_log.pci_prefix(bus) if bus else None,
                 {m.uuid: index for m in migs if m.uuid},
+                text(device.get("nvmlDeviceGetName")),
             )
         )
     return found
@@ -298,6 +365,8 @@ def _judge_image(
     entry["verdict"] = verdict
     if verdict == "refused" and refusal is not None:
         return entry, _refused(spec, own, refusal)
+    if verdict == COMPAT_UNSUPPORTED and refusal is not None:
+        return entry, _compat_unsupported(spec, own, driver, image_cuda, refusal)
     if verdict != "too-new":
         return entry, []
     return entry, _too_new(spec, own, driver, image_cuda, refusal)
@@ -338,11 +407,15 @@ def _short(requirement: str) -> str:
 def _by_runtime(
     requirements: list[str], own: list[NodeGpu], driver: Driver
 ) -> tuple[str, req.Verdict | None]:
-    """What the NVIDIA runtime decides: every requirement against every GPU given."""
+    """What the NVIDIA runtime decides: every requirement against every GPU given; and
+    whether what it admits through a forward-compatibility clause can run (the verdict
+    COMPAT_UNSUPPORTED with the clause that admitted it, on a GPU of a brand without
+    forward compatibility: CUDA fails at start with error 804)."""
     facts = [req.Facts(driver.cuda, driver.version, g.arch, g.brand) for g in own] or [
         req.Facts(driver.cuda, driver.version)
     ]
     via_cuda = True
+    unsupported: req.Verdict | None = None
     for requirement in requirements:
         for fact in facts:
             verdict = req.evaluate(requirement, fact)
@@ -356,6 +429,10 @@ def _by_runtime(
                 c.lower().startswith("cuda") for c in verdict.group.split(",")
             ):
                 via_cuda = False
+                if fact.brand is not None and fact.brand not in FORWARD_COMPAT_BRANDS:
+                    unsupported = unsupported or verdict
+    if unsupported is not None:
+        return COMPAT_UNSUPPORTED, unsupported
     return ("ok" if via_cuda else "forward-compatibility"), None
 
 
@@ -407,6 +484,42 @@ def _too_new(
     return [
         Finding("IMAGE_CUDA_TOO_NEW", Severity.CRITICAL, message, Action.FIX_CONFIG, r, pods)
         for r in resources
+    ]
+
+
+def _compat_unsupported(
+    spec: oci.ContainerSpec,
+    own: list[NodeGpu],
+    driver: Driver,
+    image_cuda: str,
+    admitted: req.Verdict,
+) -> list[Finding]:
+    """An image the runtime admits through a forward-compatibility clause on GPUs that run no
+    forward compatibility (GeForce, Titan, NVS): it will not run, so its CUDA is too new."""
+    who = (
+        f"pod {spec.pod.namespace}/{spec.pod.pod}, container {spec.pod.container}"
+        if spec.pod
+        else f"container {spec.id[:12]}"
+    )
+    image = f", image {spec.image}," if spec.image else ""
+    lacking = [g for g in own if g.brand is not None and g.brand not in FORWARD_COMPAT_BRANDS]
+    gpus = ", ".join(f"GPU {g.index}" + (f" ({g.name})" if g.name else "") for g in lacking)
+    brands = sorted({BRAND_WORDS.get(g.brand or "", f"of brand {g.brand}") for g in lacking})
+    verb = "is" if len(lacking) == 1 else "are"
+    compat = sig.CUDA_ERRORS[804].words
+    message = (
+        f"{who}{image} needs CUDA {image_cuda}; driver {driver.version} supports CUDA "
+        f"{driver.cuda}: the NVIDIA runtime admits it (its NVIDIA_REQUIRE_CUDA holds through "
+        f"{admitted.group}, a forward-compatibility clause), but forward compatibility runs on "
+        f"data-center GPUs only and {gpus} {verb} {' and '.join(brands)}: CUDA will fail at "
+        f'start with error 804 ("{compat}"). {_fix(image_cuda, driver)}'
+    )
+    pods = (spec.pod,) if spec.pod else ()
+    return [
+        Finding(
+            "IMAGE_CUDA_TOO_NEW", Severity.CRITICAL, message, Action.FIX_CONFIG, g.resource, pods
+        )
+        for g in lacking
     ]
 
 
@@ -668,8 +781,12 @@ def _failure_findings(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -
     grouped: dict[tuple[str, str, str], list[Failure]] = defaultdict(list)
     for f in failures:
         grouped[(f.pod.namespace, f.pod.pod, f.cause)].append(f)
-    findings = []
+    findings: list[Finding] = []
+    unnamed: list[str] = []  # the causes of the pods past MAX_NAMED
     for (namespace, pod, cause), group in grouped.items():
+        if len(findings) >= bounds.MAX_NAMED:
+            unnamed.append(cause)
+            continue
         signature = sig.by_cause(cause)
         what = signature.title
         xid = next((f.xid for f in group if f.xid is not None), None)
@@ -690,6 +807,15 @@ def _failure_findings(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -
         findings.append(
             Finding("POD_GPU_FAILURE", Severity.WARNING, message, signature.action, resource, pods)
         )
+    if unnamed:
+        causes = ", ".join(f"{c} ×{n}" for c, n in bounds.counted(unnamed).items())
+        message = (
+            f"{len(unnamed)} more pod failure(s) for GPU reasons ({causes}); only the first "
+            f"{bounds.MAX_NAMED} are named one by one (data.failures lists the first "
+            f"{bounds.MAX_LISTED}, data.failures_not_listed counts the rest by cause)"
+        )
+        action = sig.by_cause(next(iter(bounds.counted(unnamed)))).action
+        findings.append(Finding("POD_GPU_FAILURE", Severity.WARNING, message, action, "node"))
     findings += _node_level(failures, gpu_pods)
     return findings
 
@@ -744,7 +870,7 @@ def _summary(
     unread = f"; pod statuses not read (API {listed.error.code})" if listed.error else ""
     if not specs and not failures:
         return "no running containers found in the container runtimes' state" + unread
-    too_new = sum(1 for c in containers if c["verdict"] == "too-new")
+    too_new = sum(1 for c in containers if c["verdict"] in ("too-new", COMPAT_UNSUPPORTED))
     pods = len({(f.pod.namespace, f.pod.pod) for f in failures})
     clean = "no GPU failure in logs" + ("" if listed.absent or listed.error else " or statuses")
     parts = [f"{len(containers)} GPU container(s)"]

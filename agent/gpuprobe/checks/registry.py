@@ -27,6 +27,8 @@ from gpuprobe.checks import (
     xid,
 )
 from gpuprobe.checks.record import Check
+from gpuprobe.config import Config
+from gpuprobe.errors import ConfigError
 
 # The report order.
 ORDER: tuple[Check[Any], ...] = (
@@ -60,6 +62,19 @@ def resolve(names: list[str] | None) -> list[str]:
         if name not in CHECKS:
             raise KeyError(name)
     return [name for name in CHECKS if name in names]
+
+
+def refuse_unknown_names(config: Config) -> None:
+    """Raise ConfigError when the configuration sets an interval or a deadline for a check
+    this build does not have: a typo there would silently leave the check on its default.
+    `check`, `capture` and `serve` all call this one validation."""
+    for where, named in (
+        ("serve.intervals", config.serve.intervals),
+        ("checks.deadlines", config.checks.deadlines),
+    ):
+        unknown = sorted(set(named) - set(CHECKS))
+        if unknown:
+            raise ConfigError(f"{where}: unknown check {unknown[0]!r}")
 
 
 def active(names: Iterable[str]) -> frozenset[str]:

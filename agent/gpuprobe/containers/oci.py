@@ -124,6 +124,10 @@ def _read(fs: HostFS, layout: RuntimeLayout, cid: str, path: str) -> ContainerSp
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         return ContainerSpec(cid, layout.runtime, path, problem=f"not JSON: {e}")
+    except RecursionError:
+        # Python's decoder recurses once per level: a few thousand nested arrays (well
+        # under the size bound) exhaust the stack. No runtime writes such a spec.
+        return ContainerSpec(cid, layout.runtime, path, problem="JSON nested too deeply")
     if not isinstance(doc, dict):
         return ContainerSpec(cid, layout.runtime, path, problem="not a JSON object")
     annotations = _strings(doc.get("annotations"))

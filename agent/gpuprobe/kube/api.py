@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 
 from gpuprobe.config import KubernetesConfig
 from gpuprobe.errors import UsageError
+from gpuprobe.kube.kubeconfig import NotAKubeconfig, load_kubeconfig
 
 T = TypeVar("T")
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -99,7 +100,7 @@ class KubeApi:
 
         try:
             if access.kubeconfig is not None:
-                config = KubeConfig.from_file(access.kubeconfig)
+                config = load_kubeconfig(access.kubeconfig)
             else:
                 if access.server is None and not in_cluster_available(access.account):
                     raise UsageError(
@@ -114,6 +115,8 @@ class KubeApi:
                 )
             # Each request ends within `timeout` and reads a bounded answer (kube/bounded.py).
             self._client = bounded_client(config, timeout, field_manager="gpuprobe")
+        except NotAKubeconfig as exc:
+            raise UsageError(f"kubernetes access ({access.kubeconfig}): {exc}") from None
         except (ConfigError, OSError, KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
             where = access.kubeconfig or str(access.account)
             text = " ".join(str(exc).split()) or type(exc).__name__

@@ -9,6 +9,9 @@ older ones fewer, without `root` (and `redop` for the collectives that take none
 `error` (the largest error seen, `0e+00`) where `#wrong` now counts wrong values:
 
     #  size  count  type  redop  time  algbw  busbw  error  time  algbw  busbw  error
+    #  size  count  type  time  algbw  busbw  error  time  algbw  busbw  error
+
+(the second, 11 columns, is what all_gather_perf and alltoall_perf printed before 2021)
 
 (out-of-place, then in-place; bandwidths in GB/s = 1e9 B/s; `#wrong` and `error` are `N/A`
 without validation). A row counts when it has as many fields as the header. Old releases count
@@ -218,6 +221,7 @@ def run(binary: str, gpus: int, args: tuple[str, ...], timeout: float) -> NcclRe
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            errors="replace",  # a stray byte (a host or GPU name) is no reason to fail
             start_new_session=True,
         )
     except FileNotFoundError:

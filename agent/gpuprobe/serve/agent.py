@@ -21,7 +21,7 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gpuprobe import cleanup
 from gpuprobe.checks import lifecycle, xid
-from gpuprobe.checks.registry import CHECKS, active
+from gpuprobe.checks.registry import CHECKS, active, refuse_unknown_names
 from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile
@@ -94,9 +94,7 @@ class Agent:
         clear_xid: ClearXid | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        unknown = sorted(set(config.serve.intervals) - set(CHECKS))
-        if unknown:
-            raise UsageError(f"serve.intervals: unknown check {unknown[0]!r}")
+        refuse_unknown_names(config)  # the validation `check` and `capture` make too
         self.host = host
         self.config = config
         self.names = list(names)
