@@ -292,6 +292,8 @@ class XidConfig:
         "/var/log/messages.1",
         "/var/log/messages",
     )
+    # Read /dev/kmsg too (this boot's kernel ring; followed by sequence number in the daemon).
+    kmsg: bool = True
     # How much of each log's end is read.
     kernel_log_max_bytes: int = 16 * 1024 * 1024
     # In the daemon, a WARNING XID (an application's) stays reported this long after it was

@@ -23,6 +23,7 @@ from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, AgentFile, load_agent_f
 from gpuprobe.host.clock import Clock, SystemClock
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.jsonfile import read_json
+from gpuprobe.host.kmsg import KmsgReader
 from gpuprobe.host.netlink import (
     LiveNetlink,
     Netlink,
@@ -96,6 +97,17 @@ class Host:
     pod_statuses: PodStatuses = field(default_factory=ReplayedPodStatuses)
     # What checks read the time from (wall and monotonic); tests step a fake one through time.
     clock: Clock = field(default_factory=SystemClock)
+    # The reader of /dev/kmsg (the device, or a snapshot's file), made on first use.
+    kmsg_reader: KmsgReader | None = None
+    _kmsg_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def kmsg(self) -> KmsgReader:
+        """This host's `/dev/kmsg` reader, one per host so it follows the ring without
+        re-reading (and, when recording for capture, keeps what the device gave)."""
+        with self._kmsg_lock:
+            if self.kmsg_reader is None:
+                self.kmsg_reader = KmsgReader(self.fs, record=self.fs.recording)
+            return self.kmsg_reader
 
     @property
     def is_snapshot(self) -> bool:
