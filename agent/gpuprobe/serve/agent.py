@@ -26,7 +26,9 @@ from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile
 from gpuprobe.errors import UsageError
+from gpuprobe.gpu.kernel_follow import KernelLogFollower
 from gpuprobe.host import Host
+from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
 from gpuprobe.kube.daemon import KubeLink, wanted
 from gpuprobe.report import CheckResult, now
@@ -38,6 +40,7 @@ from gpuprobe.serve.metrics_http import MetricsPage, MetricsServer
 from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
+from gpuprobe.serve.signals import Signals, kernel_log_source, nvml_source
 from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
@@ -109,6 +112,7 @@ class Agent:
         self.scheduler = Scheduler(
             self.executor, self.store, groups, config.serve.jitter_fraction, self.names, rng=rng
         )
+        self.signals = self._signals()
         self.collector = ReportCollector(host.node_name)
         report_registry, live_registry = CollectorRegistry(), CollectorRegistry()
         report_registry.register(self.collector)
@@ -178,6 +182,8 @@ class Agent:
             raise UsageError(f"cannot start serving: {exc}") from None
         if start_thread(self.scheduler.run, "scheduler", (self.stopping,)) is None:
             raise UsageError("cannot start the scheduler's thread (a pids limit reached?)")
+        if not self.signals.start():
+            raise UsageError("cannot start the event path's threads (a pids limit reached?)")
         if self.kube is not None and not self.kube.start():
             raise UsageError("cannot start the Kubernetes publisher's thread (a pids limit?)")
 
@@ -187,6 +193,7 @@ class Agent:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        self.signals.close()
         if self.kube is not None:
             self.kube.stop()
         # NOT_SERVING for the health checks and each Watch (queued: a Watch's worker sends it).
@@ -204,6 +211,21 @@ class Agent:
             log.warning("checks abandoned at shutdown", extra={"checks": stuck, "lanes": lanes})
         cleanup.remove_all()
         done.wait(grace)
+
+    def _signals(self) -> Signals:
+        """The event path: NVML's events and the kernel log wake the xid check at once
+        (`serve.follow_events`); other sources wake checks through `signals.wake`."""
+        signals = Signals(self.scheduler.run_now, self.executor.in_flight, self.names)
+        if not self.config.serve.follow_events or xid.NAME not in self.names:
+            return signals
+        relay = EventRelay(self.host.nvml)
+        self.host.nvml = relay  # the checks drain what the waiting thread received
+        signals.add_source("nvml-events", nvml_source(relay))
+        follower = KernelLogFollower(
+            self.host.fs, self.config.xid.kernel_logs, kmsg=self.config.xid.kmsg
+        )
+        signals.add_source("kernel-log", kernel_log_source(follower, signals.stop_read))
+        return signals
 
     def _kube_link(self, kubeconfig: str | None, rng: random.Random) -> KubeLink | None:
         """Node conditions, events and taints, when `kubernetes.enabled` says so."""
