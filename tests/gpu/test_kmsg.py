@@ -249,3 +249,24 @@ def test_one_record_in_kmsg_and_kern_log_counts_once(tmp_path: Path) -> None:
 def _gpu0(node: Path) -> str:
     result = run_checks(snapshot_host(str(node)), config(), ["gpus"]).checks[0]
     return f"gpu:0:{result.data['gpus'][0]['uuid']}"
+
+
+def test_the_journald_only_snapshot_reads_its_fault_from_the_ring() -> None:
+    """synthetic-kmsg-journald-only: XID 79 on GPU 3 (gone from NVML) from the ring alone;
+    the driver's XID-less line for the same fault and a process's forged line do not count."""
+    host = snapshot_host(snapshot("synthetic-kmsg-journald-only"))
+    result = run_checks(host, config(), ["xid"]).checks[0]
+    uuid3 = "GPU-5f1c0003-8e2b-4c1d-9a7e-000000000003"
+    assert codes(result) == [("XID", "CRITICAL", "REBOOT_NODE", f"gpu:3:{uuid3}")]
+    (entry,) = result.data["xids"]
+    assert (entry["gpu"], entry["uuid"], entry["xid"], entry["count"]) == (3, uuid3, 79, 1)
+    assert entry["last_seen"] == "2026-11-29T20:58:01Z"  # boot time + 46681.220311 s
+    (kmsg,) = result.data["sources"]["kernel"]
+    assert kmsg == {
+        "source": "/dev/kmsg",
+        "kind": "kmsg",
+        "since": "2026-11-29T08:00:00Z",
+        "first_sequence": 0,
+        "records": 6,  # the seventh, a process's, is not the kernel's
+        "lost": 0,
+    }
