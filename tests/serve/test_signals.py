@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import grpc
 import pytest
 
 from conftest import snapshot
@@ -26,6 +27,8 @@ from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.report import Status
 from gpuprobe.serve.agent import Agent, ServeOptions
 from gpuprobe.serve.signals import MIN_GAP_SECONDS, Signals, nvml_source
+from gpuprobe.v1 import diagnostics_pb2 as pb
+from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 from kube_standin import KubeStandIn, running
 from serving import LOOPBACK, wait_for
 
@@ -104,9 +107,20 @@ def test_an_xid_appended_to_kern_log_reaches_the_node_within_seconds(
         wait_for(lambda: standin.conditions(NODE).get("GPUHardwareReady", {}).get("status"))
         assert standin.conditions(NODE)["GPUHardwareReady"]["status"] == "True"
         assert xid_status(agent) is Status.OK
+        streamed: list[pb.NodeReport] = []
+        channel = grpc.insecure_channel(f"127.0.0.1:{agent.grpc_port}")
+        stream = pb_grpc.NodeDiagnosticsStub(channel).WatchReports(
+            pb.WatchReportsRequest(), timeout=60
+        )
+        watcher = threading.Thread(target=collect, args=(stream, streamed), daemon=True)
+        watcher.start()
+        wait_for(lambda: streamed)  # the current report first
         started = time.monotonic()
         append(node / "rootfs/var/log/kern.log", FALLEN)
         wait_for(lambda: xid_status(agent) is Status.CRITICAL, timeout=WITHIN)
+        wait_for(lambda: streamed_xid(streamed) == pb.STATUS_CRITICAL, timeout=WITHIN)
+        stream.cancel()
+        channel.close()
         wait_for(
             lambda: 'check="xid",code="XID"' in metrics(agent.metrics_port),
             timeout=WITHIN,
@@ -120,8 +134,25 @@ def test_an_xid_appended_to_kern_log_reaches_the_node_within_seconds(
         assert "79" in condition["message"]
         wait_for(lambda: standin.taints(NODE), timeout=WITHIN)
         assert standin.taints(NODE)[0]["value"] == "XID"
+        wait_for(lambda: "Xid" in {e["reason"] for e in standin.node_events(NODE)}, timeout=WITHIN)
         assert agent.signals.reruns == {"xid": 1}
         print(f"kern.log line to GPUHardwareReady=False: {elapsed:.3f} s")
+
+
+def collect(stream: Iterator[pb.WatchReportsResponse], into: list[pb.NodeReport]) -> None:
+    """Keep the reports a WatchReports stream sends until it ends."""
+    try:
+        for response in stream:
+            into.append(response.report)
+    except grpc.RpcError:
+        pass  # cancelled at the test's end
+
+
+def streamed_xid(reports: list[pb.NodeReport]) -> int | None:
+    """The xid check's status in the latest streamed report."""
+    if not reports:
+        return None
+    return next((c.status for c in reports[-1].checks if c.name == "xid"), None)
 
 
 def test_a_record_appended_to_the_snapshots_kmsg_is_picked_up(tmp_path: Path) -> None:
