@@ -271,3 +271,22 @@ def test_wakes_in_a_burst_are_one_run_and_the_gap_bounds_the_rest() -> None:
     gaps = [b - a for a, b in itertools.pairwise(xid_runs)]
     assert min(gaps) >= MIN_GAP_SECONDS - 0.01
     assert any("lifecycle" in names for _, names in runs)
+
+
+def test_a_source_blocked_in_select_ends_on_close_and_the_pipe_is_released() -> None:
+    signals = Signals(lambda names: [], lambda: [], ["xid"])
+    ended = threading.Event()
+
+    def source(wake: object, stop: threading.Event) -> None:
+        import select
+
+        select.select([signals.stop_read], [], [], 60)  # no timeout would end it in the test
+        ended.set()
+
+    signals.add_source("blocked", source)
+    assert signals.start()
+    fds_open = len(os.listdir("/proc/self/fd"))
+    signals.close()
+    assert ended.wait(5)
+    wait_for(lambda: signals.stop_read == -1)
+    assert len(os.listdir("/proc/self/fd")) == fds_open - 2

@@ -16,7 +16,6 @@ check runs (a round's, or a re-run's) re-runs it once more after, so what woke i
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -70,6 +69,7 @@ class Signals:
         self.stop = threading.Event()
         # Readable once stopping: sources blocked in select/poll wake on it.
         self.stop_read, self._stop_write = os.pipe()
+        self._running = 0  # sources whose threads have not returned
         self.reruns: dict[str, int] = {}
         self.wakes = 0
 
@@ -94,24 +94,43 @@ class Signals:
         """Start the waking thread and the sources; False when the system refused a thread."""
         if start_thread(self._loop, "signals") is None:
             return False
-        return all(
-            start_thread(self._guarded, f"source-{name}", (name, source)) is not None
-            for name, source in self._sources
-        )
+        started = True
+        for name, source in self._sources:
+            with self._cond:
+                self._running += 1
+            if start_thread(self._guarded, f"source-{name}", (name, source)) is None:
+                self._source_ended()
+                started = False
+        return started
 
     def close(self) -> None:
-        """Stop the waking thread and tell the sources to end."""
+        """Stop the waking thread and tell the sources to end: closing the pipe's write end
+        makes `stop_read` readable (end of file); its read end is closed once the last source
+        has returned."""
         self.stop.set()
         with self._cond:
             self._cond.notify_all()
-        with contextlib.suppress(OSError):
-            os.write(self._stop_write, b"x")
+            if self._stop_write >= 0:
+                os.close(self._stop_write)
+                self._stop_write = -1
+        self._source_ended(count=False)
 
     def _guarded(self, name: str, source: Source) -> None:
         try:
             source(self.wake, self.stop)
         except Exception:  # a broken source must not take the daemon down; rounds go on
             log.exception("event source failed", extra={"source": name})
+        finally:
+            self._source_ended()
+
+    def _source_ended(self, count: bool = True) -> None:
+        """A source returned (or `close` ran): the read end goes with the last of them."""
+        with self._cond:
+            if count:
+                self._running -= 1
+            if self._running == 0 and self.stop.is_set() and self.stop_read >= 0:
+                os.close(self.stop_read)
+                self.stop_read = -1
 
     def _loop(self) -> None:
         while not self.stop.is_set():
