@@ -94,7 +94,8 @@ def test_a_hundred_flapping_agents_stay_within_the_update_budget(tmp_path: Path)
             for key, count in loop.errors.items():
                 errors[key] = errors.get(key, 0) + count
         assert all(settled(i) for i in range(AGENTS)), (errors, [loop.attempts for loop in loops])
-        assert min(offers) > 0.5 * FLAP_SECONDS / FLAP_EVERY  # each source flapped ~120 times
+        # each source flapped (~120 times; fewer on a loaded machine) far past the budget
+        assert min(offers) > 3 * budget(flapped)
         attempts = [loop.attempts for loop in loops]
         writes: dict[str, int] = {}
         for _token, _resource, name in standin.writes:
