@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from conftest import ROOT, gpuprobe, schema, snapshot
 from gpuprobe.capture import copy_tree
@@ -240,3 +241,45 @@ def test_capture_of_an_amd_node_replays_its_gpus_and_faults(tmp_path: Path) -> N
             ("XGMI_LINK_DOWN", "CRITICAL", "REBOOT_NODE", "gpu:6:7c3a51d2e0b55c66"),
         ],
     )
+
+
+KMSG_RECORDS = (
+    "5,0,0,-;Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP\n"
+    "6,1,21512731,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  "
+    "Tue Mar  5 22:23:56 UTC 2024\n"
+    "4,2,4361822917,-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
+    "GPU has fallen off the bus.\n"
+    " SUBSYSTEM=pci\n"
+    " DEVICE=+pci:0000:18:00.0\n"
+)
+
+
+def test_capture_keeps_what_kmsg_gave_and_replay_reads_it_as_the_device(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    shutil.copytree(Path(snapshot("synthetic-h100-8gpu-healthy")) / "rootfs", root)
+    (root / "dev").mkdir(exist_ok=True)
+    (root / "dev" / "kmsg").write_text(KMSG_RECORDS)
+    target = tmp_path / "snap"
+    out = gpuprobe("capture", str(target), "--root", str(root), "--only", "xid")
+    assert out.returncode == 0, out.stderr
+    assert (target / "rootfs" / "dev" / "kmsg").read_text() == KMSG_RECORDS
+    replay = gpuprobe("check", "--json", "--only", "xid", "--snapshot", str(target)).json()
+    (xid,) = replay["checks"]
+    assert [(x["xid"], x["count"]) for x in xid["data"]["xids"]] == [(79, 1)]
+    kmsg = xid["data"]["sources"]["kernel"][0]
+    assert (kmsg["source"], kmsg["records"], kmsg["lost"]) == ("/dev/kmsg", 3, 0)
+
+
+def test_capture_of_this_machine_keeps_its_kernel_ring_record_by_record(tmp_path: Path) -> None:
+    device = Path("/dev/kmsg")
+    try:
+        with open(device, "rb", buffering=0) as ring:
+            first = ring.read(8192).decode().rstrip("\n")
+    except OSError:
+        pytest.skip("/dev/kmsg cannot be read here")
+    target = tmp_path / "snap"
+    assert gpuprobe("capture", str(target), "--only", "xid").returncode == 0
+    kept = (target / "rootfs" / "dev" / "kmsg").read_text()
+    assert kept.split("\n")[0] == first.split("\n")[0]  # the ring's oldest record, first
+    sequences = [int(line.split(",")[1]) for line in kept.splitlines() if line[:1] != " "]
+    assert sequences == sorted(sequences) and len(sequences) >= 1

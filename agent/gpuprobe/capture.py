@@ -5,8 +5,8 @@ the NVML calls and answers (nvml.json), the host files they read (rootfs/), the 
 (processes.json), the device plugin's configuration when one is given (device-plugin.json),
 the kubelet's PodResources answers when the node has its socket (podresources.json),
 the node's pods as the API server listed them when the agent has API access
-(pod-statuses.json),
-the cloud metadata service's answers when the lifecycle check asked it (lifecycle.json),
+(pod-statuses.json), the cloud metadata service's answers when the lifecycle check asked it
+(lifecycle.json), the kernel ring's records as `/dev/kmsg` gave them (rootfs/dev/kmsg),
 and the live report itself (report.json, to compare a replay with).
 Replaying the snapshot with `gpuprobe check --snapshot DIR` gives the same findings.
 """
@@ -26,6 +26,7 @@ from gpuprobe.errors import UsageError
 from gpuprobe.host import SNAPSHOT_FORMAT, Host, check_root, recording_host
 from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, agent_file_bytes, read_agent_file
 from gpuprobe.host.fs import LINK, LIST, MAX_READ_BYTES, READ, HostFS
+from gpuprobe.host.kmsg import KMSG
 from gpuprobe.host.metadata import LIFECYCLE_FILE, RecordingMetadata
 from gpuprobe.host.netlink import RecordingNetlink
 from gpuprobe.host.nvml import RecordingNvml
@@ -163,6 +164,9 @@ def write_snapshot(tree: WriteTree, host: Host, report: NodeReport) -> None:
     rootfs = tree.subtree("rootfs")
     try:
         copy_tree(host.fs, rootfs)
+        kmsg = host.kmsg_reader
+        if kmsg is not None and kmsg.read_once:  # what the ring gave, one record a line
+            rootfs.write(KMSG.lstrip("/"), "".join(r + "\n" for r in kmsg.recorded()).encode())
     finally:
         rootfs.close()
 

@@ -294,6 +294,8 @@ class XidConfig:
         "/var/log/messages.1",
         "/var/log/messages",
     )
+    # Read /dev/kmsg too (this boot's kernel ring; followed by sequence number in the daemon).
+    kmsg: bool = True
     # How much of each log's end is read.
     kernel_log_max_bytes: int = 16 * 1024 * 1024
     # In the daemon, a WARNING XID (an application's) stays reported this long after it was
@@ -434,6 +436,9 @@ class ServeConfig:
     # The most threads each end of a TCP bandwidth test uses on this node (its CPU budget);
     # unset: one per stream, up to the cores the agent may use.
     bandwidth_threads: int | None = None
+    # The event path: NVML's event stream and the kernel log, followed as they grow, re-run
+    # the xid check at once (within seconds, whatever the interval); false: rounds only.
+    follow_events: bool = True
 
     def __post_init__(self) -> None:
         positive = [
@@ -529,8 +534,18 @@ class KubernetesConfig:
     start_jitter_seconds: float = 30.0
     # Each API request's own bound.
     timeout_seconds: float = 10.0
+    # The most node updates (publishing attempts that write) in a burst, then per minute: a
+    # token bucket, so a flapping source cannot load the API server (docs/kubernetes.md).
+    update_burst: int = 6
+    updates_per_minute: float = 12.0
 
     def __post_init__(self) -> None:
+        if not 1 <= self.update_burst <= 100:
+            raise ConfigError(f"update_burst: {self.update_burst} is not between 1 and 100")
+        if not 0 < self.updates_per_minute <= 600:
+            raise ConfigError(
+                f"updates_per_minute: {self.updates_per_minute:g} is not above 0 and at most 600"
+            )
         if self.enabled not in (True, False, "auto"):
             raise ConfigError(f"enabled: {self.enabled!r} is not auto, true or false")
         for name, checks in self.conditions.items():

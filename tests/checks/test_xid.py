@@ -54,6 +54,11 @@ def test_healthy_node_has_no_xid_and_ignores_the_previous_boots() -> None:
     assert result.data["sources"] == {
         "nvml_events": "read",
         "kernel_logs": ["/var/log/kern.log"],
+        "kernel": [
+            {"source": "/dev/kmsg", "kind": "kmsg", "since": None, "error": "absent"},
+            # the file reaches back to an earlier boot's lines (passed over)
+            {"source": "/var/log/kern.log", "kind": "file", "since": "2026-11-28T23:10:04Z"},
+        ],
     }
 
 

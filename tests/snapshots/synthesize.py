@@ -1282,6 +1282,33 @@ def fault_variants() -> list[Node]:
     node.call("nvmlDeviceGetFieldValues", [4, [230]], [field_value(230, 2)])
     nodes.append(node)
 
+    # A journald-only node (no log file) whose kernel ring (its records as /dev/kmsg gives
+    # them) holds GPU 3 (0000:5d:00.0) falling off the bus: the driver's XID 79 record with the
+    # PCI dictionary the kernel attaches to dev_printk records, and its XID-less line for the
+    # same fault; a record a process wrote (the user facility) forges an XID line that must not
+    # count.
+    node = without_gpu(hgx_h100("synthetic-kmsg-journald-only"), 3)
+    node.files.pop("/var/log/kern.log", None)
+    node.file(
+        "/dev/kmsg",
+        "5,0,0,-;Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) "
+        "(x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) 13.2.0, GNU ld (GNU Binutils for "
+        "Ubuntu) 2.42) #49-Ubuntu SMP PREEMPT_DYNAMIC Mon Nov  4 02:06:24 UTC 2024 "
+        "(Ubuntu 6.8.0-49.49-generic 6.8.12)\n"
+        "6,1,0,-;Command line: BOOT_IMAGE=/vmlinuz-6.8.0-49-generic root=/dev/nvme0n1p2 ro\n"
+        "6,2,21512731,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  "
+        "Tue Mar  5 22:23:56 UTC 2024\n"
+        "6,3,27733504,-;NVRM: GPU at PCI:0000:5d:00: GPU-5f1c0003-8e2b-4c1d-9a7e-000000000003\n"
+        "4,4,46681220311,-;NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, "
+        "GPU has fallen off the bus.\n"
+        " SUBSYSTEM=pci\n"
+        " DEVICE=+pci:0000:5d:00.0\n"
+        "3,5,46681220408,-;NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus.\n"
+        "14,6,46681900000,-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', "
+        "name=<unknown>, GPU has fallen off the bus.\n",
+    )
+    nodes.append(node)
+
     # GPU 3 fell off the bus (Xid 79): NVML cannot read it at first, and answers again with the
     # same UUID later (-back; a reset or rescan brought it back); -gone stays lost.
     for name, back in (

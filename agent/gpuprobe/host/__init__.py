@@ -25,6 +25,7 @@ from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, AgentFile, load_agent_f
 from gpuprobe.host.clock import Clock, SystemClock
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.jsonfile import read_json
+from gpuprobe.host.kmsg import KmsgReader
 from gpuprobe.host.metadata import (
     LIFECYCLE_FILE,
     LiveMetadata,
@@ -108,6 +109,17 @@ class Host:
     clock: Clock = field(default_factory=SystemClock)
     # The cloud's instance metadata service (none recorded: every request "not recorded").
     metadata: MetadataService = field(default_factory=ReplayedMetadata)
+    # The reader of /dev/kmsg (the device, or a snapshot's file), made on first use.
+    kmsg_reader: KmsgReader | None = None
+    _kmsg_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def kmsg(self) -> KmsgReader:
+        """This host's `/dev/kmsg` reader, one per host so it follows the ring without
+        re-reading (and, when recording for capture, keeps what the device gave)."""
+        with self._kmsg_lock:
+            if self.kmsg_reader is None:
+                self.kmsg_reader = KmsgReader(self.fs, record=self.fs.recording)
+            return self.kmsg_reader
 
     @property
     def is_snapshot(self) -> bool:

@@ -46,6 +46,11 @@ class HostFS:
         """Start noting every host path this HostFS is asked about (for capture)."""
         self._recorded = {}
 
+    @property
+    def recording(self) -> bool:
+        """Whether this HostFS notes the paths it is asked about (capture)."""
+        return self._recorded is not None
+
     def recorded(self) -> dict[str, set[str]]:
         """Each host path asked about since `record()`, with how it was used."""
         with self._lock:

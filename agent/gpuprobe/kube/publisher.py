@@ -4,8 +4,10 @@
 failed call; what it had written stays written, and the next attempt re-reads the node, so
 nothing is lost). `PublishLoop` runs it on its own thread after each round: the checks, gRPC
 and `/metrics` never wait on the API server. Its first write comes at a random moment within
-`kubernetes.start_jitter_seconds`, failures back off exponentially with jitter, and while
-updates fail for more than 5 minutes the agent says so in its own report.
+`kubernetes.start_jitter_seconds`, failures back off exponentially with jitter, attempts stay
+within a token bucket (`UpdateBudget`: a flapping source cannot make the agent write its node
+more often), and while updates fail for more than 5 minutes the agent says so in its own
+report.
 """
 
 from __future__ import annotations
@@ -232,8 +234,32 @@ def backoff(failures: int, rng: random.Random) -> float:
     return rng.uniform(ceiling / 2, ceiling)
 
 
+class UpdateBudget:
+    """A token bucket over publishing attempts: `burst` at once, then `per_minute`. Each
+    attempt brings the node up to date with the latest report, so a source that flaps faster
+    than the budget loses nothing but the states in between."""
+
+    def __init__(self, burst: int, per_minute: float, clock: Callable[[], float]) -> None:
+        self.burst = float(burst)
+        self.rate = per_minute / 60.0
+        self._clock = clock
+        self._tokens = float(burst)
+        self._at = clock()
+
+    def take(self) -> float:
+        """0 when an attempt may go now (one token taken), else the seconds until one may."""
+        t = self._clock()
+        self._tokens = min(self.burst, self._tokens + (t - self._at) * self.rate)
+        self._at = t
+        if self._tokens < 1.0:
+            return (1.0 - self._tokens) / self.rate
+        self._tokens -= 1.0
+        return 0.0
+
+
 class PublishLoop:
-    """Publishes the latest report after each round, on its own thread."""
+    """Publishes the latest report after each round, on its own thread, within the update
+    budget (`kubernetes.update_burst`, `kubernetes.updates_per_minute`)."""
 
     def __init__(
         self,
@@ -259,6 +285,8 @@ class PublishLoop:
         self._wake = threading.Event()
         self._own: list[Finding] | None = None
         self._lock = threading.Lock()
+        self.budget = UpdateBudget(config.update_burst, config.updates_per_minute, clock)
+        self.attempts = 0
 
     def offer(self, report: NodeReport | None) -> None:
         """A new report (from the agent's store, after each round): publish it soon. Never
@@ -336,6 +364,11 @@ class PublishLoop:
         if stop.wait(self.rng.uniform(0, self.config.start_jitter_seconds)):
             return
         while not stop.is_set():
+            wait = self.budget.take()
+            if wait > 0:  # over budget: the latest report goes once a token is there
+                stop.wait(wait)
+                continue
+            self.attempts += 1
             try:
                 delay = self.step()
             except Exception:  # a bug must not end publishing for the agent's lifetime

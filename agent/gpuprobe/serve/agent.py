@@ -26,7 +26,9 @@ from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile
 from gpuprobe.errors import UsageError
+from gpuprobe.gpu.kernel_follow import KernelLogFollower
 from gpuprobe.host import Host
+from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
 from gpuprobe.kube.daemon import KubeLink, wanted
 from gpuprobe.report import CheckResult, now
@@ -39,6 +41,7 @@ from gpuprobe.serve.notices import NoticePoller
 from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
+from gpuprobe.serve.signals import Signals, kernel_log_source, nvml_source
 from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
@@ -108,6 +111,7 @@ class Agent:
         self.scheduler = Scheduler(
             self.executor, self.store, groups, config.serve.jitter_fraction, self.names, rng=rng
         )
+        self.signals = self._signals()
         self.collector = ReportCollector(host.node_name)
         report_registry, live_registry = CollectorRegistry(), CollectorRegistry()
         report_registry.register(self.collector)
@@ -182,6 +186,8 @@ class Agent:
             start_thread(self.notices.run, "notices", (self.stopping,)) is None
         ):
             raise UsageError("cannot start the notice poller's thread (a pids limit reached?)")
+        if not self.signals.start():
+            raise UsageError("cannot start the event path's threads (a pids limit reached?)")
         if self.kube is not None and not self.kube.start():
             raise UsageError("cannot start the Kubernetes publisher's thread (a pids limit?)")
 
@@ -191,6 +197,7 @@ class Agent:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        self.signals.close()
         if self.kube is not None:
             self.kube.stop()
         # NOT_SERVING for the health checks and each Watch (queued: a Watch's worker sends it).
@@ -221,8 +228,24 @@ class Agent:
         return NoticePoller(sense, self._lifecycle_now, settings.poll_seconds)
 
     def _lifecycle_now(self) -> None:
-        """Run the lifecycle check now; its result is published like a round's."""
-        self.scheduler.run_now([lifecycle.NAME])
+        """Run the lifecycle check now, through the event path (a burst of changes makes one
+        run); its result is published like a round's."""
+        self.signals.wake([lifecycle.NAME], "cloud notice")
+
+    def _signals(self) -> Signals:
+        """The event path: NVML's events and the kernel log wake the xid check at once
+        (`serve.follow_events`); other sources wake checks through `signals.wake`."""
+        signals = Signals(self.scheduler.run_now, self.executor.in_flight, self.names)
+        if not self.config.serve.follow_events or xid.NAME not in self.names:
+            return signals
+        relay = EventRelay(self.host.nvml)
+        self.host.nvml = relay  # the checks drain what the waiting thread received
+        signals.add_source("nvml-events", nvml_source(relay))
+        follower = KernelLogFollower(
+            self.host.fs, self.config.xid.kernel_logs, kmsg=self.config.xid.kmsg
+        )
+        signals.add_source("kernel-log", kernel_log_source(follower, signals.stop_read))
+        return signals
 
     def _kube_link(self, kubeconfig: str | None, rng: random.Random) -> KubeLink | None:
         """Node conditions, events and taints, when `kubernetes.enabled` says so."""

@@ -1,7 +1,10 @@
-"""The XID check's second source: the host's kernel log files.
+"""The XID check's second source: the kernel log, from `/dev/kmsg` and the host's log files.
 
 `NVRM: Xid (PCI:...): N, ...` lines of the current boot (see `gpuprobe.gpu.kernel_log`), each
-tied to its GPU by PCI address; rotated files of one log are read as one stream.
+tied to its GPU by PCI address; rotated files of one log are read as one stream. `/dev/kmsg`
+(this boot's ring, `gpuprobe.gpu.kmsg`) is followed: a long-lived agent reads only the records
+that arrived since its last run. One record seen in several sources (the ring, kern.log and
+syslog all hold the driver's line) counts once: as often as the one source that holds it most.
 """
 
 from __future__ import annotations
@@ -9,17 +12,37 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.xid.model import MAX_TIMES, XIDLESS, Gpu, Seen, later
 from gpuprobe.checks.xid.recovery import reset_logged
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
+from gpuprobe.gpu.kmsg import KmsgLog
 from gpuprobe.host import Host
+from gpuprobe.host.kmsg import KMSG
 from gpuprobe.report import format_time
 
 PROC_STAT = "/proc/stat"
+# Where the followed /dev/kmsg lives in `host.memory` (shared by every check that reads it).
+MEMORY = "kernel_log"
+
+
+class KernelSource(TypedDict):
+    """One kernel-log source in the xid check's `data.sources.kernel`: the device or file, its
+    kind (`kmsg` | `file`), since when it holds this boot's records (its first record or
+    line's time; null when unknown), and for `/dev/kmsg` the first record's sequence number,
+    the records kept and the records lost (overwritten in the ring before they were read), or
+    why it could not be read (`absent`, `EPERM`, ...)."""
+
+    source: str
+    kind: str
+    since: str | None
+    first_sequence: NotRequired[int | None]
+    records: NotRequired[int]
+    lost: NotRequired[int]
+    error: NotRequired[str]
 
 
 def read(
@@ -34,23 +57,27 @@ def read(
 ) -> list[Seen]:
     """The current boot's XIDs in the kernel log files, one line counted once across logs;
     the SXid lines (with how often each was logged) are added to `sxids`."""
-    logs, opened = read_logs(host, config, now)
-    # kern.log and syslog hold the same kernel lines: a line counts as often as the one log
-    # that holds it most often (identical lines within one log are separate XIDs).
-    lines: dict[str, tuple[kernel_log.XidLine, int]] = {}
-    switch_lines: dict[str, tuple[kernel_log.SxidLine, int]] = {}
+    logs, opened, described = read_sources(host, config, now)
+    # kmsg, kern.log and syslog hold the same kernel lines, each with its own stamp: a record
+    # (its GPU, number and text) counts as often as the one source that holds it most often
+    # (identical records within one source are separate XIDs).
+    lines: dict[tuple[object, ...], tuple[kernel_log.XidLine, int]] = {}
+    switch_lines: dict[tuple[object, ...], tuple[kernel_log.SxidLine, int]] = {}
     uuids: dict[str, str] = {}
     for found in logs:
-        counted = Counter(line.line for line in found.xids)
+        counted = Counter(_xid_key(line) for line in found.xids)
         for line in found.xids:
-            if counted[line.line] > lines.get(line.line, (line, 0))[1]:
-                lines[line.line] = (line, counted[line.line])
-        counted_sxids = Counter(s.line for s in found.sxids)
+            key = _xid_key(line)
+            if counted[key] > lines.get(key, (line, 0))[1]:
+                lines[key] = (line, counted[key])
+        counted_sxids = Counter(_sxid_key(s) for s in found.sxids)
         for sxid in found.sxids:
-            if counted_sxids[sxid.line] > switch_lines.get(sxid.line, (sxid, 0))[1]:
-                switch_lines[sxid.line] = (sxid, counted_sxids[sxid.line])
+            key = _sxid_key(sxid)
+            if counted_sxids[key] > switch_lines.get(key, (sxid, 0))[1]:
+                switch_lines[key] = (sxid, counted_sxids[key])
         uuids.update(found.uuids)
     sources["kernel_logs"] = opened
+    sources["kernel"] = described
     if sxids is not None:
         sxids.extend(switch_lines.values())
     if resets is not None:
@@ -74,15 +101,49 @@ def read(
     return list(seen.values())
 
 
+def _xid_key(line: kernel_log.XidLine) -> tuple[object, ...]:
+    """What one XID record is, whichever source holds it and however it is stamped."""
+    return (line.pci, line.xid, line.message, line.logged_xid)
+
+
+def _sxid_key(line: kernel_log.SxidLine) -> tuple[object, ...]:
+    return (line.pci, line.sxid, line.fatal, line.message)
+
+
 def read_logs(
     host: Host, config: Config, now: datetime
 ) -> tuple[list[kernel_log.KernelLog], list[str]]:
-    """The current boot's lines of each configured kernel log (`xid.kernel_logs`), its
-    rotated files read as one stream oldest first; and the files that could be read. The one
-    reader of the kernel log files for every check that ties a fault to an XID."""
+    """The current boot's lines of each kernel log: `/dev/kmsg` (`xid.kmsg`) and the
+    configured files (`xid.kernel_logs`), a file's rotated parts read as one stream oldest
+    first; and the sources that could be read. The one reader of the kernel log for every
+    check that ties a fault to an XID."""
+    logs, opened, _ = read_sources(host, config, now)
+    return logs, opened
+
+
+def read_sources(
+    host: Host, config: Config, now: datetime
+) -> tuple[list[kernel_log.KernelLog], list[str], list[KernelSource]]:
+    """As `read_logs`, with each source described (`KernelSource`): which were read and
+    since when."""
     boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
     logs: list[kernel_log.KernelLog] = []
     opened: list[str] = []
+    described: list[KernelSource] = []
+    if config.xid.kmsg:
+        view = kmsg_log(host).read(boot)
+        entry: KernelSource = {"source": KMSG, "kind": "kmsg", "since": None}
+        if view.error is not None:
+            entry["error"] = view.error
+        else:
+            logs.append(kernel_log.read_stream(["\n".join(view.lines)], boot=boot, now=now))
+            opened.append(KMSG)
+            if boot is not None and view.first_usec is not None:
+                entry["since"] = format_time(boot + timedelta(microseconds=view.first_usec))
+            entry["first_sequence"] = view.first_sequence
+            entry["records"] = view.records
+            entry["lost"] = view.lost
+        described.append(entry)
     for paths in rotation_streams(config.xid.kernel_logs):
         texts = []
         for path in paths:
@@ -90,8 +151,30 @@ def read_logs(
             if content is not None:
                 texts.append(content)
                 opened.append(path)
+                since = _first_time(content, boot, now)
+                described.append({"source": path, "kind": "file", "since": since})
         logs.append(kernel_log.read_stream(texts, boot=boot, now=now))
-    return logs, opened
+    return logs, opened, described
+
+
+def kmsg_log(host: Host) -> KmsgLog:
+    """This host's `/dev/kmsg`, followed: kept in `host.memory`, so a long-lived agent reads
+    each record once."""
+    memory = host.memory.of(MEMORY)
+    log = memory.get("kmsg")
+    if not isinstance(log, KmsgLog):
+        log = memory.setdefault("kmsg", KmsgLog(host.kmsg()))
+    assert isinstance(log, KmsgLog)
+    return log
+
+
+def _first_time(text: str, boot: datetime | None, now: datetime) -> str | None:
+    """The stamp of a log text's first stamped line (of its first 100 lines)."""
+    for line in text.splitlines()[:100]:
+        stamp = kernel_log.line_time(line, boot=boot, now=now)
+        if stamp is not None:
+            return format_time(stamp)
+    return None
 
 
 def rotation_streams(paths: Iterable[str]) -> list[list[str]]:

@@ -1,0 +1,161 @@
+"""The kernel log from `/dev/kmsg`: its records parsed, followed by sequence number, and given
+as log lines the kernel-log readers (`gpuprobe.gpu.kernel_log`) read like a file's.
+
+A record, as the kernel prints it (Documentation/ABI/testing/dev-kmsg):
+
+    4,1542,4361822917,-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU...
+     SUBSYSTEM=pci
+     DEVICE=+pci:0000:18:00.0
+
+(the message cut here): the syslog priority and facility in one number
+(`facility << 3 | level`), the record's
+sequence number, its monotonic time stamp in microseconds since boot, its flags (`-`, or `c`
+for a continued line), then the message (non-printable bytes escaped as `\\xNN`); the lines
+after it that begin with a space are its dictionary (`KEY=value`).
+
+Only kernel records (facility 0) are read as the kernel's: a process writing to `/dev/kmsg`
+(systemd, a container's init) is given the user facility by the kernel, so no process can plant
+an `NVRM: Xid` line that reads as the driver's.
+
+`KmsgLog` follows one reader: records at or below the last sequence number it kept are
+dropped (a snapshot file read again from its start), a jump in the sequence numbers is records
+the ring overwrote before they were read, and what it kept is bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from gpuprobe.host.kmsg import KmsgReader
+from gpuprobe.report import format_time
+
+KERNEL_FACILITY = 0
+
+
+@dataclass(frozen=True)
+class KmsgRecord:
+    """One kmsg record: its facility and level, sequence number, microseconds since boot,
+    flags, message and dictionary (` KEY=value` lines)."""
+
+    facility: int
+    level: int
+    sequence: int
+    usec: int
+    flags: str
+    message: str
+    dictionary: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kernel(self) -> bool:
+        """Whether the kernel wrote it (not a process writing to /dev/kmsg)."""
+        return self.facility == KERNEL_FACILITY
+
+
+def parse_record(text: str) -> KmsgRecord | None:
+    """A record as the device gives it (with its dictionary lines), or None when it is not
+    one (a damaged line in a snapshot's file)."""
+    first, *rest = text.split("\n")
+    prefix, sep, message = first.partition(";")
+    fields = prefix.split(",")
+    if not sep or len(fields) < 4:
+        return None
+    try:
+        priority, sequence, usec = int(fields[0]), int(fields[1]), int(fields[2])
+    except ValueError:
+        return None
+    if priority < 0 or sequence < 0 or usec < 0:
+        return None
+    dictionary: dict[str, str] = {}
+    for line in rest:
+        key, eq, value = line.strip().partition("=")
+        if eq and key:
+            dictionary[key] = value
+    return KmsgRecord(priority >> 3, priority & 7, sequence, usec, fields[3], message, dictionary)
+
+
+def log_line(record: KmsgRecord, boot: datetime | None) -> str:
+    """The record as a kernel log file's line: stamped with its time (boot time plus its
+    monotonic stamp, RFC 3339) when the boot time is known, else with its seconds since boot
+    as dmesg prints them."""
+    if boot is None:
+        return f"kernel: [{record.usec / 1e6:12.6f}] {record.message}"
+    stamp = format_time(boot + timedelta(microseconds=record.usec))
+    return f"{stamp} kernel: {record.message}"
+
+
+@dataclass
+class KmsgView:
+    """What a `KmsgLog` holds after a read: its kernel records' lines oldest first, whether the
+    device could be read (`error` None), the first record it kept (sequence and microseconds
+    since boot: "since when"), how many records it kept, and how many it lost (overwritten in
+    the ring before they were read, or dropped past its bound)."""
+
+    lines: list[str]
+    error: str | None
+    first_sequence: int | None
+    first_usec: int | None
+    records: int
+    lost: int
+
+
+class KmsgLog:
+    """Follows `/dev/kmsg` without re-reading: each `read()` takes only the records that
+    arrived since the last, and returns every kernel record kept so far (at most
+    `max_records`, the oldest dropped first). Thread-safe."""
+
+    def __init__(self, reader: KmsgReader, max_records: int = 65_536) -> None:
+        self.reader = reader
+        self._records: deque[KmsgRecord] = deque(maxlen=max_records)
+        self._last: int | None = None
+        self._first: KmsgRecord | None = None
+        self._kept = 0
+        self._lost = 0
+        self._error: str | None = None
+        self._lock = threading.Lock()
+
+    def read(self, boot: datetime | None) -> KmsgView:
+        """Read what arrived and return everything kept, as log lines."""
+        with self._lock:
+            self._take()
+            lines = [log_line(r, boot) for r in self._records]
+            first = self._first
+            return KmsgView(
+                lines,
+                self._error,
+                first.sequence if first else None,
+                first.usec if first else None,
+                self._kept,
+                self._lost,
+            )
+
+    def follow(self) -> list[KmsgRecord]:
+        """The kernel records that arrived since the last read (kept, too)."""
+        with self._lock:
+            return self._take()
+
+    def _take(self) -> list[KmsgRecord]:
+        batch = self.reader.read()
+        self._error = batch.error
+        new: list[KmsgRecord] = []
+        for text in batch.records:
+            record = parse_record(text)
+            if record is None or (self._last is not None and record.sequence <= self._last):
+                continue
+            if self._last is not None and record.sequence > self._last + 1:
+                self._lost += record.sequence - self._last - 1  # overwritten in the ring
+            self._last = record.sequence
+            if not record.kernel:
+                continue
+            if self._first is None:
+                self._first = record
+            if len(self._records) == self._records.maxlen:
+                self._lost += 1
+            self._records.append(record)
+            self._kept += 1
+            new.append(record)
+        if batch.overruns and self._last is None:
+            self._lost += batch.overruns  # an overrun before the first record: count unknown
+        return new
