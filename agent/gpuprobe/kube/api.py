@@ -1,6 +1,7 @@
 """The thin wrapper over the Kubernetes client library (lightkube): the few calls gpuprobe makes.
 
-lightkube is imported here only, and this module only when the feature is on, so an agent
+lightkube is imported here and in `kube.reader` (the audit's read-only lister) only, and
+those only when the feature is on, so an agent
 without Kubernetes access never loads it. Every failure of a call is one `KubeError` naming
 the verb and an HTTP status (or `timeout` / `unreachable`), which is what the
 `gpuprobe_kubernetes_errors_total{verb,code}` counter and the backoff need.
@@ -88,35 +89,7 @@ class KubeApi:
     """The calls gpuprobe makes, on the node it runs on and its events, returning plain dicts."""
 
     def __init__(self, access: Access, timeout: float) -> None:
-        import httpx2
-        import yaml
-        from lightkube import Client
-        from lightkube.config.kubeconfig import KubeConfig
-        from lightkube.config.models import Cluster, User
-        from lightkube.core.exceptions import ConfigError
-
-        try:
-            if access.kubeconfig is not None:
-                config = KubeConfig.from_file(access.kubeconfig)
-            else:
-                if access.server is None and not in_cluster_available(access.account):
-                    raise UsageError(
-                        f"kubernetes: no in-cluster credentials ({access.account}/token and "
-                        "$KUBERNETES_SERVICE_HOST); give --kubeconfig"
-                    )
-                token = access.account / "token"
-                server = access.server or _in_cluster_server()
-                config = KubeConfig.from_one(
-                    cluster=Cluster(server=server, certificate_auth=str(access.account / "ca.crt")),
-                    user=User(token_file=str(token)),
-                )
-            self._client = Client(
-                config, timeout=httpx2.Timeout(timeout), trust_env=False, field_manager="gpuprobe"
-            )
-        except (ConfigError, OSError, KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
-            where = access.kubeconfig or str(access.account)
-            text = " ".join(str(exc).split()) or type(exc).__name__
-            raise UsageError(f"kubernetes access ({where}): {text}") from None
+        self._client = make_client(access, timeout)
 
     def close(self) -> None:
         """Release the connection pool."""
@@ -215,6 +188,41 @@ class KubeApi:
             raise KubeError(verb, "401", str(exc)) from None
         except (httpx2.HTTPError, OSError) as exc:
             raise KubeError(verb, "unreachable", str(exc) or type(exc).__name__) from None
+
+
+def make_client(access: Access, timeout: float) -> Any:
+    """A lightkube client for `access` (a kubeconfig file, else the pod's service account),
+    each request bounded by `timeout` seconds; raises UsageError for access that cannot be
+    read (a missing or malformed kubeconfig, no in-cluster credentials)."""
+    import httpx2
+    import yaml
+    from lightkube import Client
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.config.models import Cluster, User
+    from lightkube.core.exceptions import ConfigError
+
+    try:
+        if access.kubeconfig is not None:
+            config = KubeConfig.from_file(access.kubeconfig)
+        else:
+            if access.server is None and not in_cluster_available(access.account):
+                raise UsageError(
+                    f"kubernetes: no in-cluster credentials ({access.account}/token and "
+                    "$KUBERNETES_SERVICE_HOST); give --kubeconfig"
+                )
+            token = access.account / "token"
+            server = access.server or _in_cluster_server()
+            config = KubeConfig.from_one(
+                cluster=Cluster(server=server, certificate_auth=str(access.account / "ca.crt")),
+                user=User(token_file=str(token)),
+            )
+        return Client(
+            config, timeout=httpx2.Timeout(timeout), trust_env=False, field_manager="gpuprobe"
+        )
+    except (ConfigError, OSError, KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
+        where = access.kubeconfig or str(access.account)
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise UsageError(f"kubernetes access ({where}): {text}") from None
 
 
 def _plain(obj: Any) -> dict[str, Any]:
