@@ -99,6 +99,11 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "source": ("source", "component"),
     "type": ("type",),
 }
+# A node's selectable fields (pkg/registry/core/node/strategy.go, NodeToSelectableFields).
+NODE_FIELDS: dict[str, tuple[str, ...]] = {
+    "metadata.name": ("metadata", "name"),
+    "spec.unschedulable": ("spec", "unschedulable"),
+}
 # The API groups a 1.31 API server serves without any add-on (those gpuprobe reads or writes).
 BUILT_IN_GROUPS: dict[str, list[str]] = {
     "apps": ["v1"],
@@ -658,7 +663,7 @@ class KubeStandIn:
         if key == ("", "v1", "nodes", "get", "") and info.namespace is None:
             return 200, copy.deepcopy(self._node(info.name))
         if key == ("", "v1", "nodes", "list", "") and info.namespace is None:
-            return 200, self._list_nodes(query.get("labelSelector", [""])[0])
+            return 200, self._list_nodes(query)
         if key[:4] == ("", "v1", "nodes", "patch") and info.subresource in ("", "status"):
             self.writes.append((token, info.rbac_resource, str(info.name)))
             interleave = self.faults.interleave if not info.subresource else None
@@ -681,14 +686,10 @@ class KubeStandIn:
             raise ApiFailure(404, "NotFound", f'nodes "{name}" not found')
         return self.nodes[name]
 
-    def _list_nodes(self, selector: str) -> dict[str, Any]:
-        items = [copy.deepcopy(n) for n in self.nodes.values() if _selects(selector, n)]
-        return {
-            "apiVersion": "v1",
-            "kind": "NodeList",
-            "metadata": {"resourceVersion": str(self._version)},
-            "items": items,
-        }
+    def _list_nodes(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """A NodeList, in name order, a page of `limit` at a time."""
+        store = {("", name): n for name, n in self.nodes.items()}
+        return self._page(store, None, query, NODE_FIELDS, "NodeList", "", "v1")
 
     def _discovery(self, path: str) -> dict[str, Any] | None:
         """The discovery documents (/api, /apis, /apis/GROUP, /version); None for any other

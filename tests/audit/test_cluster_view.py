@@ -367,3 +367,54 @@ def test_audit_without_targets_or_kubernetes_access_is_a_usage_error() -> None:
         "gpuprobe: audit: give --targets, or --kubeconfig (or run in a pod with a service "
         "account) to find the agents through the API server\n"
     )
+
+
+def test_pages_events_and_the_service_account(standin: KubeStandIn) -> None:
+    """In a pod (the service account's token and CA, the API server's address): 1,001 nodes
+    come in three pages of 500; a pod whose condition has no message yet is explained by its
+    FailedScheduling event (core/v1, as kube-scheduler records it)."""
+    from gpuprobe.audit.run import AuditOptions, audit
+    from gpuprobe.kube.api import Access
+
+    for i in range(1001):
+        standin.nodes[f"cpu-{i:04d}"] = {**copy_node(standin, i)}
+    standin.add_pod(pod("fresh", {"amd.com/gpu": "1"}))
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "fresh.1813e4a5b2c7d901", "namespace": "ml"},
+        "involvedObject": {"kind": "Pod", "namespace": "ml", "name": "fresh", "apiVersion": "v1"},
+        "reason": "FailedScheduling",
+        "message": "0/1002 nodes are available: 1002 Insufficient amd.com/gpu. preemption: "
+        "0/1002 nodes are available: 1002 No preemption victims found for incoming pod.",
+        "type": "Warning",
+        "source": {"component": "default-scheduler"},
+        "reportingComponent": "default-scheduler",
+        "reportingInstance": "",
+        "firstTimestamp": OLD,
+        "lastTimestamp": OLD,
+        "count": 3,
+    }
+    standin.add_object(event)
+    standin.add_user("sa-token", AUDITOR, auditor_rules())
+    account = standin.service_account_dir("sa-token")
+    server = f"https://127.0.0.1:{standin.port}"
+    before = len(standin.requests)
+    report = audit(
+        AuditOptions(targets=[], deadline=10, kube=Access(account=account, server=server))
+    )
+    asked = [path for _, method, path, _ in standin.requests[before:]]
+    assert asked.count("/api/v1/nodes") == 3
+    assert report.view is not None
+    (entry,) = report.view.waiting
+    assert entry["message"].startswith("0/1002 nodes are available: 1002 Insufficient amd.com/gpu")
+    assert [c["cause"] for c in entry["causes"]] == ["not_offered"]
+
+
+def copy_node(standin: KubeStandIn, i: int) -> dict[str, Any]:
+    """A CPU node as a kubelet registers it (the stand-in's own, renamed)."""
+    from kube_standin import node
+
+    found = node(f"cpu-{i:04d}")
+    found["metadata"]["resourceVersion"] = "1"
+    return found

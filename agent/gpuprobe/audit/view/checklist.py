@@ -35,15 +35,26 @@ def names(items: Sequence[str]) -> str:
 
 
 def unread(name: str, facts: ClusterFacts, *sources: str) -> Item | None:
-    """The item as UNKNOWN when a source it needs could not be read."""
+    """The item as UNKNOWN when a source it needs could not be read, or was never asked
+    (an earlier failure, the deadline)."""
     for source in sources:
         found = facts.sources.get(source)
-        if found is not None and found.state in ("forbidden", "failed"):
+        if found is None:
+            return Item(name, Status.UNKNOWN, f"not read: {source}: never asked", {})
+        if found.state in ("forbidden", "failed"):
             why = f"needs {found.missing}" if found.missing else found.detail
             return Item(
                 name, Status.UNKNOWN, f"not read: {source}: {why}", {"source": found.to_dict()}
             )
     return None
+
+
+def _why(facts: ClusterFacts, source: str) -> str:
+    """Why a source was not read, in a few words."""
+    found = facts.sources.get(source)
+    if found is None:
+        return "never asked"
+    return f"needs {found.missing}" if found.missing else found.detail or found.state
 
 
 def control_plane(facts: ClusterFacts) -> Judged:
@@ -205,6 +216,8 @@ def device_stack(facts: ClusterFacts) -> Judged:
     parts = [
         f"device plugin {d.namespace}/{d.name} {d.ready}/{d.desired} ready" for d in plugins
     ] or ["no device plugin DaemonSet found"]
+    if facts.state("daemonsets") != "read":
+        parts = [f"device plugins not read ({_why(facts, 'daemonsets')})"]
     if facts.cluster_policies:
         parts += [
             f"GPU Operator ClusterPolicy {n} {s or 'no state'}" for n, s in facts.cluster_policies
@@ -345,7 +358,9 @@ def shared_storage(facts: ClusterFacts) -> Judged:
         "NO_SHARED_STORAGE",
         Severity.WARNING,
         f"no StorageClass offers ReadWriteMany storage that pods on several nodes can mount "
-        f"(classes: {classes}) and no RWX claim is bound: distributed jobs have no shared "
+        f"(classes: {classes})"
+        + (" and no RWX claim is bound" if facts.state("persistentvolumeclaims") == "read" else "")
+        + ": distributed jobs have no shared "
         "checkpoint or dataset volume; install a shared file system's CSI driver (EFS, "
         "Filestore, Azure Files, NFS, CephFS, Lustre) and a StorageClass for it",
         Action.CHECK_STORAGE,
@@ -391,6 +406,10 @@ def spot(facts: ClusterFacts, agents: Mapping[str, AuditedNode]) -> Judged:
     )
     if not unhandled:
         return Item("spot", Status.OK, text, out), []
+    if facts.state("daemonsets") != "read":  # a termination handler may run unseen
+        return Item(
+            "spot", Status.UNKNOWN, f"{text}; handlers not read ({_why(facts, 'daemonsets')})", out
+        ), []
     finding = Finding(
         "SPOT_DRAIN_UNHANDLED",
         Severity.WARNING,
