@@ -28,6 +28,7 @@ Error bodies are `Status` objects, as the API server writes them.
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import json
 import re
@@ -425,6 +426,7 @@ class KubeStandIn:
         self.requests: list[tuple[float, str, str, int]] = []  # (arrival, method, path, code)
         self.writes: list[tuple[str, str, str]] = []  # (token, resource, name) of node writes
         self._version = 100
+        self._sorted: tuple[tuple[int, int, int], list[tuple[str, str]]] | None = None
         self._connections: set[socket.socket] = set()
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -738,6 +740,14 @@ class KubeStandIn:
         a page of `limit` at a time (`continue` names where the next page starts)."""
         return self._page(self.pods, namespace, query, POD_FIELDS, "PodList", "", "v1")
 
+    def _sorted_keys(self, store: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str]]:
+        """The store's keys in order, kept while nothing is added (a page of a big list
+        would sort it again otherwise)."""
+        mark = (id(store), len(store), self._version)
+        if self._sorted is None or self._sorted[0] != mark:
+            self._sorted = (mark, sorted(store))
+        return self._sorted[1]
+
     def _page(
         self,
         store: dict[tuple[str, str], dict[str, Any]],
@@ -758,14 +768,21 @@ class KubeStandIn:
             raise ApiFailure(400, "BadRequest", f"invalid limit {limit_text!r}")
         limit = int(limit_text)
         start = _continue_key(query.get("continue", [""])[0])
-        chosen = [
-            obj
-            for key, obj in sorted(store.items())
-            if (namespace is None or key[0] == namespace)
-            and (start is None or list(key) > start)
-            and _selects(labels, obj)
-            and all(_field_matches(obj, selectable, *t) for t in terms)
-        ]
+        keys = self._sorted_keys(store)
+        at = bisect.bisect_right(keys, tuple(start)) if start is not None else 0
+        chosen = []
+        # In key order from where the page starts, until one more than the limit is found
+        # (then there is a next page): a page costs what it scans, not the whole store.
+        for key in keys[at:]:
+            obj = store[key]
+            if (
+                (namespace is None or key[0] == namespace)
+                and _selects(labels, obj)
+                and all(_field_matches(obj, selectable, *t) for t in terms)
+            ):
+                chosen.append(obj)
+                if limit and len(chosen) > limit:
+                    break
         meta: dict[str, Any] = {"resourceVersion": str(self._version)}
         if limit and len(chosen) > limit:
             chosen = chosen[:limit]

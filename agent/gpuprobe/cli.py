@@ -755,8 +755,18 @@ def _audit(args: argparse.Namespace) -> int:
     # In a pod with a service account the API is read as well (its errors shown, not fatal).
     wants_kube = args.kubeconfig or args.config or in_cluster_available()
     read_kube = _kube_signals(args) if wants_kube else None
+    # The nodes' gpuprobe signals are read while the audit runs, not after it.
+    read: list[tuple[list[NodeSignals], str | None]] = []
+    reading = None
+    if read_kube is not None:
+        import threading
+
+        reading = threading.Thread(target=lambda: read.append(read_kube()), daemon=True)
+        reading.start()
     report = audit(options)
-    kube = read_kube() if read_kube is not None else None
+    if reading is not None:
+        reading.join()
+    kube = read[0] if read else None
     if args.json:
         chunks = report.json_chunks()
         if kube is not None:

@@ -76,10 +76,18 @@ def _held(resource: str, nodes: Sequence[NodeFacts], agents: Mapping[str, Audite
     return f"{text}, {allocated:g} allocated on the {len(known)} with agents (held on {named})"
 
 
-def explain(reason: Reason, nodes: Sequence[NodeFacts], agents: Mapping[str, AuditedNode]) -> Cause:
-    """What one scheduler reason means in this cluster."""
+def explain(
+    reason: Reason,
+    nodes: Sequence[NodeFacts] | None,
+    agents: Mapping[str, AuditedNode],
+) -> Cause:
+    """What one scheduler reason means in this cluster (`nodes` None: they were not read,
+    so nothing is concluded from them)."""
     if reason.cause == "insufficient":
         resource = reason.subject
+        if nodes is None:
+            meaning = f"not enough free {resource} (the nodes were not read)"
+            return Cause("insufficient", reason.nodes, resource, reason.text, meaning)
         if is_gpu_resource(resource) and not any(n.allocatable.get(resource) for n in nodes):
             return Cause(
                 "not_offered",
@@ -134,7 +142,10 @@ def explain(reason: Reason, nodes: Sequence[NodeFacts], agents: Mapping[str, Aud
 
 
 def pod_causes(
-    pod: WaitingPod, message: str, nodes: Sequence[NodeFacts], agents: Mapping[str, AuditedNode]
+    pod: WaitingPod,
+    message: str,
+    nodes: Sequence[NodeFacts] | None,
+    agents: Mapping[str, AuditedNode],
 ) -> list[Cause]:
     """Why one pod waits, most nodes first (a GPU shortage first among equals)."""
     if pod.node:
@@ -194,7 +205,8 @@ def waiting_view(
         if age is not None and age < window:
             continue
         message = pod.message or facts.events.get((pod.namespace, pod.name), "")
-        causes = pod_causes(pod, message, facts.nodes, agents)
+        nodes = facts.nodes if facts.state("nodes") == "read" else None
+        causes = pod_causes(pod, message, nodes, agents)
         asks = ", ".join(f"{v} {k}" for k, v in sorted(pod.requests.items()))
         if pod.claims:
             asks = ", ".join(filter(None, [asks, f"{pod.claims} DRA claim(s)"]))
