@@ -20,6 +20,15 @@ HTTPS server instead. It is as strict as the real one where gpuprobe's features 
   `metadata.namespace`, `spec.nodeName`, `status.phase`, ...; any other is a 400 `field label
   not supported`), `=`, `==` and `!=`; pages by `limit` and `continue`; a PodList as the API
   server writes it (items without `kind`/`apiVersion`), every pod validated on the way in;
+- it serves what the audit's cluster view reads: discovery (`/api`, `/apis`, `/apis/GROUP`,
+  `/version`, open to every authenticated user as the `system:discovery` role makes them),
+  nodes in pages, core/v1 Events (with the event registry's selectable fields),
+  PersistentVolumeClaims, ConfigMaps, DaemonSets, StorageClasses, CSIDrivers, and the custom
+  resources of groups a test `install`s (ClusterPolicies, PodGroups, JobSets, Kubeflow jobs,
+  NodePools, ResourceSlices); a group not installed answers 404, as on a real cluster; every
+  list pages by `limit`/`continue` with label and field selectors;
+- it knows several identities (`add_user`: a token, a user, the rules the manifests grant
+  that user), so the agent's RBAC and the auditor's (daemonset/auditor) are both enforced;
 - it can be told to be down (connections refused), slow, or to answer 409/429/500.
 
 Error bodies are `Status` objects, as the API server writes them.

@@ -57,38 +57,53 @@ def parse_time(text: str) -> datetime | None:
         return None
 
 
-def _held(resource: str, nodes: Sequence[NodeFacts], agents: Mapping[str, AuditedNode]) -> str:
-    """Where the GPUs of a resource are: allocatable in all, and the nodes whose agents say
-    how many are allocated (the fullest first)."""
-    offering = [n for n in nodes if n.allocatable.get(resource, 0) > 0]
-    total = sum(n.allocatable[resource] for n in offering)
-    known = []
-    for n in offering:
-        agent = agents.get(n.name)
-        if agent is not None and agent.usage is not None:
-            known.append((agent.usage.allocated, n))
-    text = f"{total} {resource} allocatable on {len(offering)} node(s)"
-    if not known:
-        return text + "; no agent tells how many are allocated"
-    allocated = sum(a for a, _ in known)
-    fullest = sorted(known, key=lambda an: (-an[0], an[1].name))[:NAMED_NODES]
-    named = ", ".join(f"{n.name} {a:g}/{n.allocatable[resource]}" for a, n in fullest)
-    return f"{text}, {allocated:g} allocated on the {len(known)} with agents (held on {named})"
+class Held:
+    """Where each GPU resource is offered and held, worked out once per resource (hundreds
+    of waiting pods name the same few resources; a cluster has thousands of nodes)."""
+
+    def __init__(self, nodes: Sequence[NodeFacts], agents: Mapping[str, AuditedNode]) -> None:
+        self.nodes = nodes
+        self.agents = agents
+        self._texts: dict[str, str] = {}
+
+    def offered(self, resource: str) -> bool:
+        """Whether any node offers the resource."""
+        if resource not in self._texts:
+            self._texts[resource] = self._held(resource)
+        return not self._texts[resource].startswith("0 ")
+
+    def __call__(self, resource: str) -> str:
+        """How many are allocatable, and allocated on which nodes (the fullest first)."""
+        if resource not in self._texts:
+            self._texts[resource] = self._held(resource)
+        return self._texts[resource]
+
+    def _held(self, resource: str) -> str:
+        offering = [n for n in self.nodes if n.allocatable.get(resource, 0) > 0]
+        total = sum(n.allocatable[resource] for n in offering)
+        known = []
+        for n in offering:
+            agent = self.agents.get(n.name)
+            if agent is not None and agent.usage is not None:
+                known.append((agent.usage.allocated, n))
+        text = f"{total} {resource} allocatable on {len(offering)} node(s)"
+        if not known:
+            return text + "; no agent tells how many are allocated"
+        allocated = sum(a for a, _ in known)
+        fullest = sorted(known, key=lambda an: (-an[0], an[1].name))[:NAMED_NODES]
+        named = ", ".join(f"{n.name} {a:g}/{n.allocatable[resource]}" for a, n in fullest)
+        return f"{text}, {allocated:g} allocated on the {len(known)} with agents (held on {named})"
 
 
-def explain(
-    reason: Reason,
-    nodes: Sequence[NodeFacts] | None,
-    agents: Mapping[str, AuditedNode],
-) -> Cause:
-    """What one scheduler reason means in this cluster (`nodes` None: they were not read,
-    so nothing is concluded from them)."""
+def explain(reason: Reason, held: Held | None) -> Cause:
+    """What one scheduler reason means in this cluster (`held` None: the nodes were not
+    read, so nothing is concluded from them)."""
     if reason.cause == "insufficient":
         resource = reason.subject
-        if nodes is None:
+        if held is None:
             meaning = f"not enough free {resource} (the nodes were not read)"
             return Cause("insufficient", reason.nodes, resource, reason.text, meaning)
-        if is_gpu_resource(resource) and not any(n.allocatable.get(resource) for n in nodes):
+        if is_gpu_resource(resource) and not held.offered(resource):
             return Cause(
                 "not_offered",
                 reason.nodes,
@@ -103,7 +118,7 @@ def explain(
                 reason.nodes,
                 resource,
                 reason.text,
-                "not enough free GPUs: " + _held(resource, nodes, agents),
+                "not enough free GPUs: " + held(resource),
             )
         return Cause(
             "insufficient", reason.nodes, resource, reason.text, f"not enough free {resource}"
@@ -141,12 +156,7 @@ def explain(
     )
 
 
-def pod_causes(
-    pod: WaitingPod,
-    message: str,
-    nodes: Sequence[NodeFacts] | None,
-    agents: Mapping[str, AuditedNode],
-) -> list[Cause]:
+def pod_causes(pod: WaitingPod, message: str, held: Held | None) -> list[Cause]:
     """Why one pod waits, most nodes first (a GPU shortage first among equals)."""
     if pod.node:
         return [
@@ -179,7 +189,7 @@ def pod_causes(
             )
         ]
     fit = decode(message)
-    causes = [explain(r, nodes, agents) for r in fit.reasons]
+    causes = [explain(r, held) for r in fit.reasons]
     rank = {"not_offered": 0, "insufficient": 1}
     return sorted(causes, key=lambda c: (-(c.nodes or 0), rank.get(c.cause, 2)))
 
@@ -199,14 +209,14 @@ def waiting_view(
 ) -> tuple[list[Finding], list[dict[str, Any]]]:
     """GPU_POD_PENDING for every GPU pod waiting past the window, and the pods' entries."""
     findings, entries = [], []
+    held = Held(facts.nodes, agents) if facts.state("nodes") == "read" else None
     for pod in facts.waiting:
         created = parse_time(pod.created)
         age = (now - created).total_seconds() if created else None
         if age is not None and age < window:
             continue
         message = pod.message or facts.events.get((pod.namespace, pod.name), "")
-        nodes = facts.nodes if facts.state("nodes") == "read" else None
-        causes = pod_causes(pod, message, nodes, agents)
+        causes = pod_causes(pod, message, held)
         asks = ", ".join(f"{v} {k}" for k, v in sorted(pod.requests.items()))
         if pod.claims:
             asks = ", ".join(filter(None, [asks, f"{pod.claims} DRA claim(s)"]))
