@@ -16,8 +16,9 @@ minutes, and tell nothing more).
 Each run is the whole command, `gpuprobe audit --json --kubeconfig K --deadline 60`, under
 /usr/bin/time (bench/audit_scale.py's `timed`): wall time and peak RSS. The deadline is
 generous, as bench/audit_scale.py's, so that the figure is the work, not a cut-off; a first
-run checks that every agent answered and every waiting pod was seen. The reference, in the same run: the same agents audited by `--targets @FILE`
-without the view. Prints a JSON object. Target: the whole audit within 10 s.
+run checks that every agent answered and every waiting pod was seen. The reference, in the
+same run: the same agents audited by `--targets @FILE` without the view. Prints a JSON
+object. Target: the whole audit within 10 s.
 """
 
 from __future__ import annotations
