@@ -254,3 +254,37 @@ def test_the_view_as_text_one_line_an_item_then_the_findings() -> None:
     )
     assert "          WARNING SPOT_DRAIN_UNHANDLED on cluster, action FIX_CONFIG" in lines
     assert lines[-1] == "  not read: storageclasses: needs list storageclasses.storage.k8s.io"
+
+
+def test_a_gang_starting_up_is_not_partly_scheduled_until_the_window_passes() -> None:
+    from gpuprobe.audit.view.pods import waiting_gpu_pod
+
+    found = facts(node("n1", GKE_A3, "8"), groups={"": ["v1"], "jobset.x-k8s.io": ["v1alpha2"]})
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": "llama-ft",
+        "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+    }
+    waiting = waiting_gpu_pod(
+        {
+            "metadata": {
+                "name": "llama-ft-workers-0-1",
+                "namespace": "ml",
+                "labels": labels,
+                "creationTimestamp": "2026-12-02T11:58:00Z",
+            },
+            "spec": {
+                "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]
+            },
+            "status": {"phase": "Pending"},
+        }
+    )
+    assert waiting is not None and waiting.gang is not None
+    found.waiting = [waiting]
+    found.gang_running = {waiting.gang: 1}
+    assert not [
+        f for f in judge(found, [], NOW, Windows(pending=300)).findings if f.code.startswith("GANG")
+    ]
+    late = judge(found, [], NOW, Windows(pending=60))
+    assert [(f.code, f.resource) for f in late.findings if f.code.startswith("GANG")] == [
+        ("GANG_PARTIALLY_SCHEDULED", "gang:JobSet:ml/llama-ft")
+    ]

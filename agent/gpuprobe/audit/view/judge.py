@@ -50,7 +50,7 @@ def judge(
     items = [item for item, _ in judged]
     findings: list[Finding] = [f for _, found in judged for f in found]
     pending, waiting = waiting_view(facts, agents, now, windows.pending)
-    partial, gangs = gang_view(facts)
+    partial, gangs = gang_view(facts, now, windows.pending)
     no_gang = no_gang_finding(facts)
     items.append(
         _pending_item(facts, len(pending), len(partial), no_gang is not None, windows.pending)

@@ -254,12 +254,17 @@ def waiting_view(
     return findings, entries
 
 
-def gang_view(facts: ClusterFacts) -> tuple[list[Finding], list[dict[str, Any]]]:
-    """GANG_PARTIALLY_SCHEDULED for gangs that run in part while the rest waits: a PodGroup
-    below its minMember with pods running, a JobSet or training job with running and
-    waiting pods."""
+def gang_view(
+    facts: ClusterFacts, now: datetime, window: float
+) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """GANG_PARTIALLY_SCHEDULED for gangs that run in part while the rest waits past the
+    window (a gang starting up runs in part for a moment): a PodGroup below its minMember
+    with pods running, a JobSet or training job with running and waiting pods."""
     waiting: dict[Gang, int] = {}
     for pod in facts.waiting:
+        created = parse_time(pod.created)
+        if created is not None and (now - created).total_seconds() < window:
+            continue
         if pod.gang is not None:
             waiting[pod.gang] = waiting.get(pod.gang, 0) + 1
     groups = {(g.namespace, g.name): g for g in facts.pod_groups}
