@@ -754,7 +754,13 @@ def _audit(args: argparse.Namespace) -> int:
 
     # In a pod with a service account the API is read as well (its errors shown, not fatal).
     wants_kube = args.kubeconfig or args.config or in_cluster_available()
-    read_kube = _kube_signals(args) if wants_kube else None
+    if view:  # the view's pass over the nodes keeps their signals: no second list
+        from dataclasses import replace
+
+        from gpuprobe.config import load_config
+
+        options = replace(options, signals=load_config(args.config).kubernetes)
+    read_kube = _kube_signals(args) if wants_kube and not view else None
     # The nodes' gpuprobe signals are read while the audit runs, not after it.
     read: list[tuple[list[NodeSignals], str | None]] = []
     reading = None
@@ -767,6 +773,10 @@ def _audit(args: argparse.Namespace) -> int:
     if reading is not None:
         reading.join()
     kube = read[0] if read else None
+    if report.view is not None:
+        kube = (report.view.signals, None)
+        if report.view.signals_error is not None:  # the view's deadline ran out first
+            kube = _kube_signals(args)()
     if args.json:
         chunks = report.json_chunks()
         if kube is not None:

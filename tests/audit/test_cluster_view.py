@@ -286,8 +286,15 @@ def test_a_cluster_with_waiting_gpu_pods_gangs_and_no_shared_storage(
                 ports=[{"name": "grpc", "containerPort": port, "protocol": "TCP"}],
             )
         )
+        before = len(standin.requests)
         report = audit_json(standin)
     assert [n["node"] for n in report["nodes"]] == ["gpu-node-17"]  # found through the API
+    # The nodes are listed once: the gpuprobe signals (`kubernetes`) come from the same pass.
+    asked = [path for _, _, path, _ in standin.requests[before:]]
+    assert asked.count("/api/v1/nodes") == 1
+    signals = report["kubernetes"]
+    assert signals["error"] is None
+    assert [n["node"] for n in signals["nodes"]] == ["gpu-node-17", "gpu-node-18", "gpu-node-19"]
     cluster = report["cluster"]
     codes = by_code(cluster)
     assert sorted(codes) == [

@@ -15,6 +15,7 @@ from gpuprobe.audit.shards import fetch_sharded, processes_for
 from gpuprobe.audit.view.judge import Windows, judge
 from gpuprobe.audit.view.read import ClusterFacts, Source, read_agents, read_rest
 from gpuprobe.client import Credentials
+from gpuprobe.config import KubernetesConfig
 from gpuprobe.kube.api import Access
 from gpuprobe.kube.reader import ClusterReader
 from gpuprobe.report import now
@@ -41,6 +42,8 @@ class AuditOptions:
     processes: int | None = None  # None: as many as the fleet's size and the cores call for
     kube: Access | None = None
     windows: Windows = field(default_factory=Windows)
+    # With the view: which nodes' gpuprobe signals to keep from its pass over the nodes.
+    signals: KubernetesConfig | None = None
 
 
 def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterReport:
@@ -55,7 +58,7 @@ def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterRep
         )
     reader = ClusterReader(options.kube, time.monotonic() + options.deadline)
     try:
-        facts = ClusterFacts()
+        facts = ClusterFacts(signal_config=options.signals)
         read_agents(reader, facts)
         if options.targets:
             found = discover(options.targets, options.deadline, resolver)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -72,6 +72,27 @@ def parse_selector(text: str) -> dict[str, Any]:
         else:
             pairs[key] = value
     return pairs
+
+
+def selects(text: str, labels: Mapping[str, str]) -> bool:
+    """Whether a selector of the form `parse_selector` reads picks an object with these
+    labels (as the API server would); raises UsageError on any other form."""
+    for term in (t.strip() for t in text.split(",") if t.strip()):
+        match = _TERM.fullmatch(term)
+        if not match or (match.group(1) and match.group(3)):
+            raise UsageError(f"kubernetes.taint.node_selector: cannot read {term!r}")
+        negate, key, op, value = match.groups()
+        if negate:
+            found = key not in labels
+        elif op is None:
+            found = key in labels
+        elif op == "!=":
+            found = labels.get(key) != value
+        else:
+            found = labels.get(key) == value
+        if not found:
+            return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,19 @@ def judge(
         waiting=waiting,
         gangs=gangs,
         sources=list(facts.sources.values()),
+        signals=facts.signals,
+        signals_error=_nodes_error(facts),
     )
+
+
+def _nodes_error(facts: ClusterFacts) -> str | None:
+    """Why the nodes were not read (None when they were)."""
+    source = facts.sources.get("nodes")
+    if source is None:
+        return "nodes: never asked"
+    if source.state != "read":
+        return f"nodes: {source.state}: {source.detail}"
+    return None
 
 
 def _pending_item(

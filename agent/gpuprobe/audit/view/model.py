@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprobe.audit.view.read import Source
+from gpuprobe.kube.once import NodeSignals
 from gpuprobe.report import Finding, Status, worst
 
 
@@ -41,6 +42,10 @@ class ClusterView:
     waiting: list[dict[str, Any]]
     gangs: list[dict[str, Any]]
     sources: list[Source]
+    # The GPU nodes' gpuprobe conditions and taints, read in the same pass as the nodes
+    # (`audit --json` writes them under `kubernetes`, not here), or why they were not.
+    signals: list[NodeSignals] = field(default_factory=list)
+    signals_error: str | None = None
 
     @property
     def status(self) -> Status:

@@ -37,7 +37,9 @@ from gpuprobe.audit.view.pods import (
     agent_pod,
     waiting_gpu_pod,
 )
-from gpuprobe.kube.api import KubeError
+from gpuprobe.config import KubernetesConfig
+from gpuprobe.kube.api import KubeError, selects
+from gpuprobe.kube.once import NodeSignals, signals
 from gpuprobe.kube.reader import ClusterReader, Kind
 
 # What the view keeps of long lists: the first this many waiting GPU pods (the rest only
@@ -91,6 +93,10 @@ class ClusterFacts:
     node_pools: list[str] = field(default_factory=list)
     autoscaler_status: str | None = None  # the status ConfigMap's first line, when found
     sources: dict[str, Source] = field(default_factory=dict)
+    # The GPU nodes' gpuprobe conditions and taints (audit's `kubernetes` key), kept from the
+    # same pass over the nodes when `signal_config` asks for them.
+    signal_config: KubernetesConfig | None = None
+    signals: list[NodeSignals] = field(default_factory=list)
 
     def state(self, name: str) -> str:
         """How reading a source went (`unread` when it was not tried)."""
@@ -246,7 +252,12 @@ def _crd(
 
 
 def _nodes(reader: ClusterReader, facts: ClusterFacts) -> None:
-    facts.nodes = [digest(n) for n in reader.each(kinds.NODES)]
+    config = facts.signal_config
+    for node in reader.each(kinds.NODES):
+        facts.nodes.append(digest(node))
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if config is not None and selects(config.taint.node_selector, labels):
+            facts.signals.append(signals(node, config.conditions))
 
 
 def _waiting(reader: ClusterReader, facts: ClusterFacts) -> None:
