@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprobe.audit.view.pods import _gpu_requests
+from gpuprobe.audit.view.pods import gpu_requests
 
 # DaemonSets that are a part of the GPU stack or handle spot notices, by what their name
 # (or their `app.kubernetes.io/name` label) says they are.
@@ -140,7 +140,7 @@ class GpuJob:
 def _template_gpu(template: Any) -> bool:
     if not isinstance(template, Mapping):
         return False
-    return bool(_gpu_requests(template.get("spec") or {}))
+    return bool(gpu_requests(template.get("spec") or {}))
 
 
 def job_set(obj: Mapping[str, Any]) -> GpuJob:

@@ -60,7 +60,8 @@ class WaitingPod:
         return f"pod:{self.namespace}/{self.name}"
 
 
-def _gpu_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+def gpu_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """The GPU resources a pod spec's containers ask for, summed (limits over requests)."""
     found: dict[str, int] = {}
     for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
         resources = container.get("resources") or {}
@@ -85,7 +86,7 @@ def gang_of(meta: Mapping[str, Any]) -> Gang | None:
 def waiting_gpu_pod(pod: Mapping[str, Any]) -> WaitingPod | None:
     """The pod as a waiting GPU pod; None when it asks for no GPU (nor a DRA claim)."""
     spec = pod.get("spec") or {}
-    requests = _gpu_requests(spec)
+    requests = gpu_requests(spec)
     claims = len(spec.get("resourceClaims") or [])
     if not requests and not claims:
         return None
