@@ -18,7 +18,14 @@ from conftest import ROOT, require
 
 DAEMONSET = ROOT / "daemonset"
 # "" is daemonset/ itself, the documented install (the base as is).
-KUSTOMIZATIONS = ["", "base", "overlays/rdma", "overlays/no-prometheus-operator", "overlays/tls"]
+KUSTOMIZATIONS = [
+    "",
+    "base",
+    "overlays/rdma",
+    "overlays/no-prometheus-operator",
+    "overlays/tls",
+    "auditor",  # the audit's read-only ClusterRole, applied apart from the agents
+]
 PROMETHEUS_RULE = DAEMONSET / "base" / "prometheusrule.yaml"
 DASHBOARD = DAEMONSET / "base" / "dashboards" / "gpuprobe-node-health.json"
 RULES_FILE = DAEMONSET / "overlays" / "no-prometheus-operator" / "gpuprobe.rules.yml"

@@ -20,6 +20,15 @@ HTTPS server instead. It is as strict as the real one where gpuprobe's features 
   `metadata.namespace`, `spec.nodeName`, `status.phase`, ...; any other is a 400 `field label
   not supported`), `=`, `==` and `!=`; pages by `limit` and `continue`; a PodList as the API
   server writes it (items without `kind`/`apiVersion`), every pod validated on the way in;
+- it serves what the audit's cluster view reads: discovery (`/api`, `/apis`, `/apis/GROUP`,
+  `/version`, open to every authenticated user as the `system:discovery` role makes them),
+  nodes in pages, core/v1 Events (with the event registry's selectable fields),
+  PersistentVolumeClaims, ConfigMaps, DaemonSets, StorageClasses, CSIDrivers, and the custom
+  resources of groups a test `install`s (ClusterPolicies, PodGroups, JobSets, Kubeflow jobs,
+  NodePools, ResourceSlices); a group not installed answers 404, as on a real cluster; every
+  list pages by `limit`/`continue` with label and field selectors;
+- it knows several identities (`add_user`: a token, a user, the rules the manifests grant
+  that user), so the agent's RBAC and the auditor's (daemonset/auditor) are both enforced;
 - it can be told to be down (connections refused), slow, to answer 409/429/500, to drip
   every answer a byte at a time, or to send raw answers a broken server or proxy gives (a
   redirect without a content type, an endless body, JSON of another shape).
@@ -30,6 +39,7 @@ Error bodies are `Status` objects, as the API server writes them.
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import json
 import re
@@ -81,6 +91,80 @@ POD_FIELDS: dict[str, tuple[str, ...]] = {
     "status.nominatedNodeName": ("status", "nominatedNodeName"),
 }
 
+# Every object has these selectable (apimachinery's DefaultClusterScopedAttr and
+# DefaultNamespaceScopedAttr); core/v1 Events add theirs (pkg/registry/core/event/strategy.go).
+META_FIELDS: dict[str, tuple[str, ...]] = {
+    "metadata.name": ("metadata", "name"),
+    "metadata.namespace": ("metadata", "namespace"),
+}
+EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    **META_FIELDS,
+    "involvedObject.kind": ("involvedObject", "kind"),
+    "involvedObject.namespace": ("involvedObject", "namespace"),
+    "involvedObject.name": ("involvedObject", "name"),
+    "involvedObject.uid": ("involvedObject", "uid"),
+    "involvedObject.apiVersion": ("involvedObject", "apiVersion"),
+    "involvedObject.resourceVersion": ("involvedObject", "resourceVersion"),
+    "involvedObject.fieldPath": ("involvedObject", "fieldPath"),
+    "reason": ("reason",),
+    "reportingComponent": ("reportingComponent",),
+    "source": ("source", "component"),
+    "type": ("type",),
+}
+# A node's selectable fields (pkg/registry/core/node/strategy.go, NodeToSelectableFields).
+NODE_FIELDS: dict[str, tuple[str, ...]] = {
+    "metadata.name": ("metadata", "name"),
+    "spec.unschedulable": ("spec", "unschedulable"),
+}
+# The API groups a 1.31 API server serves without any add-on (those gpuprobe reads or writes).
+BUILT_IN_GROUPS: dict[str, list[str]] = {
+    "apps": ["v1"],
+    "events.k8s.io": ["v1"],
+    "rbac.authorization.k8s.io": ["v1"],
+    "storage.k8s.io": ["v1"],
+}
+# Groups that custom resources (or an opt-in API, resource.k8s.io) bring: served only once
+# `install`ed.
+CUSTOM_GROUPS = {
+    "nvidia.com",
+    "mellanox.com",
+    "scheduling.volcano.sh",
+    "scheduling.x-k8s.io",
+    "jobset.x-k8s.io",
+    "kubeflow.org",
+    "trainer.kubeflow.org",
+    "karpenter.sh",
+    "kueue.x-k8s.io",
+    "scheduling.run.ai",
+    "leaderworkerset.x-k8s.io",
+}
+# The kinds the cluster view reads beside nodes and pods, by (group, plural).
+SERVED: dict[tuple[str, str], str] = {
+    ("", "events"): "Event",
+    ("", "persistentvolumeclaims"): "PersistentVolumeClaim",
+    ("", "configmaps"): "ConfigMap",
+    ("apps", "daemonsets"): "DaemonSet",
+    ("storage.k8s.io", "storageclasses"): "StorageClass",
+    ("storage.k8s.io", "csidrivers"): "CSIDriver",
+    ("resource.k8s.io", "resourceslices"): "ResourceSlice",
+    ("nvidia.com", "clusterpolicies"): "ClusterPolicy",
+    ("mellanox.com", "nicclusterpolicies"): "NicClusterPolicy",
+    ("scheduling.volcano.sh", "podgroups"): "PodGroup",
+    ("scheduling.x-k8s.io", "podgroups"): "PodGroup",
+    ("jobset.x-k8s.io", "jobsets"): "JobSet",
+    ("kubeflow.org", "pytorchjobs"): "PyTorchJob",
+    ("kubeflow.org", "mpijobs"): "MPIJob",
+    ("karpenter.sh", "nodepools"): "NodePool",
+}
+PLURALS = {kind: plural for (_, plural), kind in SERVED.items()}
+AUDITOR = "system:serviceaccount:gpuprobe:gpuprobe-auditor"
+
+
+def _group_document(group: str, versions: list[str]) -> dict[str, Any]:
+    """One APIGroup of the discovery document."""
+    listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"kind": "APIGroup", "name": group, "versions": listed, "preferredVersion": listed[0]}
+
 
 class ApiFailure(Exception):
     """An error response: HTTP code, Status reason and message."""
@@ -109,16 +193,16 @@ class Rule:
         )
 
 
-def cluster_role_rules(objects: list[dict[str, Any]]) -> list[Rule]:
-    """The rules the rendered manifests grant the agent's ServiceAccount through a
-    ClusterRoleBinding (only those: an unbound role grants nothing)."""
+def cluster_role_rules(objects: list[dict[str, Any]], user: str = SERVICE_ACCOUNT) -> list[Rule]:
+    """The rules the rendered manifests grant a ServiceAccount (the agent's by default)
+    through a ClusterRoleBinding (only those: an unbound role grants nothing)."""
     roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
     rules: list[Rule] = []
     for binding in (o for o in objects if o["kind"] == "ClusterRoleBinding"):
         subjects = binding.get("subjects") or []
         bound = any(
             s["kind"] == "ServiceAccount"
-            and f"system:serviceaccount:{s['namespace']}:{s['name']}" == SERVICE_ACCOUNT
+            and f"system:serviceaccount:{s['namespace']}:{s['name']}" == user
             for s in subjects
         )
         role = roles.get(binding["roleRef"]["name"])
@@ -358,6 +442,12 @@ class KubeStandIn:
         self.directory = directory
         self.rules = rules
         self.tokens: set[str] = {"agent-token"}
+        # Who each token is, and what RBAC grants them (the agent's by default).
+        self.users: dict[str, tuple[str, list[Rule]]] = {"agent-token": (SERVICE_ACCOUNT, rules)}
+        # Objects of the other kinds (the cluster view's), by (group, plural), then by
+        # (namespace, name) ("" for cluster-scoped); and the API groups served beside core.
+        self.objects: dict[tuple[str, str], dict[tuple[str, str], dict[str, Any]]] = {}
+        self.groups: dict[str, list[str]] = dict(BUILT_IN_GROUPS)
         self.nodes: dict[str, dict[str, Any]] = {}
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}  # by (namespace, name)
@@ -366,6 +456,7 @@ class KubeStandIn:
         self.writes: list[tuple[str, str, str]] = []  # (token, resource, name) of node writes
         self.raw_sent = 0  # body bytes of chunked raw answers sent (a client stops reading)
         self._version = 100
+        self._sorted: tuple[tuple[int, int, int], list[tuple[str, str]]] | None = None
         self._connections: set[socket.socket] = set()
         self._lock = threading.RLock()
         self._server: ThreadingHTTPServer | None = None
@@ -375,10 +466,59 @@ class KubeStandIn:
         self._context.load_cert_chain(self.pki.server_cert, self.pki.server_key)
 
     # -- set-up ---------------------------------------------------------------------------
-    def add_node(self, name: str, labels: dict[str, str] | None = None, **extra: Any) -> None:
-        """Register a node (extra: `taints=[...]` and the like, under spec)."""
+    def add_user(self, token: str, user: str, rules: list[Rule]) -> None:
+        """Another identity: its bearer token, its user name, what RBAC grants it."""
+        self.tokens.add(token)
+        self.users[token] = (user, rules)
+
+    def install(self, group: str, versions: list[str]) -> None:
+        """Serve an API group (a CRD's, or resource.k8s.io): discovery lists it and its
+        collections answer; a group not installed answers 404, as on a real cluster."""
+        with self._lock:
+            self.groups[group] = versions
+
+    def add_object(self, obj: dict[str, Any]) -> None:
+        """Store an object of a kind the cluster view reads (a DaemonSet, a StorageClass, a
+        PodGroup, ...), as `kubectl get -o json` prints it. Built-in kinds are validated
+        against Kubernetes' schemas, strictly; a custom resource must name a served group
+        and version and carry a valid name."""
+        obj = copy.deepcopy(obj)
+        group, _, version = obj["apiVersion"].rpartition("/")
+        plural = PLURALS.get(obj["kind"])
+        if plural is None:
+            raise ApiFailure(400, "BadRequest", f"the stand-in serves no {obj['kind']}")
+        if group in CUSTOM_GROUPS or group == "resource.k8s.io":
+            if version not in self.groups.get(group, []):
+                raise ApiFailure(404, "NotFound", f"{obj['apiVersion']} is not served")
+            name = obj.get("metadata", {}).get("name", "")
+            if not DNS_SUBDOMAIN.fullmatch(name):
+                raise ApiFailure(422, "Invalid", f"metadata.name: {name!r} is not a DNS subdomain")
+        else:
+            decode_times(obj)
+            validate(obj)
+        meta = obj["metadata"]
+        with self._lock:
+            self._version += 1
+            meta["resourceVersion"] = str(self._version)
+            self.objects.setdefault((group, plural), {})[
+                (meta.get("namespace", ""), meta["name"])
+            ] = obj
+
+    def add_node(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        status: dict[str, Any] | None = None,
+        annotations: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        """Register a node (extra: `taints=[...]` and the like, under spec; `status` merged
+        into the status: capacity, allocatable, nodeInfo)."""
         obj = node(name, labels)
         obj["spec"].update(extra)
+        obj["status"].update(status or {})
+        if annotations:
+            obj["metadata"]["annotations"] = annotations
         validate(obj)
         with self._lock:
             self._store_node(obj)
@@ -511,10 +651,11 @@ class KubeStandIn:
         if not auth.startswith("Bearer ") or auth[len("Bearer ") :] not in self.tokens:
             raise ApiFailure(401, "Unauthorized", "Unauthorized")
         token = auth[len("Bearer ") :]
+        user, rules = self.users.get(token, (SERVICE_ACCOUNT, self.rules))
+        if method == "GET" and (found := self._discovery(path)) is not None:
+            return 200, found  # system:discovery grants these to every authenticated user
         info = request_info(method, path)
-        if not any(
-            r.allows(info.group, info.rbac_resource, info.verb, info.name) for r in self.rules
-        ):
+        if not any(r.allows(info.group, info.rbac_resource, info.verb, info.name) for r in rules):
             where = (
                 f' in the namespace "{info.namespace}"'
                 if info.namespace
@@ -527,7 +668,7 @@ class KubeStandIn:
                 403,
                 "Forbidden",
                 f"{info.resource}{'/' + info.subresource if info.subresource else ''}"
-                f'{named} is forbidden: User "{SERVICE_ACCOUNT}" cannot {info.verb} '
+                f'{named} is forbidden: User "{user}" cannot {info.verb} '
                 f'resource "{info.rbac_resource}" in API group "{info.group}"{where}',
             )
         if self.faults.delay:
@@ -554,7 +695,7 @@ class KubeStandIn:
         if key == ("", "v1", "nodes", "get", "") and info.namespace is None:
             return 200, copy.deepcopy(self._node(info.name))
         if key == ("", "v1", "nodes", "list", "") and info.namespace is None:
-            return 200, self._list_nodes(query.get("labelSelector", [""])[0])
+            return 200, self._list_nodes(query)
         if key[:4] == ("", "v1", "nodes", "patch") and info.subresource in ("", "status"):
             self.writes.append((token, info.rbac_resource, str(info.name)))
             interleave = self.faults.interleave if not info.subresource else None
@@ -564,6 +705,8 @@ class KubeStandIn:
             return 200, self._patch_node(str(info.name), info.subresource, payload, content_type)
         if key == ("", "v1", "pods", "list", ""):
             return 200, self._list_pods(info.namespace, query)
+        if (info.group, info.resource) in SERVED and info.verb in ("list", "get"):
+            return 200, self._read_object(info, query)
         if key == ("events.k8s.io", "v1", "events", "create", "") and info.namespace:
             return 201, self._create_event(info.namespace, payload)
         if key == ("events.k8s.io", "v1", "events", "patch", "") and info.namespace:
@@ -575,48 +718,117 @@ class KubeStandIn:
             raise ApiFailure(404, "NotFound", f'nodes "{name}" not found')
         return self.nodes[name]
 
-    def _list_nodes(self, selector: str) -> dict[str, Any]:
-        items = [copy.deepcopy(n) for n in self.nodes.values() if _selects(selector, n)]
-        return {
-            "apiVersion": "v1",
-            "kind": "NodeList",
-            "metadata": {"resourceVersion": str(self._version)},
-            "items": items,
-        }
+    def _list_nodes(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """A NodeList, in name order, a page of `limit` at a time."""
+        store = {("", name): n for name, n in self.nodes.items()}
+        return self._page(store, None, query, NODE_FIELDS, "NodeList", "", "v1")
+
+    def _discovery(self, path: str) -> dict[str, Any] | None:
+        """The discovery documents (/api, /apis, /apis/GROUP, /version); None for any other
+        path."""
+        path = path.rstrip("/")
+        if path == "/version":
+            return {"major": "1", "minor": KUBERNETES.split(".")[1], "gitVersion": f"v{KUBERNETES}"}
+        if path == "/api":
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+        if path == "/apis":
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [_group_document(g, v) for g, v in sorted(self.groups.items())],
+            }
+        parts = path.split("/")
+        if len(parts) == 3 and parts[1] == "apis":
+            if parts[2] not in self.groups:
+                raise ApiFailure(
+                    404, "NotFound", "the server could not find the requested resource"
+                )
+            return {"apiVersion": "v1", **_group_document(parts[2], self.groups[parts[2]])}
+        return None
+
+    def _read_object(self, info: RequestInfo, query: dict[str, list[str]]) -> dict[str, Any]:
+        """A get or a list of a kind the cluster view reads: 404 when its group or version
+        is not served, as the API server answers for a resource it does not know."""
+        served = self.groups.get(info.group, ["v1"]) if info.group else ["v1"]
+        if info.version not in served or info.subresource:
+            raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        store = self.objects.get((info.group, info.resource), {})
+        kind = SERVED[(info.group, info.resource)]
+        if info.verb == "get":
+            found = store.get((info.namespace or "", str(info.name)))
+            if found is None:
+                what = f"{info.resource}.{info.group}" if info.group else info.resource
+                raise ApiFailure(404, "NotFound", f'{what} "{info.name}" not found')
+            return copy.deepcopy(found)
+        fields = EVENT_FIELDS if kind == "Event" else META_FIELDS
+        return self._page(
+            store, info.namespace, query, fields, f"{kind}List", info.group, info.version
+        )
 
     def _list_pods(self, namespace: str | None, query: dict[str, list[str]]) -> dict[str, Any]:
         """A PodList: the pods the namespace, label and field selectors pick, in key order,
         a page of `limit` at a time (`continue` names where the next page starts)."""
+        return self._page(self.pods, namespace, query, POD_FIELDS, "PodList", "", "v1")
+
+    def _sorted_keys(self, store: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str]]:
+        """The store's keys in order, kept while nothing is added (a page of a big list
+        would sort it again otherwise)."""
+        mark = (id(store), len(store), self._version)
+        if self._sorted is None or self._sorted[0] != mark:
+            self._sorted = (mark, sorted(store))
+        return self._sorted[1]
+
+    def _page(
+        self,
+        store: dict[tuple[str, str], dict[str, Any]],
+        namespace: str | None,
+        query: dict[str, list[str]],
+        selectable: dict[str, tuple[str, ...]],
+        list_kind: str,
+        group: str,
+        version: str,
+    ) -> dict[str, Any]:
+        """A list: the objects the namespace, label and field selectors pick, in key order,
+        a page of `limit` at a time (`continue` names where the next page starts)."""
         labels = query.get("labelSelector", [""])[0]
         selector = query.get("fieldSelector", [""])[0]
-        terms = _field_terms(selector, labels)
+        terms = _field_terms(selector, labels, selectable, list_kind)
         limit_text = query.get("limit", ["0"])[0]
         if not limit_text.isdecimal():
             raise ApiFailure(400, "BadRequest", f"invalid limit {limit_text!r}")
         limit = int(limit_text)
         start = _continue_key(query.get("continue", [""])[0])
-        chosen = [
-            pod
-            for key, pod in sorted(self.pods.items())
-            if (namespace is None or key[0] == namespace)
-            and (start is None or list(key) > start)
-            and _selects(labels, pod)
-            and all(_field_matches(pod, *t) for t in terms)
-        ]
+        keys = self._sorted_keys(store)
+        at = bisect.bisect_right(keys, tuple(start)) if start is not None else 0
+        chosen = []
+        # In key order from where the page starts, until one more than the limit is found
+        # (then there is a next page): a page costs what it scans, not the whole store.
+        for key in keys[at:]:
+            obj = store[key]
+            if (
+                (namespace is None or key[0] == namespace)
+                and _selects(labels, obj)
+                and all(_field_matches(obj, selectable, *t) for t in terms)
+            ):
+                chosen.append(obj)
+                if limit and len(chosen) > limit:
+                    break
         meta: dict[str, Any] = {"resourceVersion": str(self._version)}
         if limit and len(chosen) > limit:
             chosen = chosen[:limit]
             last = chosen[-1]["metadata"]
-            key = [last.get("namespace", "default"), last["name"]]
+            key = [last.get("namespace", "default" if store is self.pods else ""), last["name"]]
             meta["continue"] = base64.urlsafe_b64encode(
                 json.dumps({"v": "meta.k8s.io/v1", "rv": self._version, "start": key}).encode()
             ).decode()
         items = []
-        for pod in chosen:
-            item = copy.deepcopy(pod)
-            item.pop("kind", None), item.pop("apiVersion", None)  # a list's items carry neither
+        for obj in chosen:
+            item = copy.deepcopy(obj)
+            if not group or group in BUILT_IN_GROUPS:  # a built-in list's items carry neither
+                item.pop("kind", None), item.pop("apiVersion", None)
             items.append(item)
-        return {"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items}
+        api_version = f"{group}/{version}" if group else version
+        return {"kind": list_kind, "apiVersion": api_version, "metadata": meta, "items": items}
 
     def _patch(self, old: dict[str, Any], payload: Any, content_type: str) -> dict[str, Any]:
         if not isinstance(payload, dict):
@@ -749,9 +961,14 @@ def _selects(selector: str, obj: dict[str, Any]) -> bool:
     return True
 
 
-def _field_terms(selector: str, labels: str) -> list[tuple[str, bool, str]]:
-    """A pod field selector's terms (field, equal?, value); 400 for a malformed one or a
-    field the pod registry does not make selectable, as the API server answers."""
+def _field_terms(
+    selector: str,
+    labels: str,
+    selectable: dict[str, tuple[str, ...]] = POD_FIELDS,
+    list_kind: str = "PodList",
+) -> list[tuple[str, bool, str]]:
+    """A field selector's terms (field, equal?, value); 400 for a malformed one or a field
+    the kind's registry does not make selectable, as the API server answers."""
     terms = []
     for term in filter(None, (t.strip() for t in selector.split(","))):
         match = re.fullmatch(r"([^=!]+?)(==|=|!=)(.*)", term)
@@ -760,20 +977,23 @@ def _field_terms(selector: str, labels: str) -> list[tuple[str, bool, str]]:
                 400, "BadRequest", f"invalid selector: '{selector}'; can't understand '{term}'"
             )
         name, op, value = match.groups()
-        if name not in POD_FIELDS:
+        if name not in selectable:
+            resource = list_kind.removesuffix("List").lower() + "s"
             raise ApiFailure(
                 400,
                 "BadRequest",
-                f'Unable to find "/v1, Resource=pods" that match label selector "{labels}", '
+                f'Unable to find "/v1, Resource={resource}" that match label selector "{labels}", '
                 f'field selector "{selector}": field label not supported: {name}',
             )
         terms.append((name, op != "!=", value))
     return terms
 
 
-def _field_matches(pod: dict[str, Any], name: str, equal: bool, value: str) -> bool:
-    where: Any = pod
-    for part in POD_FIELDS[name]:
+def _field_matches(
+    obj: dict[str, Any], selectable: dict[str, tuple[str, ...]], name: str, equal: bool, value: str
+) -> bool:
+    where: Any = obj
+    for part in selectable[name]:
         where = where.get(part) if isinstance(where, dict) else None
     if isinstance(where, bool):
         where = "true" if where else "false"
@@ -920,6 +1140,13 @@ def manifest_rules() -> list[Rule]:
     from deployment import objects
 
     return cluster_role_rules(objects(""))
+
+
+def auditor_rules() -> list[Rule]:
+    """The rules `kubectl kustomize daemonset/auditor` grants the auditor's account."""
+    from deployment import objects
+
+    return cluster_role_rules(objects("auditor"), AUDITOR)
 
 
 @contextmanager

@@ -172,9 +172,28 @@ def build_parser() -> _Parser:
         "audit", help="query many agents over gRPC and print a cluster report"
     )
     _add_audit_flags(audit)
-    _add_kubeconfig_flag(audit, "also show each GPU node's gpuprobe conditions and taints")
+    _add_kubeconfig_flag(
+        audit,
+        "read the cluster view (and, without --targets, find the agents there), and show each "
+        "GPU node's gpuprobe conditions and taints",
+    )
     audit.add_argument(
         "--config", metavar="FILE", help="gpuprobe configuration: its kubernetes section"
+    )
+    audit.add_argument(
+        "--pending-window",
+        type=_window,
+        default=300.0,
+        metavar="SECONDS",
+        help="the cluster view reports GPU pods Pending longer than this (default 300)",
+    )
+    audit.add_argument(
+        "--idle-window",
+        type=_window,
+        default=3600.0,
+        metavar="SECONDS",
+        help="the cluster view reports GPU nodes with no GPU allocated longer than this "
+        "(default 3600)",
     )
     audit.set_defaults(func=_audit)
 
@@ -295,11 +314,24 @@ def _add_kubeconfig_flag(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def _add_cluster_flags(parser: argparse.ArgumentParser, deadline: float) -> None:
+def _window(text: str) -> float:
+    """--pending-window, --idle-window: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"not a number of seconds of 0 or more: {text!r}")
+    return value
+
+
+def _add_cluster_flags(
+    parser: argparse.ArgumentParser, deadline: float, targets_required: bool = True
+) -> None:
     """The flags of commands that talk to many agents: who, and with which credentials."""
     parser.add_argument(
         "--targets",
-        required=True,
+        required=targets_required,
         metavar="T",
         help="agents: comma-separated HOST:PORT ([V6]:PORT) and dns:NAME:PORT (every address "
         "NAME resolves to, e.g. a headless Service); @FILE reads them from FILE",
@@ -331,7 +363,8 @@ def _add_cluster_flags(parser: argparse.ArgumentParser, deadline: float) -> None
 
 
 def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
-    _add_cluster_flags(parser, deadline=5.0)
+    # Without --targets, the agents are found through the API server (--kubeconfig).
+    _add_cluster_flags(parser, deadline=5.0, targets_required=False)
     parser.add_argument(
         "--fail-on",
         type=_fail_on,
@@ -716,23 +749,54 @@ def _audit(args: argparse.Namespace) -> int:
 
     from gpuprobe.audit.render import render_cluster
     from gpuprobe.audit.run import AuditOptions, audit
+    from gpuprobe.audit.view.judge import Windows
+    from gpuprobe.errors import UsageError
+    from gpuprobe.kube.api import Access, in_cluster_available
     from gpuprobe.report import Status
     from gpuprobe.targets import parse_targets
 
+    # The cluster view is read with a kubeconfig, or in a pod with a service account.
+    view = args.kubeconfig is not None or in_cluster_available()
+    if args.targets is None and not view:
+        raise UsageError(
+            "audit: give --targets, or --kubeconfig (or run in a pod with a service account) "
+            "to find the agents through the API server"
+        )
     options = AuditOptions(
-        targets=parse_targets(args.targets),
+        targets=parse_targets(args.targets) if args.targets is not None else [],
         credentials=_credentials(args),
         deadline=args.deadline,
         concurrency=args.concurrency,
         price_per_gpu_hour=args.price_per_gpu_hour,
+        kube=Access(kubeconfig=args.kubeconfig) if view else None,
+        windows=Windows(pending=args.pending_window, idle=args.idle_window),
     )
-    from gpuprobe.kube.api import in_cluster_available
 
     # In a pod with a service account the API is read as well (its errors shown, not fatal).
     wants_kube = args.kubeconfig or args.config or in_cluster_available()
-    read_kube = _kube_signals(args) if wants_kube else None
+    if view:  # the view's pass over the nodes keeps their signals: no second list
+        from dataclasses import replace
+
+        from gpuprobe.config import load_config
+
+        options = replace(options, signals=load_config(args.config).kubernetes)
+    read_kube = _kube_signals(args) if wants_kube and not view else None
+    # The nodes' gpuprobe signals are read while the audit runs, not after it.
+    read: list[tuple[list[NodeSignals], str | None]] = []
+    reading = None
+    if read_kube is not None:
+        import threading
+
+        reading = threading.Thread(target=lambda: read.append(read_kube()), daemon=True)
+        reading.start()
     report = audit(options)
-    kube = read_kube() if read_kube is not None else None
+    if reading is not None:
+        reading.join()
+    kube = read[0] if read else None
+    if report.view is not None:
+        kube = (report.view.signals, None)
+        if report.view.signals_error is not None:  # the view's deadline ran out first
+            kube = _kube_signals(args)()
     if args.json:
         chunks = report.json_chunks()
         if kube is not None:

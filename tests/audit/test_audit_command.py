@@ -418,8 +418,9 @@ def test_dns_discovery_through_the_system_resolver(cluster: Cluster) -> None:
             "(see gpuprobe audit --help)",
         ),
         (
-            [],
-            "gpuprobe: the following arguments are required: --targets (see gpuprobe audit --help)",
+            [],  # no targets, and no Kubernetes access to find the agents through
+            "gpuprobe: audit: give --targets, or --kubeconfig (or run in a pod with a service "
+            "account) to find the agents through the API server",
         ),
     ],
 )

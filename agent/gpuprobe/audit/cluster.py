@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuprobe.audit.facts import SKEW_FIELDS, Counts, counts, skew_values
 from gpuprobe.audit.skew import Skew, find_all_skew
@@ -22,6 +22,9 @@ from gpuprobe.client import Fetched
 from gpuprobe.report import Finding, Status, exit_status, format_time, worst
 from gpuprobe.targets import DnsFailure
 from gpuprobe.unreachable import Failure, Unreachable
+
+if TYPE_CHECKING:  # the view imports this module: only its type is needed here
+    from gpuprobe.audit.view.model import ClusterView
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class AuditedNode:
     time: datetime | None = None
     unreachable: Unreachable | None = None
     usage: Usage | None = None  # from the workloads check, when it ran
+    checks: tuple[str, ...] = ()  # the checks the agent ran (the cluster view reads them)
 
     @property
     def reachable(self) -> bool:
@@ -91,11 +95,16 @@ class ClusterReport:
     totals: Totals
     usage: Usage | None = None  # the reachable nodes' GPU usage (None: no workloads check)
     price_per_gpu_hour: float | None = None
+    view: ClusterView | None = None  # what the API server says (audit --kubeconfig)
 
     @property
     def status(self) -> Status:
-        """The worst node status (UNKNOWN for unreachable targets); OK for no node."""
-        return worst(n.status for n in self.nodes)
+        """The worst node status (UNKNOWN for unreachable targets) and, with the cluster
+        view, its status; OK for no node."""
+        statuses = [n.status for n in self.nodes]
+        if self.view is not None:
+            statuses.append(self.view.status)
+        return worst(statuses)
 
     def exit_status(self, fail_on: Status | None = None) -> int:
         """The exit status: the contract's (2 CRITICAL, 1 WARNING, 3 UNKNOWN, 0 OK), or with
@@ -116,6 +125,8 @@ class ClusterReport:
         }
         if (usage := self._usage_dict()) is not None:
             report["usage"] = usage
+        if self.view is not None:
+            report["cluster"] = self.view.to_dict()
         return report
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -132,12 +143,14 @@ class ClusterReport:
             yield ("\n  " if i == 0 else ",\n  ") + json.dumps(node.to_dict())
         yield "\n ],\n"
         yield f' "skew": {json.dumps([s.to_dict() for s in self.skew])},\n'
-        usage = self._usage_dict()
-        if usage is None:
-            yield f' "totals": {json.dumps(self.totals.to_dict())}}}\n'
-        else:
-            yield f' "totals": {json.dumps(self.totals.to_dict())},\n'
-            yield f' "usage": {json.dumps(usage)}}}\n'
+        tail: list[tuple[str, dict[str, Any]]] = [("totals", self.totals.to_dict())]
+        if (usage := self._usage_dict()) is not None:
+            tail.append(("usage", usage))
+        if self.view is not None:
+            tail.append(("cluster", self.view.to_dict()))
+        for i, (key, value) in enumerate(tail):
+            end = "}\n" if i == len(tail) - 1 else ",\n"
+            yield f" {json.dumps(key)}: {json.dumps(value)}{end}"
 
     def _usage_dict(self) -> dict[str, Any] | None:
         """The usage totals, for the cluster and each node (None without any)."""
@@ -178,6 +191,7 @@ def audited(fetched: Fetched) -> AuditedNode:
         agent_version=fetched.agent_version or None,
         time=report.time,
         usage=usage(report),
+        checks=tuple(c.name for c in report.checks),
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport
 from gpuprobe.audit.facts import Counts, driver_needed, ranked_images
 from gpuprobe.audit.usage import Usage
+from gpuprobe.audit.view.model import ClusterView
 from gpuprobe.causes import Cause, gpu_list, group, same_on_every_node, worst_first
 from gpuprobe.render import (
     CAUSE_INDENT,
@@ -76,6 +77,8 @@ def render_cluster(report: ClusterReport, colour: bool = False, width: int | Non
             lines += wrap(line, 8, width, first=0)
     for line in _workload_failures(c):
         lines += wrap(line, 4, width, first=0) if line else [line]
+    if report.view is not None:
+        lines += render_view(report.view, colour, width)
     return "\n".join(lines) + "\n"
 
 
@@ -138,6 +141,28 @@ def _named(nodes: list[str]) -> str:
     more = len(nodes) - NODES_NAMED
     shown = ", ".join(nodes[:NODES_NAMED]) + (f" and {more} more" if more > 0 else "")
     return f"{counted(len(nodes), 'node')}: {shown}"
+
+
+def render_view(view: ClusterView, colour: bool = False, width: int | None = None) -> list[str]:
+    """The cluster view's lines: the checklist (one line an item, its verdict first), then
+    its findings, worst first."""
+    paint = painter(colour)
+    version = f" (API server {view.version})" if view.version else ""
+    lines = ["", f"cluster view {paint(view.status, view.status.value)}{version}"]
+    name_width = max(len(i.name) for i in view.items) if view.items else 0
+    for item in view.items:
+        status = paint(item.status, f"{item.status.value:<{STATUS_WIDTH}}")
+        head = f"  {item.name:<{name_width}}  {status}  "
+        indent = 2 + name_width + 2 + STATUS_WIDTH + 2
+        lines += wrap(head + item.summary, indent, width, first=0)
+    for finding in sorted(view.findings, key=lambda f: -f.severity.status.rank):
+        head = f"{finding.code} on {finding.resource}, action {finding.action.value}"
+        lines += finding_lines(finding.severity, head, finding.message, paint, width)
+    unread = [s for s in view.sources if s.state in ("forbidden", "failed")]
+    for source in unread:
+        why = f"needs {source.missing}" if source.missing else source.detail
+        lines += wrap(f"  not read: {source.name}: {why}", 4, width, first=0)
+    return lines
 
 
 def _usage(usage: Usage, price: float | None) -> list[str]:

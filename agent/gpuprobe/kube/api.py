@@ -1,7 +1,8 @@
 """The thin wrapper over the Kubernetes client library (lightkube): the few calls gpuprobe makes.
 
-lightkube is imported here (and in kube/bounded.py, its transport) only, and this module only
-when the feature is on, so an agent without Kubernetes access never loads it. Every request
+lightkube is imported here, in kube/bounded.py (its transport) and in `kube.reader` (the
+audit's read-only lister) only, and those only when the feature is on, so an agent without
+Kubernetes access never loads it. Every request
 ends within the timeout and reads a bounded answer (kube/bounded.py). Every failure of a call
 is one `KubeError` naming the verb and an HTTP status (or `timeout`, `unreachable`,
 `too_large`, `invalid`), which is what the `gpuprobe_kubernetes_errors_total{verb,code}`
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -76,6 +77,27 @@ def parse_selector(text: str) -> dict[str, Any]:
     return pairs
 
 
+def selects(text: str, labels: Mapping[str, str]) -> bool:
+    """Whether a selector of the form `parse_selector` reads picks an object with these
+    labels (as the API server would); raises UsageError on any other form."""
+    for term in (t.strip() for t in text.split(",") if t.strip()):
+        match = _TERM.fullmatch(term)
+        if not match or (match.group(1) and match.group(3)):
+            raise UsageError(f"kubernetes.taint.node_selector: cannot read {term!r}")
+        negate, key, op, value = match.groups()
+        if negate:
+            found = key not in labels
+        elif op is None:
+            found = key in labels
+        elif op == "!=":
+            found = labels.get(key) != value
+        else:
+            found = labels.get(key) == value
+        if not found:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Access:
     """Where the API server is and who we are: a kubeconfig file, or a pod's service account."""
@@ -91,36 +113,7 @@ class KubeApi:
     """The calls gpuprobe makes, on the node it runs on and its events, returning plain dicts."""
 
     def __init__(self, access: Access, timeout: float) -> None:
-        import yaml
-        from lightkube.config.kubeconfig import KubeConfig
-        from lightkube.config.models import Cluster, User
-        from lightkube.core.exceptions import ConfigError
-
-        from gpuprobe.kube.bounded import bounded_client
-
-        try:
-            if access.kubeconfig is not None:
-                config = load_kubeconfig(access.kubeconfig)
-            else:
-                if access.server is None and not in_cluster_available(access.account):
-                    raise UsageError(
-                        f"kubernetes: no in-cluster credentials ({access.account}/token and "
-                        "$KUBERNETES_SERVICE_HOST); give --kubeconfig"
-                    )
-                token = access.account / "token"
-                server = access.server or _in_cluster_server()
-                config = KubeConfig.from_one(
-                    cluster=Cluster(server=server, certificate_auth=str(access.account / "ca.crt")),
-                    user=User(token_file=str(token)),
-                )
-            # Each request ends within `timeout` and reads a bounded answer (kube/bounded.py).
-            self._client = bounded_client(config, timeout, field_manager="gpuprobe")
-        except NotAKubeconfig as exc:
-            raise UsageError(f"kubernetes access ({access.kubeconfig}): {exc}") from None
-        except (ConfigError, OSError, KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
-            where = access.kubeconfig or str(access.account)
-            text = " ".join(str(exc).split()) or type(exc).__name__
-            raise UsageError(f"kubernetes access ({where}): {text}") from None
+        self._client = make_client(access, timeout)
 
     def close(self) -> None:
         """Release the connection pool."""
@@ -217,6 +210,42 @@ class KubeApi:
                 raise
             text = " ".join(str(exc).split())[:300] or type(exc).__name__
             raise KubeError(verb, code, text) from None
+
+
+def make_client(access: Access, timeout: float) -> Any:
+    """A lightkube client for `access` (a kubeconfig file, else the pod's service account),
+    each request ending within `timeout` seconds and reading a bounded answer
+    (kube/bounded.py); raises UsageError for access that cannot be read (a missing or
+    malformed kubeconfig, no in-cluster credentials)."""
+    import yaml
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.config.models import Cluster, User
+    from lightkube.core.exceptions import ConfigError
+
+    from gpuprobe.kube.bounded import bounded_client
+
+    try:
+        if access.kubeconfig is not None:
+            config = load_kubeconfig(access.kubeconfig)
+        else:
+            if access.server is None and not in_cluster_available(access.account):
+                raise UsageError(
+                    f"kubernetes: no in-cluster credentials ({access.account}/token and "
+                    "$KUBERNETES_SERVICE_HOST); give --kubeconfig"
+                )
+            token = access.account / "token"
+            server = access.server or _in_cluster_server()
+            config = KubeConfig.from_one(
+                cluster=Cluster(server=server, certificate_auth=str(access.account / "ca.crt")),
+                user=User(token_file=str(token)),
+            )
+        return bounded_client(config, timeout, field_manager="gpuprobe")
+    except NotAKubeconfig as exc:
+        raise UsageError(f"kubernetes access ({access.kubeconfig}): {exc}") from None
+    except (ConfigError, OSError, KeyError, ValueError, TypeError, yaml.YAMLError) as exc:
+        where = access.kubeconfig or str(access.account)
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise UsageError(f"kubernetes access ({where}): {text}") from None
 
 
 def _plain(obj: Any) -> dict[str, Any]:
