@@ -165,8 +165,7 @@ def overview_panels() -> list[Any]:
         stat.Panel()
         .title("Agents and GPUs")
         .description(
-            "Agents that report, the GPUs NVML sees on their nodes, and the AMD GPUs amdgpu "
-            "drives."
+            "Agents that report, the GPUs NVML sees on their nodes, and the AMD GPUs amdgpu drives."
         )
         .datasource(DATASOURCE)
         .no_value("0")
@@ -175,9 +174,7 @@ def overview_panels() -> list[Any]:
             current(f'count(gpuprobe_agent_info{{{CLUSTER}, node=~"$node"}})', "A", "agents")
         )
         .with_target(current(f"sum({on_node(f'gpuprobe_gpus{{{CLUSTER}}}')})", "B", "GPUs"))
-        .with_target(
-            current(f"sum({on_node(f'gpuprobe_amd_gpus{{{CLUSTER}}}')})", "C", "AMD GPUs")
-        )
+        .with_target(current(f"sum({on_node(f'gpuprobe_amd_gpus{{{CLUSTER}}}')})", "C", "AMD GPUs"))
         .span(6)
         .height(5)
     )

@@ -63,7 +63,7 @@ def test_human_report_shows_status_summary_finding_and_action() -> None:
     ]
     assert lines[7:] == [
         "OK        driver, mig, xid, toolkit, cdi, device_plugin, sharing, workloads, pods, "
-        "network, rdma, nccl, storage"
+        "lifecycle, network, rdma, nccl, storage"
     ]
     assert "\033[" not in out.stdout
     verbose = gpuprobe("check", "--verbose", "--snapshot", snapshot("synthetic-gpu-lost"))

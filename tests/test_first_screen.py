@@ -118,7 +118,7 @@ def test_a_node_wide_fault_on_eight_gpus_is_one_cause_on_the_screen() -> None:
         "          action: FIX_CONFIG",
         "",
         "OK        driver, mig, xid, toolkit, cdi, device_plugin, sharing, workloads,",
-        "          pods, network, rdma, nccl, storage",
+        "          pods, lifecycle, network, rdma, nccl, storage",
     ]
     # README shows this very screen.
     readme = (SNAPSHOTS.parent.parent / "README.md").read_text()
@@ -191,7 +191,7 @@ def test_gpu_lists_name_runs_as_ranges() -> None:
 
 def test_a_healthy_node_says_so_in_one_line() -> None:
     lines = screen("synthetic-h100-8gpu-healthy")
-    assert lines[0] == "OK        14 checks OK, nothing to do"
+    assert lines[0] == "OK        15 checks OK, nothing to do"
     assert lines[3].startswith("OK        driver, gpus, mig, xid, ")
 
 

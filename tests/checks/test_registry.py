@@ -20,7 +20,7 @@ from helpers import node_report
 # The modules of the checks package that are not checks: the machinery (attribution names
 # the pods of every check's GPU findings), the gpus check's judgement of gpu.health's and
 # gpu.imex's facts, the driver and gpus checks' judgement of AMD GPUs, and the pods check's
-# table of failure signatures.
+# table of failure signatures and how much of its data it lists.
 MACHINERY = {
     "record",
     "registry",
@@ -30,6 +30,7 @@ MACHINERY = {
     "imex",
     "amd_gpus",
     "pod_signatures",
+    "pods_bounds",
 }
 # Config sections that belong to no one check: how checks run, the daemon, the bandwidth tests
 # it serves, and its Kubernetes publisher.

@@ -32,6 +32,7 @@ def test_a_recorded_vm_without_nvml_or_kernel_log_is_unknown() -> None:
     assert result.data["sources"] == {
         "nvml_events": "unavailable (NVML LibraryNotFound)",
         "kernel_logs": [],
+        "kernel": [{"source": "/dev/kmsg", "kind": "kmsg", "since": None, "error": "absent"}],
     }
 
 
@@ -49,4 +50,8 @@ def test_one_source_read_is_enough_to_say_none(tmp_path: Path) -> None:
     snap = without("synthetic-h100-8gpu-healthy", tmp_path / "b", "rootfs/var/log/kern.log")
     result = xid.run(snapshot_host(str(snap)), Config())
     assert (result.status, result.summary) == (Status.OK, "no XID errors this boot")
-    assert result.data["sources"] == {"nvml_events": "read", "kernel_logs": []}
+    assert result.data["sources"] == {
+        "nvml_events": "read",
+        "kernel_logs": [],
+        "kernel": [{"source": "/dev/kmsg", "kind": "kmsg", "since": None, "error": "absent"}],
+    }

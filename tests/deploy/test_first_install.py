@@ -18,6 +18,9 @@ from gpuprobe.client import Client
 from gpuprobe.config import load_config
 from serving import serve_process, wait_for
 
+# The installs that run the agent (the auditor's role is applied apart, without a pod).
+AGENT_INSTALLS = [k for k in KUSTOMIZATIONS if k != "auditor"]
+
 # What the shipped configuration's active storage test may write per round by default, as
 # its comment and docs/deploy.md ("Configuration") say: nothing, it is opt-in.
 DOCUMENTED_DEFAULT_STORAGE_BYTES = 0
@@ -38,7 +41,7 @@ def shipped_config(kustomization: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+@pytest.mark.parametrize("kustomization", AGENT_INSTALLS)
 def test_the_pod_needs_no_gpu_runtime(kustomization: str) -> None:
     """No RuntimeClass, no GPU from the scheduler, and the NVIDIA runtime told to leave the
     container alone where it is the node's default; NVML comes from the host under --root."""
@@ -56,7 +59,7 @@ def test_the_pod_needs_no_gpu_runtime(kustomization: str) -> None:
     assert mounts["/host"]["readOnly"] is True
 
 
-@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+@pytest.mark.parametrize("kustomization", AGENT_INSTALLS)
 def test_no_default_active_storage_test_larger_than_documented(
     kustomization: str, tmp_path: Path
 ) -> None:
@@ -85,7 +88,7 @@ def test_the_documented_opt_in_is_a_valid_configuration(tmp_path: Path) -> None:
 def test_every_secret_the_pod_mounts_is_optional_or_part_of_the_install() -> None:
     """No Secret to make by hand before the pods can start (the TLS overlay's certificate is
     the one the operator chose to add)."""
-    for kustomization in KUSTOMIZATIONS:
+    for kustomization in AGENT_INSTALLS:
         shipped = {d["metadata"]["name"] for d in objects(kustomization) if d["kind"] == "Secret"}
         for volume in pod_spec(kustomization)["volumes"]:
             secret = volume.get("secret")

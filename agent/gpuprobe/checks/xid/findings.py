@@ -143,9 +143,12 @@ def read_nothing(sources: dict[str, Any]) -> str | None:
     """What the check could not read, in words, when it read no source at all (no kernel log
     file, no NVML events); None when any source was read. Having read nothing, "no XID
     errors" would be a false all-clear."""
-    if any(_was_read(value) for value in sources.values()):
+    # `kernel` details each kernel-log source (read or not); `kernel_logs` lists those read,
+    # /dev/kmsg among them.
+    summary = {name: value for name, value in sources.items() if name != "kernel"}
+    if any(_was_read(value) for value in summary.values()):
         return None
-    unread = [_unread(name, value) for name, value in sources.items()]
+    unread = [_unread(name, value) for name, value in summary.items()]
     return "read no source of XIDs: " + " and ".join(unread or ["no source configured"])
 
 
