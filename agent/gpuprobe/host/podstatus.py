@@ -131,8 +131,8 @@ class PodStatus:
 
 @dataclass(frozen=True)
 class ApiProblem:
-    """Why the API server did not answer: `code` an HTTP status (`403`), `timeout` or
-    `unreachable`, and its message."""
+    """Why the API server did not answer: `code` an HTTP status (`403`), `timeout`,
+    `unreachable`, `too_large` or `invalid` (kube/bounded.py), and its message."""
 
     code: str
     message: str
