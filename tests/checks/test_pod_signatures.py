@@ -103,6 +103,35 @@ REAL = [
         "PyTorch c10/cuda/CUDAException",
     ),
 ]
+# ROCm's (AMD GPUs), from HIP's own strings and published reports.
+REAL += [
+    (
+        sig.NO_HIP_DEVICE,
+        "RuntimeError: No HIP GPUs are available",
+        "PyTorch torch.cuda._lazy_init on a ROCm build",
+    ),
+    (
+        sig.NO_HIP_DEVICE,
+        'raises "CUDA error: no ROCm-capable device is detected" at first call',
+        "SGLang on a ROCm host (PyTorch prints HIP's words after CUDA error:)",
+    ),
+    (
+        sig.NO_HIP_DEVICE,
+        "hipErrorNoDevice: no ROCm-capable device is detected",
+        "HIP's hipGetErrorName / hipGetErrorString (hip_error.cpp)",
+    ),
+    (
+        sig.HIP_ARCH_MISMATCH,
+        "RuntimeError: HIP error: invalid device function",
+        "PyTorch on a GPU whose gfx target the wheel was not built for",
+    ),
+    (
+        sig.HSA_MEMORY_FAULT,
+        "Memory access fault by GPU node-2 (Agent handle: 0x5640a8bb1980) on address "
+        "0x7feea09c5000. Reason: Page not present or supervisor privilege.",
+        "github.com/ROCm/ROCm/issues/2804",
+    ),
+]
 
 
 @pytest.mark.parametrize(("cause", "line", "source"), REAL, ids=[r[2][:40] for r in REAL])

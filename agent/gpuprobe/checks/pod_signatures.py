@@ -138,6 +138,9 @@ CDI_UNRESOLVABLE = "cdi-device-unresolvable"
 DEVICE_PLUGIN_ALLOCATION = "device-plugin-allocation-failed"
 CUDA_FAULT_AT_XID = "cuda-fault-at-xid"
 FABRIC_NOT_INITIALIZED = "cuda-system-not-ready"
+NO_HIP_DEVICE = "no-hip-device"
+HIP_ARCH_MISMATCH = "hip-invalid-device-function"
+HSA_MEMORY_FAULT = "hsa-memory-access-fault"
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
@@ -224,6 +227,44 @@ SIGNATURES: tuple[Signature, ...] = (
         "check that the pod's runtime class is the NVIDIA runtime (or that CDI is enabled) "
         "and that NVIDIA_VISIBLE_DEVICES is not overridden in the pod spec",
         Action.FIX_CONFIG,
+        needs_gpu=True,
+    ),
+    # ROCm (AMD GPUs): HIP's words as hipGetErrorString gives them, PyTorch's on ROCm, and the
+    # HSA runtime's fault report.
+    Signature(
+        NO_HIP_DEVICE,
+        "the container was given AMD GPUs but HIP sees none",
+        _p(
+            r"\bhipErrorNoDevice\b",
+            r"no ROCm-capable device is detected",
+            r"RuntimeError: No HIP GPUs are available",
+            flags=re.IGNORECASE,
+        ),
+        "check that the pod asks for amd.com/gpu and that /dev/kfd and its GPUs' "
+        "/dev/dri/renderD* reach the container (the AMD device plugin passes them; the node's "
+        "toolkit check says whether /dev/kfd exists)",
+        Action.FIX_CONFIG,
+        needs_gpu=True,
+    ),
+    Signature(
+        HIP_ARCH_MISMATCH,
+        "the image's GPU code is not built for this AMD GPU's architecture",
+        _p(r"\bhipErrorInvalidDeviceFunction\b", r"HIP error: invalid device function"),
+        "run an image built for this GPU's gfx target (gfx942 for MI300X/MI325X, gfx90a for "
+        "MI200), or rebuild it with that target in PYTORCH_ROCM_ARCH / --offload-arch",
+        Action.FIX_CONFIG,
+        needs_gpu=True,
+    ),
+    Signature(
+        HSA_MEMORY_FAULT,
+        "the container's GPU work touched memory it does not own (an HSA memory access fault)",
+        _p(
+            r"Memory access fault by GPU node-\d+ \(Agent handle: 0x[0-9a-fA-F]+\) on address "
+            r"0x[0-9a-fA-F]+\. Reason: (?P<detail>[^.]+)"
+        ),
+        "a bad pointer or a freed buffer in the workload (the node's xid check shows the "
+        "matching amdgpu VM fault); fix or restart the workload",
+        Action.RESTART_APP,
         needs_gpu=True,
     ),
     Signature(

@@ -139,6 +139,9 @@ def run(host: Host, config: Config) -> CheckResult:
     judged: list[tuple[dict[str, Any], list[Finding]]] = []
     gpu_pods: set[tuple[str, str]] = {(p.namespace, p.pod) for p in held}
     for spec in specs:
+        if spec.rocm_devices and spec.pod is not None:
+            # A ROCm container (given /dev/kfd): a GPU pod, whose image CUDA is no question.
+            gpu_pods.add((spec.pod.namespace, spec.pod.pod))
         own = _container_gpus(spec, gpus, held)
         if own is None:
             continue

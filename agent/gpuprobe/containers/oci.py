@@ -93,6 +93,8 @@ class ContainerSpec:
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     gpu_minors: tuple[int, ...] = ()
+    # The container was given /dev/kfd: it runs ROCm on AMD GPUs.
+    rocm_devices: bool = False
     annotations: dict[str, str] = field(default_factory=dict)
     problem: str | None = None
 
@@ -142,6 +144,7 @@ def _read(fs: HostFS, layout: RuntimeLayout, cid: str, path: str) -> ContainerSp
         spec.pod = PodRef(namespace, pod, annotations.get(layout.container, ""))
         spec.pod_uid = annotations.get(layout.pod_uid) or None
     spec.gpu_minors = _gpu_minors(doc.get("linux"))
+    spec.rocm_devices = _has_kfd(doc.get("linux"))
     return spec
 
 
@@ -160,6 +163,14 @@ def _env(value: Any) -> dict[str, str]:
                 key, _, text = item.partition("=")
                 env[key] = text
     return env
+
+
+def _has_kfd(linux: Any) -> bool:
+    """Whether the spec gives the container `/dev/kfd`, ROCm's compute device (the AMD device
+    plugin and `--device /dev/kfd` put it among the spec's devices)."""
+    if not isinstance(linux, dict) or not isinstance(linux.get("devices"), list):
+        return False
+    return any(isinstance(d, dict) and d.get("path") == "/dev/kfd" for d in linux["devices"])
 
 
 def _gpu_minors(linux: Any) -> tuple[int, ...]:
