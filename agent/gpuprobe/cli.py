@@ -316,13 +316,7 @@ def _add_kubeconfig_flag(parser: argparse.ArgumentParser, what: str) -> None:
 
 def _window(text: str) -> float:
     """--pending-window, --idle-window: a finite number of seconds, 0 or more."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"not a number of seconds of 0 or more: {text!r}")
-    return value
+    return _not_negative(text, "a number of seconds")
 
 
 def _add_cluster_flags(
@@ -389,12 +383,17 @@ def _add_audit_flags(parser: argparse.ArgumentParser) -> None:
 
 def _price(text: str) -> float:
     """--price-per-gpu-hour: a finite number of 0 or more."""
+    return _not_negative(text, "a price")
+
+
+def _not_negative(text: str, what: str) -> float:
+    """A flag's finite number of 0 or more; a usage error naming `what` otherwise."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a price: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
     if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"not a price of 0 or more: {text!r}")
+        raise argparse.ArgumentTypeError(f"not {what} of 0 or more: {text!r}")
     return value
 
 

@@ -149,32 +149,20 @@ class NodePublisher:
         since = (at - self._braked_at).total_seconds() if self._braked_at else None
         if self.withheld is not None and since is not None and since < BRAKE_RECHECK_SECONDS:
             return
-        for _ in range(CONFLICT_RETRIES):
-            node = self.api.get_node(self.node)
-            self._remember(node)
-            current = list(node.get("spec", {}).get("taints") or [])
+
+        def decide(current: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
             new = taints.decide(current, code, clear_for, self.config.taint, at)
-            if new is None:
-                return
-            if taints.ours(current) is None and self._braked(at):
-                return
-            patch = {
-                "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
-                "spec": {"taints": new},
-            }
-            try:
-                self._remember(self.api.patch_node(self.node, patch))
-            except KubeError as exc:
-                if exc.code == "409":  # the node changed under us: read again, decide again
-                    self.handled.append(exc)
-                    continue
-                raise
-            if taints.ours(new) is not None:
-                log.warning("tainted", extra={"taint": taints.ours(new), "node": self.node})
-            else:
-                log.info("taint removed", extra={"node": self.node})
+            if new is None or (taints.ours(current) is None and self._braked(at)):
+                return None
+            return new
+
+        new = self._patch_taints(decide)
+        if new is None:
             return
-        raise KubeError("patch", "409", f"node {self.node} kept changing")
+        if taints.ours(new) is not None:
+            log.warning("tainted", extra={"taint": taints.ours(new), "node": self.node})
+        else:
+            log.info("taint removed", extra={"node": self.node})
 
     def _publish_terminating(self, report: NodeReport) -> None:
         """Add, change or remove `gpuprobe.io/terminating` as the lifecycle check's notices
@@ -182,12 +170,21 @@ class NodePublisher:
         kind = terminating.wanted(report)
         if self._taints is not None and terminating.decide(self._taints, kind) is None:
             return
+        if self._patch_taints(lambda current: terminating.decide(current, kind)) is not None:
+            log.warning("terminating taint", extra={"node": self.node, "kind": kind})
+
+    def _patch_taints(
+        self, decide: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None]
+    ) -> list[dict[str, Any]] | None:
+        """Read the node, `decide` its taints, and write them with the node's resourceVersion,
+        reading and deciding again when the node changed under us (409). The taints written,
+        or None when `decide` wanted no change."""
         for _ in range(CONFLICT_RETRIES):
             node = self.api.get_node(self.node)
             self._remember(node)
-            new = terminating.decide(list(node.get("spec", {}).get("taints") or []), kind)
+            new = decide(list(node.get("spec", {}).get("taints") or []))
             if new is None:
-                return
+                return None
             patch = {
                 "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
                 "spec": {"taints": new},
@@ -199,8 +196,7 @@ class NodePublisher:
                     self.handled.append(exc)
                     continue
                 raise
-            log.warning("terminating taint", extra={"node": self.node, "kind": kind})
-            return
+            return new
         raise KubeError("patch", "409", f"node {self.node} kept changing")
 
     def _braked(self, at: datetime) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
-from gpuprobe.checks.xid.kernel import PROC_STAT, rotation_streams
+from gpuprobe.checks.xid.kernel import PROC_STAT, rotation_streams, tail_log
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.amd import faults
@@ -71,7 +71,9 @@ def read(
     boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
     found: list[faults.AmdgpuFault] = []
     for paths in rotation_streams(config.xid.kernel_logs):
-        texts = [t for t in (_tail(host, p, config.xid.kernel_log_max_bytes) for p in paths) if t]
+        texts = [
+            t for t in (tail_log(host, p, config.xid.kernel_log_max_bytes) for p in paths) if t
+        ]
         found += faults.read_faults(texts, boot=boot, now=now)
     grouped = _group(_unique(found), {g.pci_address: g for g in gpus})
     memory: dict[str, tuple[int, float]] = host.memory.of("xid").setdefault(MEMORY, {})
@@ -167,17 +169,6 @@ def _advice(cause: str) -> str:
         faults.RAS_FATAL: "Drain the GPU and reset it; reboot if the reset fails",
         faults.VM_FAULT: "Fix or restart the workload named (a bad pointer or freed buffer)",
     }[cause]
-
-
-def _tail(host: Host, path: str, max_bytes: int) -> str | None:
-    """A log file's last `max_bytes`, without the partial line it starts with when cut."""
-    try:
-        data = host.fs.read_tail(path, max_bytes)
-    except OSError:
-        return None
-    if len(data) >= max_bytes:
-        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
-    return data.decode("utf-8", errors="replace")
 
 
 def summary(entries: list[AmdgpuFaultEntry]) -> str:

@@ -147,7 +147,7 @@ def read_sources(
     for paths in rotation_streams(config.xid.kernel_logs):
         texts = []
         for path in paths:
-            content = _tail(host, path, config.xid.kernel_log_max_bytes)
+            content = tail_log(host, path, config.xid.kernel_log_max_bytes)
             if content is not None:
                 texts.append(content)
                 opened.append(path)
@@ -211,7 +211,7 @@ def _rank(x: Seen) -> int:
     return 1 if 144 <= x.xid <= 150 and x.info.critical else 0
 
 
-def _tail(host: Host, path: str, max_bytes: int) -> str | None:
+def tail_log(host: Host, path: str, max_bytes: int) -> str | None:
     """A log file's last `max_bytes`, without the partial line it starts with when cut."""
     try:
         data = host.fs.read_tail(path, max_bytes)
