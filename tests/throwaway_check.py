@@ -11,7 +11,7 @@ from gpuprobe.checks import registry
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.families import Family
-from gpuprobe.gpu.devices import gpu_count
+from gpuprobe.gpu.nvidia.device import gpu_count
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 

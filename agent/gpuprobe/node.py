@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuprobe.config import Config
-from gpuprobe.gpu.devices import driver_version, gpu_count
 from gpuprobe.gpu.driver import kernel_module
+from gpuprobe.gpu.nvidia.device import driver_version, gpu_count
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpuprobe.gpu import aer, imex, sxid_catalog
+from gpuprobe.gpu import aer, sxid_catalog
+from gpuprobe.gpu.nvidia import fabric as imex
 from gpuprobe.report import Action, Severity
 
 # aer_dev_correctable / aer_dev_fatal as the kernel writes them

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from gpuprobe.checks.gpu_health import health_findings
-from gpuprobe.gpu.devices import Device
-from gpuprobe.gpu.health import read_health
+from gpuprobe.gpu.nvidia.device import Device
+from gpuprobe.gpu.nvidia.health import read_health
 from gpuprobe.host.nvml import ReplayNvml
 from gpuprobe.host.processes import Process, ProcessTable
 

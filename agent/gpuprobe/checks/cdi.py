@@ -36,7 +36,7 @@ from gpuprobe.containers.toolkit import (
     load_toolkit_configs,
 )
 from gpuprobe.gpu.amd.sysfs import amd_gpu_addresses
-from gpuprobe.gpu.devices import gpu_count
+from gpuprobe.gpu.nvidia.device import gpu_count
 from gpuprobe.host import Host
 from gpuprobe.node import loaded_driver_version, nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity

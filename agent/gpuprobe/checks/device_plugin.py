@@ -28,7 +28,7 @@ from gpuprobe.containers.device_plugin import (
     device_plugin_config,
 )
 from gpuprobe.gpu.amd.sysfs import amd_gpu_addresses
-from gpuprobe.gpu.devices import Device, gpu_count
+from gpuprobe.gpu.nvidia.device import Device, gpu_count
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity

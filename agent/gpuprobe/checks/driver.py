@@ -18,8 +18,8 @@ from gpuprobe.config import Config, DriverConfig
 from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
-from gpuprobe.gpu.devices import driver_version
 from gpuprobe.gpu.driver import KernelModule, kernel_module, library_versions
+from gpuprobe.gpu.nvidia.device import driver_version
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError

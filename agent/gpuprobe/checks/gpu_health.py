@@ -1,4 +1,4 @@
-"""What one GPU's health figures (`gpuprobe.gpu.health.read_health`) mean: the `gpus` check's
+"""What one GPU's health figures (`gpuprobe.gpu.nvidia.health.read_health`) mean: the `gpus` check's
 findings on ECC, remapped rows, PCIe, NVLink, fabric, clock event reasons, recovery action
 and idleness."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuprobe.gpu.health import RECOVERY_VERDICTS
+from gpuprobe.gpu.nvidia.health import RECOVERY_VERDICTS
 from gpuprobe.report import Action, Finding, Severity
 
 

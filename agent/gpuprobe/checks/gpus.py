@@ -4,7 +4,7 @@ Counts the NVIDIA GPUs on the PCI bus (the ground truth), holds NVML's count and
 expected count against it, and lists each GPU's identity: index, UUID, name, serial, PCI bus
 id, memory, persistence and compute mode. A GPU NVML reports lost is named while the others
 are still reported. Each GPU's health (ECC, remapped rows, PCIe, NVLink, fabric, clock event
-reasons, temperature, power, load, processes) is read by `gpuprobe.gpu.health` and judged
+reasons, temperature, power, load, processes) is read by `gpuprobe.gpu.nvidia.health` and judged
 by `gpuprobe.checks.gpu_health`.
 
 Idle GPUs: the check remembers (in `host.memory`) since when each GPU has been idle, so the
@@ -27,10 +27,10 @@ from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, GpusConfig
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
-from gpuprobe.gpu import imex
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
-from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
-from gpuprobe.gpu.health import FABRIC_MANAGER, read_health
+from gpuprobe.gpu.nvidia import fabric as imex
+from gpuprobe.gpu.nvidia.device import Device, gpu_count, open_gpus, text
+from gpuprobe.gpu.nvidia.health import FABRIC_MANAGER, read_health
 from gpuprobe.gpu.own_load import own_gpu_test_running
 from gpuprobe.gpu.pci import PciDevice, nvidia_devices
 from gpuprobe.host import Host

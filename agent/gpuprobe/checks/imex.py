@@ -1,15 +1,15 @@
 """IMEX_NOT_READY: a GPU in a multi-node NVLink domain, and no working IMEX daemon or channel.
 
-Judged in the `gpus` check beside FABRIC_NOT_READY, from the facts of `gpuprobe.gpu.imex`. A
-node whose GPUs name no cluster (a single-node NVLink system: zero cluster UUID, clique 0) is
-never judged. The finding is a WARNING with FIX_CONFIG: multi-node jobs cannot share GPU memory
+Judged in the `gpus` check beside FABRIC_NOT_READY, from the facts of
+`gpuprobe.gpu.nvidia.fabric`. A node whose GPUs name no cluster (a single-node NVLink system:
+zero cluster UUID, clique 0) is never judged. The finding is a WARNING with FIX_CONFIG: multi-node jobs cannot share GPU memory
 across the domain, single-node work is untouched, and where IMEX daemons are started per job
 (the NVIDIA DRA driver's ComputeDomains, a Slurm prolog) an idle node has none by design.
 """
 
 from __future__ import annotations
 
-from gpuprobe.gpu.imex import CHANNELS, DAEMON, ImexFacts
+from gpuprobe.gpu.nvidia.fabric import CHANNELS, DAEMON, ImexFacts
 from gpuprobe.report import Action, Finding, Severity
 
 

@@ -28,8 +28,8 @@ from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_file
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
-from gpuprobe.gpu.devices import Device, gpu_count, open_gpus
-from gpuprobe.gpu.health import as_int, current_pending
+from gpuprobe.gpu.nvidia.device import Device, gpu_count, open_gpus
+from gpuprobe.gpu.nvidia.health import as_int, current_pending
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError

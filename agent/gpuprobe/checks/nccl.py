@@ -12,7 +12,7 @@ from typing import NotRequired, TypedDict
 
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, NcclConfig
-from gpuprobe.gpu.devices import busy_gpus, gpu_count
+from gpuprobe.gpu.nvidia.device import busy_gpus, gpu_count
 from gpuprobe.gpu.own_load import own_gpu_test
 from gpuprobe.host import Host
 from gpuprobe.measure.nccl import NcclTestError

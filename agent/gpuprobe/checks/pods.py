@@ -37,8 +37,8 @@ from gpuprobe.config import Config
 from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
 from gpuprobe.gpu import cuda, kernel_log
-from gpuprobe.gpu.devices import Device, gpu_count, text
-from gpuprobe.gpu.health import as_int, current_pending
+from gpuprobe.gpu.nvidia.device import Device, gpu_count, text
+from gpuprobe.gpu.nvidia.health import as_int, current_pending
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
 from gpuprobe.host.podstatus import ContainerStatus, PodStatusAnswer, State

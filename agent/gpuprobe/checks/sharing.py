@@ -28,7 +28,7 @@ from gpuprobe.containers.device_plugin import (
     SharedResource,
     device_plugin_file,
 )
-from gpuprobe.gpu.devices import gpu_count, open_gpus
+from gpuprobe.gpu.nvidia.device import gpu_count, open_gpus
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity, gpu_resource

@@ -24,7 +24,7 @@ from typing import Literal, NotRequired, TypedDict, cast
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, StorageConfig
 from gpuprobe.families import Family, mappings, number, text
-from gpuprobe.gpu.devices import gpu_count, open_gpus
+from gpuprobe.gpu.nvidia.device import gpu_count, open_gpus
 from gpuprobe.host import Host, default_node_name
 from gpuprobe.measure import mounts, testfile
 from gpuprobe.measure.throughput import MeasureError, Plan, Throughput, measure

@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 
 from gpuprobe.gpu import nvlink5
-from gpuprobe.gpu.health import RECOVERY_VERDICTS
+from gpuprobe.gpu.nvidia.health import RECOVERY_VERDICTS
 from gpuprobe.report import Action, Severity
 
 CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"

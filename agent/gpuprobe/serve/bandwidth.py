@@ -16,7 +16,7 @@ from gpuprobe import wire
 from gpuprobe.client import Client
 from gpuprobe.config import BandwidthConfig, RdmaTestConfig
 from gpuprobe.credentials import TokenFile
-from gpuprobe.gpu.devices import busy_gpus
+from gpuprobe.gpu.nvidia.device import busy_gpus
 from gpuprobe.host import Host
 from gpuprobe.measure.bandwidth import (
     PEER_CALL_SECONDS,

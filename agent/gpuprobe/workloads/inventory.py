@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.gpu.devices import Device, gpu_count, open_gpus, text
-from gpuprobe.gpu.health import as_int, current_pending
+from gpuprobe.gpu.nvidia.device import Device, gpu_count, open_gpus, text
+from gpuprobe.gpu.nvidia.health import as_int, current_pending
 from gpuprobe.host.nvml import Nvml, NvmlError
 from gpuprobe.report import gpu_resource
 

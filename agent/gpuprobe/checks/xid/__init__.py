@@ -1,7 +1,7 @@
 """Check `xid`: which XID errors did the GPUs raise this boot, and what should be done?
 
 Two sources, read in every run: the NVML event set (`events`: XidCriticalError events and
-the other critical types of `gpuprobe.gpu.nvml_events`) and the host's kernel log files
+the other critical types of `gpuprobe.gpu.nvidia.events`) and the host's kernel log files
 (`kernel`: `NVRM: Xid (PCI:...): N, ...` lines of the current boot). An XID is tied to its GPU
 by PCI address or NVML index; one entry per (GPU, XID), counted once even when both sources
 saw it; one per (GPU, event type) for the other events, which raise the code the `gpus` check

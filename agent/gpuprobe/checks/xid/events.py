@@ -1,6 +1,6 @@
 """The XID check's first source: NVML's event set, drained without waiting.
 
-XidCriticalError events and the other critical types of `gpuprobe.gpu.nvml_events`; in the
+XidCriticalError events and the other critical types of `gpuprobe.gpu.nvidia.events`; in the
 daemon the set is registered from the first run on, and a snapshot's `events` are handed to
 it once. What was drained is kept in the check's memory, so an event is not lost between runs.
 """
@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks.xid.model import MAX_TIMES, XID_EVENT, Gpu, Seen, later, time_text
-from gpuprobe.gpu import nvml_events
+from gpuprobe.gpu.nvidia import events as nvml_events
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import NvmlError
 from gpuprobe.report import format_time

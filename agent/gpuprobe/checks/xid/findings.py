@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from gpuprobe.checks.xid.model import XIDLESS, Seen
-from gpuprobe.gpu.nvml_events import EventInfo
+from gpuprobe.gpu.nvidia.events import EventInfo
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
 

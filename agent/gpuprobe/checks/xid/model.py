@@ -9,9 +9,10 @@ from typing import Any, TypedDict
 
 from gpuprobe.checks.xid.policy import Override, apply
 from gpuprobe.checks.xid.state import XidState
-from gpuprobe.gpu import nvlink5, nvml_events
+from gpuprobe.gpu import nvlink5
 from gpuprobe.gpu.kernel_log import SxidLine
-from gpuprobe.gpu.nvml_events import EventInfo
+from gpuprobe.gpu.nvidia import events as nvml_events
+from gpuprobe.gpu.nvidia.events import EventInfo
 from gpuprobe.gpu.xid_catalog import XidInfo, classify, classify_unlogged
 from gpuprobe.report import format_time
 

@@ -10,7 +10,7 @@ from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
-from gpuprobe.gpu.devices import Device, gpu_count
+from gpuprobe.gpu.nvidia.device import Device, gpu_count
 from gpuprobe.gpu.pci import nvidia_gpus
 from gpuprobe.host import Host
 

@@ -27,8 +27,8 @@ from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks.xid.model import Gpu, Seen
-from gpuprobe.gpu import nvml_events
 from gpuprobe.gpu.kernel_log import XidLine
+from gpuprobe.gpu.nvidia import events as nvml_events
 from gpuprobe.host import Host
 from gpuprobe.report import Action, format_time
 

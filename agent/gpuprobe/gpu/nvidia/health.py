@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpuprobe.gpu.devices import Device
+from gpuprobe.gpu.nvidia.device import Device
 from gpuprobe.host.processes import ProcessTable
 from gpuprobe.report import Action, Severity
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.gpu.devices import Device, gpu_count
+from gpuprobe.gpu.nvidia.device import Device, gpu_count
 from gpuprobe.host import Host
 
 DAEMON = "nvidia-imex"

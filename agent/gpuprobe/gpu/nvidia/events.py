@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuprobe.gpu.devices import Device
-from gpuprobe.gpu.health import FIELD_GPU_RECOVERY_ACTION, RECOVERY_VERDICTS, recovery_action
+from gpuprobe.gpu.nvidia.device import Device
+from gpuprobe.gpu.nvidia.health import FIELD_GPU_RECOVERY_ACTION, RECOVERY_VERDICTS, recovery_action
 from gpuprobe.host.nvml import Nvml
 from gpuprobe.report import Action, Severity
 
