@@ -3,7 +3,8 @@
 Judged in the `gpus` check beside FABRIC_NOT_READY, from the facts of
 `gpuprobe.gpu.nvidia.fabric`. A node whose GPUs name no cluster (a single-node NVLink system:
 zero cluster UUID, clique 0) is never judged. The finding is a WARNING with FIX_CONFIG:
-multi-node jobs cannot share GPU memory across the domain, single-node work is untouched, and where IMEX daemons are started per job
+multi-node jobs cannot share GPU memory across the domain, single-node work is untouched,
+and where IMEX daemons are started per job
 (the NVIDIA DRA driver's ComputeDomains, a Slurm prolog) an idle node has none by design.
 """
 
