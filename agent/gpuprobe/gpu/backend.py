@@ -1,0 +1,127 @@
+"""The GPU interface every vendor plugs into: typed facts about one node's GPUs.
+
+A backend reads one vendor's GPUs through its own transport (NVIDIA: NVML, `gpu.nvidia`;
+AMD: the amdgpu driver's sysfs files and, where present, ROCm SMI, `gpu.amd`) and answers in
+the types below; checks judge those facts and never name a vendor's library call.
+`gpu.backends.node_backends(host)` gives the backends of a node, one per vendor whose GPUs or
+driver it shows; a node with both vendors is legal.
+
+What a backend cannot tell is None (or an empty list), never a guess; why it cannot tell is
+in `errors` (the call or file → the reason), so a check can say "unknown" instead of "OK".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from gpuprobe.report import gpu_resource
+
+Vendor = Literal["nvidia", "amd"]
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """Who a GPU is: the index the node's tools use, its stable id (NVIDIA's `GPU-<uuid>`,
+    AMD's `unique_id`), its PCI address as sysfs writes it, its product name and vendor."""
+
+    vendor: Vendor
+    index: int
+    uuid: str | None
+    pci_address: str | None
+    name: str | None
+
+    @property
+    def resource(self) -> str:
+        """The finding resource `gpu:<index>:<id>`: NVIDIA's UUID (empty when NVML cannot
+        tell it), AMD's unique_id else its PCI address (as `gpu.amd.sysfs.AmdGpu` names it)."""
+        if self.vendor == "amd":
+            return f"gpu:{self.index}:{self.uuid or self.pci_address or ''}"
+        return gpu_resource(self.index, self.uuid)
+
+
+@dataclass(frozen=True)
+class DriverFacts:
+    """The vendor's kernel driver and user-space library as the backend sees them."""
+
+    vendor: Vendor
+    # The loaded driver's version (`550.54.15`; amdgpu's module version), None: unknown.
+    version: str | None
+    # Why the backend's library could not start (NVML's init error), None: it started or
+    # the vendor has no such library.
+    library_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition of a GPU given to workloads as a device (NVIDIA MIG: GPU instance `gi`,
+    compute instance `ci`, its `slot` the MIG device index)."""
+
+    gpu: int
+    slot: int
+    gi: int
+    ci: int
+    uuid: str | None
+    name: str | None
+
+    @property
+    def resource(self) -> str:
+        """The finding resource `mig:<gpu>:<gi>:<ci>`."""
+        return f"mig:{self.gpu}:{self.gi}:{self.ci}"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process the GPU's driver sees on a GPU (gi/ci set when it runs in a partition)."""
+
+    pid: int
+    gpu: int
+    gi: int | None = None
+    ci: int | None = None
+    used_memory_bytes: int | None = None
+
+
+@dataclass
+class GpuUse:
+    """One GPU as workloads get it: its identity, the names a device plugin or CDI spec may
+    give it (`minor`: NVIDIA's `/dev/nvidia<minor>`; AMD's render node), its partitions, its
+    load and the processes on it (None: the driver cannot list them)."""
+
+    identity: GpuIdentity
+    minor: int | None = None
+    partitioned: bool = False
+    partitions: list[Partition] = field(default_factory=list)
+    utilization_percent: int | None = None
+    # Recent utilization samples (timestamp in µs, percent), oldest first; None: not served.
+    samples: list[tuple[int, float]] | None = None
+    processes: list[GpuProcess] | None = None
+
+    @property
+    def index(self) -> int:
+        return self.identity.index
+
+    @property
+    def uuid(self) -> str | None:
+        return self.identity.uuid
+
+    @property
+    def resource(self) -> str:
+        return self.identity.resource
+
+
+class GpuBackend(Protocol):
+    """One vendor's GPUs on one node."""
+
+    vendor: Vendor
+
+    def driver(self) -> DriverFacts:
+        """The vendor's driver and library facts."""
+        ...
+
+    def gpus(self) -> list[GpuIdentity]:
+        """The GPUs the driver sees, by index (none when it cannot tell)."""
+        ...
+
+    def uses(self) -> list[GpuUse]:
+        """Each GPU as workloads get it: partitions, load, processes."""
+        ...
