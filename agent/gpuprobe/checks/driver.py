@@ -1,7 +1,7 @@
 """Check `driver`: is the GPU driver there, loaded, consistent, and new enough?
 
-Reads NVML's init outcome and versions, the kernel module's version from
-`/proc/driver/nvidia/version`, the NVIDIA GPUs on the PCI bus, and holds the driver against
+Judges NVML's init outcome and versions, the kernel module's version and the NVIDIA GPUs on
+the PCI bus (read by `gpuprobe.gpu.nvidia.driver`), and holds the driver against
 the configured minimum and against the CUDA toolkits this node's images need (NVIDIA's
 table in `gpuprobe.gpu.cuda`). AMD GPUs on the bus add the amdgpu driver's facts under
 `data.amd` (`gpuprobe.checks.amd_gpus`); a node with only AMD GPUs is judged on those alone.
@@ -18,19 +18,18 @@ from gpuprobe.config import Config, DriverConfig
 from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
-from gpuprobe.gpu.driver import KernelModule, kernel_module, library_versions
-from gpuprobe.gpu.nvidia.device import driver_version
-from gpuprobe.gpu.pci import nvidia_gpus
+from gpuprobe.gpu.nvidia.driver import (
+    DRIVER_ANSWERED,
+    DriverStack,
+    KernelModule,
+    library_versions,
+    read_stack,
+    read_versions,
+)
 from gpuprobe.host import Host
-from gpuprobe.host.nvml import NvmlError
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status
 
 NAME = "driver"
-# nvmlInit errors that only a present driver gives: the library reached the loaded kernel
-# module (LibRmVersionMismatch: it read the module's version; NoPermission: /dev/nvidiactl
-# exists but is closed to the agent). The module loads only when it finds an NVIDIA GPU, so
-# GPUs are there even when the PCI bus is not in view (a snapshot of nvml.json alone).
-DRIVER_ANSWERED = frozenset({"LibRmVersionMismatch", "NoPermission"})
 
 
 class CudaVerdict(TypedDict):
@@ -65,38 +64,31 @@ class DriverData(TypedDict):
 
 def run(host: Host, config: Config) -> CheckResult:
     """Judge the driver: present, loaded, matching its library, new enough."""
-    gpus_on_bus = len(nvidia_gpus(host.fs))
-    module = kernel_module(host.fs)
+    stack = read_stack(host)
+    module = stack.module
     data: DriverData = {
         "driver_version": None,
         "cuda_driver_version": None,
-        "nvidia_gpus_on_pci_bus": gpus_on_bus,
+        "nvidia_gpus_on_pci_bus": stack.gpus_on_bus,
         "kernel_module_version": module.version if module else None,
         "kernel_module_type": ("open" if module.open else "proprietary") if module else None,
-        "nvml_init_error": host.nvml.init_error,
+        "nvml_init_error": stack.init_error,
         "vendors": [],
     }
     node = read_amd(host, ask_library=True)
-    nvidia = _nvidia_seen(host, gpus_on_bus, module)
-    data["vendors"] = ["nvidia"] * nvidia + [amd.VENDOR] * bool(node.gpus)
+    data["vendors"] = ["nvidia"] * stack.seen + [amd.VENDOR] * bool(node.gpus)
     if node.gpus:
         data["amd"] = amd.driver_data(node.module, node.gpus, node.rocm_version, node.smi)
-        if not nvidia:
+        if not stack.seen:
             return _amd_only(node, data)
-    if host.nvml.init_error is not None:
-        result = _without_nvml(host, config, gpus_on_bus, module, data)
+    if stack.init_error is not None:
+        result = _without_nvml(host, config, stack, data)
     else:
         result = _with_nvml(host, config, module, data)
     if node.gpus:
         result.findings.extend(amd.driver_findings(node.module, node.gpus))
         result.summary += f"; {amd.driver_summary(node.module, node.gpus)}"
     return result
-
-
-def _nvidia_seen(host: Host, gpus_on_bus: int, module: KernelModule | None) -> bool:
-    """Anything shows NVIDIA GPUs: on the bus, their module loaded, NVML up or answering."""
-    error = host.nvml.init_error
-    return bool(gpus_on_bus) or module is not None or error is None or error in DRIVER_ANSWERED
 
 
 def _amd_only(node: AmdNode, data: DriverData) -> CheckResult:
@@ -106,15 +98,13 @@ def _amd_only(node: AmdNode, data: DriverData) -> CheckResult:
     return CheckResult(NAME, amd.driver_summary(node.module, node.gpus), findings, data)
 
 
-def _without_nvml(
-    host: Host, config: Config, gpus_on_bus: int, module: KernelModule | None, data: DriverData
-) -> CheckResult:
-    error = host.nvml.init_error
+def _without_nvml(host: Host, config: Config, stack: DriverStack, data: DriverData) -> CheckResult:
+    error, module = stack.init_error, stack.module
     expected = config.gpus.expect
-    data["library_versions"] = library_versions(host.fs)
+    data["library_versions"] = library_versions(host)
     # DriverNotLoaded says the module is not there, whatever /proc says (a container without
     # /dev/nvidiactl): only the PCI bus can then show GPUs.
-    gpus = _gpu_evidence(gpus_on_bus, module if error != "DriverNotLoaded" else None, error)
+    gpus = _gpu_evidence(stack.gpus_on_bus, module if error != "DriverNotLoaded" else None, error)
     if gpus is None:
         return _no_gpu(expected, data)
     if error == "LibraryNotFound":
@@ -199,19 +189,18 @@ def _mismatch(module_version: str | None, library: list[str] | str | None) -> Fi
 def _with_nvml(
     host: Host, config: Config, module: KernelModule | None, data: DriverData
 ) -> CheckResult:
-    nvml = host.nvml
-    try:
-        driver = driver_version(nvml)
-    except NvmlError as exc:
+    versions = read_versions(host)
+    driver = versions.driver
+    if driver is None:
         return CheckResult(
             NAME,
-            f"NVML cannot tell the driver version ({exc.name})",
+            f"NVML cannot tell the driver version ({versions.driver_error})",
             data=data,
             floor=Status.UNKNOWN,
         )
     data["driver_version"] = driver
-    data["cuda_driver_version"] = _cuda_driver_version(host)
-    data["nvml_version"] = _optional(host, "nvmlSystemGetNVMLVersion")
+    data["cuda_driver_version"] = versions.cuda
+    data["nvml_version"] = versions.nvml
     findings: list[Finding] = []
     if module is not None and module.version != driver:
         findings.append(_mismatch(module.version, driver))
@@ -231,21 +220,6 @@ def _with_nvml(
     if newest:
         summary += f" (runs toolkits up to {newest.label})"
     return CheckResult(NAME, summary, findings, data)
-
-
-def _cuda_driver_version(host: Host) -> str | None:
-    for fn in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
-        value = _optional(host, fn)
-        if isinstance(value, int) and value > 0:
-            return cuda.cuda_version_text(value)
-    return None
-
-
-def _optional(host: Host, fn: str) -> Any:
-    try:
-        return host.nvml.call(fn)
-    except NvmlError:
-        return None
 
 
 def _too_old(config: Config, version: cuda.Version, driver: str, data: DriverData) -> list[Finding]:

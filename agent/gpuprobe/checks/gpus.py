@@ -2,10 +2,10 @@
 
 Counts the NVIDIA GPUs on the PCI bus (the ground truth), holds NVML's count and the
 expected count against it, and lists each GPU's identity: index, UUID, name, serial, PCI bus
-id, memory, persistence and compute mode. A GPU NVML reports lost is named while the others
-are still reported. Each GPU's health (ECC, remapped rows, PCIe, NVLink, fabric, clock event
-reasons, temperature, power, load, processes) is read by `gpuprobe.gpu.nvidia.health` and judged
-by `gpuprobe.checks.gpu_health`.
+id, memory, persistence and compute mode (read by `gpuprobe.gpu.nvidia.gpus`). A GPU NVML
+reports lost is named while the others are still reported. Each GPU's health (ECC, remapped
+rows, PCIe, NVLink, fabric, clock event reasons, temperature, power, load, processes) is read
+by `gpuprobe.gpu.nvidia.health` and judged by `gpuprobe.checks.gpu_health`.
 
 Idle GPUs: the check remembers (in `host.memory`) since when each GPU has been idle, so the
 daemon raises GPU_IDLE once one stays idle past `gpus.idle_window_seconds`; a one-shot check
@@ -29,16 +29,19 @@ from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
 from gpuprobe.gpu.nvidia import fabric as imex
-from gpuprobe.gpu.nvidia.device import Device, gpu_count, open_gpus, text
-from gpuprobe.gpu.nvidia.health import FABRIC_MANAGER, read_health
+from gpuprobe.gpu.nvidia.gpus import (
+    GpuReading,
+    fabric_manager_running,
+    nvml_gpu_count,
+    read_bus,
+    read_gpus,
+)
 from gpuprobe.gpu.own_load import own_gpu_test_running
-from gpuprobe.gpu.pci import PciDevice, nvidia_devices
+from gpuprobe.gpu.pci import PciDevice
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
 
 NAME = "gpus"
-NVIDIA = "nvidia"
-COMPUTE_MODES = {0: "Default", 1: "ExclusiveThread", 2: "Prohibited", 3: "ExclusiveProcess"}
 
 
 class GpuFacts(TypedDict, total=False):
@@ -164,53 +167,45 @@ def _amd_summary(node: AmdNode, findings: list[Finding]) -> str:
 
 def _nvidia(host: Host, config: Config, amd_gpus: int) -> CheckResult:
     """The NVIDIA GPUs (`amd_gpus`: how many AMD GPUs the bus shows besides)."""
-    pci = nvidia_devices(host.fs)
-    bus = [d for d in pci if d.is_gpu]
+    bus = read_bus(host)
     expected = config.gpus.expect
-    count = gpu_count(host.nvml)
+    count = nvml_gpu_count(host)
     data: GpusData = {
-        "gpus_on_pci_bus": len(bus),
+        "gpus_on_pci_bus": len(bus.gpus),
         "gpus_seen_by_nvml": count,
         "expected_gpus": expected,
-        "nvswitches_on_pci_bus": sum(d.is_nvswitch for d in pci),
+        "nvswitches_on_pci_bus": bus.nvswitches,
         "gpus": [],
     }
     if count is None:
-        findings = _count_findings(bus, None, expected if not amd_gpus else None, [])
-        if not bus:
+        findings = _count_findings(bus.gpus, None, expected if not amd_gpus else None, [])
+        if not bus.gpus:
             return CheckResult(NAME, "no NVIDIA GPU on this node", findings, data)
         return CheckResult(
             NAME,
-            f"{len(bus)} GPUs on the PCI bus; NVML unavailable (the driver check says why)",
+            f"{len(bus.gpus)} GPUs on the PCI bus; NVML unavailable (the driver check says why)",
             findings,
             data,
             floor=Status.UNKNOWN,
         )
     loaded = own_gpu_test_running(host)  # before the readings: a test may end while they run
-    devices = open_gpus(host.nvml, count)
     table = host.processes()
-    gpus = []
-    for device in devices:
-        facts = inventory(device, finish=False)
-        facts = {"index": facts.pop("index"), "vendor": NVIDIA, **facts}
-        if not device.lost:
-            facts.update(read_health(device, table))
-        gpus.append(_finish(device, facts))
-    _place_on_bus(gpus, bus, count)
-    # The entries are gpu.health's facts (a plain dict) with this check's identity.
+    readings = read_gpus(host, count, bus.gpus, table)
+    gpus = [r.facts for r in readings]
+    # The entries are gpu.nvidia's facts (a plain dict) with this check's identity.
     data["gpus"] = cast(list[GpuFacts], gpus)
     _track_idle(host, gpus, frozen=loaded or own_gpu_test_running(host))
     if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
-        data["fabric_manager_running"] = bool(table.named(*FABRIC_MANAGER))
-    findings = _count_findings(bus, count, expected, gpus)
-    for device, facts in zip(devices, gpus, strict=True):
-        findings += _device_findings(device, facts, config, data)
+        data["fabric_manager_running"] = fabric_manager_running(table)
+    findings = _count_findings(bus.gpus, count, expected, gpus)
+    for reading in readings:
+        findings += _device_findings(reading, config, data)
     findings += _fabric_manager_findings(data, gpus, findings)
     domain = imex.read(host)
     if domain.in_domain:  # a single-node NVLink system has nothing to say about IMEX
         data["imex"] = domain.to_data()
     findings += imex_check.findings(domain)
-    return CheckResult(NAME, _summary(gpus, devices, len(bus), findings), findings, data)
+    return CheckResult(NAME, _summary(readings, len(bus.gpus), findings), findings, data)
 
 
 def _fabric_manager_findings(
@@ -253,50 +248,6 @@ def _fabric_manager_findings(
     ]
 
 
-def _place_on_bus(gpus: list[dict[str, Any]], bus: list[PciDevice], count: int) -> None:
-    """Give a GPU NVML cannot name (its handle lost) its PCI address from its place on the
-    bus: NVML numbers GPUs in PCI bus order, so index i is the i-th NVIDIA GPU on the bus
-    when NVML sees every one of them."""
-    if count != len(bus):
-        return  # a GPU missing from NVML shifts the order: the place says nothing
-    for facts in gpus:
-        if "uuid" not in facts and "pci_bus_id" not in facts:
-            facts["pci_bus_id"] = bus[facts["index"]].address
-
-
-def inventory(device: Device, finish: bool = True) -> dict[str, Any]:
-    """One GPU's identity as NVML tells it; what it cannot tell is left out."""
-    if device.lost:  # its handle is lost: NVML can tell nothing more
-        return {"index": device.index, "lost": True}
-    facts: dict[str, Any] = {"index": device.index}
-    facts["uuid"] = device.uuid()
-    facts["name"] = device.name()
-    facts["serial"] = text(device.get("nvmlDeviceGetSerial"))
-    facts["pci_bus_id"] = device.pci_bus_id()
-    memory = device.get("nvmlDeviceGetMemoryInfo")
-    if isinstance(memory, dict) and isinstance(memory.get("total"), int):
-        facts["memory_total_bytes"] = memory["total"]
-        if isinstance(memory.get("used"), int):
-            facts["memory_used_bytes"] = memory["used"]
-    persistence = device.get("nvmlDeviceGetPersistenceMode")
-    if isinstance(persistence, int):
-        facts["persistence_mode"] = persistence == 1
-    compute = device.get("nvmlDeviceGetComputeMode")
-    if isinstance(compute, int):
-        facts["compute_mode"] = COMPUTE_MODES.get(compute, str(compute))
-    facts = {k: v for k, v in facts.items() if v is not None}
-    return _finish(device, facts) if finish else facts
-
-
-def _finish(device: Device, facts: dict[str, Any]) -> dict[str, Any]:
-    """Add what the queries found out about the GPU itself: lost, and NVML's errors."""
-    if device.lost:
-        facts["lost"] = True
-    if device.errors:
-        facts["nvml_errors"] = dict(device.errors)
-    return facts
-
-
 def _fabric_used(facts: dict[str, Any]) -> bool:
     return facts.get("fabric_state") not in (None, "NOT_SUPPORTED")
 
@@ -320,14 +271,13 @@ def _track_idle(host: Host, gpus: list[dict[str, Any]], frozen: bool) -> None:
                 facts["idle_seconds"] = None
 
 
-def _device_findings(
-    device: Device, facts: dict[str, Any], config: Config, data: GpusData
-) -> list[Finding]:
+def _device_findings(reading: GpuReading, config: Config, data: GpusData) -> list[Finding]:
     # Without a UUID (a handle NVML lost) the resource's UUID is empty; the message names
     # the GPU's PCI address.
-    resource = gpu_resource(device.index, facts.get("uuid"))
-    where = f"GPU {device.index}" + (f" ({facts['pci_bus_id']})" if "pci_bus_id" in facts else "")
-    if device.lost:
+    facts = reading.facts
+    resource = gpu_resource(reading.index, facts.get("uuid"))
+    where = f"GPU {reading.index}" + (f" ({facts['pci_bus_id']})" if "pci_bus_id" in facts else "")
+    if reading.lost:
         return [
             Finding(
                 "GPU_LOST",
@@ -338,7 +288,7 @@ def _device_findings(
                 resource,
             )
         ]
-    if device.reset_required:
+    if reading.reset_required:
         return [
             Finding(
                 "GPU_RESET_REQUIRED",
@@ -405,15 +355,14 @@ def _count_findings(
     return []
 
 
-def _summary(
-    inventories: list[dict[str, Any]], devices: list[Device], on_bus: int, findings: list[Finding]
-) -> str:
-    total = len(devices)
+def _summary(readings: list[GpuReading], on_bus: int, findings: list[Finding]) -> str:
+    inventories = [r.facts for r in readings]
+    total = len(readings)
     if total < on_bus:
         return f"NVML sees {total} of the {on_bus} GPUs on the PCI bus"
     if total == 0:
         return "NVML sees no GPU"
-    lost = sum(d.lost for d in devices)
+    lost = sum(r.lost for r in readings)
     if lost:
         return f"{lost} of {total} GPUs lost"
     names = sorted({inv["name"] for inv in inventories if "name" in inv})

@@ -16,10 +16,8 @@ then holds the node against it:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from gpuprobe.checks.gpus import COMPUTE_MODES
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import (
@@ -28,57 +26,31 @@ from gpuprobe.containers.device_plugin import (
     SharedResource,
     device_plugin_file,
 )
-from gpuprobe.gpu.nvidia.device import gpu_count, open_gpus
+from gpuprobe.gpu.nvidia.modes import (
+    DEFAULT,
+    EXCLUSIVE_PROCESS,
+    EXCLUSIVE_THREAD,
+    PROHIBITED,
+    GpuModes,
+    read_modes,
+)
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
-from gpuprobe.report import Action, CheckResult, Finding, Severity, gpu_resource
+from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "sharing"
 MPS_CONTROL = "nvidia-cuda-mps-control"
-DEFAULT, EXCLUSIVE_THREAD, PROHIBITED, EXCLUSIVE_PROCESS = 0, 1, 2, 3
 GPU_RESOURCE = RESOURCE_PREFIX + "gpu"
 
 
-@dataclass(frozen=True)
-class _Gpu:
-    index: int
-    uuid: str | None
-    compute_mode: int | None
-    mig_enabled: bool | None
-
-    @property
-    def resource(self) -> str:
-        return gpu_resource(self.index, self.uuid)
-
-    @property
-    def mode_name(self) -> str:
-        if self.compute_mode is None:
-            return "unknown"
-        return COMPUTE_MODES.get(self.compute_mode, str(self.compute_mode))
-
-    def to_data(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "uuid": self.uuid,
-            "compute_mode": None if self.compute_mode is None else self.mode_name,
-            "mig_enabled": self.mig_enabled,
-        }
-
-
-def _gpus(host: Host) -> list[_Gpu]:
-    found = []
-    for device in open_gpus(host.nvml, gpu_count(host.nvml) or 0):
-        mig = device.get("nvmlDeviceGetMigMode")
-        mode = device.get("nvmlDeviceGetComputeMode")
-        found.append(
-            _Gpu(
-                device.index,
-                device.uuid(),
-                mode if isinstance(mode, int) and not isinstance(mode, bool) else None,
-                (mig[0] == 1) if isinstance(mig, list) and mig else None,
-            )
-        )
-    return found
+def _gpu_data(gpu: GpuModes) -> dict[str, Any]:
+    """One GPU's entry in `data.gpus`."""
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "compute_mode": None if gpu.compute_mode is None else gpu.mode_name,
+        "mig_enabled": gpu.mig_enabled,
+    }
 
 
 class SharingData(TypedDict):
@@ -96,7 +68,7 @@ def run(host: Host, config: Config) -> CheckResult:
     """Judge time-slicing and MPS against the GPUs' compute and MIG modes."""
     gpus_present = nvidia_gpu_count(host)
     plugin, note, path = _plugin(host, config)
-    gpus = _gpus(host) if gpus_present else []
+    gpus = read_modes(host) if gpus_present else []
     daemons = [p.pid for p in host.processes().named(MPS_CONTROL)]
     strategy = plugin.sharing_strategy if plugin else None
     data: SharingData = {
@@ -105,7 +77,7 @@ def run(host: Host, config: Config) -> CheckResult:
         "strategy": strategy,
         "resources": [],
         "mps_control_daemon_pids": daemons,
-        "gpus": [g.to_data() for g in gpus],
+        "gpus": [_gpu_data(g) for g in gpus],
     }
     if not gpus_present:
         return CheckResult(NAME, "no NVIDIA GPU on this node: nothing to share", [], data)
@@ -139,7 +111,7 @@ def _plugin(host: Host, config: Config) -> tuple[DevicePluginConfig | None, str 
 
 
 def _units(
-    resource: SharedResource, gpus: list[_Gpu], plugin: DevicePluginConfig
+    resource: SharedResource, gpus: list[GpuModes], plugin: DevicePluginConfig
 ) -> dict[str, Any]:
     """A shared resource with its schedulable units: GPUs × replicas, when GPUs count them."""
     entry = resource.to_data()
@@ -159,7 +131,7 @@ def _units(
     return entry
 
 
-def _shared_gpus(plugin: DevicePluginConfig, gpus: list[_Gpu]) -> list[_Gpu]:
+def _shared_gpus(plugin: DevicePluginConfig, gpus: list[GpuModes]) -> list[GpuModes]:
     """The GPUs MPS shares: those listed by index, else all (counts and UUIDs: all)."""
     indexes: set[int] = set()
     for resource in plugin.mps:
@@ -172,11 +144,11 @@ def _shared_gpus(plugin: DevicePluginConfig, gpus: list[_Gpu]) -> list[_Gpu]:
     return [g for g in gpus if g.index in indexes]
 
 
-def _exclusive(gpu: _Gpu) -> bool:
+def _exclusive(gpu: GpuModes) -> bool:
     return gpu.compute_mode in (EXCLUSIVE_THREAD, EXCLUSIVE_PROCESS)
 
 
-def _mps(plugin: DevicePluginConfig, gpus: list[_Gpu], daemons: list[int]) -> list[Finding]:
+def _mps(plugin: DevicePluginConfig, gpus: list[GpuModes], daemons: list[int]) -> list[Finding]:
     findings = []
     if not daemons:
         findings.append(
@@ -210,7 +182,7 @@ def _mps(plugin: DevicePluginConfig, gpus: list[_Gpu], daemons: list[int]) -> li
     return findings
 
 
-def _mode_mismatch(gpu: _Gpu, sharing: str, severity: Severity, wanted: str) -> Finding:
+def _mode_mismatch(gpu: GpuModes, sharing: str, severity: Severity, wanted: str) -> Finding:
     if sharing == "MPS" and gpu.compute_mode == DEFAULT:
         why = (
             "the MPS control daemon sets EXCLUSIVE_PROCESS when it starts, so processes can "
@@ -233,7 +205,7 @@ def _mode_mismatch(gpu: _Gpu, sharing: str, severity: Severity, wanted: str) -> 
     )
 
 
-def _prohibited(gpu: _Gpu) -> Finding:
+def _prohibited(gpu: GpuModes) -> Finding:
     return Finding(
         "COMPUTE_MODE_MISMATCH",
         Severity.CRITICAL,
@@ -244,7 +216,7 @@ def _prohibited(gpu: _Gpu) -> Finding:
     )
 
 
-def _modes(gpus: list[_Gpu]) -> str:
+def _modes(gpus: list[GpuModes]) -> str:
     """`8 GPUs in compute mode Default`, or `8 GPUs in compute modes Default (7),
     ExclusiveProcess (1)`; a mode NVML did not give counts as unreadable."""
     count: dict[str, int] = {}

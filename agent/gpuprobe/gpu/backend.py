@@ -114,6 +114,10 @@ class GpuBackend(Protocol):
 
     vendor: Vendor
 
+    def present(self) -> bool:
+        """Whether the node shows this vendor's GPUs or driver (`gpu.backends` asks)."""
+        ...
+
     def driver(self) -> DriverFacts:
         """The vendor's driver and library facts."""
         ...

@@ -1,0 +1,61 @@
+"""AMD's GPUs behind the vendor-neutral interface (`gpu.backend.GpuBackend`), through the
+amdgpu driver's sysfs files (`gpu.amd.sysfs`, read through `host.fs`, so a snapshot's rootfs
+replays them). ROCm SMI is not asked here: it is a second opinion the `driver` check shows,
+never what a GPU's facts rest on.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuprobe.gpu.amd.sysfs import AmdGpu, amd_gpu_addresses, read_gpus, read_module
+from gpuprobe.gpu.backend import DriverFacts, GpuIdentity, GpuUse, Vendor
+from gpuprobe.host import Host
+
+_RENDER_NODE = re.compile(r"renderD(\d+)")
+
+
+class AmdBackend:
+    """The node's AMD GPUs (Instinct, Radeon) as the amdgpu driver shows them in sysfs."""
+
+    vendor: Vendor = "amd"
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def present(self) -> bool:
+        """AMD GPUs are on the PCI bus (whether or not amdgpu took them)."""
+        return bool(amd_gpu_addresses(self.host.fs))
+
+    def driver(self) -> DriverFacts:
+        """amdgpu's version: a DKMS build's own, else the kernel's (in-tree); None when the
+        module is not loaded."""
+        module = read_module(self.host.fs)
+        version = (module.version or module.kernel) if module.loaded else None
+        return DriverFacts("amd", version)
+
+    def gpus(self) -> list[GpuIdentity]:
+        """The AMD GPUs on the bus in PCI address order: unique_id, address, product name."""
+        return [_identity(gpu) for gpu in read_gpus(self.host.fs)]
+
+    def uses(self) -> list[GpuUse]:
+        """Each GPU as workloads get it: its render node's minor and busy percent. amdgpu's
+        sysfs neither partitions nor lists processes: those stay unknown (None)."""
+        return [
+            GpuUse(
+                _identity(gpu),
+                minor=_render_minor(gpu.render_node),
+                utilization_percent=gpu.busy_percent,
+            )
+            for gpu in read_gpus(self.host.fs)
+        ]
+
+
+def _identity(gpu: AmdGpu) -> GpuIdentity:
+    return GpuIdentity("amd", gpu.index, gpu.unique_id, gpu.pci_address, gpu.name)
+
+
+def _render_minor(node: str | None) -> int | None:
+    """`renderD128` → 128."""
+    match = _RENDER_NODE.fullmatch(node or "")
+    return int(match.group(1)) if match else None

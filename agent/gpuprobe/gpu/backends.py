@@ -1,0 +1,23 @@
+"""Which GPU backends a node has: one per vendor whose GPUs or driver it shows.
+
+`VENDORS` is the registry: each entry makes a vendor's backend for a host, and a backend
+says itself whether the node shows its vendor (`present`). A node with GPUs of both vendors
+gets both, NVIDIA's first; a node with none gets none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuprobe.gpu.amd.backend import AmdBackend
+from gpuprobe.gpu.backend import GpuBackend
+from gpuprobe.gpu.nvidia.backend import NvidiaBackend
+from gpuprobe.host import Host
+
+VENDORS: tuple[Callable[[Host], GpuBackend], ...] = (NvidiaBackend, AmdBackend)
+
+
+def node_backends(host: Host) -> list[GpuBackend]:
+    """The backends of the vendors this node shows, in `VENDORS` order."""
+    backends = [make(host) for make in VENDORS]
+    return [backend for backend in backends if backend.present()]
