@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from gpuprobe.containers.engines import Engine
-from gpuprobe.containers.toolkit import resolve_binary
+from gpuprobe.gpu.amd.access import KFD, ContainerAccess, read_container_access
 from gpuprobe.gpu.amd.ras import bad_page_threshold
 from gpuprobe.gpu.amd.sysfs import AmdGpu, AmdgpuModule
 from gpuprobe.host.fs import HostFS
@@ -22,9 +22,6 @@ from gpuprobe.host.rocm_smi import SmiProbe
 from gpuprobe.report import Action, Finding, Severity
 
 VENDOR = "amd"
-KFD = "/dev/kfd"
-# The AMD Container Toolkit's runtime: `amd-ctk runtime configure` names it `amd`.
-AMD_RUNTIME = "amd"
 # Retired pages at or above this share of the threshold raise RAS_BAD_PAGES as a warning.
 BAD_PAGES_WARN_RATIO = 0.9
 
@@ -388,29 +385,27 @@ class AmdContainerData(TypedDict):
 def container_access(
     fs: HostFS, gpus: list[AmdGpu], engines: list[Engine]
 ) -> tuple[AmdContainerData, list[Finding]]:
-    """What ROCm containers need on the host: `/dev/kfd` (the compute interface) and each
-    GPU's `/dev/dri/renderD<N>` (which the AMD device plugin, or `--device`, passes in), and
-    where an engine names the AMD Container Toolkit's `amd` runtime, its binary."""
-    bound = [g for g in gpus if g.bound]
-    kfd = fs.exists(KFD)
-    nodes = {f"/dev/dri/{g.render_node}": fs.exists(f"/dev/dri/{g.render_node}")
-             for g in bound if g.render_node}  # fmt: skip
+    """The `toolkit` check's AMD data and findings, from what `gpu.amd.access` reads."""
+    return container_findings(read_container_access(fs, gpus, engines))
+
+
+def container_findings(access: ContainerAccess) -> tuple[AmdContainerData, list[Finding]]:
+    """What ROCm containers need on the host, judged: `/dev/kfd` and each driven GPU's
+    render node (GPU_DEVICE_NODE_MISSING), and where an engine names the AMD Container
+    Toolkit's `amd` runtime, its binary (RUNTIME_NOT_CONFIGURED)."""
+    kfd, nodes = access.kfd, access.render_nodes
     runtimes: list[dict[str, object]] = []
     findings = []
-    for engine in engines:
-        runtime = engine.config.runtimes.get(AMD_RUNTIME)
-        if runtime is None:
-            continue
-        found = resolve_binary(fs, runtime.binary or "")
+    for runtime in access.runtimes:
         runtimes.append(
-            {"engine": engine.config.flavor, "binary": runtime.binary, "found": found is not None}
+            {"engine": runtime.engine, "binary": runtime.binary, "found": runtime.found}
         )
-        if found is None:
+        if not runtime.found:
             findings.append(
                 Finding(
                     "RUNTIME_NOT_CONFIGURED",
                     Severity.CRITICAL,
-                    f"{engine.config.flavor}'s `amd` runtime (AMD Container Toolkit) names "
+                    f"{runtime.engine}'s `amd` runtime (AMD Container Toolkit) names "
                     f"{runtime.binary or 'no binary'}, which does not exist: containers run "
                     "with it fail to start. Install amd-container-toolkit, or run amd-ctk "
                     "runtime configure again",
@@ -418,15 +413,16 @@ def container_access(
                     f"file:{runtime.defined_in}",
                 )
             )
-    missing = ([] if kfd or not bound else [KFD]) + [n for n, ok in nodes.items() if not ok]
+    driven = access.driven_gpus
+    missing = ([] if kfd or not driven else [KFD]) + [n for n, ok in nodes.items() if not ok]
     if missing:
         findings.insert(
             0,
             Finding(
                 "GPU_DEVICE_NODE_MISSING",
                 Severity.CRITICAL,
-                f"{', '.join(missing)} missing on a node with {len(bound)} AMD GPU"
-                f"{_s(len(bound))} amdgpu drives: ROCm containers cannot reach "
+                f"{', '.join(missing)} missing on a node with {driven} AMD GPU"
+                f"{_s(driven)} amdgpu drives: ROCm containers cannot reach "
                 + (
                     "any GPU (no /dev/kfd: amdgpu's KFD did not start; read the kernel log "
                     "for kfd, and check the IOMMU settings)"
