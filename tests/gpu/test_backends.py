@@ -10,7 +10,18 @@ import pytest
 
 from conftest import SNAPSHOTS
 from gpuprobe.gpu.amd.backend import AmdBackend
-from gpuprobe.gpu.backend import DriverFacts, GpuIdentity, GpuProcess, GpuUse, Partition
+from gpuprobe.gpu.backend import (
+    DriverFacts,
+    GpuBackend,
+    GpuHealth,
+    GpuIdentity,
+    GpuProcess,
+    GpuUse,
+    InterconnectLink,
+    MemoryHealth,
+    Partition,
+    PcieLink,
+)
 from gpuprobe.gpu.backends import node_backends
 from gpuprobe.gpu.nvidia.backend import NvidiaBackend
 from gpuprobe.host import snapshot_host
@@ -124,6 +135,84 @@ def test_amds_backend_without_amdgpu_names_the_gpus_by_their_pci_address() -> No
     assert [(g.uuid, g.pci_address) for g in gpus] == [(None, a) for a in MI300X_ADDRESSES]
     assert gpus[0].resource == "gpu:0:0000:0c:00.0"
     assert [(u.minor, u.utilization_percent) for u in backend.uses()] == [(None, None)] * 8
+
+
+def troubled(backend: GpuBackend) -> list[GpuHealth]:
+    """The GPUs whose health differs from a healthy GPU's in the synthetic snapshots."""
+    return [
+        h
+        for h in backend.health()
+        if h.lost
+        or h.errors
+        or h.memory.uncorrectable_errors
+        or h.memory.retired
+        or h.memory.retirement_pending
+        or (h.pcie.width or 0) < (h.pcie.width_max or 0)
+        or any(not link.up for link in h.links or [])
+    ]
+
+
+def test_nvidias_backend_tells_a_healthy_gpus_health() -> None:
+    backend = NvidiaBackend(snapshot_host(str(SNAPSHOTS / "synthetic-h100-8gpu-healthy")))
+    first = backend.health()[0]
+    assert first == GpuHealth(
+        GpuIdentity("nvidia", 0, h100_uuid(0), H100_ADDRESSES[0], "NVIDIA H100 80GB HBM3"),
+        memory=MemoryHealth(0, 0, 0, False, False),
+        pcie=PcieLink(generation=5, generation_max=5, width=16, width_max=16),
+        links=[InterconnectLink("nvlink", link, True) for link in range(18)],
+        temperature_celsius=first.temperature_celsius,
+        clock_event_reasons=first.clock_event_reasons,
+    )
+    assert troubled(backend) == []
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "index", "fault"),
+    [
+        ("synthetic-remap-pending", 3, MemoryHealth(0, 0, 2, True, False)),
+        (
+            "synthetic-pcie-degraded",
+            4,
+            PcieLink(generation=5, generation_max=5, width=8, width_max=16),
+        ),
+        ("synthetic-nvlink-down", 1, [InterconnectLink("nvlink", 7, False)]),
+    ],
+)
+def test_nvidias_backend_tells_a_gpus_fault(snapshot: str, index: int, fault: object) -> None:
+    (gpu,) = troubled(NvidiaBackend(snapshot_host(str(SNAPSHOTS / snapshot))))
+    assert gpu.identity.index == index
+    down = [link for link in gpu.links or [] if not link.up]
+    assert fault in (gpu.memory, gpu.pcie, down)
+
+
+def test_nvidias_backend_tells_a_lost_gpu_and_why() -> None:
+    (gpu,) = troubled(NvidiaBackend(snapshot_host(str(SNAPSHOTS / "synthetic-gpu-lost"))))
+    assert (gpu.identity.index, gpu.identity.uuid, gpu.lost) == (5, h100_uuid(5), True)
+    assert gpu.errors == {"nvmlDeviceGetName": "GpuIsLost"}
+    assert (gpu.memory, gpu.pcie, gpu.links) == (MemoryHealth(), PcieLink(), None)
+
+
+def test_amds_backend_tells_ras_errors_retired_pages_and_xgmi_links() -> None:
+    def host(name: str) -> AmdBackend:
+        return AmdBackend(snapshot_host(str(SNAPSHOTS / name)))
+
+    healthy = host("synthetic-amd-mi300x-8gpu-healthy").health()
+    assert healthy[0].pcie == PcieLink(speed_gts=32.0, speed_max_gts=32.0, width=16, width_max=16)
+    assert healthy[0].memory == MemoryHealth(0, 0, 0, False, False)
+    assert healthy[0].links == [InterconnectLink("xgmi", node, True) for node in range(2, 9)]
+    assert troubled(host("synthetic-amd-mi300x-8gpu-healthy")) == []
+    (ras,) = troubled(host("synthetic-amd-ras-uncorrectable"))
+    assert (ras.identity.uuid, ras.memory) == (
+        mi300x_unique_id(3),
+        MemoryHealth(2, 17, 1, True, False),
+    )
+    (pages,) = troubled(host("synthetic-amd-bad-pages-near-threshold"))
+    assert (pages.identity.index, pages.memory.retired) == (5, 1800)
+    down = troubled(host("synthetic-amd-xgmi-link-down"))
+    assert [(g.identity.index, [link for link in g.links or [] if not link.up]) for g in down] == [
+        (1, [InterconnectLink("xgmi", 7, False)]),
+        (6, [InterconnectLink("xgmi", 2, False)]),
+    ]
 
 
 def test_an_nvidia_node_gets_nvidias_backend_alone() -> None:

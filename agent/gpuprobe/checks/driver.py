@@ -18,6 +18,7 @@ from gpuprobe.config import Config, DriverConfig
 from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
+from gpuprobe.gpu.backends import node_backends
 from gpuprobe.gpu.nvidia.driver import (
     DRIVER_ANSWERED,
     DriverStack,
@@ -73,10 +74,9 @@ def run(host: Host, config: Config) -> CheckResult:
         "kernel_module_version": module.version if module else None,
         "kernel_module_type": ("open" if module.open else "proprietary") if module else None,
         "nvml_init_error": stack.init_error,
-        "vendors": [],
+        "vendors": [backend.vendor for backend in node_backends(host)],
     }
     node = read_amd(host, ask_library=True)
-    data["vendors"] = ["nvidia"] * stack.seen + [amd.VENDOR] * bool(node.gpus)
     if node.gpus:
         data["amd"] = amd.driver_data(node.module, node.gpus, node.rocm_version, node.smi)
         if not stack.seen:

@@ -53,6 +53,61 @@ class DriverFacts:
 
 
 @dataclass(frozen=True)
+class MemoryHealth:
+    """Device memory's errors and repairs since the driver loaded: uncorrectable and
+    correctable error counts (NVIDIA: volatile ECC; AMD: RAS counts summed over the blocks),
+    memory retired (NVIDIA: remapped rows; AMD: retired VRAM pages), a retirement waiting for a
+    reset, and a retirement that failed. None: the GPU cannot tell."""
+
+    uncorrectable_errors: int | None = None
+    correctable_errors: int | None = None
+    retired: int | None = None
+    retirement_pending: bool | None = None
+    retirement_failed: bool | None = None
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """The GPU's PCIe link now and at most: generation (NVIDIA) or speed (GT/s, AMD), and
+    lanes. None: the GPU cannot tell."""
+
+    generation: int | None = None
+    generation_max: int | None = None
+    speed_gts: float | None = None
+    speed_max_gts: float | None = None
+    width: int | None = None
+    width_max: int | None = None
+
+
+@dataclass(frozen=True)
+class InterconnectLink:
+    """One GPU-to-GPU link (NVIDIA NVLink `nvlink` by link number, AMD XGMI `xgmi` by the
+    hive node it reaches directly) and whether it is up."""
+
+    kind: str
+    index: int
+    up: bool
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """One GPU's health as its driver tells it: lost (fallen off the bus, or hung) and a
+    reset required, its memory, PCIe link, GPU-to-GPU links (None: the GPU has none or cannot
+    tell), temperature (NVIDIA's core, AMD's junction), why its clocks are held back (NVIDIA's
+    clock event reasons) and what could not be read (`errors`: the call or file → reason)."""
+
+    identity: GpuIdentity
+    lost: bool = False
+    reset_required: bool = False
+    memory: MemoryHealth = MemoryHealth()
+    pcie: PcieLink = PcieLink()
+    links: list[InterconnectLink] | None = None
+    temperature_celsius: float | None = None
+    clock_event_reasons: list[str] | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Partition:
     """One partition of a GPU given to workloads as a device (NVIDIA MIG: GPU instance `gi`,
     compute instance `ci`, its `slot` the MIG device index)."""
@@ -124,6 +179,10 @@ class GpuBackend(Protocol):
 
     def gpus(self) -> list[GpuIdentity]:
         """The GPUs the driver sees, by index (none when it cannot tell)."""
+        ...
+
+    def health(self) -> list[GpuHealth]:
+        """Each GPU's health: lost, memory, PCIe link, GPU-to-GPU links, temperature, clocks."""
         ...
 
     def uses(self) -> list[GpuUse]:

@@ -9,7 +9,16 @@ from __future__ import annotations
 import re
 
 from gpuprobe.gpu.amd.sysfs import AmdGpu, amd_gpu_addresses, read_gpus, read_module
-from gpuprobe.gpu.backend import DriverFacts, GpuIdentity, GpuUse, Vendor
+from gpuprobe.gpu.backend import (
+    DriverFacts,
+    GpuHealth,
+    GpuIdentity,
+    GpuUse,
+    InterconnectLink,
+    MemoryHealth,
+    PcieLink,
+    Vendor,
+)
 from gpuprobe.host import Host
 
 _RENDER_NODE = re.compile(r"renderD(\d+)")
@@ -38,6 +47,11 @@ class AmdBackend:
         """The AMD GPUs on the bus in PCI address order: unique_id, address, product name."""
         return [_identity(gpu) for gpu in read_gpus(self.host.fs)]
 
+    def health(self) -> list[GpuHealth]:
+        """Each GPU's RAS counts, retired pages, PCIe link, XGMI links and temperature. A GPU
+        amdgpu did not take tells only its PCIe link."""
+        return [_health(gpu) for gpu in read_gpus(self.host.fs)]
+
     def uses(self) -> list[GpuUse]:
         """Each GPU as workloads get it: its render node's minor and busy percent. amdgpu's
         sysfs neither partitions nor lists processes: those stay unknown (None)."""
@@ -53,6 +67,33 @@ class AmdBackend:
 
 def _identity(gpu: AmdGpu) -> GpuIdentity:
     return GpuIdentity("amd", gpu.index, gpu.unique_id, gpu.pci_address, gpu.name)
+
+
+def _health(gpu: AmdGpu) -> GpuHealth:
+    pages = gpu.bad_pages
+    counts = gpu.ras_counts
+    temperatures = gpu.temperatures_celsius
+    return GpuHealth(
+        _identity(gpu),
+        memory=MemoryHealth(
+            sum(c.uncorrectable for c in counts) if counts else None,
+            sum(c.correctable for c in counts) if counts else None,
+            pages.reserved if pages else None,
+            pages.pending > 0 if pages else None,
+            pages.failed > 0 if pages else None,
+        ),
+        pcie=PcieLink(
+            speed_gts=gpu.pcie.speed_gts,
+            speed_max_gts=gpu.pcie.max_speed_gts,
+            width=gpu.pcie.width,
+            width_max=gpu.pcie.max_width,
+        ),
+        links=None
+        if gpu.xgmi is None
+        else [InterconnectLink("xgmi", p.node, p.links > 0) for p in gpu.xgmi.peers if p.hops == 1],
+        temperature_celsius=temperatures.get("junction", temperatures.get("edge")),
+        errors=dict(gpu.errors),
+    )
 
 
 def _render_minor(node: str | None) -> int | None:

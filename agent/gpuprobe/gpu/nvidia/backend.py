@@ -8,9 +8,23 @@ gives the same answers.
 
 from __future__ import annotations
 
-from gpuprobe.gpu.backend import DriverFacts, GpuIdentity, GpuProcess, GpuUse, Partition, Vendor
+from typing import Any
+
+from gpuprobe.gpu.backend import (
+    DriverFacts,
+    GpuHealth,
+    GpuIdentity,
+    GpuProcess,
+    GpuUse,
+    InterconnectLink,
+    MemoryHealth,
+    Partition,
+    PcieLink,
+    Vendor,
+)
 from gpuprobe.gpu.nvidia.device import gpu_count, open_gpus
 from gpuprobe.gpu.nvidia.driver import loaded_version, read_stack
+from gpuprobe.gpu.nvidia.gpus import GpuReading, read_gpus
 from gpuprobe.gpu.pci import PciDevice, nvidia_gpus
 from gpuprobe.host import Host
 from gpuprobe.workloads.inventory import Gpu, read_inventory
@@ -51,10 +65,62 @@ class NvidiaBackend:
             for d in open_gpus(nvml, gpu_count(nvml) or 0)
         ]
 
+    def health(self) -> list[GpuHealth]:
+        """Each GPU NVML counts, its health as `gpu.nvidia.health` reads it."""
+        count = self.count()
+        if count is None:
+            return []
+        readings = read_gpus(self.host, count, self.bus_gpus(), self.host.processes())
+        return [_health(reading) for reading in readings]
+
     def uses(self) -> list[GpuUse]:
         """Each GPU as workloads get it: its device-node minor, MIG devices, load and
         processes (`gpuprobe.workloads.inventory`)."""
         return [_use(gpu) for gpu in read_inventory(self.host.nvml)]
+
+
+def _health(reading: GpuReading) -> GpuHealth:
+    """The `gpus` check's facts of one GPU in the interface's terms."""
+    facts = reading.facts
+    links = facts.get("nvlinks")
+    return GpuHealth(
+        GpuIdentity(
+            "nvidia", reading.index, facts.get("uuid"), facts.get("pci_bus_id"), facts.get("name")
+        ),
+        lost=reading.lost,
+        reset_required=reading.reset_required,
+        memory=MemoryHealth(
+            facts.get("ecc_uncorrected_volatile"),
+            facts.get("ecc_corrected_volatile"),
+            _sum(facts.get("remapped_rows_correctable"), facts.get("remapped_rows_uncorrectable")),
+            _any(facts.get("remapped_rows_pending"), facts.get("retired_pages_pending")),
+            facts.get("remapped_rows_failure"),
+        ),
+        pcie=PcieLink(
+            generation=facts.get("pcie_link_generation"),
+            generation_max=facts.get("pcie_link_generation_max"),
+            width=facts.get("pcie_link_width"),
+            width_max=facts.get("pcie_link_width_max"),
+        ),
+        links=None
+        if links is None
+        else [InterconnectLink("nvlink", link["link"], link["up"]) for link in links],
+        temperature_celsius=facts.get("temperature_celsius"),
+        clock_event_reasons=facts.get("clock_event_reasons"),
+        errors=dict(facts.get("nvml_errors", {})),
+    )
+
+
+def _sum(*counts: Any) -> int | None:
+    """The sum of the counts NVML gave; None when it gave none."""
+    given = [c for c in counts if isinstance(c, int)]
+    return sum(given) if given else None
+
+
+def _any(*flags: Any) -> bool | None:
+    """True when a flag is set, False when all given are clear, None when none is given."""
+    given = [f for f in flags if isinstance(f, bool)]
+    return any(given) if given else None
 
 
 def _use(gpu: Gpu) -> GpuUse:
