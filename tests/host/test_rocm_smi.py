@@ -1,12 +1,13 @@
-"""ROCm SMI, asked for real where Debian's librocm-smi64-1 is installed, in a child process."""
+"""ROCm SMI, asked for real where Debian's librocm-smi64-1 is installed, in a child process;
+the transport a Host carries asks it once, a snapshot never."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from conftest import require
-from gpuprobe.host import rocm_smi
+from conftest import SNAPSHOTS, require
+from gpuprobe.host import live_host, rocm_smi, snapshot_host
 from gpuprobe.host.fs import HostFS
 
 DEBIAN_LIBRARY = Path("/usr/lib/librocm_smi64.so.1")
@@ -43,3 +44,21 @@ def test_a_file_that_is_no_library_is_a_crash_the_agent_outlives(tmp_path: Path)
     (lib / rocm_smi.LIBRARY).write_text("not an ELF object\n")
     found = rocm_smi.probe(HostFS(tmp_path))
     assert found == rocm_smi.SmiProbe(str(lib / rocm_smi.LIBRARY), "crashed: exit status 1")
+
+
+def test_the_live_transport_asks_the_library_once_and_keeps_its_answer(tmp_path: Path) -> None:
+    smi = rocm_smi.LiveRocmSmi(HostFS(tmp_path))
+    assert smi.probe() == rocm_smi.SmiProbe(None, "absent")
+    lib = tmp_path / "opt/rocm/lib"
+    lib.mkdir(parents=True)
+    (lib / rocm_smi.LIBRARY).write_text("not an ELF object\n")
+    assert smi.probe() == rocm_smi.SmiProbe(None, "absent")  # asked once per agent
+
+
+def test_a_snapshot_never_asks_the_library() -> None:
+    host = snapshot_host(str(SNAPSHOTS / "synthetic-amd-mi300x-8gpu-healthy"))
+    assert host.rocm_smi.probe() == rocm_smi.NOT_ASKED == rocm_smi.SmiProbe(None, "not asked")
+
+
+def test_the_live_node_carries_the_live_transport(tmp_path: Path) -> None:
+    assert isinstance(live_host(str(tmp_path)).rocm_smi, rocm_smi.LiveRocmSmi)

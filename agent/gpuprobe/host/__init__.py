@@ -1,11 +1,12 @@
 """The host: the only door through which checks see the node.
 
-A `Host` bundles the host's files (`HostFS`), NVML, its processes, its network links, the
-kubelet's PodResources API, the node's pods as the API server reports them, the cloud's
-instance metadata service and the clock the checks read (`host.clock`, which a test may
-replace). It is built live (`live_host`), from a node snapshot (`snapshot_host`), or live with
-recording on (`recording_host`, for `gpuprobe capture`). Checks receive a Host and never look
-past it.
+A `Host` bundles the host's files (`HostFS`), the GPU vendors' libraries (NVIDIA's NVML;
+AMD's ROCm SMI, beside the amdgpu sysfs files read through `HostFS`), its processes, its
+network links, the kubelet's PodResources API, the node's pods as the API server reports
+them, the cloud's instance metadata service and the clock the checks read (`host.clock`,
+which a test may replace). It is built live (`live_host`), from a node snapshot
+(`snapshot_host`), or live with recording on (`recording_host`, for `gpuprobe capture`).
+Checks receive a Host and never look past it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from gpuprobe.host.podstatus import (
     load_pod_statuses,
 )
 from gpuprobe.host.processes import ProcessTable, live_processes, load_processes
+from gpuprobe.host.rocm_smi import LiveRocmSmi, ReplayedRocmSmi, RocmSmi
 from gpuprobe.report import parse_time
 
 SNAPSHOT_FORMAT = 1
@@ -109,6 +111,8 @@ class Host:
     clock: Clock = field(default_factory=SystemClock)
     # The cloud's instance metadata service (none recorded: every request "not recorded").
     metadata: MetadataService = field(default_factory=ReplayedMetadata)
+    # AMD's SMI library (a snapshot does not replay it: "not asked").
+    rocm_smi: RocmSmi = field(default_factory=ReplayedRocmSmi)
     # The reader of /dev/kmsg (the device, or a snapshot's file), made on first use.
     kmsg_reader: KmsgReader | None = None
     _kmsg_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -151,6 +155,7 @@ def live_host(
         podresources=LivePodResources(fs),
         pod_statuses=pod_statuses or ReplayedPodStatuses(),
         metadata=LiveMetadata(),
+        rocm_smi=LiveRocmSmi(fs),
     )
 
 

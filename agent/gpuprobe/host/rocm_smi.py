@@ -7,7 +7,9 @@ monitors. A child, because the library aborts its process on some calls after a 
 the agent must outlive whatever the library does. The library's absence, its refusal to
 start, a crash or a hang are facts for `data`, never findings.
 
-A snapshot does not replay the library: on a replayed node it is "not asked".
+`Host.rocm_smi` is the transport: `LiveRocmSmi` asks the library once per agent (a child
+process each time would cost seconds a round); a snapshot does not replay the library, so on a
+replayed node (`ReplayedRocmSmi`) it is "not asked".
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import ctypes
 import json
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
+from typing import Protocol
 
 from gpuprobe.host.fs import HostFS
 
@@ -54,6 +58,38 @@ class SmiProbe:
 
 
 NOT_ASKED = SmiProbe(None, "not asked")
+
+
+class RocmSmi(Protocol):
+    """AMD's SMI library on the node, as a transport: what it says when asked."""
+
+    def probe(self) -> SmiProbe:
+        """The library's answer (its absence, refusal or crash included)."""
+        ...
+
+
+class LiveRocmSmi:
+    """The library under the host root, asked on first use and its answer kept."""
+
+    def __init__(self, fs: HostFS) -> None:
+        self._fs = fs
+        self._answer: SmiProbe | None = None
+        self._lock = threading.Lock()
+
+    def probe(self) -> SmiProbe:
+        """The kept answer, asking the library the first time."""
+        with self._lock:
+            if self._answer is None:
+                self._answer = probe(self._fs)
+            return self._answer
+
+
+class ReplayedRocmSmi:
+    """A snapshot's node: the library is not replayed, so it is never asked."""
+
+    def probe(self) -> SmiProbe:
+        """Always "not asked"."""
+        return NOT_ASKED
 
 
 def find_library(fs: HostFS) -> str | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from gpuprobe.gpu.amd.sysfs import AmdGpu, AmdgpuModule, read_gpus, read_module
 from gpuprobe.host import Host
-from gpuprobe.host.rocm_smi import NOT_ASKED, SmiProbe, probe
+from gpuprobe.host.rocm_smi import NOT_ASKED, SmiProbe
 
 ROCM_VERSION = "/opt/rocm/.info/version"
 
@@ -23,14 +23,9 @@ class AmdNode:
 
 
 def read_amd(host: Host, *, ask_library: bool = False) -> AmdNode:
-    """The node's AMD facts. `ask_library` asks ROCm SMI once per agent (a child process),
-    only on a live node with AMD GPUs: a snapshot does not replay the library."""
+    """The node's AMD facts. `ask_library` asks ROCm SMI (`host.rocm_smi`: once per agent,
+    never on a snapshot) when the node has AMD GPUs."""
     gpus = read_gpus(host.fs)
     rocm = host.fs.try_read_text(ROCM_VERSION)
-    smi = NOT_ASKED
-    if ask_library and gpus and host.snapshot_dir is None:
-        memory = host.memory.of("amd")
-        if "smi" not in memory:
-            memory["smi"] = probe(host.fs)
-        smi = memory["smi"]
+    smi = host.rocm_smi.probe() if ask_library and gpus else NOT_ASKED
     return AmdNode(read_module(host.fs), gpus, rocm.strip() or None if rocm else None, smi)
