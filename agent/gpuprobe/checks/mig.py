@@ -1,13 +1,8 @@
 """Check `mig`: how MIG is laid out on each GPU, and does it fit the device plugin?
 
 Per GPU: MIG capable or not, current and pending mode, and with MIG on its GPU instances and
-compute instances: profile names, placements, memory and MIG device UUIDs. MIG devices are
-found the way the NVIDIA device plugin finds them: `nvmlDeviceGetMigDeviceHandleByIndex(gpu,
-i)` for every slot below `nvmlDeviceGetMaxMigDeviceCount` (an empty slot is NotFound), then
-each MIG device's GPU instance id, compute instance id, UUID, name (`... MIG 1g.10gb`),
-memory and attributes. Placements come from the GPU instance (`"gi:<gpu>:<id>"`) and compute
-instance (`"ci:<gpu>:<gi>:<ci>"`) handles, which need privileges; without them they are left
-out.
+compute instances: profile names, placements, memory and MIG device UUIDs, as
+`gpuprobe.gpu.nvidia.mig` reads them (the way the NVIDIA device plugin finds MIG devices).
 
 The device plugin's MIG strategy (its config file, `device_plugin.config_file`) is held
 against the layout as the plugin itself does (k8s-device-plugin mig-strategy.go): `single`
