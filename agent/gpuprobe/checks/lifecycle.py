@@ -123,7 +123,7 @@ def run(host: Host, config: Config) -> CheckResult:
         return CheckResult(NAME, f"not on a known cloud ({why}): no notices to hear", data=data)
     at = host.captured_at or datetime.fromtimestamp(host.clock.wall(), UTC)
     reading = notices.read_notices(
-        host.metadata,
+        host,
         cloud,
         settings.endpoint_for(cloud),
         settings.timeout_seconds,
@@ -303,9 +303,7 @@ def notice_sense(host: Host, config: Config) -> Callable[[], Hashable] | None:
     def sense() -> Hashable:
         at = host.captured_at or datetime.fromtimestamp(host.clock.wall(), UTC)
         cache = host.memory.of(NAME)
-        reading = notices.read_notices(
-            host.metadata, cloud, endpoint, settings.timeout_seconds, cache, at
-        )
+        reading = notices.read_notices(host, cloud, endpoint, settings.timeout_seconds, cache, at)
         heard = tuple((n.kind, n.source, n.detail, n.time) for n in reading.notices)
         return heard, reading.problem is None
 
