@@ -48,7 +48,7 @@ def test_an_amd_nodes_log_files_give_the_sources_and_amdgpus_faults() -> None:
         ("0000:38:00.0", "ring_timeout", "python3 (pid 48211)"),
         ("0000:38:00.0", "gpu_reset", None),
     ]
-    assert [(len(k.xids), len(k.sxids)) for k in log.nvidia()] == [(0, 0)] * 3
+    assert [(len(k.xids), len(k.sxids)) for k in log.nvidia_logs()] == [(0, 0)] * 3
 
 
 def test_kmsg_is_followed_and_its_records_are_nvidias_not_amdgpus() -> None:
@@ -66,7 +66,7 @@ def test_kmsg_is_followed_and_its_records_are_nvidias_not_amdgpus() -> None:
         },
     )
     assert [s.kind for s in log.streams] == ["kmsg", "file", "file", "file"]
-    assert [[(x.pci, x.xid) for x in k.xids] for k in log.nvidia()] == [
+    assert [[(x.pci, x.xid) for x in k.xids] for k in log.nvidia_logs()] == [
         [("0000:5d:00", 79)],
         [],
         [],

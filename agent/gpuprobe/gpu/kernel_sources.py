@@ -69,7 +69,7 @@ class KernelLogRead:
     opened: tuple[str, ...]
     sources: tuple[KernelSource, ...]
 
-    def nvidia(self) -> list[kernel_log.KernelLog]:
+    def nvidia_logs(self) -> list[kernel_log.KernelLog]:
         """NVIDIA's lines of each stream (XIDs, SXids, GPUs' UUIDs), one `KernelLog` a stream."""
         return [
             kernel_log.read_stream(stream.texts, boot=self.boot, now=self.now)

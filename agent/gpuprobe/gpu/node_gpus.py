@@ -1,6 +1,6 @@
-"""The node's GPUs as the checks that do not judge GPU health ask for them, read through
-`host`: how many NVML counts and who they are, which are busy, the NVIDIA and AMD devices on
-the PCI bus, the loaded NVIDIA driver's version.
+"""The node's GPUs as a check needs them beside its own facts, read through `host`: how many
+NVML counts and who they are, which are busy, the NVIDIA and AMD devices on the PCI bus, the
+loaded NVIDIA driver's version.
 
 Thin on purpose: each answer comes from the vendor's own reader (`gpu.nvidia.device`,
 `gpu.pci`, `gpu.amd.sysfs`); this module only takes the host, so a check hands over `host`

@@ -71,7 +71,7 @@ def run(host: Host, config: Config) -> CheckResult:
         switches = sxid.gather(seen, config)
         sxid.judge(switches, seen.cleared, memory, config, now)
         aer_findings, aer_data = aer.read(host, config, seen.gpus, memory, now)
-        amd = amdgpu.read(host, config, seen, now)
+        amd = amdgpu.read(host, config, seen.kernel_log)
     amd_findings, amd_faults = amd if amd is not None else ([], [])
     active = [x for x in seen.xids if x.active]
     gpus = sorted({g.index for g in seen.gpus.values() if g.index is not None})

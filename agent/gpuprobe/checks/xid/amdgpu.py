@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
-from gpuprobe.checks.xid.model import Observation
 from gpuprobe.config import Config
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.amd.sysfs import AmdGpu
+from gpuprobe.gpu.kernel_sources import KernelLogRead
 from gpuprobe.gpu.node_gpus import amd_gpus
 from gpuprobe.host import Host
 from gpuprobe.report import Action, Finding, Severity, format_time
@@ -63,14 +63,14 @@ class _Fault:
 
 
 def read(
-    host: Host, config: Config, seen: Observation, now: datetime
+    host: Host, config: Config, log: KernelLogRead
 ) -> tuple[list[Finding], list[AmdgpuFaultEntry]] | None:
-    """This boot's amdgpu faults in the kernel log `seen` read, as findings and data; None on
-    a node without AMD GPUs."""
+    """This boot's amdgpu faults in the run's read of the kernel log, as findings and data;
+    None on a node without AMD GPUs."""
     gpus = amd_gpus(host)
     if not gpus:
         return None
-    found = seen.kernel_log.amdgpu_faults()
+    found = log.amdgpu_faults()
     grouped = _group(_unique(found), {g.pci_address: g for g in gpus})
     memory: dict[str, tuple[int, float]] = host.memory.of("xid").setdefault(MEMORY, {})
     wall = host.clock.wall()

@@ -44,7 +44,7 @@ def sightings(
 ) -> list[Seen]:
     """The current boot's XIDs in the kernel log, one line counted once across logs;
     the SXid lines (with how often each was logged) are added to `sxids`."""
-    logs = log.nvidia()
+    logs = log.nvidia_logs()
     # kmsg, kern.log and syslog hold the same kernel lines, each with its own stamp: a record
     # (its GPU, number and text) counts as often as the one source that holds it most often
     # (identical records within one source are separate XIDs).
@@ -103,7 +103,7 @@ def read_logs(
     """The current boot's NVIDIA lines of each kernel log and the sources that could be read
     (`read_sources`): for every check that ties a fault to an XID."""
     log = read_sources(host, config, now)
-    return log.nvidia(), list(log.opened)
+    return log.nvidia_logs(), list(log.opened)
 
 
 def _outranks(new: Seen, old: Seen) -> bool:
