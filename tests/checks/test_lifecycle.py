@@ -27,7 +27,7 @@ from gpuprobe.host.metadata import (
     answers_from_json,
 )
 from gpuprobe.host.nvml import ReplayNvml
-from gpuprobe.lifecycle.kubelet import go_duration
+from gpuprobe.lifecycle.kubelet import GracefulShutdown, go_duration, read_graceful_shutdown
 from gpuprobe.lifecycle.provider import detect
 from gpuprobe.report import Severity, Status
 from metadata_standins import AzureStandIn, GceStandIn, ImdsStandIn, running
@@ -386,7 +386,15 @@ def test_the_provider_from_dmi(tmp_path: Path, files: dict[str, str], expected: 
     (tmp_path / "sys/class/dmi/id").mkdir(parents=True)
     for name, text in files.items():
         (tmp_path / "sys/class/dmi/id" / name).write_text(text + "\n")
-    assert detect(HostFS(tmp_path)) == expected
+    assert detect(node(tmp_path, kubelet=None)) == expected
+
+
+def test_the_kubelets_grace_periods_are_read_from_its_config(tmp_path: Path) -> None:
+    path = "/var/lib/kubelet/config.yaml"
+    assert read_graceful_shutdown(node(tmp_path)) == GracefulShutdown(path, 30.0, 10.0)
+    assert read_graceful_shutdown(node(tmp_path), "/etc/none.yaml") == GracefulShutdown(
+        "/etc/none.yaml", absent=True
+    )
 
 
 def test_go_durations() -> None:

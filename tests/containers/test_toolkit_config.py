@@ -14,14 +14,20 @@ from gpuprobe.containers.toolkit import (
     OPERATOR_CONFIG,
     PACKAGE_CONFIG,
     ToolkitConfig,
+    ToolkitInstall,
     effective_toolkit_config,
+    host_binary,
     is_nvidia_runtime_binary,
     load_toolkit_configs,
     parse_toolkit_config,
+    read_toolkit,
+    read_toolkit_config,
     resolve_binary,
     toolkit_binaries,
 )
+from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
+from gpuprobe.host.nvml import ReplayNvml
 
 DEFAULT = (ROOT / "tests/fixtures/toolkit/nvidia-container-runtime-config.toml").read_bytes()
 
@@ -99,6 +105,12 @@ def test_binaries_and_the_gpu_operator_config_win(tmp_path: Path) -> None:
     assert resolve_binary(fs, "/usr/local/nvidia/toolkit/nvidia-container-runtime") is not None
     assert resolve_binary(fs, "nvidia-container-runtime") is None  # not in PATH's directories
     assert resolve_binary(fs, "bin/nvidia-ctk") is None
+    host = Host(fs=fs, nvml=ReplayNvml({"format": 1, "calls": []}), node_name="gpu-node-17")
+    configs = load_toolkit_configs(fs)
+    assert read_toolkit(host) == ToolkitInstall(toolkit_binaries(fs), configs, effective)
+    assert read_toolkit_config(host) == effective
+    assert host_binary(host, "nvidia-ctk") == "/usr/bin/nvidia-ctk"
+    assert host_binary(host, "nvidia-container-runtime") is None
 
 
 def test_nvidia_runtime_binaries() -> None:

@@ -1,7 +1,8 @@
 """Check `cdi`: are the CDI specs valid, and do they still describe this node's GPUs and driver?
 
 Reads every spec in the CDI spec directories (/etc/cdi, /var/run/cdi and those the toolkit's
-config.toml names) and validates it as CDI runtimes do (`gpuprobe.containers.cdi`). An NVIDIA spec
+config.toml names; `gpuprobe.containers.cdi_specs`) and validates it as CDI runtimes do
+(`gpuprobe.containers.cdi`). An NVIDIA spec
 (`nvidia.com/...`) is stale when it names device nodes, mounted host paths or hook binaries
 that no longer exist, driver files of another version than the loaded driver (the usual state
 after a driver upgrade), or fewer GPUs than NVML sees. The fix is always to regenerate it.
@@ -25,24 +26,22 @@ from typing import Any, TypedDict
 
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
-from gpuprobe.containers.cdi import CdiSpec, parse_cdi_spec
-from gpuprobe.containers.configfile import FileProblem, read_host_file
+from gpuprobe.containers.cdi import CdiSpec
+from gpuprobe.containers.cdi_specs import present_paths, read_spec_dirs
+from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_config
 from gpuprobe.containers.toolkit import (
     DEFAULT_KIND,
     DEFAULT_SPEC_DIRS,
     ToolkitConfig,
-    effective_toolkit_config,
-    load_toolkit_configs,
+    read_toolkit_config,
 )
-from gpuprobe.gpu.amd.sysfs import amd_gpu_addresses
-from gpuprobe.gpu.nvidia.device import gpu_count
+from gpuprobe.gpu.node_gpus import amd_gpu_addresses, nvml_gpu_count
 from gpuprobe.host import Host
 from gpuprobe.node import loaded_driver_version, nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "cdi"
-SPEC_SUFFIXES = (".json", ".yaml")
 # The device plugin's own CDI kind and spec file (k8s-device-plugin internal/cdi: vendor
 # k8s.device-plugin.nvidia.com, class gpu, saved as /var/run/cdi/<vendor>-<class>.json).
 PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
@@ -118,7 +117,7 @@ class CdiData(TypedDict):
 def run(host: Host, config: Config) -> CheckResult:
     """Validate every spec and hold the NVIDIA ones against the node."""
     gpus = nvidia_gpu_count(host)
-    toolkit = effective_toolkit_config(load_toolkit_configs(host.fs))
+    toolkit = read_toolkit_config(host)
     toolkit = toolkit if isinstance(toolkit, ToolkitConfig) else None
     plugin = _plugin_config(host, config)
     needs = _cdi_needs(toolkit, plugin)
@@ -126,7 +125,7 @@ def run(host: Host, config: Config) -> CheckResult:
     toolkit_dirs = toolkit.cdi_spec_dirs if toolkit else DEFAULT_SPEC_DIRS
     dirs = list(ENGINE_SPEC_DIRS) + [d for d in toolkit_dirs if d not in ENGINE_SPEC_DIRS]
     driver = loaded_driver_version(host)
-    nvml_gpus = gpu_count(host.nvml)
+    nvml_gpus = nvml_gpu_count(host)
     data: CdiData = {
         "spec_dirs": dirs,
         "cdi_in_use": bool(in_use) and gpus > 0,
@@ -137,7 +136,7 @@ def run(host: Host, config: Config) -> CheckResult:
         "ignored_files": [],
     }
     specs, findings = _load(host, dirs, data, critical=bool(in_use) and gpus > 0)
-    amd = bool(amd_gpu_addresses(host.fs))
+    amd = bool(amd_gpu_addresses(host))
     amd_findings = _stale_amd(host, specs, data) if amd else []
     if not gpus:  # on a node without NVIDIA GPUs NVIDIA's specs are facts, not failures
         return CheckResult(NAME, _summary(specs, data, gpus, in_use, amd), amd_findings, data)
@@ -201,40 +200,35 @@ def _severity(critical: bool) -> Severity:
 def _load(
     host: Host, dirs: list[str], data: CdiData, critical: bool
 ) -> tuple[list[tuple[CdiSpec, int]], list[Finding]]:
+    found = read_spec_dirs(host, dirs)
+    data["ignored_files"].extend(found.ignored)  # runtimes read .yaml and .json only
     specs: list[tuple[CdiSpec, int]] = []
     findings: list[Finding] = []
-    for priority, directory in enumerate(dirs):
-        for name in host.fs.listdir(directory):
-            path = f"{directory}/{name}"
-            if not name.endswith(SPEC_SUFFIXES):
-                if name.endswith(".yml"):
-                    data["ignored_files"].append(path)  # runtimes read .yaml and .json only
-                continue
-            if host.fs.is_dir(path):
-                continue
-            raw = read_host_file(host.fs, path)
-            if raw is None:
-                continue
-            parsed = raw if isinstance(raw, FileProblem) else parse_cdi_spec(path, raw)
-            if isinstance(parsed, FileProblem):
-                # Whose spec it was, when it cannot be parsed: NVIDIA's names its kind.
-                nvidia = isinstance(raw, bytes) and b"nvidia.com/" in raw
-                data["specs"].append(
-                    {"path": path, "valid": False, "problem": parsed.problem, "nvidia": nvidia}
-                )
-                findings.append(_invalid(parsed, critical and nvidia))
-                continue
+    for file in found.files:
+        parsed = file.spec
+        if isinstance(parsed, FileProblem):
+            # Whose spec it was, when it cannot be parsed: NVIDIA's names its kind.
             data["specs"].append(
                 {
-                    "path": path,
-                    "valid": True,
-                    "nvidia": parsed.vendor.endswith("nvidia.com"),
-                    "cdi_version": parsed.version,
-                    "kind": parsed.kind,
-                    "devices": [d.name for d in parsed.devices],
+                    "path": file.path,
+                    "valid": False,
+                    "problem": parsed.problem,
+                    "nvidia": file.names_nvidia,
                 }
             )
-            specs.append((parsed, priority))
+            findings.append(_invalid(parsed, critical and file.names_nvidia))
+            continue
+        data["specs"].append(
+            {
+                "path": file.path,
+                "valid": True,
+                "nvidia": parsed.vendor.endswith("nvidia.com"),
+                "cdi_version": parsed.version,
+                "kind": parsed.kind,
+                "devices": [d.name for d in parsed.devices],
+            }
+        )
+        specs.append((parsed, file.priority))
     return specs, findings
 
 
@@ -356,25 +350,22 @@ def _names(paths: list[str], shown: int = 4) -> str:
     return ", ".join(paths[:shown]) + more
 
 
-def _on_host(host: Host, path: str) -> bool:
-    return path.startswith("/") and host.fs.exists(path)
-
-
 def _staleness(host: Host, spec: CdiSpec, nvml_gpus: int | None) -> _Staleness:
     stale = _Staleness()
+    present = present_paths(host, spec)
     versions: set[str] = set()
     for edits in spec.all_edits():
         # A relative path names nothing on the host (the runtime would resolve it against
         # its own working directory): missing, as an absent one.
         for node in edits.device_nodes:
-            if not _on_host(host, node) and node not in stale.missing_device_nodes:
+            if node not in present and node not in stale.missing_device_nodes:
                 stale.missing_device_nodes.append(node)
         for mount in edits.mounts:
-            if not _on_host(host, mount) and mount not in stale.missing_mounts:
+            if mount not in present and mount not in stale.missing_mounts:
                 stale.missing_mounts.append(mount)
             versions |= _versions_in_path(mount)
         for hook, args in edits.hooks:
-            missing = hook.startswith("/") and not host.fs.exists(hook)
+            missing = hook.startswith("/") and hook not in present
             if missing and hook not in stale.missing_hooks:
                 stale.missing_hooks.append(hook)
             versions |= {m.group(1) for a in args if (m := _HOST_DRIVER_ARG.match(a))}

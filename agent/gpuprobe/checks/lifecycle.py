@@ -110,10 +110,10 @@ def run(host: Host, config: Config) -> CheckResult:
     """Ask the provider for notices and read the kubelet's shutdown grace periods."""
     settings = config.section(NAME, LifecycleConfig)
     cloud, source = _provider(host, settings)
-    shutdown = kubelet.read_graceful_shutdown(host.fs, settings.kubelet_config)
+    shutdown = kubelet.read_graceful_shutdown(host, settings.kubelet_config)
     shutdown_data = _shutdown_data(shutdown)
     if cloud is None:
-        vendor = provider.dmi(host.fs, "sys_vendor")
+        vendor = provider.dmi(host, "sys_vendor")
         why = f"DMI sys_vendor {vendor!r}" if vendor else "no DMI sys_vendor"
         if source == "config":
             why = "lifecycle.provider is none"
@@ -123,7 +123,7 @@ def run(host: Host, config: Config) -> CheckResult:
         return CheckResult(NAME, f"not on a known cloud ({why}): no notices to hear", data=data)
     at = host.captured_at or datetime.fromtimestamp(host.clock.wall(), UTC)
     reading = notices.read_notices(
-        host.metadata,
+        host,
         cloud,
         settings.endpoint_for(cloud),
         settings.timeout_seconds,
@@ -155,7 +155,7 @@ def run(host: Host, config: Config) -> CheckResult:
 
 def _provider(host: Host, settings: LifecycleConfig) -> tuple[str | None, str]:
     if settings.provider == "auto":
-        return provider.detect(host.fs), "dmi"
+        return provider.detect(host), "dmi"
     return (None if settings.provider == "none" else settings.provider), "config"
 
 
@@ -303,9 +303,7 @@ def notice_sense(host: Host, config: Config) -> Callable[[], Hashable] | None:
     def sense() -> Hashable:
         at = host.captured_at or datetime.fromtimestamp(host.clock.wall(), UTC)
         cache = host.memory.of(NAME)
-        reading = notices.read_notices(
-            host.metadata, cloud, endpoint, settings.timeout_seconds, cache, at
-        )
+        reading = notices.read_notices(host, cloud, endpoint, settings.timeout_seconds, cache, at)
         heard = tuple((n.kind, n.source, n.detail, n.time) for n in reading.notices)
         return heard, reading.problem is None
 

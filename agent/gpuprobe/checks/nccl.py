@@ -12,7 +12,7 @@ from typing import NotRequired, TypedDict
 
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, NcclConfig
-from gpuprobe.gpu.nvidia.device import busy_gpus, gpu_count
+from gpuprobe.gpu.node_gpus import busy_gpus, nvml_gpu_count
 from gpuprobe.gpu.own_load import own_gpu_test
 from gpuprobe.host import Host
 from gpuprobe.measure.nccl import NcclTestError
@@ -53,10 +53,10 @@ def run(host: Host, config: Config) -> CheckResult:
     settings = config.nccl
     if not settings.binary:
         return CheckResult(NAME, "not configured (nccl.binary)", data=NOT_RUN)
-    gpus = gpu_count(host.nvml) or 0
+    gpus = nvml_gpu_count(host) or 0
     if gpus == 0:
         return CheckResult(NAME, "no GPUs: not run", data=NOT_RUN)
-    busy = busy_gpus(host.nvml)
+    busy = busy_gpus(host)
     if busy and not settings.force:
         listed = ", ".join(str(i) for i in busy)
         return CheckResult(NAME, f"not run: GPU processes are active on GPU {listed}", data=NOT_RUN)

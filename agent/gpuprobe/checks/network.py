@@ -1,19 +1,18 @@
 """Check `network`: are the node's fabric NICs up, at one MTU, at their speed?
 
 Interfaces come from netlink (state, MTU, addresses); speed and driver from sysfs
-(`/sys/class/net/<if>/speed`, `.../device/driver`). The fabric is what the configuration
-names, or else every physical NIC (one with a `device` in sysfs) that is administratively up:
-an unused port that nobody brought up is not a fault. A cloud VM's primary NIC is no fabric
-NIC: a paravirtual one (virtio_net, ena, gve, hv_netvsc, vmxnet3, xen's vif) without an RDMA
-device that carries the default route (`/proc/net/route`, `/proc/net/ipv6_route`), or, where
-the routes cannot be read, the VM's only such NIC. Its siblings of the same driver (a GCE A3's
-GPUDirect-TCPX gve NICs) stay fabric NICs.
+(`/sys/class/net/<if>/speed`, `.../device/driver`), as `gpuprobe.host.nics` reads them. The
+fabric is what the configuration names, or else every physical NIC (one with a `device` in
+sysfs) that is administratively up: an unused port that nobody brought up is not a fault. A
+cloud VM's primary NIC is no fabric NIC: a paravirtual one (virtio_net, ena, gve, hv_netvsc,
+vmxnet3, xen's vif) without an RDMA device that carries the default route (`/proc/net/route`,
+`/proc/net/ipv6_route`), or, where the routes cannot be read, the VM's only such NIC. Its
+siblings of the same driver (a GCE A3's GPUDirect-TCPX gve NICs) stay fabric NICs.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import os
 from collections import Counter
 from typing import TypedDict
 
@@ -21,19 +20,15 @@ from gpuprobe.checks.record import Check
 from gpuprobe.config import Config, NetworkConfig
 from gpuprobe.host import Host
 from gpuprobe.host.netlink import Link
+from gpuprobe.host.nics import NicFacts, default_route_interfaces, read_nics
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "network"
-SYS_NET = "/sys/class/net"
-SYS_IB = "/sys/class/infiniband"
 # Operational states in which a link carries traffic (UNKNOWN: drivers that never report it).
 RUNNING = frozenset({"UP", "UNKNOWN"})
 LINK_TYPE_NAMES = {"ether": "Ethernet", "infiniband": "IPoIB"}
 # Drivers of hypervisors' paravirtual NICs (KVM/QEMU, AWS, GCE, Hyper-V/Azure, VMware, Xen).
 PARAVIRTUAL_DRIVERS = frozenset({"virtio_net", "ena", "gve", "hv_netvsc", "vmxnet3", "vif"})
-ROUTES = "/proc/net/route"
-IPV6_ROUTES = "/proc/net/ipv6_route"
-RTF_REJECT = 0x0200  # an unreachable route (IPv6's default on lo where none is configured)
 
 
 class Nic(TypedDict):
@@ -64,11 +59,11 @@ class NetworkData(TypedDict):
 
 def run(host: Host, config: Config) -> CheckResult:
     """Judge the fabric NICs."""
-    links = host.netlink.links()
+    nics = read_nics(host)
+    links = [nic.link for nic in nics]
     patterns = config.network.fabric_interfaces
-    rails = _rdma_netdevs(host)
-    routed = _default_route_interfaces(host)
-    interfaces = [_facts(host, link, patterns, rails.get(link.name)) for link in links]
+    routed = default_route_interfaces(host)
+    interfaces = [_facts(nic, patterns) for nic in nics]
     for nic in interfaces:
         nic["default_route"] = nic["name"] in (routed or ())
     primary = _primary(interfaces, routed) if not patterns else None
@@ -101,39 +96,6 @@ def run(host: Host, config: Config) -> CheckResult:
     return CheckResult(NAME, summary, findings, data)
 
 
-def _rdma_netdevs(host: Host) -> dict[str, str]:
-    """Each netdev that belongs to an RDMA device, with that device's name."""
-    return {
-        netdev: device
-        for device in host.fs.listdir(SYS_IB)
-        for netdev in host.fs.listdir(f"{SYS_IB}/{device}/device/net")
-    }
-
-
-def _default_route_interfaces(host: Host) -> set[str] | None:
-    """The interfaces default routes leave by (IPv4 and IPv6); None when neither route table
-    can be read (an older snapshot keeps neither)."""
-    v4, v6 = host.fs.try_read_text(ROUTES), host.fs.try_read_text(IPV6_ROUTES)
-    if v4 is None and v6 is None:
-        return None
-    found: set[str] = set()
-    for line in (v4 or "").splitlines()[1:]:  # Iface Destination Gateway Flags ... Mask ...
-        fields = line.split()
-        if len(fields) >= 8 and fields[1] == "00000000" and fields[7] == "00000000":
-            found.add(fields[0])
-    for line in (v6 or "").splitlines():  # dest plen src plen next-hop metric ref use flags dev
-        fields = line.split()
-        if len(fields) < 10 or fields[0].strip("0") or fields[1] != "00":
-            continue
-        try:
-            rejected = int(fields[8], 16) & RTF_REJECT
-        except ValueError:
-            continue
-        if not rejected and fields[9] != "lo":
-            found.add(fields[9])
-    return found
-
-
 def _primary(interfaces: list[Nic], routed: set[str] | None) -> Nic | None:
     """The cloud VM's primary NIC, which is no fabric NIC: a paravirtual NIC without an RDMA
     device that carries the default route; where the routes are unknown, the only such NIC."""
@@ -147,14 +109,12 @@ def _primary(interfaces: list[Nic], routed: set[str] | None) -> Nic | None:
     return candidates[0] if len(candidates) == 1 else None
 
 
-def _facts(host: Host, link: Link, patterns: tuple[str, ...], rdma_device: str | None) -> Nic:
-    base = f"{SYS_NET}/{link.name}"
-    physical = host.fs.exists(f"{base}/device")
-    driver_link = host.fs.readlink(f"{base}/device/driver") if physical else None
+def _facts(nic: NicFacts, patterns: tuple[str, ...]) -> Nic:
+    link = nic.link
     fabric = (
         any(fnmatch.fnmatchcase(link.name, p) for p in patterns)
         if patterns
-        else physical and link.admin_up
+        else nic.physical and link.admin_up
     )
     return {
         "name": link.name,
@@ -164,23 +124,14 @@ def _facts(host: Host, link: Link, patterns: tuple[str, ...], rdma_device: str |
         "mac": link.mac,
         "kind": link.kind,
         "link_type": link.link_type,
-        "physical": physical,
-        "driver": os.path.basename(driver_link) if driver_link else None,
-        "speed_mbps": _speed(host, base) if physical else None,
+        "physical": nic.physical,
+        "driver": nic.driver,
+        "speed_mbps": nic.speed_mbps,
         "addresses": [f"{a.address}/{a.prefixlen}" for a in link.addresses],
         "fabric": fabric,
-        "rdma_device": rdma_device,
+        "rdma_device": nic.rdma_device,
         "default_route": False,  # set by `run` from the route tables
     }
-
-
-def _speed(host: Host, base: str) -> int | None:
-    text = host.fs.try_read_text(f"{base}/speed")
-    try:
-        speed = int(text.strip()) if text else -1
-    except ValueError:
-        return None
-    return speed if speed > 0 else None  # -1: no link or a virtual device
 
 
 def _missing(patterns: tuple[str, ...], links: list[Link]) -> list[Finding]:

@@ -26,13 +26,11 @@ from gpuprobe.containers.toolkit import (
     OPERATOR_ROOT,
     RUNTIME_BINARY,
     ToolkitConfig,
-    effective_toolkit_config,
+    host_binary,
     is_nvidia_runtime_binary,
-    load_toolkit_configs,
-    resolve_binary,
-    toolkit_binaries,
+    read_toolkit,
 )
-from gpuprobe.gpu.amd.sysfs import read_gpus
+from gpuprobe.gpu.node_gpus import amd_gpus as read_amd_gpus
 from gpuprobe.host import Host
 from gpuprobe.node import is_kubernetes_node, nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -66,10 +64,9 @@ def run(host: Host, config: Config) -> CheckResult:
     """Judge the toolkit and every engine that runs GPU containers."""
     gpus = nvidia_gpu_count(host)
     kubernetes = is_kubernetes_node(host, config)
-    binaries = toolkit_binaries(host.fs)
-    toolkit_configs = load_toolkit_configs(host.fs)
+    toolkit = read_toolkit(host)
+    binaries, toolkit_configs, effective = toolkit.binaries, toolkit.configs, toolkit.effective
     engines = discover_engines(host, kubernetes)
-    effective = effective_toolkit_config(toolkit_configs)
     data: ToolkitData = {
         "gpus": gpus,
         "kubernetes_node": kubernetes,
@@ -82,7 +79,7 @@ def run(host: Host, config: Config) -> CheckResult:
         "engines": [e.to_data() for e in engines],
         "runtime_class_required": False,
     }
-    amd_gpus = read_gpus(host.fs)
+    amd_gpus = read_amd_gpus(host)
     if amd_gpus:
         data["amd"], amd_findings = amd.container_access(host.fs, amd_gpus, engines)
         if gpus == 0:
@@ -160,7 +157,7 @@ def _invalid(problem: FileProblem) -> Finding:
 
 def _nvidia_binary_found(host: Host, config: EngineConfig) -> bool:
     return any(
-        is_nvidia_runtime_binary(r.binary) and resolve_binary(host.fs, r.binary or "") is not None
+        is_nvidia_runtime_binary(r.binary) and host_binary(host, r.binary or "") is not None
         for r in config.runtimes.values()
     )
 
@@ -312,7 +309,7 @@ def _binary_problem(
             f"{where} runs {binary}, not the NVIDIA Container Runtime: containers get no GPU",
             resource,
         )
-    if resolve_binary(host.fs, binary) is None and installed:
+    if host_binary(host, binary) is None and installed:
         return _misconfigured(
             f"{where} runs {binary}, which does not exist on the host (a toolkit moved or "
             "removed, e.g. a GPU Operator uninstall): containers using it fail to start. "

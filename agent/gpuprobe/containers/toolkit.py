@@ -28,6 +28,7 @@ from gpuprobe.containers.configfile import (
     parse_toml,
     read_host_file,
 )
+from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
 
 PACKAGE_CONFIG = "/etc/nvidia-container-runtime/config.toml"
@@ -179,3 +180,31 @@ def effective_toolkit_config(
     """The config the runtime uses: the GPU Operator's when it is installed, else the package's."""
     by_path = {c.path: c for c in configs}
     return by_path.get(OPERATOR_CONFIG) or by_path.get(PACKAGE_CONFIG)
+
+
+@dataclass(frozen=True)
+class ToolkitInstall:
+    """The NVIDIA Container Toolkit as installed on the host: each binary found with every
+    place it is installed, each config.toml read (or why it could not be), and the config the
+    runtime uses (`effective_toolkit_config`)."""
+
+    binaries: dict[str, list[str]]
+    configs: list[ToolkitConfig | FileProblem]
+    effective: ToolkitConfig | FileProblem | None
+
+
+def read_toolkit(host: Host) -> ToolkitInstall:
+    """The toolkit's binaries and config files on this host."""
+    binaries = toolkit_binaries(host.fs)
+    configs = load_toolkit_configs(host.fs)
+    return ToolkitInstall(binaries, configs, effective_toolkit_config(configs))
+
+
+def read_toolkit_config(host: Host) -> ToolkitConfig | FileProblem | None:
+    """The toolkit config the runtime uses on this host (None where none is installed)."""
+    return effective_toolkit_config(load_toolkit_configs(host.fs))
+
+
+def host_binary(host: Host, binary: str) -> str | None:
+    """Where a runtime's binary is on this host (`resolve_binary`), None when it is not."""
+    return resolve_binary(host.fs, binary)

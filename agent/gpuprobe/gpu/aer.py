@@ -25,6 +25,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
+from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
 
 PCI_DEVICES = "/sys/bus/pci/devices"
@@ -135,3 +136,9 @@ def read(fs: HostFS, addresses: list[str]) -> list[AerDevice]:
                 AerDevice(bdf, counts, below, root_port=depth == len(path) - 1 and depth > 0)
             )
     return devices
+
+
+def read_host(host: Host, addresses: list[str]) -> list[AerDevice]:
+    """`read` on this host's sysfs: the AER counters of `addresses` and the bridges above
+    them."""
+    return read(host.fs, addresses)

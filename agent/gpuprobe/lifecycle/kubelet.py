@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from gpuprobe.containers.configfile import FileProblem, parse_yaml, read_host_file
-from gpuprobe.host.fs import HostFS
+from gpuprobe.host import Host
 
 DEFAULT_CONFIG = "/var/lib/kubelet/config.yaml"
 # A Go duration (time.ParseDuration), as the kubelet's config file writes metav1.Duration.
@@ -55,9 +55,9 @@ def go_duration(text: str) -> float | None:
     return sign * total if at == len(body) else None
 
 
-def read_graceful_shutdown(fs: HostFS, path: str = DEFAULT_CONFIG) -> GracefulShutdown:
+def read_graceful_shutdown(host: Host, path: str = DEFAULT_CONFIG) -> GracefulShutdown:
     """The grace periods the kubelet's config file at `path` sets."""
-    raw = read_host_file(fs, path)
+    raw = read_host_file(host.fs, path)
     if raw is None:
         return GracefulShutdown(path, absent=True)
     if isinstance(raw, FileProblem):

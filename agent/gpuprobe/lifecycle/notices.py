@@ -34,7 +34,8 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from gpuprobe.host.metadata import TOKEN_PATH, MetadataAnswer, MetadataService
+from gpuprobe.host import Host
+from gpuprobe.host.metadata import TOKEN_PATH, MetadataAnswer
 from gpuprobe.lifecycle.provider import AWS, AZURE, GCP
 
 PREEMPTION, MAINTENANCE, REBALANCE = "preemption", "maintenance", "rebalance"
@@ -92,17 +93,18 @@ Ask = Callable[[str, str, Mapping[str, str]], MetadataAnswer]
 
 
 def read_notices(
-    service: MetadataService,
+    host: Host,
     provider: str,
     endpoint: str,
     timeout_s: float,
     cache: MutableMapping[str, Any],
     now: datetime,
 ) -> NoticeReading:
-    """The provider's notices now; `cache` keeps the IMDSv2 token between readings."""
+    """The provider's notices now, asked of the host's metadata service; `cache` keeps the
+    IMDSv2 token between readings."""
 
     def ask(method: str, path: str, headers: Mapping[str, str]) -> MetadataAnswer:
-        return service.ask(endpoint, method, path, headers, timeout_s)
+        return host.metadata.ask(endpoint, method, path, headers, timeout_s)
 
     reader = {AWS: _aws, GCP: _gcp, AZURE: _azure}[provider]
     answers: dict[str, str] = {}

@@ -1,5 +1,5 @@
-"""Which cloud this node runs in, from the firmware's DMI strings (read through HostFS, so a
-snapshot's rootfs replays them).
+"""Which cloud this node runs in, from the firmware's DMI strings (read through the host's
+files, so a snapshot's rootfs replays them).
 
 The providers set them in their hypervisors' SMBIOS tables: `Amazon EC2` (Nitro) as the
 system vendor on AWS, `Google` / `Google Compute Engine` on GCE, `Microsoft Corporation` /
@@ -10,7 +10,7 @@ an Azure VM from a Hyper-V VM elsewhere. AWS's older Xen instances say `Xen` and
 
 from __future__ import annotations
 
-from gpuprobe.host.fs import HostFS
+from gpuprobe.host import Host
 
 DMI = "/sys/class/dmi/id"
 AWS, GCP, AZURE = "aws", "gcp", "azure"
@@ -18,20 +18,20 @@ PROVIDERS = (AWS, GCP, AZURE)
 AZURE_ASSET_TAG = "7783-7084-3265-9085-8269-3286-77"
 
 
-def dmi(fs: HostFS, name: str) -> str:
+def dmi(host: Host, name: str) -> str:
     """One DMI string (`sys_vendor`, `product_name`, ...), stripped; "" when unreadable."""
-    return (fs.try_read_text(f"{DMI}/{name}") or "").strip()
+    return (host.fs.try_read_text(f"{DMI}/{name}") or "").strip()
 
 
-def detect(fs: HostFS) -> str | None:
+def detect(host: Host) -> str | None:
     """The cloud provider the DMI strings name (`aws`, `gcp`, `azure`), None for none known."""
-    vendor = dmi(fs, "sys_vendor")
+    vendor = dmi(host, "sys_vendor")
     if vendor == "Amazon EC2":
         return AWS
-    if vendor == "Google" or dmi(fs, "product_name") == "Google Compute Engine":
+    if vendor == "Google" or dmi(host, "product_name") == "Google Compute Engine":
         return GCP
-    if vendor == "Microsoft Corporation" and dmi(fs, "product_name") == "Virtual Machine":
-        return AZURE if dmi(fs, "chassis_asset_tag") == AZURE_ASSET_TAG else None
-    if vendor == "Xen" and "amazon" in dmi(fs, "bios_version").lower():
+    if vendor == "Microsoft Corporation" and dmi(host, "product_name") == "Virtual Machine":
+        return AZURE if dmi(host, "chassis_asset_tag") == AZURE_ASSET_TAG else None
+    if vendor == "Xen" and "amazon" in dmi(host, "bios_version").lower():
         return AWS
     return None

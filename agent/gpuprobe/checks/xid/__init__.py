@@ -34,9 +34,10 @@ from gpuprobe.checks.xid.findings import finding, read_nothing, summary
 from gpuprobe.checks.xid.model import NAME, EventEntry, XidEntry
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import save_sticky, state_dir
-from gpuprobe.checks.xid.policy import driver_version, explain
+from gpuprobe.checks.xid.policy import explain
 from gpuprobe.config import Config, XidConfig
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
+from gpuprobe.gpu.node_gpus import nvidia_driver_version
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult, Status
 
@@ -70,7 +71,7 @@ def run(host: Host, config: Config) -> CheckResult:
         switches = sxid.gather(seen, config)
         sxid.judge(switches, seen.cleared, memory, config, now)
         aer_findings, aer_data = aer.read(host, config, seen.gpus, memory, now)
-        amd = amdgpu.read(host, config, now)
+        amd = amdgpu.read(host, config, seen.kernel_log)
     amd_findings, amd_faults = amd if amd is not None else ([], [])
     active = [x for x in seen.xids if x.active]
     gpus = sorted({g.index for g in seen.gpus.values() if g.index is not None})
@@ -117,7 +118,7 @@ def _policy_data(config: Config, driver: str | None) -> dict[str, Any]:
 
 def explain_policy(host: Host, config: Config) -> dict[str, Any]:
     """The whole effective policy for this host's driver (`check --explain-policy`)."""
-    return explain(config, driver_version(host))
+    return explain(config, nvidia_driver_version(host))
 
 
 def metric_families(data: XidData) -> Iterator[Family]:

@@ -19,7 +19,7 @@ from typing import Any
 from gpuprobe.checks.xid.model import Gpu
 from gpuprobe.config import Config
 from gpuprobe.gpu import aer
-from gpuprobe.gpu.pci import nvidia_devices
+from gpuprobe.gpu.node_gpus import nvidia_pci_devices
 from gpuprobe.host import Host
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
 
@@ -39,7 +39,7 @@ def read(
 ) -> tuple[list[Finding], list[dict[str, Any]]]:
     """The AER findings and the data of every device read (see the module's docstring)."""
     places = _places(host, gpus)
-    devices = aer.read(host.fs, list(places))
+    devices = aer.read_host(host, list(places))
     history: dict[str, list[list[float]]] = memory.setdefault(MEMORY_KEY, {})
     stamp = now.timestamp()
     findings: list[Finding] = []
@@ -75,7 +75,7 @@ def _places(host: Host, gpus: dict[str, Gpu]) -> dict[str, Where]:
             places[gpu.pci_bus_id] = Where(
                 gpu_resource(gpu.index, gpu.uuid), f"GPU {gpu.index} ({gpu.pci_bus_id})"
             )
-    for device in nvidia_devices(host.fs):
+    for device in nvidia_pci_devices(host):
         if device.is_gpu and device.address not in places:
             places[device.address] = Where(f"pci:{device.address}", f"GPU {device.address}")
         elif device.is_nvswitch:

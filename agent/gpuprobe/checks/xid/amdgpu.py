@@ -5,7 +5,8 @@ each with a severity and an action. One finding per (GPU, cause) with how often 
 logged this boot, the last line's detail and the processes named. Like NVIDIA's XIDs: a
 critical cause (a failed reset, an uncorrectable RAS error) stays for the boot; in the daemon
 a warning cause (a ring timeout, a recovered reset, VM faults) stays for
-`xid.warning_window_seconds` after it last grew. The kernel log files are read for AMD only
+`xid.warning_window_seconds` after it last grew. The kernel log is the one the run read for
+NVIDIA's XIDs (`gpuprobe.gpu.kernel_sources`); its files are searched for amdgpu's faults only
 where the PCI bus shows AMD GPUs.
 """
 
@@ -16,11 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
-from gpuprobe.checks.xid.kernel import PROC_STAT, rotation_streams, tail_log
 from gpuprobe.config import Config
-from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.amd import faults
-from gpuprobe.gpu.amd.sysfs import AmdGpu, read_gpus
+from gpuprobe.gpu.amd.sysfs import AmdGpu
+from gpuprobe.gpu.kernel_sources import KernelLogRead
+from gpuprobe.gpu.node_gpus import amd_gpus
 from gpuprobe.host import Host
 from gpuprobe.report import Action, Finding, Severity, format_time
 
@@ -62,19 +63,14 @@ class _Fault:
 
 
 def read(
-    host: Host, config: Config, now: datetime
+    host: Host, config: Config, log: KernelLogRead
 ) -> tuple[list[Finding], list[AmdgpuFaultEntry]] | None:
-    """This boot's amdgpu faults as findings and data; None on a node without AMD GPUs."""
-    gpus = read_gpus(host.fs)
+    """This boot's amdgpu faults in the run's read of the kernel log, as findings and data;
+    None on a node without AMD GPUs."""
+    gpus = amd_gpus(host)
     if not gpus:
         return None
-    boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
-    found: list[faults.AmdgpuFault] = []
-    for paths in rotation_streams(config.xid.kernel_logs):
-        texts = [
-            t for t in (tail_log(host, p, config.xid.kernel_log_max_bytes) for p in paths) if t
-        ]
-        found += faults.read_faults(texts, boot=boot, now=now)
+    found = log.amdgpu_faults()
     grouped = _group(_unique(found), {g.pci_address: g for g in gpus})
     memory: dict[str, tuple[int, float]] = host.memory.of("xid").setdefault(MEMORY, {})
     wall = host.clock.wall()

@@ -10,7 +10,9 @@ from typing import Any, TypedDict
 from gpuprobe.checks.xid.policy import Override, apply
 from gpuprobe.checks.xid.state import XidState
 from gpuprobe.gpu import nvlink5
+from gpuprobe.gpu.event_drain import XID_EVENT
 from gpuprobe.gpu.kernel_log import SxidLine
+from gpuprobe.gpu.kernel_sources import KernelLogRead
 from gpuprobe.gpu.nvidia import events as nvml_events
 from gpuprobe.gpu.nvidia.events import EventInfo
 from gpuprobe.gpu.xid_catalog import XidInfo, classify, classify_unlogged
@@ -18,8 +20,6 @@ from gpuprobe.report import format_time
 
 # The check's name, and the key of what it keeps in `host.memory`.
 NAME = "xid"
-# The event type of an XID, whichever source saw it.
-XID_EVENT = "XidCriticalError"
 # The source of a fault the driver logged without an XID number (read as the XID NVIDIA files
 # it under: a GPU fallen off the bus as 79, RmInitAdapter failed as 143).
 XIDLESS = "kernel-log (no Xid number)"
@@ -266,6 +266,8 @@ class Observation:
 
     boot_id: str | None
     xids: list[Seen]
+    # The kernel log as this look read it (amdgpu's faults are read from it too).
+    kernel_log: KernelLogRead
     sources: dict[str, Any] = field(default_factory=dict)
     state: XidState | None = None
     state_error: str | None = None

@@ -10,18 +10,17 @@ from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
-from gpuprobe.gpu.nvidia.device import Device, gpu_count
-from gpuprobe.gpu.pci import nvidia_gpus
+from gpuprobe.gpu.event_drain import drain_events
+from gpuprobe.gpu.kernel_sources import boot_id as read_boot_id
+from gpuprobe.gpu.node_gpus import nvidia_driver_version, nvidia_pci_gpus, nvml_gpus
 from gpuprobe.host import Host
-
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 def observe(host: Host, config: Config, directory: str | None) -> Observation:
     """Read both sources and the state (in `directory`, this host's `state_dir`), and judge
     each XID active, cleared or past."""
     now = datetime.fromtimestamp(host.clock.wall(), UTC)
-    boot_id = (host.fs.try_read_text(BOOT_ID) or "").strip() or None
+    boot_id = read_boot_id(host)
     memory = host.memory.of(NAME)
     if "boot_id" in memory and memory["boot_id"] != boot_id:
         memory.clear()  # rebooted: what the last boot left behind is gone
@@ -29,11 +28,12 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
     gpus, pci_order = _gpus(host)
     sources: dict[str, Any] = {}
     seen: dict[str, Seen] = {}
-    for x in events.drain(host, gpus, memory, sources, now):
+    for x in events.drain(drain_events(host), gpus, memory, sources, now):
         seen[x.key] = x
-    observation = Observation(boot_id, [], sources, gpus=gpus, now=now)
-    for x in kernel.read(
-        host, config, gpus, pci_order, sources, now, observation.sxids, observation.resets_logged
+    log = kernel.read_sources(host, config, now)
+    observation = Observation(boot_id, [], log, sources, gpus=gpus, now=now)
+    for x in kernel.sightings(
+        log, gpus, pci_order, sources, observation.sxids, observation.resets_logged
     ):
         _merge(seen, x)
     try:
@@ -49,7 +49,7 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
         kept = Seen.from_entry(entry)
         if kept is not None:
             _merge(seen, kept)
-    driver = observation.driver = policy.driver_version(host)
+    driver = observation.driver = nvidia_driver_version(host)
     for x in seen.values():
         if x.is_xid:
             x.override = policy.find(config, "xid", x.xid, driver)
@@ -66,14 +66,12 @@ def _gpus(host: Host) -> tuple[dict[str, Gpu], list[str]]:
     """The GPUs NVML knows, by NVML index (as text) and by PCI address (`0000:3a:00`), and
     the NVIDIA GPUs on the PCI bus in address order (NVML's default order)."""
     known: dict[str, Gpu] = {}
-    count = gpu_count(host.nvml) or 0
-    for index in range(count):
-        device = Device(host.nvml, index)
-        gpu = Gpu(index, device.uuid() or "", device.pci_bus_id())
-        known[str(index)] = gpu
+    for listed in nvml_gpus(host):
+        gpu = Gpu(listed.index, listed.uuid, listed.pci_bus_id)
+        known[str(listed.index)] = gpu
         if gpu.pci_bus_id:
             known[kernel_log.pci_prefix(gpu.pci_bus_id)] = gpu
-    return known, sorted(d.address for d in nvidia_gpus(host.fs))
+    return known, sorted(d.address for d in nvidia_pci_gpus(host))
 
 
 def _merge(seen: dict[str, Seen], x: Seen) -> None:

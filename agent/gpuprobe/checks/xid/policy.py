@@ -17,8 +17,6 @@ from typing import Any, TypeVar
 from gpuprobe.config import Config, XidPolicyRule
 from gpuprobe.gpu.sxid_catalog import SxidInfo
 from gpuprobe.gpu.xid_catalog import BUCKET_VERDICTS, CATALOG, CATALOG_URL, XidInfo
-from gpuprobe.host import Host
-from gpuprobe.host.nvml import NvmlError
 from gpuprobe.report import Action, Severity
 
 
@@ -33,16 +31,6 @@ class Override:
     def label(self) -> str:
         """How data and messages name it: `xid.policy[0]`."""
         return f"xid.policy[{self.index}]"
-
-
-def driver_version(host: Host) -> str | None:
-    """The loaded driver's version as NVML tells it (None when NVML cannot)."""
-    if host.nvml.init_error is not None:
-        return None
-    try:
-        return str(host.nvml.call("nvmlSystemGetDriverVersion")).strip() or None
-    except NvmlError:
-        return None
 
 
 def find(config: Config, kind: str, number: int, driver: str | None) -> Override | None:

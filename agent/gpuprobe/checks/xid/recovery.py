@@ -27,8 +27,8 @@ from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks.xid.model import Gpu, Seen
+from gpuprobe.gpu.event_drain import recovery_action
 from gpuprobe.gpu.kernel_log import XidLine
-from gpuprobe.gpu.nvidia import events as nvml_events
 from gpuprobe.host import Host
 from gpuprobe.report import Action, format_time
 
@@ -81,7 +81,7 @@ def observe_gpus(
         if lost.pop(gpu.uuid, False):
             why = f"GPU {gpu.index} answers again with the same UUID {gpu.uuid}"
             seen[gpu.ident] = NvmlSeen(why, back=True)
-        field = nvml_events.detail(host.nvml, nvml_events.RECOVERY, gpu.index)
+        field = recovery_action(host, gpu.index)
         before = fields.get(gpu.uuid)
         if field:
             fields[gpu.uuid] = field

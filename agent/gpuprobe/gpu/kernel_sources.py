@@ -1,0 +1,183 @@
+"""The kernel log of this boot, read once a run: `/dev/kmsg` and the host's log files.
+
+Every parser of kernel lines (NVIDIA's XIDs, SXids and XID-less faults in
+`gpuprobe.gpu.kernel_log`, amdgpu's faults in `gpuprobe.gpu.amd.faults`) reads the texts one
+`read_kernel_log` gave, so a run reads each source once whatever vendors the node has.
+
+`/dev/kmsg` (this boot's ring, `gpuprobe.gpu.kmsg`) is followed: its `KmsgLog` lives in
+`host.memory`, so a long-lived agent reads only the records that arrived since its last run
+and keeps the rest. A log file is read from its last `max_bytes`; the rotated files of one log
+(`kern.log.1`, `kern.log`) are one stream, oldest first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import NotRequired, TypedDict
+
+from gpuprobe.gpu import kernel_log
+from gpuprobe.gpu.amd import faults
+from gpuprobe.gpu.kmsg import KmsgLog
+from gpuprobe.host import Host
+from gpuprobe.host.kmsg import KMSG
+from gpuprobe.report import format_time
+
+PROC_STAT = "/proc/stat"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+# Where the followed /dev/kmsg lives in `host.memory` (shared by every check that reads it).
+MEMORY = "kernel_log"
+
+
+class KernelSource(TypedDict):
+    """One kernel-log source as read: the device or file, its kind (`kmsg` | `file`), since
+    when it holds this boot's records (its first record or line's time; null when unknown),
+    and for `/dev/kmsg` the first record's sequence number, the records kept and the records
+    lost (overwritten in the ring before they were read), or why it could not be read
+    (`absent`, `EPERM`, ...)."""
+
+    source: str
+    kind: str
+    since: str | None
+    first_sequence: NotRequired[int | None]
+    records: NotRequired[int]
+    lost: NotRequired[int]
+    error: NotRequired[str]
+
+
+@dataclass(frozen=True)
+class LogStream:
+    """One log's text of this read: `/dev/kmsg`'s records as lines (`kind` `kmsg`, one
+    text), or a log file's rotated parts that could be read, oldest first (`kind` `file`)."""
+
+    kind: str
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KernelLogRead:
+    """What one read of the kernel log gave: the boot time (from /proc/stat), the streams
+    (`/dev/kmsg` first when it could be read, then each configured log), the sources that
+    could be read, each source described, and the time of the read (undated syslog stamps
+    take their year from it)."""
+
+    boot: datetime | None
+    now: datetime
+    streams: tuple[LogStream, ...]
+    opened: tuple[str, ...]
+    sources: tuple[KernelSource, ...]
+
+    def nvidia_logs(self) -> list[kernel_log.KernelLog]:
+        """NVIDIA's lines of each stream (XIDs, SXids, GPUs' UUIDs), one `KernelLog` a stream."""
+        return [
+            kernel_log.read_stream(stream.texts, boot=self.boot, now=self.now)
+            for stream in self.streams
+        ]
+
+    def amdgpu_faults(self) -> list[faults.AmdgpuFault]:
+        """amdgpu's faults in the log files (`/dev/kmsg` holds the same lines, stamped
+        otherwise: its records are left to the files), each file's faults in log order."""
+        found: list[faults.AmdgpuFault] = []
+        for stream in self.streams:
+            if stream.kind == "file":
+                texts = [text for text in stream.texts if text]
+                found += faults.read_faults(texts, boot=self.boot, now=self.now)
+        return found
+
+
+def read_kernel_log(
+    host: Host, *, kmsg: bool, paths: Iterable[str], max_bytes: int, now: datetime
+) -> KernelLogRead:
+    """This boot's kernel log: `/dev/kmsg` when `kmsg`, and the log files at `paths` (each
+    file's last `max_bytes`), a file's rotated parts read as one stream oldest first."""
+    boot = boot_time(host)
+    streams: list[LogStream] = []
+    opened: list[str] = []
+    described: list[KernelSource] = []
+    if kmsg:
+        view = followed_kmsg(host).read(boot)
+        entry: KernelSource = {"source": KMSG, "kind": "kmsg", "since": None}
+        if view.error is not None:
+            entry["error"] = view.error
+        else:
+            streams.append(LogStream("kmsg", ("\n".join(view.lines),)))
+            opened.append(KMSG)
+            if boot is not None and view.first_usec is not None:
+                entry["since"] = format_time(boot + timedelta(microseconds=view.first_usec))
+            entry["first_sequence"] = view.first_sequence
+            entry["records"] = view.records
+            entry["lost"] = view.lost
+        described.append(entry)
+    for group in rotation_streams(paths):
+        texts = []
+        for path in group:
+            content = tail_log(host, path, max_bytes)
+            if content is not None:
+                texts.append(content)
+                opened.append(path)
+                since = _first_time(content, boot, now)
+                described.append({"source": path, "kind": "file", "since": since})
+        streams.append(LogStream("file", tuple(texts)))
+    return KernelLogRead(boot, now, tuple(streams), tuple(opened), tuple(described))
+
+
+def boot_time(host: Host) -> datetime | None:
+    """When this boot began (/proc/stat's `btime`), None when unknown."""
+    return kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
+
+
+def boot_id(host: Host) -> str | None:
+    """This boot's id (the kernel's random `boot_id`): a reboot changes it; None when
+    unknown."""
+    return (host.fs.try_read_text(BOOT_ID) or "").strip() or None
+
+
+def followed_kmsg(host: Host) -> KmsgLog:
+    """This host's `/dev/kmsg`, followed: kept in `host.memory`, so a long-lived agent reads
+    each record once."""
+    memory = host.memory.of(MEMORY)
+    log = memory.get("kmsg")
+    if not isinstance(log, KmsgLog):
+        log = memory.setdefault("kmsg", KmsgLog(host.kmsg()))
+    assert isinstance(log, KmsgLog)
+    return log
+
+
+def rotation_streams(paths: Iterable[str]) -> list[list[str]]:
+    """The log files grouped by log (`kern.log` with its `kern.log.1`, ...), each group oldest
+    first: by rotation number, the highest first and the live log last, whatever order they
+    are listed in (a boot marker in an older file must not drop the current boot's lines)."""
+    streams: dict[str, list[str]] = {}
+    for path in paths:
+        group = streams.setdefault(re.sub(r"\.\d+$", "", path), [])
+        if path not in group:
+            group.append(path)
+    return [sorted(group, key=_rotation, reverse=True) for group in streams.values()]
+
+
+def _rotation(path: str) -> int:
+    """A rotated file's number (`kern.log.2`: 2); the live log's is 0."""
+    match = re.search(r"\.(\d+)$", path)
+    return int(match.group(1)) if match else 0
+
+
+def tail_log(host: Host, path: str, max_bytes: int) -> str | None:
+    """A log file's last `max_bytes`, without the partial line it starts with when cut."""
+    try:
+        data = host.fs.read_tail(path, max_bytes)
+    except OSError:
+        return None
+    if len(data) >= max_bytes:
+        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
+    return data.decode("utf-8", errors="replace")
+
+
+def _first_time(text: str, boot: datetime | None, now: datetime) -> str | None:
+    """The stamp of a log text's first stamped line (of its first 100 lines)."""
+    for line in text.splitlines()[:100]:
+        stamp = kernel_log.line_time(line, boot=boot, now=now)
+        if stamp is not None:
+            return format_time(stamp)
+    return None

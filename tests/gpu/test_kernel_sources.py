@@ -1,0 +1,116 @@
+"""The kernel log read once a run (`gpu.kernel_sources`): the sources, their texts, and both
+vendors' parsers fed from the one read."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gpuprobe.checks import xid
+from gpuprobe.config import Config
+from gpuprobe.gpu.kernel_sources import (
+    KernelLogRead,
+    boot_id,
+    read_kernel_log,
+    rotation_streams,
+    tail_log,
+)
+from gpuprobe.host import Host, snapshot_host
+from helpers import snapshot
+
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+
+
+def read(host: Host, kmsg: bool = True) -> KernelLogRead:
+    settings = Config().xid
+    return read_kernel_log(
+        host,
+        kmsg=kmsg,
+        paths=settings.kernel_logs,
+        max_bytes=settings.kernel_log_max_bytes,
+        now=NOW,
+    )
+
+
+def test_an_amd_nodes_log_files_give_the_sources_and_amdgpus_faults() -> None:
+    log = read(snapshot_host(snapshot("synthetic-amd-ring-timeout-reset")))
+    assert (log.boot, log.now, log.opened) == (BOOT, NOW, ("/var/log/kern.log",))
+    assert log.sources == (
+        {"source": "/dev/kmsg", "kind": "kmsg", "since": None, "error": "absent"},
+        {"source": "/var/log/kern.log", "kind": "file", "since": "2026-11-29T08:00:02Z"},
+    )
+    assert [(s.kind, len(s.texts)) for s in log.streams] == [("file", 1), ("file", 0), ("file", 0)]
+    assert [(f.pci, f.cause, f.process) for f in log.amdgpu_faults()] == [
+        ("0000:38:00.0", "ring_timeout", "python3 (pid 48211)"),
+        ("0000:38:00.0", "gpu_reset", None),
+    ]
+    assert [(len(k.xids), len(k.sxids)) for k in log.nvidia_logs()] == [(0, 0)] * 3
+
+
+def test_kmsg_is_followed_and_its_records_are_nvidias_not_amdgpus() -> None:
+    host = snapshot_host(snapshot("synthetic-kmsg-journald-only"))
+    log = read(host)
+    assert log.opened == ("/dev/kmsg",)
+    assert log.sources == (
+        {
+            "source": "/dev/kmsg",
+            "kind": "kmsg",
+            "since": "2026-11-29T08:00:00Z",
+            "first_sequence": 0,
+            "records": 6,
+            "lost": 0,
+        },
+    )
+    assert [s.kind for s in log.streams] == ["kmsg", "file", "file", "file"]
+    assert [[(x.pci, x.xid) for x in k.xids] for k in log.nvidia_logs()] == [
+        [("0000:5d:00", 79)],
+        [],
+        [],
+        [],
+    ]
+    assert log.amdgpu_faults() == []
+    # Read again in the same agent: the records kept are given again, none read twice.
+    assert read(host) == log
+    assert read(host, kmsg=False).sources == ()
+
+
+def test_each_log_file_is_read_once_a_run_on_a_node_with_amd_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host = snapshot_host(snapshot("synthetic-amd-ring-timeout-reset"))
+    reads: Counter[str] = Counter()
+    real = host.fs.read_tail
+
+    def counted(path: str, max_bytes: int) -> bytes:
+        reads[path] += 1
+        return real(path, max_bytes)
+
+    monkeypatch.setattr(host.fs, "read_tail", counted)
+    result = xid.run(host, Config())
+    assert [f.code for f in result.findings] == ["AMDGPU_FAULT", "AMDGPU_FAULT"]
+    assert set(reads.values()) == {1}
+    assert "/var/log/kern.log" in reads
+
+
+def test_rotated_files_are_one_stream_oldest_first() -> None:
+    paths = ["/var/log/kern.log", "/var/log/syslog", "/var/log/kern.log.2", "/var/log/kern.log.1"]
+    assert rotation_streams(paths) == [
+        ["/var/log/kern.log.2", "/var/log/kern.log.1", "/var/log/kern.log"],
+        ["/var/log/syslog"],
+    ]
+
+
+def test_a_cut_log_starts_at_its_first_whole_line(tmp_path: Path) -> None:
+    (tmp_path / "rootfs/var/log").mkdir(parents=True)
+    (tmp_path / "rootfs/var/log/kern.log").write_text("first line\nsecond\nthird\n")
+    (tmp_path / "rootfs/proc/sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "rootfs/proc/sys/kernel/random/boot_id").write_text("c71b1604-0001\n")
+    host = snapshot_host(str(tmp_path))
+    assert tail_log(host, "/var/log/kern.log", 12) == "third\n"
+    assert tail_log(host, "/var/log/kern.log", 4096) == "first line\nsecond\nthird\n"
+    assert tail_log(host, "/var/log/absent.log", 4096) is None
+    assert boot_id(host) == "c71b1604-0001"
