@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from gpuprobe.containers.engines import Engine
-from gpuprobe.gpu.amd.access import KFD, ContainerAccess, read_container_access
+from gpuprobe.gpu.amd.access import KFD, ContainerAccess
 from gpuprobe.gpu.amd.ras import bad_page_threshold
 from gpuprobe.gpu.amd.sysfs import AmdGpu, AmdgpuModule
-from gpuprobe.host.fs import HostFS
 from gpuprobe.host.rocm_smi import SmiProbe
 from gpuprobe.report import Action, Finding, Severity
 
@@ -380,13 +378,6 @@ class AmdContainerData(TypedDict):
     kfd: bool
     render_nodes: dict[str, bool]
     runtimes: list[dict[str, object]]
-
-
-def container_access(
-    fs: HostFS, gpus: list[AmdGpu], engines: list[Engine]
-) -> tuple[AmdContainerData, list[Finding]]:
-    """The `toolkit` check's AMD data and findings, from what `gpu.amd.access` reads."""
-    return container_findings(read_container_access(fs, gpus, engines))
 
 
 def container_findings(access: ContainerAccess) -> tuple[AmdContainerData, list[Finding]]:

@@ -30,6 +30,7 @@ from gpuprobe.containers.toolkit import (
     is_nvidia_runtime_binary,
     read_toolkit,
 )
+from gpuprobe.gpu.amd.access import read_container_access
 from gpuprobe.gpu.node_gpus import amd_gpus as read_amd_gpus
 from gpuprobe.host import Host
 from gpuprobe.node import is_kubernetes_node, nvidia_gpu_count
@@ -81,7 +82,9 @@ def run(host: Host, config: Config) -> CheckResult:
     }
     amd_gpus = read_amd_gpus(host)
     if amd_gpus:
-        data["amd"], amd_findings = amd.container_access(host.fs, amd_gpus, engines)
+        data["amd"], amd_findings = amd.container_findings(
+            read_container_access(host, amd_gpus, engines)
+        )
         if gpus == 0:
             return CheckResult(NAME, _amd_summary(data["amd"]), amd_findings, data)
         result = _nvidia(host, kubernetes, binaries, toolkit_configs, engines, effective, data)

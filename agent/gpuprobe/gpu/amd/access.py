@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from gpuprobe.containers.engines import Engine
 from gpuprobe.containers.toolkit import resolve_binary
 from gpuprobe.gpu.amd.sysfs import AmdGpu
-from gpuprobe.host.fs import HostFS
+from gpuprobe.host import Host
 
 KFD = "/dev/kfd"
 # The AMD Container Toolkit's runtime: `amd-ctk runtime configure` names it `amd`.
@@ -39,8 +39,9 @@ class ContainerAccess:
     driven_gpus: int
 
 
-def read_container_access(fs: HostFS, gpus: list[AmdGpu], engines: list[Engine]) -> ContainerAccess:
+def read_container_access(host: Host, gpus: list[AmdGpu], engines: list[Engine]) -> ContainerAccess:
     """The device nodes and runtime binaries ROCm containers need, as the host has them."""
+    fs = host.fs
     bound = [g for g in gpus if g.bound]
     kfd = fs.exists(KFD)
     nodes = {f"/dev/dri/{g.render_node}": fs.exists(f"/dev/dri/{g.render_node}")
