@@ -481,13 +481,6 @@ DEFAULT_TAINT_CODES = (
     "XID",
 )
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-# Node conditions: type -> the checks whose findings decide it.
-DEFAULT_CONDITIONS: dict[str, tuple[str, ...]] = {
-    "GPUHardwareReady": ("driver", "gpus", "mig", "xid"),
-    "GPURuntimeReady": ("toolkit", "cdi", "device_plugin", "sharing", "workloads"),
-    "GPUNetworkReady": ("network", "rdma", "nccl"),
-    "GPUStorageReady": ("storage",),
-}
 
 
 @dataclass(frozen=True)
@@ -525,7 +518,8 @@ class KubernetesConfig:
     # auto: on when the pod has in-cluster credentials (or --kubeconfig is given).
     enabled: bool | str = "auto"
     # Condition type -> checks; rename the types to those a node-repair controller watches.
-    conditions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_CONDITIONS))
+    # None: the checks' own groups (each check's record names its condition).
+    conditions: dict[str, tuple[str, ...]] | None = None
     # One Event on the node when a CRITICAL or WARNING finding appears or clears.
     events: bool = True
     taint: TaintConfig = field(default_factory=TaintConfig)
@@ -548,7 +542,7 @@ class KubernetesConfig:
             )
         if self.enabled not in (True, False, "auto"):
             raise ConfigError(f"enabled: {self.enabled!r} is not auto, true or false")
-        for name, checks in self.conditions.items():
+        for name, checks in (self.conditions or {}).items():
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name) or len(name) > 316:
                 raise ConfigError(f"conditions: {name!r} is not a condition type (CamelCase)")
             if not checks:

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuprobe import wire
+from gpuprobe import report_view, wire
 from gpuprobe.audit.cluster import audited
 from gpuprobe.audit.facts import DATA_KEYS, counts, skew_values
+from gpuprobe.checks.registry import summary_keys
 from gpuprobe.client import Client, Credentials, Fetched, fetch_report
-from gpuprobe.report_view import SUMMARY_DATA, pick, summary
+from gpuprobe.report_view import pick
 from gpuprobe.targets import parse_targets
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import node_report
@@ -69,7 +70,7 @@ def test_the_summary_view_carries_no_per_gpu_telemetry(
     for check in summary.checks:
         # both copies of the facts: the Struct (older audits read it) and the JSON text
         for data in (wire.struct_to_data(check.data), json.loads(check.data_json)):
-            assert keys_of(data) <= allowed(SUMMARY_DATA.get(check.name, {})), check.name
+            assert keys_of(data) <= allowed(summary_keys().get(check.name, {})), check.name
     gpus = wire.report_from_proto(summary).check("gpus")
     assert gpus is not None
     # `lost` is in a GPU's data only when it is lost
@@ -139,8 +140,10 @@ def test_the_audit_digests_the_summary_view_as_it_digests_the_whole_report(name:
     that the summary view drops changes the digest and fails this."""
     report = node_report(name)
     whole = audited(Fetched("t", report))
-    assert audited(Fetched("t", summary(report))) == whole
-    through_the_wire = wire.report_from_proto(wire.report_to_proto(summary(report)))
+    assert audited(Fetched("t", report_view.summary(report, summary_keys()))) == whole
+    through_the_wire = wire.report_from_proto(
+        wire.report_to_proto(report_view.summary(report, summary_keys()))
+    )
     assert audited(Fetched("t", through_the_wire)) == whole
     as_the_agent_sends_it = wire.report_from_proto(wire.summary_to_proto(report), DATA_KEYS)
     assert audited(Fetched("t", as_the_agent_sends_it)) == whole

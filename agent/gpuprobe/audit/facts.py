@@ -16,17 +16,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuprobe.checks import registry
 from gpuprobe.gpu import cuda
 from gpuprobe.report import Action, NodeReport
-from gpuprobe.report_view import SUMMARY_DATA, DataKeys
+from gpuprobe.report_view import DataKeys
 
+# The summary view's facts, each check's record says which (an agent sends them when asked for
+# the summary).
+SUMMARY_KEYS = registry.summary_keys()
 # The parts of the checks' data the audit reads; it converts only these. They are the
-# summary view's facts, which an agent sends when asked for the summary, and the workloads
-# facts the usage digest is summed from, for an agent whose check sends no digest.
+# summary view's facts and the workloads facts the usage digest is summed from, for an agent
+# whose check sends no digest.
 DATA_KEYS: DataKeys = {
-    **SUMMARY_DATA,
+    **SUMMARY_KEYS,
     "workloads": {
-        **SUMMARY_DATA["workloads"],
+        **SUMMARY_KEYS["workloads"],
         "devices": {
             "gpu": None,
             "mig": {"uuid": None},

@@ -5,7 +5,7 @@ GPU-hour.
 
 Each node's figures are its `workloads` check's usage digest (gpuprobe.workloads.usage:
 GPU-equivalents, a MIG device 1/n of its GPU), which the summary view carries
-(gpuprobe.report_view.SUMMARY_DATA); the hours come from the agent's utilization samples.
+(the workloads record's `summary_keys`); the hours come from the agent's utilization samples.
 """
 
 from __future__ import annotations

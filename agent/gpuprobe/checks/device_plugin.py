@@ -226,4 +226,6 @@ def _not_advertised(
     )
 
 
-CHECK: Check[DevicePluginData] = Check(NAME, run, section=DevicePluginPaths)
+CHECK: Check[DevicePluginData] = Check(
+    NAME, run, section=DevicePluginPaths, condition="GPURuntimeReady"
+)

@@ -323,4 +323,15 @@ def families(data: DriverData) -> Iterator[Family]:
     yield info
 
 
-CHECK: Check[DriverData] = Check(NAME, run, section=DriverConfig, metrics=families)
+CHECK: Check[DriverData] = Check(
+    NAME,
+    run,
+    section=DriverConfig,
+    metrics=families,
+    condition="GPUHardwareReady",
+    summary_keys={
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "amd": {"amdgpu_version": None, "rocm_version": None},
+    },
+)

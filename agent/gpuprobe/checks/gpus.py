@@ -594,4 +594,16 @@ def metric_families(data: GpusData) -> Iterator[Family]:
     yield from (f for f in (ecc, rows) if f.samples)
 
 
-CHECK: Check[GpusData] = Check(NAME, run, section=GpusConfig, metrics=metric_families)
+CHECK: Check[GpusData] = Check(
+    NAME,
+    run,
+    section=GpusConfig,
+    metrics=metric_families,
+    condition="GPUHardwareReady",
+    summary_keys={
+        "gpus_on_pci_bus": None,
+        "gpus_seen_by_nvml": None,
+        "gpus_seen_by_amdgpu": None,
+        "gpus": {"index": None, "vendor": None, "name": None, "lost": None, "idle": None},
+    },
+)

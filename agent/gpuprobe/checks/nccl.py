@@ -123,5 +123,6 @@ CHECK: Check[NcclData] = Check(
     run,
     section=NcclConfig,
     active=True,
+    condition="GPUNetworkReady",
     least_deadline=lambda config: config.nccl.timeout_seconds + NCCL_DEADLINE_MARGIN,
 )

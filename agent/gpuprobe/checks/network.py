@@ -273,4 +273,4 @@ def _slow(fabric: list[Nic], floor: int) -> list[Finding]:
     ]
 
 
-CHECK: Check[NetworkData] = Check(NAME, run, section=NetworkConfig)
+CHECK: Check[NetworkData] = Check(NAME, run, section=NetworkConfig, condition="GPUNetworkReady")

@@ -891,4 +891,14 @@ def _least_deadline(config: Config) -> float:
 
 # The list's requests at most: MAX_PODS in pages of 250, and one to learn there are more.
 API_REQUESTS = 3
-CHECK: Check[PodsData] = Check(NAME, run, least_deadline=_least_deadline)
+CHECK: Check[PodsData] = Check(
+    NAME,
+    run,
+    least_deadline=_least_deadline,
+    # The audit's workload failures (gpuprobe.audit.facts): pods failing for GPU reasons,
+    # images that need a newer driver.
+    summary_keys={
+        "containers": {"namespace": None, "image": None, "cuda_required": None, "verdict": None},
+        "failures": {"namespace": None, "pod": None, "cause": None},
+    },
+)

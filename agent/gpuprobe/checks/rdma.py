@@ -235,4 +235,4 @@ def _rising(device: str, port: RdmaPort, memory: dict[str, Any]) -> list[Finding
     ]
 
 
-CHECK: Check[RdmaData] = Check(NAME, run, section=RdmaConfig)
+CHECK: Check[RdmaData] = Check(NAME, run, section=RdmaConfig, condition="GPUNetworkReady")

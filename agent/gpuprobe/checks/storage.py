@@ -477,6 +477,7 @@ CHECK: Check[StorageData] = Check(
     run,
     section=StorageConfig,
     active=True,
+    condition="GPUStorageReady",
     least_deadline=lambda config: LEAST_DEADLINE,
     metrics=families,
 )

@@ -350,4 +350,21 @@ def metric_families(data: WorkloadsData) -> Iterator[Family]:
     yield from (allocated, idle, unallocated)
 
 
-CHECK: Check[WorkloadsData] = Check(NAME, run, section=WorkloadsConfig, metrics=metric_families)
+CHECK: Check[WorkloadsData] = Check(
+    NAME,
+    run,
+    section=WorkloadsConfig,
+    metrics=metric_families,
+    condition="GPURuntimeReady",
+    # The audit's usage totals (gpuprobe.audit.usage): whether the kubelet answered, and the
+    # node's usage digest (a dozen numbers, not every device's holders).
+    summary_keys={
+        "kubelet": {"state": None},
+        "usage": {
+            "gpus": {"allocated": None, "busy": None, "allocated_idle": None, "unallocated": None},
+            "seconds": {"allocated": None, "busy": None, "unallocated": None},
+            "idle_allocated_seconds": None,  # by namespace
+            "since": None,
+        },
+    },
+)

@@ -143,4 +143,6 @@ def metric_families(data: XidData) -> Iterator[Family]:
     yield xids
 
 
-CHECK: Check[XidData] = Check(NAME, run, section=XidConfig, metrics=metric_families)
+CHECK: Check[XidData] = Check(
+    NAME, run, section=XidConfig, metrics=metric_families, condition="GPUHardwareReady"
+)
