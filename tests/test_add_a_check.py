@@ -76,7 +76,12 @@ def test_the_new_checks_section_is_read_and_checked(
     monkeypatch.setitem(registry.CHECKS, "throwaway", throwaway_check.CHECK)
     config = load_config(config_file(tmp_path, text), registry.sections())
     assert config.section("throwaway", throwaway_check.ThrowawayConfig).max_gpus == 4
-    assert load_config(None).section("throwaway", throwaway_check.ThrowawayConfig).max_gpus is None
+    assert (
+        load_config(None, registry.sections())
+        .section("throwaway", throwaway_check.ThrowawayConfig)
+        .max_gpus
+        is None
+    )
     with pytest.raises(ConfigError, match=r"throwaway: unknown key 'max_gpu' \(known: max_gpus\)"):
         load_config(config_file(tmp_path, "throwaway: {max_gpu: 4}\n"), registry.sections())
     with pytest.raises(ConfigError, match="throwaway: max_gpus: expected an integer"):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from lightkube.core.selector import build_selector
 
+from gpuprobe.checks.registry import sections
 from gpuprobe.config import load_config
 from gpuprobe.errors import ConfigError, UsageError
 from gpuprobe.kube.api import in_cluster_available, parse_selector
@@ -17,7 +18,7 @@ from gpuprobe.kube.daemon import wanted
 def load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
     path = tmp_path / "config.yaml"
     path.write_text(text)
-    return load_config(str(path)).kubernetes
+    return load_config(str(path), sections()).kubernetes
 
 
 def test_the_defaults(tmp_path: Path) -> None:

@@ -9,12 +9,17 @@ table in `gpuprobe.gpu.cuda`). AMD GPUs on the bus add the amdgpu driver's facts
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import amd_gpus as amd
+from gpuprobe.checks.gpus import NAME as GPUS
+from gpuprobe.checks.gpus import GpusConfig
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, DriverConfig
+from gpuprobe.config import Config
+from gpuprobe.errors import ConfigError
 from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
@@ -110,7 +115,7 @@ def _without_nvml(
     host: Host, config: Config, gpus_on_bus: int, module: KernelModule | None, data: DriverData
 ) -> CheckResult:
     error = host.nvml.init_error
-    expected = config.gpus.expect
+    expected = config.section(GPUS, GpusConfig).expect
     data["library_versions"] = library_versions(host.fs)
     # DriverNotLoaded says the module is not there, whatever /proc says (a container without
     # /dev/nvidiactl): only the PCI bus can then show GPUs.
@@ -250,7 +255,7 @@ def _optional(host: Host, fn: str) -> Any:
 
 def _too_old(config: Config, version: cuda.Version, driver: str, data: DriverData) -> list[Finding]:
     findings = []
-    minimum = config.driver.min_version
+    minimum = config.section(NAME, DriverConfig).min_version
     if minimum and version < cuda.parse_version(minimum):
         findings.append(
             Finding(
@@ -262,7 +267,7 @@ def _too_old(config: Config, version: cuda.Version, driver: str, data: DriverDat
         )
     verdicts: list[CudaVerdict] = []
     data["required_cuda"] = verdicts
-    for wanted in config.driver.required_cuda:
+    for wanted in config.section(NAME, DriverConfig).required_cuda:
         finding, verdict = _cuda_verdict(version, driver, wanted, data.get("cuda_driver_version"))
         verdicts.append(verdict)
         if finding:
@@ -321,6 +326,23 @@ def families(data: DriverData) -> Iterator[Family]:
     cuda_version = data["cuda_driver_version"] if "cuda_driver_version" in data else None
     info.add([version, text(cuda_version) or ""], 1)
     yield info
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """What the `driver` check holds the node's driver against."""
+
+    # The fleet's minimum driver version, e.g. "550.54.15" (below it: DRIVER_TOO_OLD, WARNING).
+    min_version: str | None = None
+    # CUDA toolkit versions that images on this node are built with, e.g. ["12.4", "12.8.1"].
+    required_cuda: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for key, value in [("min_version", self.min_version)] + [
+            ("required_cuda", v) for v in self.required_cuda
+        ]:
+            if value is not None and not re.fullmatch(r"\d+(\.\d+)*", value):
+                raise ConfigError(f"{key}: {value!r} is not a version like 550.54.15")
 
 
 CHECK: Check[DriverData] = Check(

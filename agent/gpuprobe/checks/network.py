@@ -15,10 +15,11 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections import Counter
+from dataclasses import dataclass
 from typing import TypedDict
 
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, NetworkConfig
+from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.host.netlink import Link
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -65,7 +66,7 @@ class NetworkData(TypedDict):
 def run(host: Host, config: Config) -> CheckResult:
     """Judge the fabric NICs."""
     links = host.netlink.links()
-    patterns = config.network.fabric_interfaces
+    patterns = config.section(NAME, NetworkConfig).fabric_interfaces
     rails = _rdma_netdevs(host)
     routed = _default_route_interfaces(host)
     interfaces = [_facts(host, link, patterns, rails.get(link.name)) for link in links]
@@ -88,8 +89,8 @@ def run(host: Host, config: Config) -> CheckResult:
     findings += _mtu_mismatch(
         [i for i in fabric if i["operstate"] in RUNNING], by_kind=not patterns
     )
-    if config.network.min_speed_mbps:
-        findings += _slow(fabric, config.network.min_speed_mbps)
+    if speed := config.section(NAME, NetworkConfig).min_speed_mbps:
+        findings += _slow(fabric, speed)
     data: NetworkData = {"interfaces": interfaces, "fabric": [i["name"] for i in fabric]}
     up = sum(i["operstate"] in RUNNING and i["admin_up"] for i in fabric)
     summary = (
@@ -271,6 +272,16 @@ def _slow(fabric: list[Nic], floor: int) -> list[Finding]:
         for i in fabric
         if i["speed_mbps"] is not None and i["speed_mbps"] < floor
     ]
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """Which interfaces are the node's fabric, and what they must do."""
+
+    # Names or shell patterns ("ib*", "eth[1-8]"); empty: every physical NIC that is up.
+    fabric_interfaces: tuple[str, ...] = ()
+    # The speed each fabric NIC must link at, in Mb/s (e.g. 400000); below it: NIC_SPEED_LOW.
+    min_speed_mbps: int | None = None
 
 
 CHECK: Check[NetworkData] = Check(NAME, run, section=NetworkConfig, condition="GPUNetworkReady")

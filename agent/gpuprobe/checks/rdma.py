@@ -9,12 +9,14 @@ in memory) are a warning; a one-shot check has no previous run.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, RdmaConfig
+from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
+from gpuprobe.measure.perftest import RdmaTestConfig
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "rdma"
@@ -81,8 +83,8 @@ class RdmaData(TypedDict):
 def run(host: Host, config: Config) -> CheckResult:
     """Judge every RDMA port in scope."""
     names = host.fs.listdir(SYS_IB)
-    if config.rdma.devices:
-        names = [n for n in names if n in config.rdma.devices]
+    if config.section(NAME, RdmaConfig).devices:
+        names = [n for n in names if n in config.section(NAME, RdmaConfig).devices]
     if not names:
         return CheckResult(NAME, "no RDMA devices", data=RdmaData(devices=[]))
     devices = [_device(host.fs, name) for name in names]
@@ -90,7 +92,9 @@ def run(host: Host, config: Config) -> CheckResult:
     findings: list[Finding] = []
     for device in devices:
         for port in device["ports"]:
-            findings += _port_findings(device["name"], port, config.rdma.expected_rate_gbps)
+            findings += _port_findings(
+                device["name"], port, config.section(NAME, RdmaConfig).expected_rate_gbps
+            )
             findings += _rising(device["name"], port, memory)
     verbs = host.fs.glob("/dev/infiniband/uverbs*")
     if not verbs:
@@ -233,6 +237,17 @@ def _rising(device: str, port: RdmaPort, memory: dict[str, Any]) -> list[Finding
             f"rdma:{device}:{port['port']}",
         )
     ]
+
+
+@dataclass(frozen=True)
+class RdmaConfig:
+    """What the RDMA ports must do, and how RDMA bandwidth tests run."""
+
+    # The rate each port must train at, in Gb/s (400 for NDR, 200 for HDR).
+    expected_rate_gbps: float | None = None
+    # Devices to check (e.g. ["mlx5_0", "mlx5_1"]); empty: all of them.
+    devices: tuple[str, ...] = ()
+    test: RdmaTestConfig = field(default_factory=RdmaTestConfig)
 
 
 CHECK: Check[RdmaData] = Check(NAME, run, section=RdmaConfig, condition="GPUNetworkReady")

@@ -35,7 +35,8 @@ from gpuprobe.checks.xid.model import NAME, EventEntry, XidEntry
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import save_sticky, state_dir
 from gpuprobe.checks.xid.policy import driver_version, explain
-from gpuprobe.config import Config, XidConfig
+from gpuprobe.checks.xid.settings import XidConfig
+from gpuprobe.config import Config
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult, Status

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TypedDict
 
 from gpuprobe.checks.xid.kernel import PROC_STAT, rotation_streams, tail_log
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.amd import faults
@@ -70,9 +71,11 @@ def read(
         return None
     boot = kernel_log.boot_time(host.fs.try_read_text(PROC_STAT))
     found: list[faults.AmdgpuFault] = []
-    for paths in rotation_streams(config.xid.kernel_logs):
+    for paths in rotation_streams(xid_settings(config).kernel_logs):
         texts = [
-            t for t in (tail_log(host, p, config.xid.kernel_log_max_bytes) for p in paths) if t
+            t
+            for t in (tail_log(host, p, xid_settings(config).kernel_log_max_bytes) for p in paths)
+            if t
         ]
         found += faults.read_faults(texts, boot=boot, now=now)
     grouped = _group(_unique(found), {g.pci_address: g for g in gpus})
@@ -86,7 +89,10 @@ def read(
         if fault.count != count:
             grew = wall
         memory[fault.key] = (fault.count, grew)
-        active = cause.severity == "CRITICAL" or wall - grew <= config.xid.warning_window_seconds
+        active = (
+            cause.severity == "CRITICAL"
+            or wall - grew <= xid_settings(config).warning_window_seconds
+        )
         if active:
             findings.append(_finding(fault, cause))
         data.append(

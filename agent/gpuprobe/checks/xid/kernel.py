@@ -17,6 +17,7 @@ from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.xid.model import MAX_TIMES, XIDLESS, Gpu, Seen, later
 from gpuprobe.checks.xid.recovery import reset_logged
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.kmsg import KmsgLog
@@ -130,7 +131,7 @@ def read_sources(
     logs: list[kernel_log.KernelLog] = []
     opened: list[str] = []
     described: list[KernelSource] = []
-    if config.xid.kmsg:
+    if xid_settings(config).kmsg:
         view = kmsg_log(host).read(boot)
         entry: KernelSource = {"source": KMSG, "kind": "kmsg", "since": None}
         if view.error is not None:
@@ -144,10 +145,10 @@ def read_sources(
             entry["records"] = view.records
             entry["lost"] = view.lost
         described.append(entry)
-    for paths in rotation_streams(config.xid.kernel_logs):
+    for paths in rotation_streams(xid_settings(config).kernel_logs):
         texts = []
         for path in paths:
-            content = tail_log(host, path, config.xid.kernel_log_max_bytes)
+            content = tail_log(host, path, xid_settings(config).kernel_log_max_bytes)
             if content is not None:
                 texts.append(content)
                 opened.append(path)
