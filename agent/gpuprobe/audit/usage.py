@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from gpuprobe.checks.workloads import WorkloadsData
 from gpuprobe.report import NodeReport
 from gpuprobe.workloads.usage import node_usage, non_negative
 
@@ -90,13 +91,17 @@ def usage(report: NodeReport) -> Usage | None:
     result = report.check("workloads")
     if result is None or not isinstance(result.data, dict):
         return None
-    data = result.data
-    kubelet = data.get("kubelet")
+    data = cast(WorkloadsData, result.data)  # by index: a renamed field fails mypy here
+    kubelet = data["kubelet"] if "kubelet" in data else None
     if not isinstance(kubelet, dict) or kubelet.get("state") != "answered":
         return None
-    digest = data.get("usage")
+    # An agent whose check sends no digest (an older one) leaves it out, whatever the type says.
+    digest: object = data["usage"] if "usage" in data else None
     if not isinstance(digest, dict):
-        digest = node_usage(data.get("devices"), data.get("accounting"))
+        digest = node_usage(
+            data["devices"] if "devices" in data else None,
+            data["accounting"] if "accounting" in data else None,
+        )
     now = _numbers(digest.get("gpus"))
     seconds = _numbers(digest.get("seconds"))
     idle = digest.get("idle_allocated_seconds")
