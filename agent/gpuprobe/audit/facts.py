@@ -28,33 +28,36 @@ from gpuprobe.gpu import cuda
 from gpuprobe.report import Action, NodeReport
 from gpuprobe.report_view import DataKeys
 
-# The summary view's facts, each check's record says which (an agent sends them when asked for
-# the summary).
-SUMMARY_KEYS = registry.summary_keys()
-# The parts of the checks' data the audit reads; it converts only these. They are the
-# summary view's facts and the workloads facts the usage digest is summed from, for an agent
-# whose check sends no digest.
-DATA_KEYS: DataKeys = {
-    **SUMMARY_KEYS,
-    "workloads": {
-        **SUMMARY_KEYS["workloads"],
-        "devices": {
-            "gpu": None,
-            "mig": {"uuid": None},
-            "holders": {"namespace": None},
-            "processes": {"pid": None},
-        },
-        "accounting": {
-            "since": None,
-            "gpus": {
-                "allocated_seconds": None,
-                "busy_seconds": None,
-                "idle_allocated_seconds": None,  # by namespace
-                "unallocated_seconds": None,
+
+def data_keys() -> DataKeys:
+    """The parts of the checks' data the audit reads; it converts only these. They are the
+    summary view's facts, which each check's record names (an agent sends them when asked for
+    the summary), and the workloads facts the usage digest is summed from, for an agent whose
+    check sends no digest."""
+    summary = registry.summary_keys()
+    return {
+        **summary,
+        "workloads": {
+            **summary["workloads"],
+            "devices": {
+                "gpu": None,
+                "mig": {"uuid": None},
+                "holders": {"namespace": None},
+                "processes": {"pid": None},
+            },
+            "accounting": {
+                "since": None,
+                "gpus": {
+                    "allocated_seconds": None,
+                    "busy_seconds": None,
+                    "idle_allocated_seconds": None,  # by namespace
+                    "unallocated_seconds": None,
+                },
             },
         },
-    },
-}
+    }
+
+
 # Findings whose action is one of these leave a GPU healthy: nothing to do (an idle GPU, an
 # informational XID), or the application's fault (XID 13, 31, 43: restart the app).
 HEALTHY_ACTIONS = frozenset({Action.NONE, Action.RESTART_APP})
