@@ -19,7 +19,7 @@ import yaml
 import throwaway_check
 from conftest import ROOT, snapshot
 from gpuprobe.audit.cluster import build as build_cluster
-from gpuprobe.audit.facts import data_keys
+from gpuprobe.audit.keys import data_keys
 from gpuprobe.checks import registry
 from gpuprobe.client import Credentials, fetch_report
 from gpuprobe.config import Config, KubernetesConfig, build, load_config

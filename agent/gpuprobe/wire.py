@@ -19,7 +19,6 @@ from typing import Any
 from google.protobuf import struct_pb2, timestamp_pb2
 
 from gpuprobe import __version__, report_view
-from gpuprobe.checks import registry
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity, Status
 from gpuprobe.report_view import DataKeys
 from gpuprobe.v1 import diagnostics_pb2 as pb
@@ -52,10 +51,13 @@ def summary_to_proto(
     report: NodeReport,
     check_times: Mapping[str, datetime] | None = None,
     agent_version: str = __version__,
+    *,
+    keep: Mapping[str, DataKeys],
 ) -> pb.NodeReport:
-    """The report's summary view (`report_view.summary`) as a `gpuprobe.v1.NodeReport`: each
-    check's facts in `data` and, the same, as JSON text in `data_json`."""
-    view = report_view.summary(report, registry.summary_keys())
+    """The report's summary view (`report_view.summary`: of each check's data the facts `keep`
+    names, the records' `summary_keys`) as a `gpuprobe.v1.NodeReport`: each check's facts in
+    `data` and, the same, as JSON text in `data_json`."""
+    view = report_view.summary(report, keep)
     message = report_to_proto(view, check_times, agent_version)
     for check, sent in zip(view.checks, message.checks, strict=True):
         sent.data_json = data_to_json(check.data)

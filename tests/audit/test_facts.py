@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, SNAPSHOTS
 from gpuprobe import wire
-from gpuprobe.audit.facts import SKEW_FIELDS, Counts, counts, data_keys, skew_values
+from gpuprobe.audit.facts import SKEW_FIELDS, Counts, counts, skew_values
+from gpuprobe.audit.keys import data_keys
 from gpuprobe.config import Config
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, now
 from helpers import config, node_report

@@ -15,8 +15,8 @@ import pytest
 
 from gpuprobe.audit import shards
 from gpuprobe.audit.cluster import AuditedNode, audited
-from gpuprobe.audit.facts import data_keys
 from gpuprobe.audit.fanout import Asking
+from gpuprobe.audit.keys import data_keys
 from gpuprobe.audit.run import AuditOptions, audit
 from gpuprobe.audit.shards import PER_PROCESS, fetch_sharded, processes_for, split
 from gpuprobe.client import Credentials

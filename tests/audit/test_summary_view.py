@@ -10,7 +10,8 @@ import pytest
 
 from gpuprobe import report_view, wire
 from gpuprobe.audit.cluster import audited
-from gpuprobe.audit.facts import counts, data_keys, skew_values
+from gpuprobe.audit.facts import counts, skew_values
+from gpuprobe.audit.keys import data_keys
 from gpuprobe.checks.registry import summary_keys
 from gpuprobe.client import Client, Credentials, Fetched, fetch_report
 from gpuprobe.report_view import pick
@@ -145,7 +146,9 @@ def test_the_audit_digests_the_summary_view_as_it_digests_the_whole_report(name:
         wire.report_to_proto(report_view.summary(report, summary_keys()))
     )
     assert audited(Fetched("t", through_the_wire)) == whole
-    as_the_agent_sends_it = wire.report_from_proto(wire.summary_to_proto(report), data_keys())
+    as_the_agent_sends_it = wire.report_from_proto(
+        wire.summary_to_proto(report, keep=summary_keys()), data_keys()
+    )
     assert audited(Fetched("t", as_the_agent_sends_it)) == whole
 
 

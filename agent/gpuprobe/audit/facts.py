@@ -15,47 +15,18 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from gpuprobe.checks import registry
-from gpuprobe.checks.driver import DriverData
-from gpuprobe.checks.gpus import GpuFacts, GpusData
-from gpuprobe.checks.mig import GpuInstance, MigData, MigGpu
-from gpuprobe.checks.pods import PodsData
-from gpuprobe.checks.sharing import SharingData
-from gpuprobe.checks.toolkit import ToolkitData
 from gpuprobe.gpu import cuda
 from gpuprobe.report import Action, NodeReport
-from gpuprobe.report_view import DataKeys
 
-
-def data_keys() -> DataKeys:
-    """The parts of the checks' data the audit reads; it converts only these. They are the
-    summary view's facts, which each check's record names (an agent sends them when asked for
-    the summary), and the workloads facts the usage digest is summed from, for an agent whose
-    check sends no digest."""
-    summary = registry.summary_keys()
-    return {
-        **summary,
-        "workloads": {
-            **summary["workloads"],
-            "devices": {
-                "gpu": None,
-                "mig": {"uuid": None},
-                "holders": {"namespace": None},
-                "processes": {"pid": None},
-            },
-            "accounting": {
-                "since": None,
-                "gpus": {
-                    "allocated_seconds": None,
-                    "busy_seconds": None,
-                    "idle_allocated_seconds": None,  # by namespace
-                    "unallocated_seconds": None,
-                },
-            },
-        },
-    }
+if TYPE_CHECKING:  # the checks' types only: an audit's helper processes load no check
+    from gpuprobe.checks.driver import DriverData
+    from gpuprobe.checks.gpus import GpuFacts, GpusData
+    from gpuprobe.checks.mig import GpuInstance, MigData, MigGpu
+    from gpuprobe.checks.pods import PodsData
+    from gpuprobe.checks.sharing import SharingData
+    from gpuprobe.checks.toolkit import ToolkitData
 
 
 # Findings whose action is one of these leave a GPU healthy: nothing to do (an idle GPU, an
@@ -72,11 +43,11 @@ def _data(report: NodeReport, check: str) -> Mapping[str, Any]:
 
 
 def _driver(report: NodeReport) -> DriverData:
-    return cast(DriverData, _data(report, "driver"))
+    return cast("DriverData", _data(report, "driver"))
 
 
 def _gpus_data(report: NodeReport) -> GpusData:
-    return cast(GpusData, _data(report, "gpus"))
+    return cast("GpusData", _data(report, "gpus"))
 
 
 def _gpus(report: NodeReport) -> list[GpuFacts]:
@@ -85,7 +56,7 @@ def _gpus(report: NodeReport) -> list[GpuFacts]:
 
 
 def _mig_gpus(report: NodeReport) -> list[MigGpu]:
-    data = cast(MigData, _data(report, "mig"))
+    data = cast("MigData", _data(report, "mig"))
     return _objects(data["gpus"] if "gpus" in data else None)
 
 
@@ -203,7 +174,7 @@ def toolkit_mode(report: NodeReport) -> str | None:
     """The NVIDIA Container Toolkit's mode (`toolkit.data.toolkit_config.mode`: auto, legacy,
     cdi, csv, jit-cdi; `auto`, its default, when installed without a config file), or
     `not installed`; None on a node without GPUs or with an unreadable config."""
-    data = cast(ToolkitData, _data(report, "toolkit"))
+    data = cast("ToolkitData", _data(report, "toolkit"))
     if not data or not (data["gpus"] if "gpus" in data else None):
         return None
     if not (data["toolkit_installed"] if "toolkit_installed" in data else None):
@@ -221,7 +192,7 @@ def runtime_default(report: NodeReport) -> str | None:
     """The default runtime of each container engine that runs GPU containers
     (`toolkit.data.engines`), as `flavor:runtime` (`containerd:nvidia`, `k3s:runc`), joined
     by `, `; None when no engine runs GPU containers."""
-    data = cast(ToolkitData, _data(report, "toolkit"))
+    data = cast("ToolkitData", _data(report, "toolkit"))
     pairs = sorted(  # each engine as its reader gives it
         f"{e.get('flavor')}:{e.get('default_runtime')}"
         for e in _list(data["engines"] if "engines" in data else None)
@@ -337,7 +308,7 @@ def counts(report: NodeReport) -> Counts:
 def gpu_pod_failures(report: NodeReport) -> dict[tuple[str, str], int]:
     """The pods failing for GPU reasons, counted by namespace and cause (`pods.data.failures`;
     a pod counts once per cause however many of its containers show it)."""
-    data = cast(PodsData, _data(report, "pods"))
+    data = cast("PodsData", _data(report, "pods"))
     failures = _list(data["failures"] if "failures" in data else None)
     if not failures:  # most nodes
         return {}
@@ -357,7 +328,7 @@ def images_too_new(report: NodeReport) -> dict[tuple[str, str], ImageNeed]:
     verdict `too-new` or `forward-compatibility-unsupported`), by (image, CUDA needed):
     their containers, this node, their namespaces."""
     found: dict[tuple[str, str], ImageNeed] = {}
-    data = cast(PodsData, _data(report, "pods"))
+    data = cast("PodsData", _data(report, "pods"))
     for c in _list(data["containers"] if "containers" in data else None):
         if not isinstance(c, dict) or c.get("verdict") not in TOO_NEW_VERDICTS:
             continue
@@ -441,7 +412,7 @@ def mig_slices(report: NodeReport) -> int:
 def time_slicing_units(report: NodeReport) -> int:
     """The schedulable units of the node's time-sliced resources (GPUs × replicas, from
     `sharing.data.resources[].schedulable_units`); 0 without time-slicing."""
-    data = cast(SharingData, _data(report, "sharing"))
+    data = cast("SharingData", _data(report, "sharing"))
     if (data["strategy"] if "strategy" in data else None) != "time-slicing":
         return 0
     return sum(  # each resource as the sharing check gives it

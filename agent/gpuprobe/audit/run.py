@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport, audited, build_from
-from gpuprobe.audit.facts import data_keys
 from gpuprobe.audit.fanout import DEFAULT_CONCURRENCY, DEFAULT_DEADLINE_SECONDS, Asking
+from gpuprobe.audit.keys import data_keys
 from gpuprobe.audit.shards import fetch_sharded, processes_for
 from gpuprobe.audit.view.judge import Windows, judge
 from gpuprobe.audit.view.read import ClusterFacts, Source, read_agents, read_rest

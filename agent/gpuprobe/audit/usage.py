@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from gpuprobe.checks.workloads import WorkloadsData
 from gpuprobe.report import NodeReport
 from gpuprobe.workloads.usage import node_usage, non_negative
+
+if TYPE_CHECKING:  # the check's type only: an audit's helper processes load no check
+    from gpuprobe.checks.workloads import WorkloadsData
 
 HOUR = 3600.0
 
@@ -91,7 +93,7 @@ def usage(report: NodeReport) -> Usage | None:
     result = report.check("workloads")
     if result is None or not isinstance(result.data, dict):
         return None
-    data = cast(WorkloadsData, result.data)  # by index: a renamed field fails mypy here
+    data = cast("WorkloadsData", result.data)  # by index: a renamed field fails mypy here
     kubelet = data["kubelet"] if "kubelet" in data else None
     if not isinstance(kubelet, dict) or kubelet.get("state") != "answered":
         return None
