@@ -21,7 +21,7 @@ from gpuprobe.report import CheckResult, Finding, NodeReport
 
 def config(**sections: Any) -> Config:
     """A Config from keyword sections, as a config file would give them."""
-    return build(Config, sections, "test config")
+    return build(Config, sections, "test config", registry.sections())
 
 
 def run_check(name: str, snapshot_name: str, cfg: Config | None = None) -> CheckResult:

@@ -1,5 +1,6 @@
 """docs/architecture.md's "How to add a check" holds: a throwaway check, one module and one
-registry line, shows in `check --json`, on `/metrics` and in the config file."""
+registry line, shows in `check --json`, on `/metrics`, in the config file's loading and its
+docs test, in the default node conditions, in the summary view and in the audit."""
 
 from __future__ import annotations
 
@@ -13,13 +14,22 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 import throwaway_check
 from conftest import ROOT, snapshot
+from gpuprobe.audit.cluster import build as build_cluster
+from gpuprobe.audit.keys import data_keys
 from gpuprobe.checks import registry
-from gpuprobe.config import load_config
+from gpuprobe.client import Credentials, fetch_report
+from gpuprobe.config import Config, KubernetesConfig, build, load_config
 from gpuprobe.errors import ConfigError
+from gpuprobe.host import snapshot_host
+from gpuprobe.kube.conditions import desired, groups
+from gpuprobe.report import NodeReport, now
+from gpuprobe.v1 import diagnostics_pb2 as pb
 from serving import in_process_agent
+from test_docs_config import accepted, documented, examples
 
 HOW_TO = (ROOT / "docs" / "architecture.md").read_text().split("## How to add a check", 1)[1]
 # The registry line, then the real command line, in a process of its own.
@@ -43,7 +53,10 @@ def test_the_new_check_is_in_check_json(tmp_path: Path) -> None:
         [sys.executable, "-c", COMMAND, *args],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "tests")},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(str(ROOT / d) for d in ("tests", "agent")),
+        },
         timeout=60,
         check=False,
     )
@@ -63,7 +76,7 @@ def test_the_new_check_is_in_check_json(tmp_path: Path) -> None:
                 "resource": "node",
             }
         ],
-        "data": {"gpus": 8},
+        "data": {"gpus": 8, "source": "nvml"},
     }
 
 
@@ -76,7 +89,12 @@ def test_the_new_checks_section_is_read_and_checked(
     monkeypatch.setitem(registry.CHECKS, "throwaway", throwaway_check.CHECK)
     config = load_config(config_file(tmp_path, text), registry.sections())
     assert config.section("throwaway", throwaway_check.ThrowawayConfig).max_gpus == 4
-    assert load_config(None).section("throwaway", throwaway_check.ThrowawayConfig).max_gpus is None
+    assert (
+        load_config(None, registry.sections())
+        .section("throwaway", throwaway_check.ThrowawayConfig)
+        .max_gpus
+        is None
+    )
     with pytest.raises(ConfigError, match=r"throwaway: unknown key 'max_gpu' \(known: max_gpus\)"):
         load_config(config_file(tmp_path, "throwaway: {max_gpu: 4}\n"), registry.sections())
     with pytest.raises(ConfigError, match="throwaway: max_gpus: expected an integer"):
@@ -98,6 +116,49 @@ def test_the_new_check_is_on_the_metrics_page(
         'gpuprobe_finding{action="NONE",check="throwaway",code="THROWAWAY_GPUS_OVER",'
         'resource="node",severity="WARNING"} 1.0\n'
     ) in page
+
+
+def test_the_config_docs_test_holds_the_new_checks_section(monkeypatch: pytest.MonkeyPatch) -> None:
+    shown = set().union(*(documented(e) for e in examples()))
+    assert sorted(accepted() - shown) == []
+    monkeypatch.setitem(registry.CHECKS, "throwaway", throwaway_check.CHECK)
+    assert sorted(accepted() - shown) == ["throwaway.max_gpus"]  # undocumented: the test fails
+    example = yaml.safe_load("throwaway:\n  max_gpus: 4\n")  # until the page shows it
+    assert documented(example) == {"throwaway.max_gpus"}
+    build(Config, example, "docs/configuration.md", registry.sections())
+
+
+def test_the_new_check_decides_its_node_condition(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry.CHECKS, "throwaway", throwaway_check.CHECK)
+    default = groups(KubernetesConfig())
+    assert default["GPUHardwareReady"] == ("driver", "gpus", "mig", "xid", "throwaway")
+    config = Config().with_section("throwaway", throwaway_check.ThrowawayConfig(max_gpus=4))
+    result = throwaway_check.run(snapshot_host(snapshot("synthetic-h100-8gpu-healthy")), config)
+    (hardware, *_) = desired(NodeReport("node-a", now(), [result]), default)
+    assert (hardware.type, hardware.status, hardware.reason) == (
+        "GPUHardwareReady",
+        "True",
+        "ThrowawayGpusOver",
+    )
+
+
+def test_the_new_check_is_in_the_summary_view_and_the_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(registry.CHECKS, "throwaway", throwaway_check.CHECK)
+    assert registry.summary_keys()["throwaway"] == data_keys()["throwaway"] == {"gpus": None}
+    config = load_config(config_file(tmp_path, "throwaway: {max_gpus: 4}\n"), registry.sections())
+    with in_process_agent(config=config, names=["driver", "throwaway"]) as agent:
+        target = f"127.0.0.1:{agent.grpc_port}"
+        fetched = fetch_report(target, Credentials(), 10, data_keys(), pb.REPORT_VIEW_SUMMARY)
+    assert fetched.report is not None
+    throwaway = fetched.report.check("throwaway")
+    assert throwaway is not None and throwaway.data == {"gpus": 8}  # its summary keys only
+    (node,) = build_cluster([fetched]).to_dict()["nodes"]
+    assert (node["status"], [f["code"] for f in node["findings"]]) == (
+        "WARNING",
+        ["THROWAWAY_GPUS_OVER"],
+    )
 
 
 def test_the_names_the_steps_give_are_the_codes() -> None:

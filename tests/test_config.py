@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprobe.checks.registry import CHECKS
+from gpuprobe.checks import driver, gpus
+from gpuprobe.checks.registry import CHECKS, sections
 from gpuprobe.config import Config, load_config
 from gpuprobe.errors import ConfigError
 
@@ -18,8 +19,8 @@ def write(tmp_path: Path, text: str) -> str:
 
 
 def test_no_file_and_an_empty_file_give_the_defaults(tmp_path: Path) -> None:
-    assert load_config(None) == Config()
-    assert load_config(write(tmp_path, "")) == Config()
+    assert load_config(None, sections()) == Config()
+    assert load_config(write(tmp_path, ""), sections()) == Config()
 
 
 def test_a_full_file(tmp_path: Path) -> None:
@@ -29,13 +30,14 @@ def test_a_full_file(tmp_path: Path) -> None:
             "checks:\n  deadline_seconds: 5\n  deadlines: {storage: 120}\n"
             "driver:\n  min_version: '550.54.15'\n  required_cuda: ['12.4', '13.0']\n"
             "gpus:\n  expect: 8\n",
-        )
+        ),
+        sections(),
     )
     assert CHECKS["storage"].deadline(config) == 120.0
     assert CHECKS["gpus"].deadline(config) == 5.0
-    assert config.driver.min_version == "550.54.15"
-    assert config.driver.required_cuda == ("12.4", "13.0")
-    assert config.gpus.expect == 8
+    assert config.section(driver.NAME, driver.DriverConfig).min_version == "550.54.15"
+    assert config.section(driver.NAME, driver.DriverConfig).required_cuda == ("12.4", "13.0")
+    assert config.section(gpus.NAME, gpus.GpusConfig).expect == 8
 
 
 @pytest.mark.parametrize(
@@ -58,18 +60,18 @@ def test_a_full_file(tmp_path: Path) -> None:
 )
 def test_mistakes_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(write(tmp_path, text))
+        load_config(write(tmp_path, text), sections())
     assert message in str(exc.value)
     assert "\n" not in str(exc.value)
 
 
 def test_unreadable_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="No such file"):
-        load_config(str(tmp_path / "missing.yaml"))
+        load_config(str(tmp_path / "missing.yaml"), sections())
     path = tmp_path / "bin.yaml"
     path.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ConfigError):
-        load_config(str(path))
+        load_config(str(path), sections())
 
 
 @pytest.mark.parametrize(
@@ -98,13 +100,13 @@ def test_a_key_given_twice_is_refused_with_its_lines(tmp_path: Path, text: str, 
     # PyYAML keeps the last silently: the first `serve:` section's settings were lost unseen.
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as exc:
-        load_config(path)
+        load_config(path, sections())
     assert str(exc.value) == f"config {path}: {where}"
 
 
 def test_a_merge_key_may_be_overridden(tmp_path: Path) -> None:
     text = "kubernetes:\n  <<: {timeout_seconds: 5, events: false}\n  events: true\n"
-    config = load_config(write(tmp_path, text))
+    config = load_config(write(tmp_path, text), sections())
     assert (config.kubernetes.timeout_seconds, config.kubernetes.events) == (5, True)
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuprobe.checks import gpus
+from gpuprobe.checks.registry import sections
 from gpuprobe.config import MAX_CONFIG_BYTES, load_config
 from gpuprobe.errors import ConfigError
 
@@ -57,7 +59,7 @@ def write(tmp_path: Path, text: str) -> str:
 )
 def test_numbers_out_of_range_name_their_key(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(write(tmp_path, text))
+        load_config(write(tmp_path, text), sections())
     assert str(exc.value).startswith(f"config {tmp_path / 'gpuprobe.yaml'}: ")
     assert message in str(exc.value)
     assert "\n" not in str(exc.value)
@@ -70,7 +72,8 @@ def test_sensible_numbers_still_load(tmp_path: Path) -> None:
             "serve: {interval_seconds: 0.5, calls_per_minute: 1.5e+3, jitter_fraction: 0}\n"
             "checks: {deadline_seconds: 31622400, deadlines: {storage: 600}}\n"
             "nccl: {min_busbw_gbps: 0}\n",
-        )
+        ),
+        sections(),
     )
     assert config.serve.interval_seconds == 0.5
     assert config.serve.calls_per_minute == 1500.0
@@ -82,30 +85,31 @@ def test_only_a_regular_file_of_bounded_size_is_read(tmp_path: Path) -> None:
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)  # a reader that opened it would wait for a writer forever
     with pytest.raises(ConfigError, match=r"fifo.yaml: not a regular file \(a FIFO\)$"):
-        load_config(str(fifo))
+        load_config(str(fifo), sections())
     with pytest.raises(ConfigError, match=r"^config /dev/zero: not a regular file \(a character"):
-        load_config("/dev/zero")
+        load_config("/dev/zero", sections())
     link = tmp_path / "zero.yaml"
     link.symlink_to("/dev/zero")
     with pytest.raises(ConfigError, match=r"zero\.yaml: not a regular file"):
-        load_config(str(link))
+        load_config(str(link), sections())
     with pytest.raises(ConfigError, match=r"not a regular file \(a directory\)$"):
-        load_config(str(tmp_path))
+        load_config(str(tmp_path), sections())
     big = tmp_path / "big.yaml"
     big.write_bytes(b"# padding\n" * (MAX_CONFIG_BYTES // 10 + 1))
     with pytest.raises(ConfigError, match=f"big.yaml: larger than {MAX_CONFIG_BYTES} bytes$"):
-        load_config(str(big))
+        load_config(str(big), sections())
 
 
 def test_an_integer_must_be_below_2_to_the_53(tmp_path: Path) -> None:
     # docs/configuration.md: "an integer below 2^53"; 2^53 itself was let through.
-    assert load_config(write(tmp_path, f"gpus: {{expect: {2**53 - 1}}}\n")).gpus.expect == 2**53 - 1
+    config = load_config(write(tmp_path, f"gpus: {{expect: {2**53 - 1}}}\n"), sections())
+    assert config.section(gpus.NAME, gpus.GpusConfig).expect == 2**53 - 1
     for text, key in [
         (f"gpus: {{expect: {2**53}}}\n", "gpus: expect"),
         (f"network: {{min_speed_mbps: {2**53}}}\n", "network: min_speed_mbps"),
     ]:
         with pytest.raises(ConfigError) as exc:
-            load_config(write(tmp_path, text))
+            load_config(write(tmp_path, text), sections())
         assert str(exc.value) == (
             f"config {tmp_path / 'gpuprobe.yaml'}: {key}: 9007199254740992 is beyond any "
             "sensible count or size"

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from conftest import gpuprobe
-from gpuprobe.checks.registry import CHECKS
-from gpuprobe.config import Config, StorageConfig, load_config
+from gpuprobe.checks.registry import CHECKS, sections
+from gpuprobe.checks.storage import NAME, StorageConfig
+from gpuprobe.config import Config, load_config
 from gpuprobe.errors import ConfigError
 
 MIB = 1024 * 1024
@@ -22,7 +23,7 @@ def write(tmp_path: Path, text: str) -> str:
 
 
 def test_defaults() -> None:
-    s = Config().storage
+    s = Config().section(NAME, StorageConfig)
     assert s == StorageConfig(
         paths=(),
         block_size_bytes=MIB,
@@ -43,8 +44,9 @@ def test_a_full_section(tmp_path: Path) -> None:
             "  size_bytes: 4294967296\n  jobs: 8\n  time_limit_seconds: 90\n"
             "  min_write_bytes_per_second: 1.5e9\n  min_read_bytes_per_second: 2000000000\n"
             "  force: true\n",
-        )
-    ).storage
+        ),
+        sections(),
+    ).section(NAME, StorageConfig)
     assert s.paths == ("/scratch", "/mnt/datasets")
     assert (s.block_size_bytes, s.size_bytes, s.jobs) == (4 * MIB, 4096 * MIB, 8)
     assert (s.time_limit_seconds, s.force) == (90.0, True)
@@ -72,7 +74,7 @@ def test_a_full_section(tmp_path: Path) -> None:
 )
 def test_mistakes_are_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(write(tmp_path, text))
+        load_config(write(tmp_path, text), sections())
     assert message in str(exc.value)
     assert "\n" not in str(exc.value)
 
@@ -80,9 +82,9 @@ def test_mistakes_are_one_clear_line(tmp_path: Path, text: str, message: str) ->
 def test_the_storage_check_gets_a_longer_deadline_unless_told(tmp_path: Path) -> None:
     assert CHECKS["storage"].deadline(Config()) == 120.0
     assert CHECKS["gpus"].deadline(Config()) == 10.0
-    raised = load_config(write(tmp_path, "checks: {deadline_seconds: 300}\n"))
+    raised = load_config(write(tmp_path, "checks: {deadline_seconds: 300}\n"), sections())
     assert CHECKS["storage"].deadline(raised) == 300.0
-    told = load_config(write(tmp_path, "checks: {deadlines: {storage: 30}}\n"))
+    told = load_config(write(tmp_path, "checks: {deadlines: {storage: 30}}\n"), sections())
     assert CHECKS["storage"].deadline(told) == 30.0
 
 

@@ -1,8 +1,9 @@
 """docs/configuration.md documents every key the configuration loader accepts, and only those.
 
-The page's YAML examples are the documentation of record: every key `config.py` accepts (found
-by walking its dataclasses, so a key added later must be documented too) appears in one of
-them at its place, no example names a key the loader would refuse, and every example loads.
+The page's YAML examples are the documentation of record: every key the loader accepts (found
+by walking `Config`'s own sections and the section of every check's record, so a key or a
+check added later must be documented too) appears in one of them at its place, no example
+names a key the loader would refuse, and every example loads.
 """
 
 from __future__ import annotations
@@ -31,16 +32,11 @@ def _section(hint: Any) -> type | None:
     return None
 
 
-def _own_sections() -> dict[str, type]:
-    """The checks' own sections (a check record's `section`) that `Config` has no field for."""
-    fields = {f.name for f in dataclasses.fields(Config)}
-    return {name: kind for name, kind in sections().items() if name not in fields}
-
-
 def _hints(cls: type) -> dict[str, Any]:
-    """A dataclass's field types; for `Config`, the checks' own sections too."""
+    """A dataclass's field types; for `Config`, the checks' own sections too (each record's
+    `section`, read under the check's name)."""
     hints = typing.get_type_hints(cls)
-    return {**hints, **_own_sections()} if cls is Config else hints
+    return {**hints, **sections()} if cls is Config else hints
 
 
 def accepted(cls: type = Config, prefix: str = "") -> set[str]:
@@ -49,7 +45,7 @@ def accepted(cls: type = Config, prefix: str = "") -> set[str]:
     keys = set()
     hints = typing.get_type_hints(cls)
     if cls is Config:
-        for name, kind in _own_sections().items():
+        for name, kind in sections().items():
             keys |= accepted(kind, f"{prefix}{name}.")
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if not f.metadata.get("key", True):
@@ -100,12 +96,16 @@ def test_every_key_in_an_example_is_accepted() -> None:
 
 
 def test_every_example_loads() -> None:
-    own = _own_sections()
     for example in examples():
-        build(Config, {k: v for k, v in example.items() if k not in own}, "docs/configuration.md")
-        for name, kind in own.items():
-            if name in example:
-                build(kind, example[name], f"docs/configuration.md: {name}")
+        build(Config, example, "docs/configuration.md", sections())
+
+
+def test_every_checks_section_is_documented() -> None:
+    """Each record's section, every one of its keys, is in an example under the check's name."""
+    shown = set().union(*(documented(e) for e in examples()))
+    for name, kind in sections().items():
+        keys = accepted(kind, f"{name}.")
+        assert keys and sorted(keys - shown) == [], name
 
 
 def test_the_walk_finds_nested_and_mapping_keys() -> None:

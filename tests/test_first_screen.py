@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from conftest import SNAPSHOTS, gpuprobe, snapshot
 from gpuprobe.causes import gpu_list, group, template
+from gpuprobe.checks.registry import sections
 from gpuprobe.config import load_config
 from gpuprobe.render import render_report, wrap
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
@@ -27,7 +28,7 @@ def report_of(name: str) -> NodeReport:
     """Every check on a shipped snapshot, with the configuration shipped beside it if any
     (the snapshots whose fault is one against an expectation: docs/snapshot-format.md)."""
     beside = SNAPSHOTS / name / "gpuprobe.yaml"
-    cfg = load_config(str(beside)) if beside.exists() else None
+    cfg = load_config(str(beside), sections()) if beside.exists() else None
     return node_report(name, cfg=cfg)
 
 

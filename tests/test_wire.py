@@ -8,7 +8,7 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe import wire
-from gpuprobe.checks.registry import CHECKS
+from gpuprobe.checks.registry import CHECKS, summary_keys
 from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
@@ -133,7 +133,7 @@ def test_the_summary_facts_as_json_come_back_as_the_struct_does_and_are_preferre
         datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC),
         [CheckResult("driver", "ok", data={"driver_version": "550.54.15", "huge": 2**60})],
     )
-    message = wire.summary_to_proto(report)
+    message = wire.summary_to_proto(report, keep=summary_keys())
     (check,) = message.checks
     assert check.data_json == '{"driver_version":"550.54.15"}'  # the summary's facts only
     assert wire.report_to_proto(report).checks[0].data_json == ""

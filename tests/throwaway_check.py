@@ -1,5 +1,6 @@
 """A throwaway check, written the way docs/architecture.md's "How to add a check" says: one
-module (this one) and one registry line (`register`). `tests/test_add_a_check.py` runs it."""
+module (this one) and one registry line (`register`), with a settings section, metrics, a node
+condition group and summary keys. `tests/test_add_a_check.py` runs it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class ThrowawayData(TypedDict):
     """The check's data."""
 
     gpus: int
+    source: str  # where the GPUs were counted: not for the summary view
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ def run(host: Host, config: Config) -> CheckResult:
     """Count the GPUs NVML sees; more than `throwaway.max_gpus` is a WARNING."""
     settings = config.section(NAME, ThrowawayConfig)
     gpus = gpu_count(host.nvml) or 0
-    data = ThrowawayData(gpus=gpus)
+    data = ThrowawayData(gpus=gpus, source="nvml")
     findings = []
     if settings.max_gpus is not None and gpus > settings.max_gpus:
         findings.append(
@@ -56,7 +58,14 @@ def families(data: ThrowawayData) -> Iterator[Family]:
     yield family
 
 
-CHECK = Check(NAME, run, section=ThrowawayConfig, metrics=families)
+CHECK = Check(
+    NAME,
+    run,
+    section=ThrowawayConfig,
+    metrics=families,
+    condition="GPUHardwareReady",
+    summary_keys={"gpus": None},
+)
 
 
 def register() -> None:

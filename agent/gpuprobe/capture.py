@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 
 from gpuprobe import __version__
 from gpuprobe.config import Config
+from gpuprobe.containers.device_plugin import plugin_paths
 from gpuprobe.errors import UsageError
 from gpuprobe.host import SNAPSHOT_FORMAT, Host, check_root, recording_host
 from gpuprobe.host.agentfiles import DEVICE_PLUGIN_FILE, agent_file_bytes, read_agent_file
@@ -55,8 +56,9 @@ def capture(
     tree = prepare_target(target)
     try:
         host = recording_host(root, node_name, pod_statuses)
-        if config.device_plugin.config_file is not None:  # read once, by the checks and DIR
-            host.device_plugin_config = read_agent_file(config.device_plugin.config_file)
+        plugin_file = plugin_paths(config).config_file
+        if plugin_file is not None:  # read once, by the checks and DIR
+            host.device_plugin_config = read_agent_file(plugin_file)
         report = run_checks(host, config, names)
         try:
             write_snapshot(tree, host, report)

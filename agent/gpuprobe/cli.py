@@ -542,6 +542,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     """The configuration with flag overrides, and the checks to run."""
     import dataclasses
 
+    from gpuprobe.checks import gpus, storage
     from gpuprobe.checks.registry import CHECKS, refuse_unknown_names, resolve, sections
     from gpuprobe.config import load_config
     from gpuprobe.errors import UsageError
@@ -550,18 +551,20 @@ def _prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     refuse_unknown_names(config)
     if args.expect_gpus is not None:
         try:
-            gpus = dataclasses.replace(config.gpus, expect=args.expect_gpus)
+            expected = dataclasses.replace(
+                config.section(gpus.NAME, gpus.GpusConfig), expect=args.expect_gpus
+            )
         except UsageError as exc:
             raise UsageError(f"--expect-gpus: {exc}") from None
-        config = dataclasses.replace(config, gpus=gpus)
+        config = config.with_section(gpus.NAME, expected)
     storage_paths = getattr(args, "storage_path", None) or []
     if storage_paths:
-        storage = config.storage
+        measured = config.section(storage.NAME, storage.StorageConfig)
         try:
-            storage = dataclasses.replace(storage, paths=(*storage.paths, *storage_paths))
+            measured = dataclasses.replace(measured, paths=(*measured.paths, *storage_paths))
         except UsageError as exc:
             raise UsageError(f"--storage-path: {exc}") from None
-        config = dataclasses.replace(config, storage=storage)
+        config = config.with_section(storage.NAME, measured)
     try:
         names = resolve(args.only)
     except KeyError as exc:
@@ -776,9 +779,10 @@ def _audit(args: argparse.Namespace) -> int:
     if view:  # the view's pass over the nodes keeps their signals: no second list
         from dataclasses import replace
 
+        from gpuprobe.checks.registry import sections
         from gpuprobe.config import load_config
 
-        options = replace(options, signals=load_config(args.config).kubernetes)
+        options = replace(options, signals=load_config(args.config, sections()).kubernetes)
     read_kube = _kube_signals(args) if wants_kube and not view else None
     # The nodes' gpuprobe signals are read while the audit runs, not after it.
     read: list[tuple[list[NodeSignals], str | None]] = []
@@ -831,11 +835,12 @@ def _with_key(chunks: Iterator[str], key: str, value: object) -> Iterator[str]:
 def _kube_signals(args: argparse.Namespace) -> Callable[[], tuple[list[NodeSignals], str | None]]:
     """What `audit` reads of Kubernetes: every GPU node's gpuprobe conditions and taints, or
     why they could not be read (the audit of the agents stands without them)."""
+    from gpuprobe.checks.registry import sections
     from gpuprobe.config import load_config
     from gpuprobe.kube.api import KubeError
     from gpuprobe.kube.once import read_signals
 
-    config = load_config(args.config).kubernetes
+    config = load_config(args.config, sections()).kubernetes
     access = _kube_access(args.kubeconfig)
 
     def read() -> tuple[list[NodeSignals], str | None]:

@@ -1,7 +1,10 @@
 """gpuprobe's own configuration: a YAML (or JSON) file, one section per concern.
 
-Every key is checked against the dataclasses below: an unknown key or a wrong type is a
-`ConfigError` naming the key, so a typo never silently turns a check off. See
+The sections of the agent as a whole (how checks run, the daemon, Kubernetes, the bandwidth
+tests it serves) are the dataclasses below; each check's own section is a dataclass beside
+the check, which its record names (`gpuprobe.checks.record.Check.section`), read under the
+check's name. Every key is checked against the dataclasses: an unknown key or a wrong type is
+a `ConfigError` naming the key, so a typo never silently turns a check off. See
 docs/configuration.md for every key.
 """
 
@@ -38,374 +41,6 @@ class ChecksConfig:
         if check in self.deadlines:
             return self.deadlines[check]
         return max(self.deadline_seconds, least)
-
-
-@dataclass(frozen=True)
-class DriverConfig:
-    """What the `driver` check holds the node's driver against."""
-
-    # The fleet's minimum driver version, e.g. "550.54.15" (below it: DRIVER_TOO_OLD, WARNING).
-    min_version: str | None = None
-    # CUDA toolkit versions that images on this node are built with, e.g. ["12.4", "12.8.1"].
-    required_cuda: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for key, value in [("min_version", self.min_version)] + [
-            ("required_cuda", v) for v in self.required_cuda
-        ]:
-            if value is not None and not re.fullmatch(r"\d+(\.\d+)*", value):
-                raise ConfigError(f"{key}: {value!r} is not a version like 550.54.15")
-
-
-@dataclass(frozen=True)
-class GpusConfig:
-    """What the `gpus` check expects."""
-
-    # How many GPUs the node should have (`--expect-gpus`); None: as many as the PCI bus shows.
-    expect: int | None = None
-    # In the daemon, a GPU idle (no process, no utilization) for longer than this raises
-    # GPU_IDLE; one-shot `check` has no history and never does.
-    idle_window_seconds: float = 3600.0
-
-    def __post_init__(self) -> None:
-        if self.expect is not None and self.expect < 0:
-            raise ConfigError(f"expect: {self.expect} is negative")
-        if self.expect is not None and self.expect >= MAX_INTEGER:  # --expect-gpus too
-            raise ConfigError(f"expect: {_brief(self.expect)} is beyond any sensible count or size")
-        if self.idle_window_seconds <= 0:
-            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
-
-
-@dataclass(frozen=True)
-class WorkloadsConfig:
-    """Where the `workloads` check asks the kubelet, and when an allocated GPU is idle."""
-
-    # The kubelet's PodResources socket (a host path).
-    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    # Deadline of each PodResources call: a hung kubelet costs this, then ALLOCATION_UNKNOWN.
-    timeout_seconds: float = 2.0
-    # Whether the node must answer PodResources; None: where /var/lib/kubelet/pod-resources
-    # exists (a kubelet's node). False: a missing socket is never a finding.
-    expect_kubelet: bool | None = None
-    # An allocated GPU (or MIG device) with no process and utilization at or below this, for
-    # longer than the window, raises GPU_ALLOCATED_IDLE (in the daemon, which has history).
-    idle_utilization_percent: float = 1.0
-    idle_window_seconds: float = 1800.0
-    # Where the daemon keeps its allocated / idle / unallocated seconds across restarts
-    # (workload-accounting.json); None: in memory only, from zero at each start.
-    state_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.socket.startswith("/"):
-            raise ConfigError(f"socket: {self.socket!r} is not an absolute host path")
-        if not 0 < self.timeout_seconds <= 60:
-            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be in (0, 60]")
-        if not 0 <= self.idle_utilization_percent <= 100:
-            raise ConfigError(
-                f"idle_utilization_percent: {self.idle_utilization_percent:g} must be 0 to 100"
-            )
-        if not self.idle_window_seconds > 0:  # NaN too
-            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
-
-
-@dataclass(frozen=True)
-class DevicePluginPaths:
-    """Where the NVIDIA device plugin is seen from: its config file and its sockets.
-
-    (The plugin's own configuration, read from `config_file`, is
-    `gpuprobe.containers.device_plugin.DevicePluginConfig`.)
-    """
-
-    # The plugin's own config.yaml mounted into the agent (e.g. its ConfigMap); not a host path.
-    config_file: str | None = None
-    # The kubelet's device-plugins directory on the host.
-    socket_dir: str = "/var/lib/kubelet/device-plugins"
-
-
-MIB = 1024 * 1024
-# O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block size
-# (512 or 4096 bytes): multiples of 4096 fit every device.
-IO_ALIGNMENT = 4096
-
-
-@dataclass(frozen=True)
-class StorageConfig:
-    """What the `storage` check measures, how hard, and what it holds the figures against."""
-
-    # Host paths (directories) whose throughput is measured; `--storage-path` adds to them.
-    paths: tuple[str, ...] = ()
-    # Bytes per read and write call (a multiple of 4096).
-    block_size_bytes: int = MIB
-    # Bytes of the test file, shared out among the jobs.
-    size_bytes: int = 1024 * MIB
-    # Threads writing (then reading) their own slice of the file at once.
-    jobs: int = 4
-    # Bound on the I/O of one run of the check, all paths together (write and read phases).
-    time_limit_seconds: float = 60.0
-    # Floors: a measured throughput below them is STORAGE_THROUGHPUT_LOW.
-    min_write_bytes_per_second: float | None = None
-    min_read_bytes_per_second: float | None = None
-    # Measure even while GPU processes are running (they would feel the load).
-    force: bool = False
-
-    def __post_init__(self) -> None:
-        for path in self.paths:
-            if not path.startswith("/"):
-                raise ConfigError(f"paths: {path!r} is not an absolute host path")
-        bs = self.block_size_bytes
-        if bs <= 0 or bs % IO_ALIGNMENT or bs > 64 * MIB:
-            raise ConfigError(
-                f"block_size_bytes: {bs} is not a multiple of {IO_ALIGNMENT} up to 64 MiB"
-            )
-        if not 1 <= self.jobs <= 64:
-            raise ConfigError(f"jobs: {self.jobs} is not between 1 and 64")
-        if self.size_bytes < bs * self.jobs:
-            raise ConfigError(
-                f"size_bytes: {self.size_bytes} is less than one block per job ({bs} x {self.jobs})"
-            )
-        if self.time_limit_seconds <= 0:
-            raise ConfigError(f"time_limit_seconds: {self.time_limit_seconds} is not positive")
-        for key in ("min_write_bytes_per_second", "min_read_bytes_per_second"):
-            value = getattr(self, key)
-            if value is not None and value <= 0:
-                raise ConfigError(f"{key}: {value} is not positive")
-
-
-_SEVERITIES = ("WARNING", "CRITICAL")
-_ACTIONS = (
-    "NONE", "RESTART_APP", "RESET_GPU", "REBOOT_NODE", "DRAIN_NODE", "FIX_CONFIG",
-    "HARDWARE_INSPECTION", "CHECK_NETWORK", "CHECK_STORAGE",
-)  # fmt: skip
-_NUMBERS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
-_VERSION_BOUND = re.compile(r"^\s*(>=|<=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """A dotted driver version as numbers (`550.54.15` → (550, 54, 15)); () when not one."""
-    parts = version.strip().split(".")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
-
-
-@dataclass(frozen=True)
-class XidPolicyRule:
-    """One override of the built-in verdict on an XID or SXid number (or range): its severity,
-    action, or ignoring it; only under a driver version range; only once it was seen `count`
-    times within `window_seconds` (this boot when unset). docs/configuration.md, xid.policy."""
-
-    xid: int | str | None = None
-    sxid: int | str | None = None
-    severity: str | None = None
-    action: str | None = None
-    ignore: bool = False
-    driver: str | None = None
-    count: int = 1
-    window_seconds: float | None = None
-
-    def __post_init__(self) -> None:
-        if (self.xid is None) == (self.sxid is None):
-            raise ConfigError("name one of xid or sxid (a number or a range such as 144-150)")
-        self.numbers()  # validates the number or range
-        if self.severity is not None and self.severity not in _SEVERITIES:
-            raise ConfigError(f"severity: {self.severity!r} is not one of {', '.join(_SEVERITIES)}")
-        if self.action is not None and self.action not in _ACTIONS:
-            raise ConfigError(f"action: {self.action!r} is not one of {', '.join(_ACTIONS)}")
-        if self.driver is not None:
-            self.driver_bounds()
-        if self.count < 1:
-            raise ConfigError(f"count: {self.count} is below 1")
-        if self.window_seconds is not None and self.window_seconds <= 0:
-            raise ConfigError(f"window_seconds: {self.window_seconds:g} must be above 0")
-        if self.window_seconds is not None and self.count == 1:
-            raise ConfigError("window_seconds: needs a count above 1 to count within it")
-        if self.ignore and (self.severity or self.action):
-            raise ConfigError("ignore: an ignored number takes no severity or action")
-        if not (self.ignore or self.severity or self.action or self.count > 1):
-            raise ConfigError("says nothing: give severity, action, ignore or a count above 1")
-
-    @property
-    def kind(self) -> str:
-        """`xid` or `sxid`."""
-        return "xid" if self.xid is not None else "sxid"
-
-    def numbers(self) -> range:
-        """The XID or SXid numbers the rule covers."""
-        value = self.xid if self.xid is not None else self.sxid
-        if isinstance(value, bool):  # YAML's true is no XID 1
-            raise ConfigError(f"{self.kind}: {value!r} is not a number or a range like 144-150")
-        if isinstance(value, int):
-            if value < 0:
-                raise ConfigError(f"{self.kind}: {value} is negative")
-            return range(value, value + 1)
-        match = _NUMBERS.match(str(value))
-        if match is None:
-            raise ConfigError(f"{self.kind}: {value!r} is not a number or a range like 144-150")
-        low = int(match.group(1))
-        high = int(match.group(2)) if match.group(2) else low
-        if high < low:
-            raise ConfigError(f"{self.kind}: {value!r} ends below its start")
-        return range(low, high + 1)
-
-    def driver_bounds(self) -> list[tuple[str, tuple[int, ...]]]:
-        """The version bounds: `>=550.54.15,<560` → [(">=", (550, 54, 15)), ("<", (560,))]."""
-        bounds = []
-        for part in (self.driver or "").split(","):
-            if part.strip().startswith("=="):
-                # An exact version is ambiguous: ==550 would never hold for 550.54.15.
-                raise ConfigError(
-                    f"driver: {self.driver!r}: == is not supported (550 would never equal "
-                    "550.54.15); give a range such as >=550,<551"
-                )
-            match = _VERSION_BOUND.match(part)
-            if match is None:
-                raise ConfigError(
-                    f"driver: {self.driver!r} is not a version range like >=550.54.15,<560"
-                )
-            bounds.append((match.group(1), version_tuple(match.group(2))))
-        return bounds
-
-    def applies_to_driver(self, version: str | None) -> bool:
-        """Whether the rule holds for this driver version (a rule with a range holds for no
-        driver when the version is unknown)."""
-        if self.driver is None:
-            return True
-        have = version_tuple(version or "")
-        if not have:
-            return False
-        tests = {
-            ">=": have.__ge__, ">": have.__gt__, "<=": have.__le__, "<": have.__lt__,
-        }  # fmt: skip
-        return all(tests[op](bound) for op, bound in self.driver_bounds())
-
-
-@dataclass(frozen=True)
-class XidConfig:
-    """Where the `xid` check reads XIDs from and keeps its state."""
-
-    # The agent's own directory for sticky XIDs and operators' clearings (not a host path;
-    # a hostPath mount in the DaemonSet). Unset: /var/lib/gpuprobe on the live node, and no
-    # state file at all when a snapshot is replayed (so a replay never depends on this machine).
-    state_dir: str | None = None
-    # Host kernel log files read for `NVRM: Xid` lines; a rotated `.1` is read before its log.
-    kernel_logs: tuple[str, ...] = (
-        "/var/log/kern.log.1",
-        "/var/log/kern.log",
-        "/var/log/syslog.1",
-        "/var/log/syslog",
-        "/var/log/messages.1",
-        "/var/log/messages",
-    )
-    # Read /dev/kmsg too (this boot's kernel ring; followed by sequence number in the daemon).
-    kmsg: bool = True
-    # How much of each log's end is read.
-    kernel_log_max_bytes: int = 16 * 1024 * 1024
-    # In the daemon, a WARNING XID (an application's) stays reported this long after it was
-    # last seen to grow; critical XIDs stay until a reboot or a clear.
-    warning_window_seconds: float = 3600.0
-    # Overrides of the built-in verdicts (NVIDIA's XID and SXid catalogs), first match wins.
-    policy: tuple[XidPolicyRule, ...] = ()
-    # PCIe AER: correctable errors on one device rising faster than this (per hour, over the
-    # daemon's rounds within aer_window_seconds) are a marginal link.
-    aer_correctable_per_hour: float = 60.0
-    aer_window_seconds: float = 3600.0
-
-    def __post_init__(self) -> None:
-        if self.state_dir is not None and not self.state_dir:
-            raise ConfigError("state_dir: must name a directory")
-        for path in self.kernel_logs:
-            if not path.startswith("/"):
-                raise ConfigError(f"kernel_logs: {path!r} is not an absolute host path")
-        if self.kernel_log_max_bytes < 4096:
-            raise ConfigError(f"kernel_log_max_bytes: {self.kernel_log_max_bytes} is below 4096")
-        if self.warning_window_seconds <= 0:
-            raise ConfigError(
-                f"warning_window_seconds: {self.warning_window_seconds:g} must be above 0"
-            )
-        if self.aer_correctable_per_hour <= 0 or self.aer_window_seconds <= 0:
-            raise ConfigError("aer_correctable_per_hour and aer_window_seconds must be above 0")
-
-
-@dataclass(frozen=True)
-class NetworkConfig:
-    """Which interfaces are the node's fabric, and what they must do."""
-
-    # Names or shell patterns ("ib*", "eth[1-8]"); empty: every physical NIC that is up.
-    fabric_interfaces: tuple[str, ...] = ()
-    # The speed each fabric NIC must link at, in Mb/s (e.g. 400000); below it: NIC_SPEED_LOW.
-    min_speed_mbps: int | None = None
-
-
-# Bounds on the RDMA test's parameters (an agent refuses a peer's request beyond them too).
-MAX_RDMA_MESSAGE_BYTES = 1024 * 1024 * 1024
-MAX_RDMA_QUEUE_PAIRS = 256
-# ib_write_bw registers a send and a receive buffer of the message size per queue pair
-# (perftest's alloc_ctx: size × 2 × queue pairs): bound what it pins too.
-MAX_RDMA_BUFFER_BYTES = 4 * 1024 * 1024 * 1024
-
-
-def rdma_buffer_bytes(message_bytes: int, queue_pairs: int) -> int:
-    """The memory ib_write_bw registers for a test: a send and a receive buffer per QP."""
-    return 2 * message_bytes * queue_pairs
-
-
-@dataclass(frozen=True)
-class RdmaTestConfig:
-    """How this agent's `ib_write_bw` runs in a mesh RDMA test."""
-
-    # Message size and queue pairs of the tests this agent sends (the peer's server takes
-    # them from the request, so both sides agree): perftest's -s and -q.
-    message_bytes: int = 8 * MIB
-    queue_pairs: int = 1
-    # This node's GID index (-x) for RoCE, on both sides of its tests; None: perftest's own
-    # choice. RoCEv2 fabrics need the index of the RoCEv2 GID of the routable address.
-    gid_index: int | None = None
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.message_bytes <= MAX_RDMA_MESSAGE_BYTES:
-            raise ConfigError(
-                f"message_bytes: {self.message_bytes} is not between 1 and {MAX_RDMA_MESSAGE_BYTES}"
-            )
-        if not 1 <= self.queue_pairs <= MAX_RDMA_QUEUE_PAIRS:
-            raise ConfigError(
-                f"queue_pairs: {self.queue_pairs} is not between 1 and {MAX_RDMA_QUEUE_PAIRS}"
-            )
-        pinned = rdma_buffer_bytes(self.message_bytes, self.queue_pairs)
-        if pinned > MAX_RDMA_BUFFER_BYTES:
-            raise ConfigError(
-                f"2 × message_bytes × queue_pairs (the buffers ib_write_bw registers): {pinned} "
-                f"is more than {MAX_RDMA_BUFFER_BYTES}"
-            )
-        if self.gid_index is not None and self.gid_index < 0:
-            raise ConfigError(f"gid_index: {self.gid_index} is negative")
-
-
-@dataclass(frozen=True)
-class RdmaConfig:
-    """What the RDMA ports must do, and how RDMA bandwidth tests run."""
-
-    # The rate each port must train at, in Gb/s (400 for NDR, 200 for HDR).
-    expected_rate_gbps: float | None = None
-    # Devices to check (e.g. ["mlx5_0", "mlx5_1"]); empty: all of them.
-    devices: tuple[str, ...] = ()
-    test: RdmaTestConfig = field(default_factory=RdmaTestConfig)
-
-
-@dataclass(frozen=True)
-class NcclConfig:
-    """The single-node NCCL test (nccl-tests), an active check."""
-
-    # Path of all_reduce_perf (or another nccl-tests binary) in the agent; None: not run.
-    binary: str | None = None
-    args: tuple[str, ...] = ("-b", "1G", "-e", "8G", "-f", "2")
-    # The bus bandwidth at the largest size must reach this, in GB/s (1e9 bytes/s).
-    min_busbw_gbps: float | None = None
-    # The test's own bound (the check's deadline is this plus 15 s unless checks.deadlines.nccl).
-    timeout_seconds: float = 300.0
-    # Run even while GPU processes are active.
-    force: bool = False
-
-    def __post_init__(self) -> None:
-        if self.timeout_seconds <= 0:
-            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be above 0")
 
 
 # Bounds on the daemon's counts: each watcher holds a gRPC worker thread, and a burst beyond a
@@ -481,13 +116,6 @@ DEFAULT_TAINT_CODES = (
     "XID",
 )
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-# Node conditions: type -> the checks whose findings decide it.
-DEFAULT_CONDITIONS: dict[str, tuple[str, ...]] = {
-    "GPUHardwareReady": ("driver", "gpus", "mig", "xid"),
-    "GPURuntimeReady": ("toolkit", "cdi", "device_plugin", "sharing", "workloads"),
-    "GPUNetworkReady": ("network", "rdma", "nccl"),
-    "GPUStorageReady": ("storage",),
-}
 
 
 @dataclass(frozen=True)
@@ -525,7 +153,8 @@ class KubernetesConfig:
     # auto: on when the pod has in-cluster credentials (or --kubeconfig is given).
     enabled: bool | str = "auto"
     # Condition type -> checks; rename the types to those a node-repair controller watches.
-    conditions: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_CONDITIONS))
+    # None: the checks' own groups (each check's record names its condition).
+    conditions: dict[str, tuple[str, ...]] | None = None
     # One Event on the node when a CRITICAL or WARNING finding appears or clears.
     events: bool = True
     taint: TaintConfig = field(default_factory=TaintConfig)
@@ -548,7 +177,7 @@ class KubernetesConfig:
             )
         if self.enabled not in (True, False, "auto"):
             raise ConfigError(f"enabled: {self.enabled!r} is not auto, true or false")
-        for name, checks in self.conditions.items():
+        for name, checks in (self.conditions or {}).items():
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name) or len(name) > 316:
                 raise ConfigError(f"conditions: {name!r} is not a condition type (CamelCase)")
             if not checks:
@@ -606,29 +235,25 @@ class BandwidthConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The whole configuration."""
+    """The whole configuration: the sections of the agent as a whole, and each check's own."""
 
     checks: ChecksConfig = field(default_factory=ChecksConfig)
-    driver: DriverConfig = field(default_factory=DriverConfig)
-    gpus: GpusConfig = field(default_factory=GpusConfig)
-    device_plugin: DevicePluginPaths = field(default_factory=DevicePluginPaths)
-    xid: XidConfig = field(default_factory=XidConfig)
-    network: NetworkConfig = field(default_factory=NetworkConfig)
-    rdma: RdmaConfig = field(default_factory=RdmaConfig)
-    nccl: NcclConfig = field(default_factory=NcclConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
-    storage: StorageConfig = field(default_factory=StorageConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
-    # The sections of checks that have no field above, by check name: a check's record names
-    # its section type, and `load_config` reads the check's key into it. Not a key itself.
-    sections: Mapping[str, object] = field(default_factory=dict, metadata={"key": False})
     bandwidth: BandwidthConfig = field(default_factory=BandwidthConfig)
-    workloads: WorkloadsConfig = field(default_factory=WorkloadsConfig)
+    # The checks' own sections, by check name: a check's record names its section type, and
+    # `load_config` reads the check's key into it. Not a key itself.
+    sections: Mapping[str, object] = field(default_factory=dict, metadata={"key": False})
 
     def section(self, name: str, kind: type[T]) -> T:
         """The named check's section: as configured, else `kind`'s defaults."""
-        value = getattr(self, name) if name in _SECTION_FIELDS else self.sections.get(name)
+        value = self.sections.get(name)
         return value if isinstance(value, kind) else kind()
+
+    def with_section(self, name: str, value: object) -> Config:
+        """This configuration with the named check's section replaced (a flag that overrides
+        the file: `--expect-gpus`, `--storage-path`)."""
+        return dataclasses.replace(self, sections={**self.sections, name: value})
 
 
 # A configuration is a page or two of YAML: a file far bigger is a wrong path (and PyYAML
@@ -636,14 +261,11 @@ class Config:
 MAX_CONFIG_BYTES = 1024 * 1024
 
 
-_SECTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Config) if f.name != "sections")
-
-
-def load_config(path: str | None, sections: Mapping[str, type[Any]] | None = None) -> Config:
+def load_config(path: str | None, sections: Mapping[str, type[Any]]) -> Config:
     """The configuration in `path` (defaults when None); raises ConfigError.
 
-    `sections` are the section types of checks that `Config` has no field for, by check name
-    (the registry's `sections()`): their keys are read into `Config.sections`.
+    `sections` are the checks' section types by check name (the registry's `sections()`):
+    their keys are read into `Config.sections`.
     """
     if path is None:
         return Config()
@@ -671,14 +293,8 @@ def load_config(path: str | None, sections: Mapping[str, type[Any]] | None = Non
         raise ConfigError(f"config {path}:{where} {problem}") from None
     if raw is None:
         return Config()
-    where = f"config {path}"
-    extra = {k: v for k, v in (sections or {}).items() if k not in _SECTION_FIELDS}
     try:
-        if not isinstance(raw, dict) or not extra.keys() & raw.keys():
-            return build(Config, raw, where)
-        rest = {k: v for k, v in raw.items() if k not in extra}
-        read = {k: build(extra[k], raw[k], f"{where}: {k}") for k in extra if k in raw}
-        return dataclasses.replace(build(Config, rest, where), sections=read)
+        return build(Config, raw, f"config {path}", sections)
     except ConfigError as exc:
         raise ConfigError(_with_line(str(exc), path)) from None
 
@@ -745,23 +361,30 @@ def _child(node: Any, key: str) -> Any:
     return None
 
 
-def build(cls: type[T], raw: Any, where: str) -> T:
-    """An instance of the dataclass `cls` from a mapping, every key and type checked."""
+def build(cls: type[T], raw: Any, where: str, sections: Mapping[str, type[Any]] | None = None) -> T:
+    """An instance of the dataclass `cls` from a mapping, every key and type checked.
+
+    `sections` (for `Config`: the checks' section types by name) are keys read beside the
+    dataclass's own fields, each into its type, and passed as its `sections` field."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping, got {_kind(raw)}")
-    hints = typing.get_type_hints(cls)
+    extra = sections or {}
+    hints = {**typing.get_type_hints(cls), **extra}
     fields = {
         f.name
         for f in dataclasses.fields(cls)  # type: ignore[arg-type]
         if f.metadata.get("key", True)
-    }
+    } | extra.keys()
     unknown = sorted(str(k) for k in raw if k not in fields)
     if unknown:
         known = ", ".join(sorted(fields))
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {known})")
     values = {key: _convert(hints[key], value, f"{where}: {key}") for key, value in raw.items()}
+    own = {key: value for key, value in values.items() if key not in extra}
+    if extra:
+        own["sections"] = {key: value for key, value in values.items() if key in extra}
     try:
-        built = cls(**values)
+        built = cls(**own)
     except ConfigError as exc:  # raised by a section's own validation
         raise ConfigError(f"{where}: {exc}") from None
     for key, value in values.items():  # what the section's own validation left to all
@@ -808,9 +431,9 @@ def _number_in_range(value: Any, where: str, duration: bool, zero: bool = False)
             f"{where}: {value:g} must be above 0 and at most a year ({MAX_SECONDS:.0f} s)"
         )
     if value < 0:
-        raise ConfigError(f"{where}: {_brief(value)} must not be negative")
+        raise ConfigError(f"{where}: {brief(value)} must not be negative")
     if isinstance(value, int) and value >= MAX_INTEGER:
-        raise ConfigError(f"{where}: {_brief(value)} is beyond any sensible count or size")
+        raise ConfigError(f"{where}: {brief(value)} is beyond any sensible count or size")
 
 
 def _convert(hint: Any, value: Any, where: str) -> Any:
@@ -864,7 +487,7 @@ def _scalar(hint: Any, value: Any, where: str) -> Any:
         # .nan would pass every `<=` bound below it (and turn a rate limit off); .inf never
         # comes: neither is a setting.
         if not math.isfinite(number):
-            raise ConfigError(f"{where}: {_brief(value)} is not a finite number")
+            raise ConfigError(f"{where}: {brief(value)} is not a finite number")
         return number
     if hint is str:
         if isinstance(value, str):
@@ -874,7 +497,7 @@ def _scalar(hint: Any, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported setting type {hint!r}")  # a bug in this module
 
 
-def _brief(value: Any) -> str:
+def brief(value: Any) -> str:
     """A number as the file wrote it, cut short when it runs to hundreds of digits."""
     text = str(value)
     return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"

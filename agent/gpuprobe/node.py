@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuprobe.config import Config
+from gpuprobe.containers.device_plugin import plugin_paths
 from gpuprobe.gpu.nvidia.backend import NvidiaBackend
 from gpuprobe.host import Host
 
@@ -19,7 +20,7 @@ def nvidia_gpu_count(host: Host) -> int:
 
 def is_kubernetes_node(host: Host, config: Config) -> bool:
     """A Kubernetes node is one where the kubelet's device-plugins directory exists."""
-    return host.fs.is_dir(config.device_plugin.socket_dir)
+    return host.fs.is_dir(plugin_paths(config).socket_dir)
 
 
 def loaded_driver_version(host: Host) -> str | None:

@@ -51,10 +51,13 @@ def summary_to_proto(
     report: NodeReport,
     check_times: Mapping[str, datetime] | None = None,
     agent_version: str = __version__,
+    *,
+    keep: Mapping[str, DataKeys],
 ) -> pb.NodeReport:
-    """The report's summary view (`report_view.summary`) as a `gpuprobe.v1.NodeReport`: each
-    check's facts in `data` and, the same, as JSON text in `data_json`."""
-    view = report_view.summary(report)
+    """The report's summary view (`report_view.summary`: of each check's data the facts `keep`
+    names, the records' `summary_keys`) as a `gpuprobe.v1.NodeReport`: each check's facts in
+    `data` and, the same, as JSON text in `data_json`."""
+    view = report_view.summary(report, keep)
     message = report_to_proto(view, check_times, agent_version)
     for check, sent in zip(view.checks, message.checks, strict=True):
         sent.data_json = data_to_json(check.data)

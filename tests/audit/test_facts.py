@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, SNAPSHOTS
 from gpuprobe import wire
-from gpuprobe.audit.facts import DATA_KEYS, SKEW_FIELDS, Counts, counts, skew_values
+from gpuprobe.audit.facts import SKEW_FIELDS, Counts, counts, skew_values
+from gpuprobe.audit.keys import data_keys
 from gpuprobe.config import Config
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, now
 from helpers import config, node_report
@@ -146,7 +147,7 @@ def test_facts_of_a_snapshot(
 def test_the_audits_data_keys_hold_everything_the_facts_read(name: str) -> None:
     cfg = TIME_SLICING if "k8s" in name or "time-slicing" in name else None
     whole = report(name, cfg)
-    through = wire.report_from_proto(wire.report_to_proto(whole), DATA_KEYS)
+    through = wire.report_from_proto(wire.report_to_proto(whole), data_keys())
     assert skew_values(through) == skew_values(whole)
     assert counts(through) == counts(whole)
     assert through.findings() == whole.findings()
@@ -251,7 +252,7 @@ json_values = st.recursive(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(list(DATA_KEYS)), json_values, max_size=5))
+@given(st.dictionaries(st.sampled_from(list(data_keys())), json_values, max_size=5))
 def test_garbage_data_never_breaks_the_facts(data: dict[str, Any]) -> None:
     node = NodeReport(
         "n",

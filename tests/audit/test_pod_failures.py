@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from gpuprobe import report_view
 from gpuprobe.audit.cluster import build
 from gpuprobe.audit.render import render_cluster
+from gpuprobe.checks.registry import summary_keys
 from gpuprobe.client import Fetched
-from gpuprobe.report_view import summary
 from helpers import node_report
 
 T = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
@@ -51,7 +52,11 @@ def test_failures_by_namespace_and_cause_and_images_needing_a_newer_driver() -> 
         },
     ]
     # The summary view a fleet audit asks for keeps what these totals read.
-    viewed = [Fetched(f.target, summary(f.report), f.agent_version) for f in fetched if f.report]
+    viewed = [
+        Fetched(f.target, report_view.summary(f.report, summary_keys()), f.agent_version)
+        for f in fetched
+        if f.report
+    ]
     assert build(viewed, []).to_dict()["totals"] == totals
     text = render_cluster(build(fetched, []))
     assert text.endswith(

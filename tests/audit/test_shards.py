@@ -15,8 +15,8 @@ import pytest
 
 from gpuprobe.audit import shards
 from gpuprobe.audit.cluster import AuditedNode, audited
-from gpuprobe.audit.facts import DATA_KEYS
 from gpuprobe.audit.fanout import Asking
+from gpuprobe.audit.keys import data_keys
 from gpuprobe.audit.run import AuditOptions, audit
 from gpuprobe.audit.shards import PER_PROCESS, fetch_sharded, processes_for, split
 from gpuprobe.client import Credentials
@@ -34,7 +34,7 @@ def asking(deadline: float, credentials: Credentials | None = None) -> Asking:
         deadline,
         time.monotonic() + deadline,
         8,
-        DATA_KEYS,
+        data_keys(),
         pb.REPORT_VIEW_SUMMARY,
     )
 

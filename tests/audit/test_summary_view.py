@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuprobe import wire
+from gpuprobe import report_view, wire
 from gpuprobe.audit.cluster import audited
-from gpuprobe.audit.facts import DATA_KEYS, counts, skew_values
+from gpuprobe.audit.facts import counts, skew_values
+from gpuprobe.audit.keys import data_keys
+from gpuprobe.checks.registry import summary_keys
 from gpuprobe.client import Client, Credentials, Fetched, fetch_report
-from gpuprobe.report_view import SUMMARY_DATA, pick, summary
+from gpuprobe.report_view import pick
 from gpuprobe.targets import parse_targets
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import node_report
@@ -69,7 +71,7 @@ def test_the_summary_view_carries_no_per_gpu_telemetry(
     for check in summary.checks:
         # both copies of the facts: the Struct (older audits read it) and the JSON text
         for data in (wire.struct_to_data(check.data), json.loads(check.data_json)):
-            assert keys_of(data) <= allowed(SUMMARY_DATA.get(check.name, {})), check.name
+            assert keys_of(data) <= allowed(summary_keys().get(check.name, {})), check.name
     gpus = wire.report_from_proto(summary).check("gpus")
     assert gpus is not None
     # `lost` is in a GPU's data only when it is lost
@@ -107,8 +109,8 @@ def test_the_audit_reads_the_same_figures_from_either_view(
     views: tuple[pb.NodeReport, pb.NodeReport],
 ) -> None:
     whole, summary = views
-    from_whole = wire.report_from_proto(whole, DATA_KEYS)
-    from_summary = wire.report_from_proto(summary, DATA_KEYS)
+    from_whole = wire.report_from_proto(whole, data_keys())
+    from_summary = wire.report_from_proto(summary, data_keys())
     assert skew_values(from_summary) == skew_values(from_whole)
     assert counts(from_summary) == counts(from_whole)
     assert audited(Fetched("t", from_summary)) == audited(Fetched("t", from_whole))
@@ -116,7 +118,7 @@ def test_the_audit_reads_the_same_figures_from_either_view(
     struct_only = pb.NodeReport.FromString(summary.SerializeToString())
     for check in struct_only.checks:
         check.ClearField("data_json")
-    from_struct = wire.report_from_proto(struct_only, DATA_KEYS)
+    from_struct = wire.report_from_proto(struct_only, data_keys())
     assert audited(Fetched("t", from_struct)) == audited(Fetched("t", from_summary))
 
 
@@ -139,10 +141,14 @@ def test_the_audit_digests_the_summary_view_as_it_digests_the_whole_report(name:
     that the summary view drops changes the digest and fails this."""
     report = node_report(name)
     whole = audited(Fetched("t", report))
-    assert audited(Fetched("t", summary(report))) == whole
-    through_the_wire = wire.report_from_proto(wire.report_to_proto(summary(report)))
+    assert audited(Fetched("t", report_view.summary(report, summary_keys()))) == whole
+    through_the_wire = wire.report_from_proto(
+        wire.report_to_proto(report_view.summary(report, summary_keys()))
+    )
     assert audited(Fetched("t", through_the_wire)) == whole
-    as_the_agent_sends_it = wire.report_from_proto(wire.summary_to_proto(report), DATA_KEYS)
+    as_the_agent_sends_it = wire.report_from_proto(
+        wire.summary_to_proto(report, keep=summary_keys()), data_keys()
+    )
     assert audited(Fetched("t", as_the_agent_sends_it)) == whole
 
 
@@ -152,9 +158,9 @@ def test_an_agent_without_views_answers_the_whole_report_and_the_audit_reads_it(
     """An agent of the version before views ignores the field it does not know and sends
     the whole report; the audit picks the same facts out of it."""
     whole, _ = views
-    picked = wire.report_from_proto(whole, DATA_KEYS)
+    picked = wire.report_from_proto(whole, data_keys())
     for check in picked.checks:
-        keys = DATA_KEYS.get(check.name)
+        keys = data_keys().get(check.name)
         full = wire.report_from_proto(whole).check(check.name)
         assert full is not None
         assert check.data == (pick(full.data, keys) if keys else {})

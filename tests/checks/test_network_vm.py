@@ -78,7 +78,7 @@ def test_a_virtio_nic_without_the_default_route_stays_a_fabric_nic(tmp_path: Pat
 def test_the_nics_a_configuration_names_are_the_fabric_even_on_a_vm() -> None:
     result = network.run(
         snapshot_host(snapshot("kvm-epyc-nogpu")),
-        Config(network=network.NetworkConfig(fabric_interfaces=("eth0",))),
+        Config().with_section(network.NAME, network.NetworkConfig(fabric_interfaces=("eth0",))),
     )
     assert (result.summary, result.data["fabric"]) == ("1 of 1 fabric NICs up", ["eth0"])
 

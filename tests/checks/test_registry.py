@@ -11,9 +11,11 @@ import pytest
 
 from conftest import ROOT
 from gpuprobe import checks
-from gpuprobe.checks import registry
+from gpuprobe.checks import device_plugin, registry, xid
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.xid import settings as xid_settings
 from gpuprobe.config import Config
+from gpuprobe.containers import device_plugin as device_plugin_paths
 from gpuprobe.families import Family
 from helpers import node_report
 
@@ -32,9 +34,16 @@ MACHINERY = {
     "pod_signatures",
     "pods_bounds",
 }
-# Config sections that belong to no one check: how checks run, the daemon, the bandwidth tests
-# it serves, and its Kubernetes publisher.
+# Config's own sections, which belong to no one check: how checks run, the daemon, the
+# bandwidth tests it serves, and its Kubernetes publisher (and the checks' sections by name).
 SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes"}
+# The node conditions the records group their checks into, as docs/kubernetes.md lists them.
+DEFAULT_CONDITIONS = {
+    "GPUHardwareReady": ("driver", "gpus", "mig", "xid"),
+    "GPURuntimeReady": ("toolkit", "cdi", "device_plugin", "sharing", "workloads"),
+    "GPUNetworkReady": ("network", "rdma", "nccl"),
+    "GPUStorageReady": ("storage",),
+}
 CHECKS_DOC = (ROOT / "docs/checks.md").read_text()
 
 
@@ -54,9 +63,6 @@ def test_the_registry_holds_every_check_module_once_in_report_order() -> None:
 
 @pytest.mark.parametrize("check", registry.ORDER, ids=lambda c: c.name)
 def test_a_record_names_its_section_deadline_and_docs(check: Check[object]) -> None:
-    hints = typing.get_type_hints(Config)
-    if check.name in hints:  # a section Config names: the record must say so
-        assert check.section is hints[check.name]
     if check.section is not None:
         assert dataclasses.is_dataclass(check.section)
         assert check.section.__dataclass_params__.frozen  # type: ignore[attr-defined]
@@ -84,11 +90,35 @@ def test_each_check_types_its_data_and_its_renderer_takes_that_type() -> None:
             assert typing.get_type_hints(check.metrics)["data"] is data_types[0], check.name
 
 
-def test_every_config_section_belongs_to_a_check() -> None:
-    owned = {c.name for c in registry.ORDER if c.section is not None}
-    sections = {f.name for f in dataclasses.fields(Config)} - SHARED_SECTIONS
-    # A check's own section dataclass (read into Config.sections) belongs to it by its record.
-    assert sections | set(registry.sections()) == owned
+def test_config_holds_no_checks_section_of_its_own() -> None:
+    # A check's section is its record's, read into Config.sections under the check's name.
+    assert {f.name for f in dataclasses.fields(Config)} == SHARED_SECTIONS
+    assert registry.sections() == {c.name: c.section for c in registry.ORDER if c.section}
+    assert not SHARED_SECTIONS & set(registry.CHECKS)
+
+
+def test_the_readers_of_a_checks_section_name_the_check() -> None:
+    # The device plugin's paths and the xid settings are read below or beside their check.
+    assert device_plugin_paths.SECTION == device_plugin.NAME
+    assert device_plugin.CHECK.section is device_plugin_paths.DevicePluginPaths
+    assert xid_settings.SECTION == xid.NAME
+    assert xid.CHECK.section is xid_settings.XidConfig
+
+
+def test_the_default_node_conditions_are_the_records_groups() -> None:
+    assert registry.conditions() == DEFAULT_CONDITIONS
+    grouped = {name for names in DEFAULT_CONDITIONS.values() for name in names}
+    assert {c.name for c in registry.ORDER if c.condition is None} == set(registry.CHECKS) - grouped
+
+
+def test_the_summary_view_keeps_what_each_record_names() -> None:
+    keys = registry.summary_keys()
+    assert list(keys) == ["driver", "gpus", "mig", "toolkit", "sharing", "workloads", "pods"]
+    assert keys["driver"] == {
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "amd": {"amdgpu_version": None, "rocm_version": None},
+    }
 
 
 def test_each_renderer_turns_its_checks_data_into_families() -> None:

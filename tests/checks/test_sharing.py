@@ -9,6 +9,7 @@ from pathlib import Path
 from conftest import ROOT, gpuprobe, snapshot
 from gpuprobe.checks import sharing
 from gpuprobe.config import Config
+from gpuprobe.containers.device_plugin import plugin_paths
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status, gpu_resource
 from helpers import codes, config, run_check
@@ -148,7 +149,7 @@ def test_the_snapshots_plugin_configuration_wins_over_the_one_given() -> None:
 
 def test_a_configuration_given_is_used_on_a_snapshot_that_keeps_none() -> None:
     result = run_check("sharing", "synthetic-h100-k8s-containerd-healthy", MPS)
-    assert result.data["config_file"] == MPS.device_plugin.config_file
+    assert result.data["config_file"] == plugin_paths(MPS).config_file
     assert codes(result) == [("MPS_DAEMON_NOT_RUNNING", "CRITICAL", "RESTART_APP", "node")]
 
 

@@ -14,7 +14,9 @@ import pytest
 
 from conftest import gpuprobe
 from gpuprobe.checks import xid
-from gpuprobe.config import Config, XidPolicyRule
+from gpuprobe.checks.registry import sections
+from gpuprobe.checks.xid.settings import XidPolicyRule
+from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
@@ -291,7 +293,7 @@ def test_a_typo_in_a_rule_is_a_usage_error_naming_its_line(
     from gpuprobe.config import load_config
 
     with pytest.raises(ConfigError) as raised:
-        load_config(str(path))
+        load_config(str(path), sections())
     assert str(raised.value).startswith(f"config {path}: {error}")
     done = gpuprobe("check", "--config", str(path), "--explain-policy")
     assert done.returncode == 64

@@ -29,6 +29,9 @@ from deployment import (
     helm,
     objects,
 )
+from gpuprobe.checks import storage
+from gpuprobe.checks.registry import sections
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import load_config
 
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -163,10 +166,11 @@ def test_config_is_merged_into_the_agents_configmap_and_rolls_the_pods(tmp_path:
     docs = chart_objects(VARIANTS["everything"])
     text = config_text(docs)
     (tmp_path / "config.yaml").write_text(text)
-    config = load_config(str(tmp_path / "config.yaml"))  # the agent's own reader takes it
-    assert config.storage.paths == ("/var/lib/gpuprobe/scratch",)
-    assert config.storage.size_bytes == 268435456
-    assert config.xid.state_dir == "/var/lib/gpuprobe"  # the shipped keys stay
+    config = load_config(str(tmp_path / "config.yaml"), sections())  # the agent's own reader
+    scratch = config.section(storage.NAME, storage.StorageConfig)
+    assert scratch.paths == ("/var/lib/gpuprobe/scratch",)
+    assert scratch.size_bytes == 268435456
+    assert xid_settings(config).state_dir == "/var/lib/gpuprobe"  # the shipped keys stay
     assert yaml.safe_load(text)["kubernetes"]["taint"]["enabled"] is True  # taint.enabled
     names = {d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"}
     default_names = {d["metadata"]["name"] for d in chart_objects() if d["kind"] == "ConfigMap"}

@@ -14,6 +14,9 @@ import yaml
 
 from conftest import snapshot
 from deployment import KUSTOMIZATIONS, find, objects
+from gpuprobe.checks.registry import sections
+from gpuprobe.checks.storage import NAME as STORAGE
+from gpuprobe.checks.storage import StorageConfig
 from gpuprobe.client import Client
 from gpuprobe.config import load_config
 from serving import serve_process, wait_for
@@ -67,7 +70,7 @@ def test_no_default_active_storage_test_larger_than_documented(
     size_bytes to each path, so the default is the paths times the size."""
     path = tmp_path / "config.yaml"
     path.write_text(shipped_config(kustomization))
-    storage = load_config(str(path)).storage
+    storage = load_config(str(path), sections()).section(STORAGE, StorageConfig)
     assert len(storage.paths) * storage.size_bytes <= DOCUMENTED_DEFAULT_STORAGE_BYTES
     assert "opt-in" in shipped_config(kustomization)  # and the file says so
 
@@ -80,7 +83,7 @@ def test_the_documented_opt_in_is_a_valid_configuration(tmp_path: Path) -> None:
     )
     path = tmp_path / "config.yaml"
     path.write_text(f"storage:\n{example}\n")
-    storage = load_config(str(path)).storage
+    storage = load_config(str(path), sections()).section(STORAGE, StorageConfig)
     assert storage.paths == ("/var/lib/gpuprobe/scratch",)
     assert storage.size_bytes == 256 * 1024 * 1024
 

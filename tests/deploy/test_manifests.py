@@ -27,6 +27,8 @@ from deployment import (
     objects,
     render,
 )
+from gpuprobe.checks.registry import sections
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config, load_config
 
 KUBERNETES = "1.31.0"
@@ -223,8 +225,8 @@ def test_the_shipped_configuration_is_valid_for_the_agent(tmp_path: Path) -> Non
         raw.pop("storage")
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(raw))
-    config = load_config(str(path))
-    assert config.xid.state_dir == "/var/lib/gpuprobe"
+    config = load_config(str(path), sections())
+    assert xid_settings(config).state_dir == "/var/lib/gpuprobe"
 
 
 def test_the_rdma_overlay_adds_host_network_ipc_lock_and_the_rdma_resource() -> None:

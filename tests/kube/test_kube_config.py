@@ -7,16 +7,18 @@ from pathlib import Path
 import pytest
 from lightkube.core.selector import build_selector
 
-from gpuprobe.config import DEFAULT_CONDITIONS, load_config
+from gpuprobe.checks.registry import sections
+from gpuprobe.config import load_config
 from gpuprobe.errors import ConfigError, UsageError
 from gpuprobe.kube.api import in_cluster_available, parse_selector
+from gpuprobe.kube.conditions import groups
 from gpuprobe.kube.daemon import wanted
 
 
 def load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
     path = tmp_path / "config.yaml"
     path.write_text(text)
-    return load_config(str(path)).kubernetes
+    return load_config(str(path), sections()).kubernetes
 
 
 def test_the_defaults(tmp_path: Path) -> None:
@@ -27,14 +29,13 @@ def test_the_defaults(tmp_path: Path) -> None:
         30,
         10,
     )
-    assert k.conditions == DEFAULT_CONDITIONS
-    assert k.conditions["GPURuntimeReady"] == (
-        "toolkit",
-        "cdi",
-        "device_plugin",
-        "sharing",
-        "workloads",
-    )
+    assert k.conditions is None  # the checks' own groups, as their records name them
+    assert groups(k) == {
+        "GPUHardwareReady": ("driver", "gpus", "mig", "xid"),
+        "GPURuntimeReady": ("toolkit", "cdi", "device_plugin", "sharing", "workloads"),
+        "GPUNetworkReady": ("network", "rdma", "nccl"),
+        "GPUStorageReady": ("storage",),
+    }
     t = k.taint
     assert (t.enabled, t.effect, t.clear_after_seconds, t.max_unhealthy_fraction) == (
         False,

@@ -14,10 +14,13 @@ import pytest
 
 from conftest import ROOT, gpuprobe, require_tool
 from gpuprobe.audit.fanout import fetch_all
+from gpuprobe.checks.rdma import NAME as RDMA
+from gpuprobe.checks.rdma import RdmaConfig
 from gpuprobe.client import Client, Credentials
-from gpuprobe.config import Config, RdmaTestConfig
+from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
 from gpuprobe.measure.bandwidth import Reason, Refused, SinkRequest, rdma_options
+from gpuprobe.measure.perftest import RdmaTestConfig
 from gpuprobe.mesh.render import render_mesh
 from gpuprobe.mesh.run import InvalidTest, MeshOptions, Peer, identify, run_mesh
 from gpuprobe.mesh.verdict import FAILED, OK, Thresholds
@@ -281,7 +284,7 @@ def test_rdma_parameters_travel_with_the_sink_and_the_gid_index_is_each_nodes_ow
 
 
 def test_rdma_test_settings_are_bounded() -> None:
-    assert Config().rdma.test == RdmaTestConfig(8 * 2**20, 1, None)
+    assert Config().section(RDMA, RdmaConfig).test == RdmaTestConfig(8 * 2**20, 1, None)
     for test, message in [
         ({"message_bytes": 0}, "message_bytes: 0 is not between 1 and 1073741824"),
         ({"queue_pairs": 257}, "queue_pairs: 257 is not between 1 and 256"),

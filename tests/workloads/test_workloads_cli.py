@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import gpuprobe, snapshot
+from gpuprobe.checks.registry import sections
 from gpuprobe.config import Config, build
 from gpuprobe.errors import ConfigError
 from kubelet_standin import kubelet, state_from_json
@@ -57,4 +58,4 @@ def test_a_malformed_podresources_file_is_a_one_line_usage_error(tmp_path: Path)
 )
 def test_bad_workloads_settings_are_named(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        build(Config, {"workloads": settings}, "test config")
+        build(Config, {"workloads": settings}, "test config", sections())

@@ -1,7 +1,8 @@
 """What one node's report says about the facts an audit compares and counts.
 
-Each skew field is one small function of the report that reads its checks' `data` as
-docs/checks.md documents it and returns the value as text, or None when the node cannot tell
+Each skew field is one small function of the report that reads its checks' `data` through
+the checks' own types (`DriverData`, `GpusData`, ...: by index, so renaming a field in a check
+fails mypy here too) and returns the value as text, or None when the node cannot tell
 (NVML unavailable, the check did not run) or the field does not apply (no GPU, no container
 engine); a None leaves the node out of that field's skew. The counts feed the cluster totals.
 
@@ -14,36 +15,21 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gpuprobe.gpu import cuda
 from gpuprobe.report import Action, NodeReport
-from gpuprobe.report_view import SUMMARY_DATA, DataKeys
 
-# The parts of the checks' data the audit reads; it converts only these. They are the
-# summary view's facts, which an agent sends when asked for the summary, and the workloads
-# facts the usage digest is summed from, for an agent whose check sends no digest.
-DATA_KEYS: DataKeys = {
-    **SUMMARY_DATA,
-    "workloads": {
-        **SUMMARY_DATA["workloads"],
-        "devices": {
-            "gpu": None,
-            "mig": {"uuid": None},
-            "holders": {"namespace": None},
-            "processes": {"pid": None},
-        },
-        "accounting": {
-            "since": None,
-            "gpus": {
-                "allocated_seconds": None,
-                "busy_seconds": None,
-                "idle_allocated_seconds": None,  # by namespace
-                "unallocated_seconds": None,
-            },
-        },
-    },
-}
+if TYPE_CHECKING:  # the checks' types only: an audit's helper processes load no check
+    from gpuprobe.checks.driver import DriverData
+    from gpuprobe.checks.gpus import GpuFacts, GpusData
+    from gpuprobe.checks.mig import MigData
+    from gpuprobe.checks.pods import PodsData
+    from gpuprobe.checks.sharing import SharingData
+    from gpuprobe.checks.toolkit import ToolkitData
+    from gpuprobe.gpu.nvidia.mig import GpuInstance, MigGpu
+
+
 # Findings whose action is one of these leave a GPU healthy: nothing to do (an idle GPU, an
 # informational XID), or the application's fault (XID 13, 31, 43: restart the app).
 HEALTHY_ACTIONS = frozenset({Action.NONE, Action.RESTART_APP})
@@ -57,12 +43,32 @@ def _data(report: NodeReport, check: str) -> Mapping[str, Any]:
     return result.data if result is not None else {}
 
 
-def _gpus(report: NodeReport, check: str = "gpus") -> list[Mapping[str, Any]]:
-    return [g for g in _list(_data(report, check).get("gpus")) if isinstance(g, dict)]
+def _driver(report: NodeReport) -> DriverData:
+    return cast("DriverData", _data(report, "driver"))
+
+
+def _gpus_data(report: NodeReport) -> GpusData:
+    return cast("GpusData", _data(report, "gpus"))
+
+
+def _gpus(report: NodeReport) -> list[GpuFacts]:
+    data = _gpus_data(report)
+    return _objects(data["gpus"] if "gpus" in data else None)
+
+
+def _mig_gpus(report: NodeReport) -> list[MigGpu]:
+    data = cast("MigData", _data(report, "mig"))
+    return _objects(data["gpus"] if "gpus" in data else None)
 
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def _objects(value: Any) -> list[Any]:
+    """The objects of a list: what the check's type says its items are (a report from the
+    wire may hold anything else, which is left out)."""
+    return [item for item in _list(value) if isinstance(item, dict)]
 
 
 def _text(value: Any) -> str | None:
@@ -75,18 +81,22 @@ def _text(value: Any) -> str | None:
 def driver_version(report: NodeReport) -> str | None:
     """The driver's version (`driver.data.driver_version`): NVIDIA's as NVML reports it, or
     amdgpu's on a node with only AMD GPUs."""
-    return _text(_data(report, "driver").get("driver_version"))
+    data = _driver(report)
+    return _text(data["driver_version"] if "driver_version" in data else None)
 
 
 def cuda_driver_version(report: NodeReport) -> str | None:
     """The CUDA version the driver supports (`driver.data.cuda_driver_version`)."""
-    return _text(_data(report, "driver").get("cuda_driver_version"))
+    data = _driver(report)
+    return _text(data["cuda_driver_version"] if "cuda_driver_version" in data else None)
 
 
 def gpu_model(report: NodeReport) -> str | None:
     """The GPUs' model names (`gpus.data.gpus[].name`), joined by ` + ` on a node that mixes
     models; lost GPUs, which answer no name, are left out."""
-    names = sorted({n for g in _gpus(report) if (n := _text(g.get("name"))) is not None})
+    names = sorted(
+        {n for g in _gpus(report) if (n := _text(g["name"] if "name" in g else None)) is not None}
+    )
     return " + ".join(names) or None
 
 
@@ -94,48 +104,68 @@ def gpu_count(report: NodeReport) -> str | None:
     """How many GPUs the drivers see and can query: NVML's (a lost GPU does not count) and
     amdgpu's; "0" on a node with no GPU on the PCI bus; None when NVML is unavailable on a
     node with NVIDIA GPUs."""
-    data = _data(report, "gpus")
-    amd = data.get("gpus_seen_by_amdgpu")
+    data = _gpus_data(report)
+    amd = data["gpus_seen_by_amdgpu"] if "gpus_seen_by_amdgpu" in data else None
     amd_count = amd if isinstance(amd, int) else 0
-    if data.get("gpus_seen_by_nvml") is None:
-        return str(amd_count) if data.get("gpus_on_pci_bus") == 0 else None
-    nvidia = sum(1 for g in _gpus(report) if not g.get("lost") and g.get("vendor") != "amd")
+    if (data["gpus_seen_by_nvml"] if "gpus_seen_by_nvml" in data else None) is None:
+        on_bus = data["gpus_on_pci_bus"] if "gpus_on_pci_bus" in data else None
+        return str(amd_count) if on_bus == 0 else None
+    nvidia = sum(
+        1
+        for g in _gpus(report)
+        if not (g["lost"] if "lost" in g else None)
+        and (g["vendor"] if "vendor" in g else None) != "amd"
+    )
     return str(nvidia + amd_count)
 
 
 def amdgpu_version(report: NodeReport) -> str | None:
     """The amdgpu driver's version on a node with AMD GPUs (`driver.data.amd.amdgpu_version`:
     a DKMS build's own; an in-tree driver has none and goes by `driver_version`)."""
-    amd = _data(report, "driver").get("amd")
-    return _text(amd.get("amdgpu_version")) if isinstance(amd, dict) else None
+    data = _driver(report)
+    amd = data["amd"] if "amd" in data else None
+    if not isinstance(amd, dict):
+        return None
+    return _text(amd["amdgpu_version"] if "amdgpu_version" in amd else None)
 
 
 def rocm_version(report: NodeReport) -> str | None:
     """The host's ROCm release where ROCm is installed on the host (`driver.data.amd`)."""
-    amd = _data(report, "driver").get("amd")
-    return _text(amd.get("rocm_version")) if isinstance(amd, dict) else None
+    data = _driver(report)
+    amd = data["amd"] if "amd" in data else None
+    if not isinstance(amd, dict):
+        return None
+    return _text(amd["rocm_version"] if "rocm_version" in amd else None)
 
 
 def mig_layout(report: NodeReport) -> str | None:
     """The MIG layout: `disabled` when no GPU has MIG on, else each MIG-enabled GPU's index
     and its MIG devices' profiles (`0:1g.10gb×2+3g.40gb 1:7g.80gb`; `none` for a GPU without
     instances), from `mig.data.gpus`."""
-    gpus = [g for g in _gpus(report, "mig") if not g.get("lost")]
+    gpus = [g for g in _mig_gpus(report) if not (g["lost"] if "lost" in g else None)]
     if not gpus:
         return None
-    enabled = [g for g in gpus if g.get("mig_mode_current") == 1]
+    enabled = [g for g in gpus if _mig_enabled(g)]
     if not enabled:
         return "disabled"
-    return " ".join(f"{g.get('index')}:{_mig_devices(g)}" for g in enabled)
+    return " ".join(f"{g['index'] if 'index' in g else None}:{_mig_devices(g)}" for g in enabled)
 
 
-def _mig_devices(gpu: Mapping[str, Any]) -> str:
+def _mig_enabled(gpu: MigGpu) -> bool:
+    return (gpu["mig_mode_current"] if "mig_mode_current" in gpu else None) == 1
+
+
+def _gpu_instances(gpu: MigGpu) -> list[GpuInstance]:
+    return _objects(gpu["gpu_instances"] if "gpu_instances" in gpu else None)
+
+
+def _mig_devices(gpu: MigGpu) -> str:
     profiles: Counter[str] = Counter()
-    for instance in _list(gpu.get("gpu_instances")):
-        if isinstance(instance, dict):
-            for ci in _list(instance.get("compute_instances")):
-                if isinstance(ci, dict):
-                    profiles[_text(ci.get("profile")) or "unknown"] += 1
+    for instance in _gpu_instances(gpu):
+        cis = instance["compute_instances"] if "compute_instances" in instance else None
+        for ci in _list(cis):
+            if isinstance(ci, dict):
+                profiles[_text(ci["profile"] if "profile" in ci else None) or "unknown"] += 1
     if not profiles:
         return "none"
     return "+".join(f"{p}×{n}" if n > 1 else p for p, n in sorted(profiles.items()))
@@ -145,14 +175,14 @@ def toolkit_mode(report: NodeReport) -> str | None:
     """The NVIDIA Container Toolkit's mode (`toolkit.data.toolkit_config.mode`: auto, legacy,
     cdi, csv, jit-cdi; `auto`, its default, when installed without a config file), or
     `not installed`; None on a node without GPUs or with an unreadable config."""
-    data = _data(report, "toolkit")
-    if not data or not data.get("gpus"):
+    data = cast("ToolkitData", _data(report, "toolkit"))
+    if not data or not (data["gpus"] if "gpus" in data else None):
         return None
-    if not data.get("toolkit_installed"):
+    if not (data["toolkit_installed"] if "toolkit_installed" in data else None):
         return "not installed"
-    config = data.get("toolkit_config")
+    config = data["toolkit_config"] if "toolkit_config" in data else None
     if isinstance(config, dict):
-        return _text(config.get("mode"))
+        return _text(config.get("mode"))  # as the toolkit's config reader gives it
     toolkit = report.check("toolkit")
     if toolkit is not None and any(f.code == "CONFIG_INVALID" for f in toolkit.findings):
         return None  # the config is there but unreadable: the mode is unknown
@@ -163,9 +193,10 @@ def runtime_default(report: NodeReport) -> str | None:
     """The default runtime of each container engine that runs GPU containers
     (`toolkit.data.engines`), as `flavor:runtime` (`containerd:nvidia`, `k3s:runc`), joined
     by `, `; None when no engine runs GPU containers."""
-    pairs = sorted(
+    data = cast("ToolkitData", _data(report, "toolkit"))
+    pairs = sorted(  # each engine as its reader gives it
         f"{e.get('flavor')}:{e.get('default_runtime')}"
-        for e in _list(_data(report, "toolkit").get("engines"))
+        for e in _list(data["engines"] if "engines" in data else None)
         if isinstance(e, dict) and e.get("in_use") and e.get("runs_gpu_containers")
     )
     return ", ".join(pairs) or None
@@ -253,17 +284,21 @@ def counts(report: NodeReport) -> Counts:
     RESTART_APP), the idle ones (`idle` now), its MIG devices, and the units its time-sliced
     resources advertise."""
     gpus = _gpus(report)
-    on_bus = _data(report, "gpus").get("gpus_on_pci_bus")
+    data = _gpus_data(report)
+    on_bus = data["gpus_on_pci_bus"] if "gpus_on_pci_bus" in data else None
     troubled = _gpus_with_findings(report)
     healthy = sum(
         1
         for g in gpus
-        if not g.get("lost") and isinstance(g.get("index"), int) and g["index"] not in troubled
+        if not (g["lost"] if "lost" in g else None)
+        and "index" in g
+        and isinstance(g["index"], int)
+        and g["index"] not in troubled
     )
     return Counts(
         gpus=max(len(gpus), on_bus if isinstance(on_bus, int) and on_bus > 0 else 0),
         healthy_gpus=healthy,
-        idle_gpus=sum(1 for g in gpus if g.get("idle") is True),
+        idle_gpus=sum(1 for g in gpus if (g["idle"] if "idle" in g else None) is True),
         mig_slices=mig_slices(report),
         time_slicing_units=time_slicing_units(report),
         gpu_pod_failures=gpu_pod_failures(report),
@@ -274,7 +309,8 @@ def counts(report: NodeReport) -> Counts:
 def gpu_pod_failures(report: NodeReport) -> dict[tuple[str, str], int]:
     """The pods failing for GPU reasons, counted by namespace and cause (`pods.data.failures`;
     a pod counts once per cause however many of its containers show it)."""
-    failures = _list(_data(report, "pods").get("failures"))
+    data = cast("PodsData", _data(report, "pods"))
+    failures = _list(data["failures"] if "failures" in data else None)
     if not failures:  # most nodes
         return {}
     pods = {
@@ -293,7 +329,8 @@ def images_too_new(report: NodeReport) -> dict[tuple[str, str], ImageNeed]:
     verdict `too-new` or `forward-compatibility-unsupported`), by (image, CUDA needed):
     their containers, this node, their namespaces."""
     found: dict[tuple[str, str], ImageNeed] = {}
-    for c in _list(_data(report, "pods").get("containers")):
+    data = cast("PodsData", _data(report, "pods"))
+    for c in _list(data["containers"] if "containers" in data else None):
         if not isinstance(c, dict) or c.get("verdict") not in TOO_NEW_VERDICTS:
             continue
         key = (_text(c.get("image")) or "(unknown image)", str(c.get("cuda_required")))
@@ -366,23 +403,22 @@ def _gpus_with_findings(report: NodeReport) -> set[int]:
 def mig_slices(report: NodeReport) -> int:
     """The MIG devices (compute instances) on the node's MIG-enabled GPUs."""
     return sum(
-        len(_list(instance.get("compute_instances")))
-        for gpu in _gpus(report, "mig")
-        if gpu.get("mig_mode_current") == 1 and not gpu.get("lost")
-        for instance in _list(gpu.get("gpu_instances"))
-        if isinstance(instance, dict)
+        len(_list(instance["compute_instances"] if "compute_instances" in instance else None))
+        for gpu in _mig_gpus(report)
+        if _mig_enabled(gpu) and not (gpu["lost"] if "lost" in gpu else None)
+        for instance in _gpu_instances(gpu)
     )
 
 
 def time_slicing_units(report: NodeReport) -> int:
     """The schedulable units of the node's time-sliced resources (GPUs × replicas, from
     `sharing.data.resources[].schedulable_units`); 0 without time-slicing."""
-    data = _data(report, "sharing")
-    if data.get("strategy") != "time-slicing":
+    data = cast("SharingData", _data(report, "sharing"))
+    if (data["strategy"] if "strategy" in data else None) != "time-slicing":
         return 0
-    return sum(
+    return sum(  # each resource as the sharing check gives it
         units
-        for r in _list(data.get("resources"))
+        for r in _list(data["resources"] if "resources" in data else None)
         if isinstance(r, dict)
         and isinstance(units := r.get("schedulable_units"), int)
         and not isinstance(units, bool)

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuprobe.audit.cluster import AuditedNode, ClusterReport, audited, build_from
-from gpuprobe.audit.facts import DATA_KEYS
 from gpuprobe.audit.fanout import DEFAULT_CONCURRENCY, DEFAULT_DEADLINE_SECONDS, Asking
+from gpuprobe.audit.keys import data_keys
 from gpuprobe.audit.shards import fetch_sharded, processes_for
 from gpuprobe.audit.view.judge import Windows, judge
 from gpuprobe.audit.view.read import ClusterFacts, Source, read_agents, read_rest
@@ -86,7 +86,7 @@ def _ask(addresses: Sequence[str], options: AuditOptions) -> list[AuditedNode]:
         options.deadline,
         time.monotonic() + options.deadline,
         options.concurrency,
-        DATA_KEYS,
+        data_keys(),
         pb.REPORT_VIEW_SUMMARY,
     )
     processes = options.processes or processes_for(len(addresses))

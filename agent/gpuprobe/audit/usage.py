@@ -5,17 +5,20 @@ GPU-hour.
 
 Each node's figures are its `workloads` check's usage digest (gpuprobe.workloads.usage:
 GPU-equivalents, a MIG device 1/n of its GPU), which the summary view carries
-(gpuprobe.report_view.SUMMARY_DATA); the hours come from the agent's utilization samples.
+(the workloads record's `summary_keys`); the hours come from the agent's utilization samples.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gpuprobe.report import NodeReport
 from gpuprobe.workloads.usage import node_usage, non_negative
+
+if TYPE_CHECKING:  # the check's type only: an audit's helper processes load no check
+    from gpuprobe.checks.workloads import WorkloadsData
 
 HOUR = 3600.0
 
@@ -90,13 +93,17 @@ def usage(report: NodeReport) -> Usage | None:
     result = report.check("workloads")
     if result is None or not isinstance(result.data, dict):
         return None
-    data = result.data
-    kubelet = data.get("kubelet")
+    data = cast("WorkloadsData", result.data)  # by index: a renamed field fails mypy here
+    kubelet = data["kubelet"] if "kubelet" in data else None
     if not isinstance(kubelet, dict) or kubelet.get("state") != "answered":
         return None
-    digest = data.get("usage")
+    # An agent whose check sends no digest (an older one) leaves it out, whatever the type says.
+    digest: object = data["usage"] if "usage" in data else None
     if not isinstance(digest, dict):
-        digest = node_usage(data.get("devices"), data.get("accounting"))
+        digest = node_usage(
+            data["devices"] if "devices" in data else None,
+            data["accounting"] if "accounting" in data else None,
+        )
     now = _numbers(digest.get("gpus"))
     seconds = _numbers(digest.get("seconds"))
     idle = digest.get("idle_allocated_seconds")

@@ -452,4 +452,4 @@ def _summary(
     return text + ("; CDI in use for GPUs" if in_use else "; CDI not in use for GPUs")
 
 
-CHECK: Check[CdiData] = Check(NAME, run)
+CHECK: Check[CdiData] = Check(NAME, run, condition="GPURuntimeReady")

@@ -20,12 +20,14 @@ from __future__ import annotations
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, DevicePluginPaths
+from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.device_plugin import (
     RESOURCE_PREFIX,
     DevicePluginConfig,
+    DevicePluginPaths,
     device_plugin_config,
+    plugin_paths,
 )
 from gpuprobe.gpu.amd.sysfs import amd_gpu_addresses
 from gpuprobe.gpu.nvidia.device import Device, gpu_count
@@ -70,7 +72,7 @@ class DevicePluginData(TypedDict):
 
 def run(host: Host, config: Config) -> CheckResult:
     """Find the plugin's sockets and hold them against the GPUs and the plugin's configuration."""
-    socket_dir = config.device_plugin.socket_dir.rstrip("/") or "/"
+    socket_dir = plugin_paths(config).socket_dir.rstrip("/") or "/"
     kubernetes = host.fs.is_dir(socket_dir)
     gpus = nvidia_gpu_count(host)
     sockets = [
@@ -226,4 +228,6 @@ def _not_advertised(
     )
 
 
-CHECK: Check[DevicePluginData] = Check(NAME, run, section=DevicePluginPaths)
+CHECK: Check[DevicePluginData] = Check(
+    NAME, run, section=DevicePluginPaths, condition="GPURuntimeReady"
+)

@@ -9,12 +9,17 @@ table in `gpuprobe.gpu.cuda`). AMD GPUs on the bus add the amdgpu driver's facts
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import amd_gpus as amd
+from gpuprobe.checks.gpus import NAME as GPUS
+from gpuprobe.checks.gpus import GpusConfig
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, DriverConfig
+from gpuprobe.config import Config
+from gpuprobe.errors import ConfigError
 from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
@@ -100,7 +105,7 @@ def _amd_only(node: AmdNode, data: DriverData) -> CheckResult:
 
 def _without_nvml(host: Host, config: Config, stack: DriverStack, data: DriverData) -> CheckResult:
     error, module = stack.init_error, stack.module
-    expected = config.gpus.expect
+    expected = config.section(GPUS, GpusConfig).expect
     data["library_versions"] = library_versions(host)
     # DriverNotLoaded says the module is not there, whatever /proc says (a container without
     # /dev/nvidiactl): only the PCI bus can then show GPUs.
@@ -224,7 +229,7 @@ def _with_nvml(
 
 def _too_old(config: Config, version: cuda.Version, driver: str, data: DriverData) -> list[Finding]:
     findings = []
-    minimum = config.driver.min_version
+    minimum = config.section(NAME, DriverConfig).min_version
     if minimum and version < cuda.parse_version(minimum):
         findings.append(
             Finding(
@@ -236,7 +241,7 @@ def _too_old(config: Config, version: cuda.Version, driver: str, data: DriverDat
         )
     verdicts: list[CudaVerdict] = []
     data["required_cuda"] = verdicts
-    for wanted in config.driver.required_cuda:
+    for wanted in config.section(NAME, DriverConfig).required_cuda:
         finding, verdict = _cuda_verdict(version, driver, wanted, data.get("cuda_driver_version"))
         verdicts.append(verdict)
         if finding:
@@ -297,4 +302,32 @@ def families(data: DriverData) -> Iterator[Family]:
     yield info
 
 
-CHECK: Check[DriverData] = Check(NAME, run, section=DriverConfig, metrics=families)
+@dataclass(frozen=True)
+class DriverConfig:
+    """What the `driver` check holds the node's driver against."""
+
+    # The fleet's minimum driver version, e.g. "550.54.15" (below it: DRIVER_TOO_OLD, WARNING).
+    min_version: str | None = None
+    # CUDA toolkit versions that images on this node are built with, e.g. ["12.4", "12.8.1"].
+    required_cuda: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for key, value in [("min_version", self.min_version)] + [
+            ("required_cuda", v) for v in self.required_cuda
+        ]:
+            if value is not None and not re.fullmatch(r"\d+(\.\d+)*", value):
+                raise ConfigError(f"{key}: {value!r} is not a version like 550.54.15")
+
+
+CHECK: Check[DriverData] = Check(
+    NAME,
+    run,
+    section=DriverConfig,
+    metrics=families,
+    condition="GPUHardwareReady",
+    summary_keys={
+        "driver_version": None,
+        "cuda_driver_version": None,
+        "amd": {"amdgpu_version": None, "rocm_version": None},
+    },
+)

@@ -18,13 +18,15 @@ own) with the amdgpu driver's facts, and judged by `gpuprobe.checks.amd_gpus`.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from gpuprobe.checks import amd_gpus as amd
 from gpuprobe.checks import imex as imex_check
 from gpuprobe.checks.gpu_health import health_findings, idle_finding
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, GpusConfig
+from gpuprobe.config import MAX_INTEGER, Config, brief
+from gpuprobe.errors import ConfigError
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
@@ -124,7 +126,7 @@ def run(host: Host, config: Config) -> CheckResult:
     node = read_amd(host)
     result = _nvidia(host, config, amd_gpus=len(node.gpus))
     if node.gpus:
-        _add_amd(result, node, config.gpus.expect)
+        _add_amd(result, node, config.section(NAME, GpusConfig).expect)
     return result
 
 
@@ -168,7 +170,7 @@ def _amd_summary(node: AmdNode, findings: list[Finding]) -> str:
 def _nvidia(host: Host, config: Config, amd_gpus: int) -> CheckResult:
     """The NVIDIA GPUs (`amd_gpus`: how many AMD GPUs the bus shows besides)."""
     bus = read_bus(host)
-    expected = config.gpus.expect
+    expected = config.section(NAME, GpusConfig).expect
     count = nvml_gpu_count(host)
     data: GpusData = {
         "gpus_on_pci_bus": len(bus.gpus),
@@ -306,7 +308,7 @@ def _device_findings(reading: GpuReading, config: Config, data: GpusData) -> lis
         fabric_manager_running=data.get("fabric_manager_running"),
     )
     idle_seconds = facts.get("idle_seconds")
-    window = config.gpus.idle_window_seconds
+    window = config.section(NAME, GpusConfig).idle_window_seconds
     if idle_seconds is not None and idle_seconds > window:
         findings.append(idle_finding(idle_seconds, window, resource, where))
     return findings
@@ -543,4 +545,35 @@ def metric_families(data: GpusData) -> Iterator[Family]:
     yield from (f for f in (ecc, rows) if f.samples)
 
 
-CHECK: Check[GpusData] = Check(NAME, run, section=GpusConfig, metrics=metric_families)
+@dataclass(frozen=True)
+class GpusConfig:
+    """What the `gpus` check expects."""
+
+    # How many GPUs the node should have (`--expect-gpus`); None: as many as the PCI bus shows.
+    expect: int | None = None
+    # In the daemon, a GPU idle (no process, no utilization) for longer than this raises
+    # GPU_IDLE; one-shot `check` has no history and never does.
+    idle_window_seconds: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.expect is not None and self.expect < 0:
+            raise ConfigError(f"expect: {self.expect} is negative")
+        if self.expect is not None and self.expect >= MAX_INTEGER:  # --expect-gpus too
+            raise ConfigError(f"expect: {brief(self.expect)} is beyond any sensible count or size")
+        if self.idle_window_seconds <= 0:
+            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
+
+
+CHECK: Check[GpusData] = Check(
+    NAME,
+    run,
+    section=GpusConfig,
+    metrics=metric_families,
+    condition="GPUHardwareReady",
+    summary_keys={
+        "gpus_on_pci_bus": None,
+        "gpus_seen_by_nvml": None,
+        "gpus_seen_by_amdgpu": None,
+        "gpus": {"index": None, "vendor": None, "name": None, "lost": None, "idle": None},
+    },
+)

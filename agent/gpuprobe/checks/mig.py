@@ -232,4 +232,17 @@ def metric_families(data: MigData) -> Iterator[Family]:
     yield family
 
 
-CHECK: Check[MigData] = Check(NAME, run, metrics=metric_families)
+CHECK: Check[MigData] = Check(
+    NAME,
+    run,
+    metrics=metric_families,
+    condition="GPUHardwareReady",
+    summary_keys={
+        "gpus": {
+            "index": None,
+            "lost": None,
+            "mig_mode_current": None,
+            "gpu_instances": {"compute_instances": {"profile": None}},
+        }
+    },
+)

@@ -8,10 +8,12 @@ run by the agent (see docs/checks.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, NcclConfig
+from gpuprobe.config import Config
+from gpuprobe.errors import ConfigError
 from gpuprobe.gpu.node_gpus import busy_gpus, nvml_gpu_count
 from gpuprobe.gpu.own_load import own_gpu_test
 from gpuprobe.host import Host
@@ -50,7 +52,7 @@ NOT_RUN = NcclData(ran=False)
 
 def run(host: Host, config: Config) -> CheckResult:
     """Run the NCCL test when it is configured and the GPUs are free."""
-    settings = config.nccl
+    settings = config.section(NAME, NcclConfig)
     if not settings.binary:
         return CheckResult(NAME, "not configured (nccl.binary)", data=NOT_RUN)
     gpus = nvml_gpu_count(host) or 0
@@ -118,10 +120,32 @@ def run(host: Host, config: Config) -> CheckResult:
     return CheckResult(NAME, summary, findings, data, floor=Status.OK)
 
 
+@dataclass(frozen=True)
+class NcclConfig:
+    """The single-node NCCL test (nccl-tests), an active check."""
+
+    # Path of all_reduce_perf (or another nccl-tests binary) in the agent; None: not run.
+    binary: str | None = None
+    args: tuple[str, ...] = ("-b", "1G", "-e", "8G", "-f", "2")
+    # The bus bandwidth at the largest size must reach this, in GB/s (1e9 bytes/s).
+    min_busbw_gbps: float | None = None
+    # The test's own bound (the check's deadline is this plus 15 s unless checks.deadlines.nccl).
+    timeout_seconds: float = 300.0
+    # Run even while GPU processes are active.
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timeout_seconds <= 0:
+            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be above 0")
+
+
 CHECK: Check[NcclData] = Check(
     NAME,
     run,
     section=NcclConfig,
     active=True,
-    least_deadline=lambda config: config.nccl.timeout_seconds + NCCL_DEADLINE_MARGIN,
+    condition="GPUNetworkReady",
+    least_deadline=lambda config: (
+        config.section(NAME, NcclConfig).timeout_seconds + NCCL_DEADLINE_MARGIN
+    ),
 )

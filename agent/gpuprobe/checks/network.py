@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
+from dataclasses import dataclass
 from typing import TypedDict
 
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, NetworkConfig
+from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.host.netlink import Link
 from gpuprobe.host.nics import NicFacts, default_route_interfaces, read_nics
@@ -61,7 +62,7 @@ def run(host: Host, config: Config) -> CheckResult:
     """Judge the fabric NICs."""
     nics = read_nics(host)
     links = [nic.link for nic in nics]
-    patterns = config.network.fabric_interfaces
+    patterns = config.section(NAME, NetworkConfig).fabric_interfaces
     routed = default_route_interfaces(host)
     interfaces = [_facts(nic, patterns) for nic in nics]
     for nic in interfaces:
@@ -83,8 +84,8 @@ def run(host: Host, config: Config) -> CheckResult:
     findings += _mtu_mismatch(
         [i for i in fabric if i["operstate"] in RUNNING], by_kind=not patterns
     )
-    if config.network.min_speed_mbps:
-        findings += _slow(fabric, config.network.min_speed_mbps)
+    if speed := config.section(NAME, NetworkConfig).min_speed_mbps:
+        findings += _slow(fabric, speed)
     data: NetworkData = {"interfaces": interfaces, "fabric": [i["name"] for i in fabric]}
     up = sum(i["operstate"] in RUNNING and i["admin_up"] for i in fabric)
     summary = (
@@ -224,4 +225,14 @@ def _slow(fabric: list[Nic], floor: int) -> list[Finding]:
     ]
 
 
-CHECK: Check[NetworkData] = Check(NAME, run, section=NetworkConfig)
+@dataclass(frozen=True)
+class NetworkConfig:
+    """Which interfaces are the node's fabric, and what they must do."""
+
+    # Names or shell patterns ("ib*", "eth[1-8]"); empty: every physical NIC that is up.
+    fabric_interfaces: tuple[str, ...] = ()
+    # The speed each fabric NIC must link at, in Mb/s (e.g. 400000); below it: NIC_SPEED_LOW.
+    min_speed_mbps: int | None = None
+
+
+CHECK: Check[NetworkData] = Check(NAME, run, section=NetworkConfig, condition="GPUNetworkReady")

@@ -32,6 +32,8 @@ from typing import Any, NotRequired, TypedDict
 from gpuprobe.checks import pod_signatures as sig
 from gpuprobe.checks import pods_bounds as bounds
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.workloads import NAME as WORKLOADS
+from gpuprobe.checks.workloads import WorkloadsConfig
 from gpuprobe.checks.xid import kernel as xid_kernel
 from gpuprobe.config import Config
 from gpuprobe.containers import cri_log, oci
@@ -287,7 +289,7 @@ def _gpus(host: Host) -> list[NodeGpu]:
 
 def _held(host: Host, config: Config) -> dict[PodRef, set[int]]:
     """The GPU indices the kubelet gave each container (empty without a kubelet)."""
-    settings = config.workloads
+    settings = config.section(WORKLOADS, WorkloadsConfig)
     answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
     if answer.list is None:
         return {}
@@ -891,4 +893,14 @@ def _least_deadline(config: Config) -> float:
 
 # The list's requests at most: MAX_PODS in pages of 250, and one to learn there are more.
 API_REQUESTS = 3
-CHECK: Check[PodsData] = Check(NAME, run, least_deadline=_least_deadline)
+CHECK: Check[PodsData] = Check(
+    NAME,
+    run,
+    least_deadline=_least_deadline,
+    # The audit's workload failures (gpuprobe.audit.facts): pods failing for GPU reasons,
+    # images that need a newer driver.
+    summary_keys={
+        "containers": {"namespace": None, "image": None, "cuda_required": None, "verdict": None},
+        "failures": {"namespace": None, "pod": None, "cause": None},
+    },
+)

@@ -9,12 +9,14 @@ run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, RdmaConfig
+from gpuprobe.config import Config
 from gpuprobe.host import Host, infiniband
 from gpuprobe.host.infiniband import RdmaDevice, RdmaPort
+from gpuprobe.measure.perftest import RdmaTestConfig
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "rdma"
@@ -31,9 +33,10 @@ class RdmaData(TypedDict):
 
 def run(host: Host, config: Config) -> CheckResult:
     """Judge every RDMA port in scope."""
+    settings = config.section(NAME, RdmaConfig)
     names = infiniband.device_names(host)
-    if config.rdma.devices:
-        names = [n for n in names if n in config.rdma.devices]
+    if settings.devices:
+        names = [n for n in names if n in settings.devices]
     if not names:
         return CheckResult(NAME, "no RDMA devices", data=RdmaData(devices=[]))
     devices = infiniband.read_devices(host, names)
@@ -41,7 +44,7 @@ def run(host: Host, config: Config) -> CheckResult:
     findings: list[Finding] = []
     for device in devices:
         for port in device["ports"]:
-            findings += _port_findings(device["name"], port, config.rdma.expected_rate_gbps)
+            findings += _port_findings(device["name"], port, settings.expected_rate_gbps)
             findings += _rising(device["name"], port, memory)
     verbs = infiniband.verbs_devices(host)
     if not verbs:
@@ -118,4 +121,15 @@ def _rising(device: str, port: RdmaPort, memory: dict[str, Any]) -> list[Finding
     ]
 
 
-CHECK: Check[RdmaData] = Check(NAME, run, section=RdmaConfig)
+@dataclass(frozen=True)
+class RdmaConfig:
+    """What the RDMA ports must do, and how RDMA bandwidth tests run."""
+
+    # The rate each port must train at, in Gb/s (400 for NDR, 200 for HDR).
+    expected_rate_gbps: float | None = None
+    # Devices to check (e.g. ["mlx5_0", "mlx5_1"]); empty: all of them.
+    devices: tuple[str, ...] = ()
+    test: RdmaTestConfig = field(default_factory=RdmaTestConfig)
+
+
+CHECK: Check[RdmaData] = Check(NAME, run, section=RdmaConfig, condition="GPUNetworkReady")

@@ -2,9 +2,11 @@
 
 Each check module ends with one `Check` record; `gpuprobe.checks.registry` lists the records
 in report order, and everything else reads them from there: the runner (the check's function
-and deadline), the daemon's scheduler (whether it is active), the configuration loader (its
-section) and the metrics collector (its renderer). Adding a check is writing its module and
-adding its record to the registry (docs/architecture.md, "How to add a check").
+and deadline), the daemon's scheduler (whether it is active), the configuration loader and
+its docs (its section), the metrics collector (its renderer), the default node conditions
+(its condition group) and the summary view the fleet audit reads (its summary keys). Adding a
+check is writing its module and adding its record to the registry (docs/architecture.md,
+"How to add a check").
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from gpuprobe.config import Config
 from gpuprobe.families import Family
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
+from gpuprobe.report_view import DataKeys
 
 CheckFn = Callable[[Host, Config], CheckResult]
 # The check's data (`CheckResult.data`): a TypedDict defined beside the check.
@@ -42,6 +45,12 @@ class Check(Generic[D]):
     least_deadline: Callable[[Config], float] | None = None
     # The check's metric families from its data (None: it has no metrics of its own).
     metrics: Callable[[D], Iterable[Family]] | None = None
+    # The node condition type its findings decide by default (`GPUHardwareReady`, ...;
+    # `kubernetes.conditions` regroups them); None: it feeds no condition.
+    condition: str | None = None
+    # The facts of its data the report's summary view keeps (`report_view.summary`), which the
+    # fleet audit reads; None: the summary view keeps none of its data.
+    summary_keys: DataKeys | None = None
 
     def deadline(self, config: Config) -> float:
         """How long the check may run under `config`, in seconds."""

@@ -29,6 +29,7 @@ from gpuprobe.checks import (
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
+from gpuprobe.report_view import DataKeys
 
 # The report order.
 ORDER: tuple[Check[Any], ...] = (
@@ -49,8 +50,9 @@ ORDER: tuple[Check[Any], ...] = (
     storage.CHECK,
 )
 
-# The records by name, in report order: what the runner, the daemon, the config loader and
-# the metrics collector read (tests add or replace records here).
+# The records by name, in report order: what the runner, the daemon, the config loader, the
+# metrics collector, the node conditions and the summary view read (tests add or replace
+# records here).
 CHECKS: dict[str, Check[Any]] = {check.name: check for check in ORDER}
 
 
@@ -85,3 +87,20 @@ def active(names: Iterable[str]) -> frozenset[str]:
 def sections() -> dict[str, type[Any]]:
     """Each check's config section type, by check name (for `config.load_config`)."""
     return {c.name: c.section for c in CHECKS.values() if c.section is not None}
+
+
+def conditions() -> dict[str, tuple[str, ...]]:
+    """The default node conditions (`kubernetes.conditions`): each condition type that a
+    check's record names, in the order of its first check, and the checks that decide it, in
+    report order."""
+    groups: dict[str, tuple[str, ...]] = {}
+    for c in CHECKS.values():
+        if c.condition is not None:
+            groups[c.condition] = (*groups.get(c.condition, ()), c.name)
+    return groups
+
+
+def summary_keys() -> dict[str, DataKeys]:
+    """The facts the summary view keeps of each check's data, by check name
+    (`report_view.summary`)."""
+    return {c.name: c.summary_keys for c in CHECKS.values() if c.summary_keys is not None}

@@ -252,4 +252,9 @@ def _summary(strategy: str | None, data: SharingData, daemons: list[int]) -> str
     return text
 
 
-CHECK: Check[SharingData] = Check(NAME, run)
+CHECK: Check[SharingData] = Check(
+    NAME,
+    run,
+    condition="GPURuntimeReady",
+    summary_keys={"strategy": None, "resources": {"schedulable_units": None}},
+)

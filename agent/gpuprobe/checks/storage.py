@@ -18,11 +18,13 @@ import os
 import stat
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.record import Check
-from gpuprobe.config import Config, StorageConfig
+from gpuprobe.config import Config
+from gpuprobe.errors import ConfigError
 from gpuprobe.families import Family, mappings, number, text
 from gpuprobe.gpu.nvidia.device import gpu_count, open_gpus
 from gpuprobe.host import Host, default_node_name
@@ -82,7 +84,7 @@ class StorageData(TypedDict):
 
 def run(host: Host, config: Config) -> CheckResult:
     """Examine and measure every configured storage path."""
-    cfg = config.storage
+    cfg = config.section(NAME, StorageConfig)
     paths = list(dict.fromkeys(cfg.paths))  # a path given twice is measured once
     data: StorageData = {"paths": []}
     if not paths:
@@ -472,11 +474,61 @@ def families(data: StorageData) -> Iterator[Family]:
     yield family
 
 
+MIB = 1024 * 1024
+# O_DIRECT needs buffers, offsets and lengths aligned to the device's logical block size
+# (512 or 4096 bytes): multiples of 4096 fit every device.
+IO_ALIGNMENT = 4096
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """What the `storage` check measures, how hard, and what it holds the figures against."""
+
+    # Host paths (directories) whose throughput is measured; `--storage-path` adds to them.
+    paths: tuple[str, ...] = ()
+    # Bytes per read and write call (a multiple of 4096).
+    block_size_bytes: int = MIB
+    # Bytes of the test file, shared out among the jobs.
+    size_bytes: int = 1024 * MIB
+    # Threads writing (then reading) their own slice of the file at once.
+    jobs: int = 4
+    # Bound on the I/O of one run of the check, all paths together (write and read phases).
+    time_limit_seconds: float = 60.0
+    # Floors: a measured throughput below them is STORAGE_THROUGHPUT_LOW.
+    min_write_bytes_per_second: float | None = None
+    min_read_bytes_per_second: float | None = None
+    # Measure even while GPU processes are running (they would feel the load).
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        for path in self.paths:
+            if not path.startswith("/"):
+                raise ConfigError(f"paths: {path!r} is not an absolute host path")
+        bs = self.block_size_bytes
+        if bs <= 0 or bs % IO_ALIGNMENT or bs > 64 * MIB:
+            raise ConfigError(
+                f"block_size_bytes: {bs} is not a multiple of {IO_ALIGNMENT} up to 64 MiB"
+            )
+        if not 1 <= self.jobs <= 64:
+            raise ConfigError(f"jobs: {self.jobs} is not between 1 and 64")
+        if self.size_bytes < bs * self.jobs:
+            raise ConfigError(
+                f"size_bytes: {self.size_bytes} is less than one block per job ({bs} x {self.jobs})"
+            )
+        if self.time_limit_seconds <= 0:
+            raise ConfigError(f"time_limit_seconds: {self.time_limit_seconds} is not positive")
+        for key in ("min_write_bytes_per_second", "min_read_bytes_per_second"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{key}: {value} is not positive")
+
+
 CHECK: Check[StorageData] = Check(
     NAME,
     run,
     section=StorageConfig,
     active=True,
+    condition="GPUStorageReady",
     least_deadline=lambda config: LEAST_DEADLINE,
     metrics=families,
 )

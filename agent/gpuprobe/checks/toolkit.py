@@ -328,4 +328,19 @@ def _misconfigured(message: str, resource: str) -> Finding:
     )
 
 
-CHECK: Check[ToolkitData] = Check(NAME, run)
+CHECK: Check[ToolkitData] = Check(
+    NAME,
+    run,
+    condition="GPURuntimeReady",
+    summary_keys={
+        "gpus": None,
+        "toolkit_installed": None,
+        "toolkit_config": {"mode": None},
+        "engines": {
+            "flavor": None,
+            "default_runtime": None,
+            "in_use": None,
+            "runs_gpu_containers": None,
+        },
+    },
+)

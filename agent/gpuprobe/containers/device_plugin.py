@@ -41,6 +41,28 @@ RESOURCE_PREFIX = "nvidia.com/"
 SHARED_SUFFIX = ".shared"
 
 
+# The `device_plugin` check's name: its section of the config file holds these paths, which
+# the checks that read the plugin and the node's facts share.
+SECTION = "device_plugin"
+
+
+@dataclass(frozen=True)
+class DevicePluginPaths:
+    """Where the NVIDIA device plugin is seen from: its config file and its sockets (the
+    `device_plugin` check's section of the config file; the plugin's own configuration, read
+    from `config_file`, is `DevicePluginConfig`)."""
+
+    # The plugin's own config.yaml mounted into the agent (e.g. its ConfigMap); not a host path.
+    config_file: str | None = None
+    # The kubelet's device-plugins directory on the host.
+    socket_dir: str = "/var/lib/kubelet/device-plugins"
+
+
+def plugin_paths(config: Config) -> DevicePluginPaths:
+    """Where the device plugin is seen from, as the config file's `device_plugin` says."""
+    return config.section(SECTION, DevicePluginPaths)
+
+
 @dataclass(frozen=True)
 class SharedResource:
     """A resource the plugin advertises shared: each GPU counts `replicas` times.
@@ -122,9 +144,10 @@ def device_plugin_file(host: Host, config: Config) -> PluginConfigFile | None:
     """
     file = host.device_plugin_config
     if file is None:
-        if config.device_plugin.config_file is None:
+        path = plugin_paths(config).config_file
+        if path is None:
             return None
-        file = read_agent_file(config.device_plugin.config_file)
+        file = read_agent_file(path)
     return PluginConfigFile(file.path, _from_file(file))
 
 

@@ -1,7 +1,8 @@
 """A report's node conditions: one per group of checks, in the form `status.conditions` takes.
 
-Pure: `desired` turns a report into conditions; `to_write` compares them with the node's
-current ones and says which to send, keeping `lastTransitionTime` while a status holds.
+Pure: `groups` says which checks decide each condition, `desired` turns a report into
+conditions; `to_write` compares them with the node's current ones and says which to send,
+keeping `lastTransitionTime` while a status holds.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpuprobe.checks import registry
+from gpuprobe.config import KubernetesConfig
 from gpuprobe.report import CheckResult, Finding, NodeReport, Severity, Status, format_time
 
 # The API server's bound on a condition's message is larger; operators read it in
@@ -34,6 +37,13 @@ class Condition:
     status: str  # "True", "False" or "Unknown"
     reason: str
     message: str
+
+
+def groups(config: KubernetesConfig) -> Mapping[str, tuple[str, ...]]:
+    """Each condition type and the checks that decide it: `kubernetes.conditions` where the
+    configuration sets it, else the groups the checks' records name
+    (`gpuprobe.checks.registry.conditions`)."""
+    return config.conditions if config.conditions is not None else registry.conditions()
 
 
 def camel(code: str) -> str:

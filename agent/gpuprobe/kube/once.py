@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuprobe.config import KubernetesConfig
 from gpuprobe.kube.api import Access, KubeApi, KubeError
+from gpuprobe.kube.conditions import groups
 from gpuprobe.kube.publisher import NodePublisher, backoff
 from gpuprobe.kube.taints import TAINT_KEY
 from gpuprobe.report import NodeReport, now
@@ -64,7 +65,7 @@ def read_signals(access: Access, config: KubernetesConfig) -> list[NodeSignals]:
         nodes = api.list_nodes(config.taint.node_selector)
     finally:
         api.close()
-    return [signals(n, config.conditions) for n in nodes]
+    return [signals(n, groups(config)) for n in nodes]
 
 
 def signals(node: Mapping[str, Any], groups: Mapping[str, Sequence[str]]) -> NodeSignals:

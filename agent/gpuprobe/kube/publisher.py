@@ -92,13 +92,13 @@ class NodePublisher:
         self._taints = None
 
     def _remember(self, node: Mapping[str, Any]) -> None:
-        owned = set(self.config.conditions)
+        owned = set(conditions.groups(self.config))
         found = node.get("status", {}).get("conditions") or []
         self._conditions = [c for c in found if c.get("type") in owned]
         self._taints = list(node.get("spec", {}).get("taints") or [])
 
     def _publish_conditions(self, report: NodeReport, at: datetime) -> None:
-        wanted = conditions.desired(report, self.config.conditions)
+        wanted = conditions.desired(report, conditions.groups(self.config))
         if self._conditions is None:
             self._remember(self.api.get_node(self.node))
         assert self._conditions is not None

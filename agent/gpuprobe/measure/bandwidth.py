@@ -29,16 +29,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from gpuprobe import cleanup
-from gpuprobe.config import (
+from gpuprobe.config import BandwidthConfig
+from gpuprobe.host.fs import HostFS
+from gpuprobe.measure import perftest, tcp
+from gpuprobe.measure.perftest import (
     MAX_RDMA_BUFFER_BYTES,
     MAX_RDMA_MESSAGE_BYTES,
     MAX_RDMA_QUEUE_PAIRS,
-    BandwidthConfig,
     RdmaTestConfig,
     rdma_buffer_bytes,
 )
-from gpuprobe.host.fs import HostFS
-from gpuprobe.measure import perftest, tcp
 
 DEFAULT_SECONDS, MAX_SECONDS = 10.0, 120.0
 DEFAULT_SINK_SECONDS, MAX_SINK_SECONDS = 30.0, 180.0

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuprobe.errors import ConfigError
+
 MIB = 1024 * 1024
 DEFAULT_PORT = 18515
 LISTEN_WAIT = 0.5  # seconds a server side gets to open its device and listen
@@ -130,6 +132,50 @@ def failure_reason(text: str) -> str:
                 return f"ib_write_bw: {line.strip()}"
     last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "no output")
     return f"ib_write_bw printed no result ({last})"
+
+
+# Bounds on the RDMA test's parameters (an agent refuses a peer's request beyond them too).
+MAX_RDMA_MESSAGE_BYTES = 1024 * 1024 * 1024
+MAX_RDMA_QUEUE_PAIRS = 256
+# ib_write_bw registers a send and a receive buffer of the message size per queue pair
+# (perftest's alloc_ctx: size × 2 × queue pairs): bound what it pins too.
+MAX_RDMA_BUFFER_BYTES = 4 * 1024 * 1024 * 1024
+
+
+def rdma_buffer_bytes(message_bytes: int, queue_pairs: int) -> int:
+    """The memory ib_write_bw registers for a test: a send and a receive buffer per QP."""
+    return 2 * message_bytes * queue_pairs
+
+
+@dataclass(frozen=True)
+class RdmaTestConfig:
+    """How this agent's `ib_write_bw` runs in a mesh RDMA test."""
+
+    # Message size and queue pairs of the tests this agent sends (the peer's server takes
+    # them from the request, so both sides agree): perftest's -s and -q.
+    message_bytes: int = 8 * MIB
+    queue_pairs: int = 1
+    # This node's GID index (-x) for RoCE, on both sides of its tests; None: perftest's own
+    # choice. RoCEv2 fabrics need the index of the RoCEv2 GID of the routable address.
+    gid_index: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.message_bytes <= MAX_RDMA_MESSAGE_BYTES:
+            raise ConfigError(
+                f"message_bytes: {self.message_bytes} is not between 1 and {MAX_RDMA_MESSAGE_BYTES}"
+            )
+        if not 1 <= self.queue_pairs <= MAX_RDMA_QUEUE_PAIRS:
+            raise ConfigError(
+                f"queue_pairs: {self.queue_pairs} is not between 1 and {MAX_RDMA_QUEUE_PAIRS}"
+            )
+        pinned = rdma_buffer_bytes(self.message_bytes, self.queue_pairs)
+        if pinned > MAX_RDMA_BUFFER_BYTES:
+            raise ConfigError(
+                f"2 × message_bytes × queue_pairs (the buffers ib_write_bw registers): {pinned} "
+                f"is more than {MAX_RDMA_BUFFER_BYTES}"
+            )
+        if self.gid_index is not None and self.gid_index < 0:
+            raise ConfigError(f"gid_index: {self.gid_index} is negative")
 
 
 @dataclass(frozen=True)

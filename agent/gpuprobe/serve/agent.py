@@ -20,9 +20,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from gpuprobe import cleanup
-from gpuprobe.checks import lifecycle, xid
+from gpuprobe.checks import lifecycle, rdma, xid
 from gpuprobe.checks.registry import CHECKS, active, refuse_unknown_names
 from gpuprobe.checks.runner import CheckRunner, Ran
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile
 from gpuprobe.errors import UsageError
@@ -139,7 +140,7 @@ class Agent:
             host,
             self.store,
             peers,
-            config.rdma.test,
+            config.section(rdma.NAME, rdma.RdmaConfig).test,
             config.bandwidth,
             config.serve.bandwidth_threads,
         )
@@ -242,7 +243,9 @@ class Agent:
         self.host.nvml = relay  # the checks drain what the waiting thread received
         signals.add_source("nvml-events", nvml_source(relay))
         follower = KernelLogFollower(
-            self.host.fs, self.config.xid.kernel_logs, kmsg=self.config.xid.kmsg
+            self.host.fs,
+            xid_settings(self.config).kernel_logs,
+            kmsg=xid_settings(self.config).kmsg,
         )
         signals.add_source("kernel-log", kernel_log_source(follower, signals.stop_read))
         return signals

@@ -14,7 +14,7 @@ import grpc
 
 from gpuprobe import wire
 from gpuprobe.client import Client
-from gpuprobe.config import BandwidthConfig, RdmaTestConfig
+from gpuprobe.config import BandwidthConfig
 from gpuprobe.credentials import TokenFile
 from gpuprobe.gpu.nvidia.device import busy_gpus
 from gpuprobe.host import Host
@@ -29,6 +29,7 @@ from gpuprobe.measure.bandwidth import (
     Sink,
     SinkRequest,
 )
+from gpuprobe.measure.perftest import RdmaTestConfig
 from gpuprobe.measure.tcp import CpuUse
 from gpuprobe.serve.state import LinkResult, ReportStore
 from gpuprobe.v1 import diagnostics_pb2 as pb

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import grpc
 
 from gpuprobe import wire
+from gpuprobe.checks import registry
 from gpuprobe.checks.xid.clearing import NoSuchGpu
 from gpuprobe.checks.xid.state import StateError
 from gpuprobe.measure.bandwidth import BandwidthTests, Refused
@@ -82,7 +83,9 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self._report = report
         self._watched = (state.change, report)
         self._response = pb.GetReportResponse(report=report)
-        summary = wire.summary_to_proto(state.report, state.check_times)
+        summary = wire.summary_to_proto(
+            state.report, state.check_times, keep=registry.summary_keys()
+        )
         self._summary = pb.GetReportResponse(report=summary)
 
     # --- read-only -----------------------------------------------------------------------

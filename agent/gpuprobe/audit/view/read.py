@@ -39,6 +39,7 @@ from gpuprobe.audit.view.pods import (
 )
 from gpuprobe.config import KubernetesConfig
 from gpuprobe.kube.api import KubeError, selects
+from gpuprobe.kube.conditions import groups
 from gpuprobe.kube.once import NodeSignals, signals
 from gpuprobe.kube.reader import ClusterReader, Kind
 
@@ -257,7 +258,7 @@ def _nodes(reader: ClusterReader, facts: ClusterFacts) -> None:
         facts.nodes.append(digest(node))
         labels = (node.get("metadata") or {}).get("labels") or {}
         if config is not None and selects(config.taint.node_selector, labels):
-            facts.signals.append(signals(node, config.conditions))
+            facts.signals.append(signals(node, groups(config)))
 
 
 def _waiting(reader: ClusterReader, facts: ClusterFacts) -> None:

@@ -35,7 +35,8 @@ from gpuprobe.checks.xid.model import NAME, EventEntry, XidEntry
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import save_sticky, state_dir
 from gpuprobe.checks.xid.policy import explain
-from gpuprobe.config import Config, XidConfig
+from gpuprobe.checks.xid.settings import XidConfig
+from gpuprobe.config import Config
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.gpu.node_gpus import nvidia_driver_version
 from gpuprobe.host import Host
@@ -144,4 +145,6 @@ def metric_families(data: XidData) -> Iterator[Family]:
     yield xids
 
 
-CHECK: Check[XidData] = Check(NAME, run, section=XidConfig, metrics=metric_families)
+CHECK: Check[XidData] = Check(
+    NAME, run, section=XidConfig, metrics=metric_families, condition="GPUHardwareReady"
+)

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks.xid.model import Gpu
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.gpu import aer
 from gpuprobe.gpu.node_gpus import nvidia_pci_devices
@@ -99,7 +100,9 @@ def _rate(
 ) -> float | None:
     """Correctable errors per hour over the kept readings (None with fewer than two)."""
     readings = [
-        r for r in history.get(address, []) if stamp - r[0] <= config.xid.aer_window_seconds
+        r
+        for r in history.get(address, [])
+        if stamp - r[0] <= xid_settings(config).aer_window_seconds
     ]
     if not readings or readings[-1][0] < stamp:
         readings.append([stamp, float(total)])
@@ -137,7 +140,7 @@ def _findings(
                 where.resource,
             )
         )
-    limit = config.xid.aer_correctable_per_hour
+    limit = xid_settings(config).aer_correctable_per_hour
     if rate is not None and rate > limit:
         counts = device.counts["correctable"]
         named = ", ".join(f"{name} {n}" for name, n in sorted(counts.errors.items()))

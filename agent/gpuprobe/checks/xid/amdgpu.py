@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.amd.sysfs import AmdGpu
@@ -82,7 +83,10 @@ def read(
         if fault.count != count:
             grew = wall
         memory[fault.key] = (fault.count, grew)
-        active = cause.severity == "CRITICAL" or wall - grew <= config.xid.warning_window_seconds
+        active = (
+            cause.severity == "CRITICAL"
+            or wall - grew <= xid_settings(config).warning_window_seconds
+        )
         if active:
             findings.append(_finding(fault, cause))
         data.append(

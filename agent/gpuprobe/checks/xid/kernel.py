@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuprobe.checks.xid.model import MAX_TIMES, XIDLESS, Gpu, Seen, later
 from gpuprobe.checks.xid.recovery import reset_logged
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.kernel_sources import KernelLogRead, read_kernel_log
@@ -25,11 +26,12 @@ from gpuprobe.report import format_time
 def read_sources(host: Host, config: Config, now: datetime) -> KernelLogRead:
     """This boot's kernel log as `xid.kmsg`, `xid.kernel_logs` and
     `xid.kernel_log_max_bytes` say to read it."""
+    settings = xid_settings(config)
     return read_kernel_log(
         host,
-        kmsg=config.xid.kmsg,
-        paths=config.xid.kernel_logs,
-        max_bytes=config.xid.kernel_log_max_bytes,
+        kmsg=settings.kmsg,
+        paths=settings.kernel_logs,
+        max_bytes=settings.kernel_log_max_bytes,
         now=now,
     )
 

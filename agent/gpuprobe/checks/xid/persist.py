@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.model import Observation
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 
@@ -14,8 +15,8 @@ DEFAULT_STATE_DIR = "/var/lib/gpuprobe"
 def state_dir(host: Host, config: Config) -> str | None:
     """The state directory this host uses: the configured one, else the live default; None
     for a snapshot without one (its replay must not read this machine's state)."""
-    if config.xid.state_dir is not None:
-        return config.xid.state_dir
+    if xid_settings(config).state_dir is not None:
+        return xid_settings(config).state_dir
     return None if host.is_snapshot else DEFAULT_STATE_DIR
 
 

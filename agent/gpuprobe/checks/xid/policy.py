@@ -14,7 +14,8 @@ import dataclasses
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from gpuprobe.config import Config, XidPolicyRule
+from gpuprobe.checks.xid.settings import XidPolicyRule, xid_settings
+from gpuprobe.config import Config
 from gpuprobe.gpu.sxid_catalog import SxidInfo
 from gpuprobe.gpu.xid_catalog import BUCKET_VERDICTS, CATALOG, CATALOG_URL, XidInfo
 from gpuprobe.report import Action, Severity
@@ -35,7 +36,7 @@ class Override:
 
 def find(config: Config, kind: str, number: int, driver: str | None) -> Override | None:
     """The first rule covering `number` (of `kind`, `xid` or `sxid`) that holds for `driver`."""
-    for index, rule in enumerate(config.xid.policy):
+    for index, rule in enumerate(xid_settings(config).policy):
         if rule.kind == kind and number in rule.numbers() and rule.applies_to_driver(driver):
             return Override(index, rule)
     return None
@@ -91,7 +92,7 @@ def rule_data(override: Override) -> dict[str, Any]:
 def explain(config: Config, driver: str | None) -> dict[str, Any]:
     """The effective policy: every catalog XID with its built-in and effective verdict, the
     overrides in force for this driver, and those the driver version rules out."""
-    rules = [Override(i, r) for i, r in enumerate(config.xid.policy)]
+    rules = [Override(i, r) for i, r in enumerate(xid_settings(config).policy)]
     xids = []
     for xid, info in sorted(CATALOG.items()):
         override = find(config, "xid", xid, driver)

@@ -15,6 +15,7 @@ from typing import Any
 from gpuprobe.checks.xid.model import Seen, time_text
 from gpuprobe.checks.xid.policy import threshold_met
 from gpuprobe.checks.xid.recovery import recovered_by
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 
 
@@ -50,7 +51,7 @@ def judge(
             else:
                 sticky.pop(x.key, None)
         else:
-            recent = stamp - grew[x.key][1] <= config.xid.warning_window_seconds
+            recent = stamp - grew[x.key][1] <= xid_settings(config).warning_window_seconds
             x.active = not x.cleared and recent
 
 

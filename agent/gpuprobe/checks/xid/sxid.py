@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuprobe.checks.xid import policy
 from gpuprobe.checks.xid.model import Observation, later
+from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.checks.xid.sticky import covers
 from gpuprobe.config import Config
 from gpuprobe.gpu.kernel_log import SxidLine
@@ -135,7 +136,7 @@ def judge(
         if error.info.critical:
             error.active = not error.cleared
         else:
-            recent = stamp - grew[error.key][1] <= config.xid.warning_window_seconds
+            recent = stamp - grew[error.key][1] <= xid_settings(config).warning_window_seconds
             error.active = not error.cleared and recent
 
 
