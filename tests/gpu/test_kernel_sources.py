@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuprobe.checks import xid
+from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
 from gpuprobe.gpu.kernel_sources import (
     KernelLogRead,
@@ -26,7 +27,7 @@ BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 
 
 def read(host: Host, kmsg: bool = True) -> KernelLogRead:
-    settings = Config().xid
+    settings = XidConfig()
     return read_kernel_log(
         host,
         kmsg=kmsg,
