@@ -63,11 +63,11 @@ class DeviceUse:
     gpu: int
     uuid: str | None  # NVIDIA's GPU UUID; AMD's unique_id, else its PCI address
     mig: Partition | None = None
-    vendor: Vendor = "nvidia"
     grants: list[Grant] = field(default_factory=list)
     processes: list[ProcessOwner] | None = None  # None: NVML cannot list them
     utilization_percent: int | None = None
     samples: list[tuple[int, float]] | None = None  # (µs, percent); whole GPUs only
+    vendor: Vendor = "nvidia"
 
     @property
     def gpu_key(self) -> tuple[Vendor, int]:
@@ -154,7 +154,7 @@ def _uses(host: Host, gpu: GpuUse, directory: PodDirectory) -> list[DeviceUse]:
     uuid = gpu.uuid if vendor == "nvidia" else gpu.uuid or gpu.identity.pci_address
     whole = DeviceUse(gpu.resource, gpu.index, uuid, vendor=vendor)
     whole.utilization_percent, whole.samples = gpu.utilization_percent, gpu.samples
-    migs = [DeviceUse(m.resource, gpu.index, uuid, m, vendor) for m in gpu.partitions]
+    migs = [DeviceUse(m.resource, gpu.index, uuid, m, vendor=vendor) for m in gpu.partitions]
     if gpu.processes is None:
         return [whole, *migs]
     whole.processes = []
