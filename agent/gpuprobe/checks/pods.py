@@ -36,7 +36,7 @@ from gpuprobe.config import Config
 from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
 from gpuprobe.gpu import cuda, kernel_log
-from gpuprobe.gpu.nvidia.cuda_targets import read_cuda_targets, read_driver_cuda
+from gpuprobe.gpu.nvidia.cuda_targets import DriverCuda, read_cuda_targets, read_driver_cuda
 from gpuprobe.host import Host
 from gpuprobe.host.podstatus import ContainerStatus, PodStatusAnswer, State
 from gpuprobe.report import (
@@ -94,14 +94,6 @@ class NodeGpu:
         return gpu_resource(self.index, self.uuid)
 
 
-@dataclass
-class Driver:
-    """The driver's versions (None when NVML cannot tell)."""
-
-    version: str | None
-    cuda: str | None
-
-
 class PodLogs(TypedDict):
     """How much of the GPU pods' logs was read (`data.logs`)."""
 
@@ -129,7 +121,7 @@ class PodsData(TypedDict):
 
 def run(host: Host, config: Config) -> CheckResult:
     """Judge every GPU container's image CUDA and every GPU pod's log."""
-    driver, gpus = _driver(host), _gpus(host)
+    driver, gpus = read_driver_cuda(host), _gpus(host)
     held = _held(host, config)
     specs = oci.read_specs(host)
     judged: list[tuple[dict[str, Any], list[Finding]]] = []
@@ -193,7 +185,7 @@ def run(host: Host, config: Config) -> CheckResult:
 
 
 def _image_findings(
-    judged: list[tuple[dict[str, Any], list[Finding]]], driver: Driver
+    judged: list[tuple[dict[str, Any], list[Finding]]], driver: DriverCuda
 ) -> list[Finding]:
     """The image findings of the first MAX_NAMED containers that have any (in listing order),
     and one finding per code summing up the rest."""
@@ -235,11 +227,6 @@ def _by_pod(entry: dict[str, Any]) -> tuple[str, str, str, str]:
 
 
 # --- facts ---
-
-
-def _driver(host: Host) -> Driver:
-    facts = read_driver_cuda(host)
-    return Driver(facts.version, facts.cuda)
 
 
 def _gpus(host: Host) -> list[NodeGpu]:
@@ -320,7 +307,7 @@ def _visible_gpus(visible: str, gpus: list[NodeGpu]) -> set[int]:
 
 
 def _judge_image(
-    spec: oci.ContainerSpec, own: list[NodeGpu], driver: Driver
+    spec: oci.ContainerSpec, own: list[NodeGpu], driver: DriverCuda
 ) -> tuple[dict[str, Any], list[Finding]]:
     requirements = req.requirements(spec.env)
     image_cuda = _image_cuda(spec.env)
@@ -384,7 +371,7 @@ def _short(requirement: str) -> str:
 
 
 def _by_runtime(
-    requirements: list[str], own: list[NodeGpu], driver: Driver
+    requirements: list[str], own: list[NodeGpu], driver: DriverCuda
 ) -> tuple[str, req.Verdict | None]:
     """What the NVIDIA runtime decides: every requirement against every GPU given; and
     whether what it admits through a forward-compatibility clause can run (the verdict
@@ -415,7 +402,9 @@ def _by_runtime(
     return ("ok" if via_cuda else "forward-compatibility"), None
 
 
-def _by_table(spec: oci.ContainerSpec, image_cuda: str, own: list[NodeGpu], driver: Driver) -> str:
+def _by_table(
+    spec: oci.ContainerSpec, image_cuda: str, own: list[NodeGpu], driver: DriverCuda
+) -> str:
     """NVIDIA's compatibility rules, where the runtime checks nothing."""
     try:
         toolkit, version = cuda.parse_version(image_cuda), cuda.parse_version(driver.version or "")
@@ -438,7 +427,7 @@ def _by_table(spec: oci.ContainerSpec, image_cuda: str, own: list[NodeGpu], driv
 def _too_new(
     spec: oci.ContainerSpec,
     own: list[NodeGpu],
-    driver: Driver,
+    driver: DriverCuda,
     image_cuda: str,
     refusal: req.Verdict | None,
 ) -> list[Finding]:
@@ -469,7 +458,7 @@ def _too_new(
 def _compat_unsupported(
     spec: oci.ContainerSpec,
     own: list[NodeGpu],
-    driver: Driver,
+    driver: DriverCuda,
     image_cuda: str,
     admitted: req.Verdict,
 ) -> list[Finding]:
@@ -502,7 +491,7 @@ def _compat_unsupported(
     ]
 
 
-def _fix(image_cuda: str, driver: Driver) -> str:
+def _fix(image_cuda: str, driver: DriverCuda) -> str:
     parts = []
     try:
         release = cuda.release_for(cuda.parse_version(image_cuda))
