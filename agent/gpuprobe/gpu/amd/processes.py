@@ -3,8 +3,9 @@
 amdgpu lists no processes the way NVML does. A ROCm process opens the KFD (`/dev/kfd`, one
 for the whole node) and the DRM render node of each GPU it uses (`/dev/dri/renderD<minor>`;
 the GPU's `drm/renderD<minor>` in sysfs names which); a graphics process opens the render
-node alone. A descriptor's link names the device file it opened, so each process's links
-tell which GPUs it holds. A process that holds `/dev/kfd` and no render node is a GPU
+node alone (a display server's card node, `/dev/dri/card<N>`, is not counted: it drives a
+display, not work). A descriptor's link names the device file it opened, so each process's
+links tell which GPUs it holds. A process that holds `/dev/kfd` and no render node is a GPU
 process whose GPU the descriptors do not tell.
 
 Reading another process's descriptors needs the node's PID namespace and the right to
