@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuprobe.containers import cri_log
+from gpuprobe.host import live_host
 from gpuprobe.host.fs import HostFS
 
 POD = "var/log/pods/ml-team_trainer-0_7c1e0001-2d4b-4a8e-9f3c-000000000001/trainer"
@@ -101,3 +102,23 @@ def test_directories_that_are_no_pod_logs_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "var/log/pods/ns_pod_uid/c").mkdir(parents=True)  # no log file yet
     write(tmp_path, "notes.txt", "x")
     assert cri_log.list_logs(HostFS(tmp_path)) == []
+
+
+def test_the_named_pods_logs_come_first_then_restarted_containers_bounded(
+    tmp_path: Path,
+) -> None:
+    def container(pod: str, n: int, restarts: int) -> None:
+        base = tmp_path / f"var/log/pods/ml-team_{pod}_7c1e{n:04x}-2d4b-4a8e-9f3c-{n:012x}/main"
+        base.mkdir(parents=True)
+        for instance in range(restarts + 1):
+            (base / f"{instance}.log").write_text(f"2026-11-29T20:10:00Z stdout F {pod}\n")
+
+    container("gpu-pod", 1, 0)
+    container("crashy", 2, 3)
+    container("flaky", 3, 1)
+    container("quiet", 4, 0)
+    host = live_host(str(tmp_path))
+    logs, unread = cri_log.read_pod_logs(host, {("ml-team", "gpu-pod")}, 2)
+    assert [(log.pod, log.restarts) for log in logs] == [("gpu-pod", 0), ("crashy", 3)]
+    assert unread == 1  # flaky; quiet is neither a GPU pod's nor restarted
+    assert [line.text for line in logs[1].lines] == ["crashy"] * 4  # every instance

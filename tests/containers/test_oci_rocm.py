@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from gpuprobe.containers import oci
-from gpuprobe.host.fs import HostFS
+from gpuprobe.host import live_host
 
 ID = "7c" * 32
 
@@ -40,7 +40,7 @@ def test_a_container_given_dev_kfd_runs_rocm(tmp_path: Path) -> None:
             {"path": "/dev/dri/renderD128", "type": "c", "major": 226, "minor": 128},
         ],
     )
-    [spec] = oci.read_specs(HostFS(tmp_path))
+    [spec] = oci.read_specs(live_host(str(tmp_path)))
     assert spec.rocm_devices is True
     assert spec.pod is not None and (spec.pod.namespace, spec.pod.pod) == (
         "ml-team",
@@ -51,5 +51,5 @@ def test_a_container_given_dev_kfd_runs_rocm(tmp_path: Path) -> None:
 
 def test_a_container_without_dev_kfd_does_not(tmp_path: Path) -> None:
     write_spec(tmp_path, [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}])
-    [spec] = oci.read_specs(HostFS(tmp_path))
+    [spec] = oci.read_specs(live_host(str(tmp_path)))
     assert spec.rocm_devices is False

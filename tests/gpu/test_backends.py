@@ -123,7 +123,7 @@ def test_amds_backend_reads_the_mi300x_node_from_amdgpus_sysfs_files() -> None:
     assert backend.gpus() == identities
     assert backend.gpus()[1].resource == f"gpu:1:{mi300x_unique_id(1)}"
     uses = backend.uses()
-    assert uses[0] == GpuUse(identities[0], minor=128, utilization_percent=100)
+    assert uses[0] == GpuUse(identities[0], minor=128, utilization_percent=100, processes=[])
     assert [u.minor for u in uses] == list(range(128, 192, 8))
 
 
@@ -134,7 +134,7 @@ def test_amds_backend_without_amdgpu_names_the_gpus_by_their_pci_address() -> No
     gpus = backend.gpus()
     assert [(g.uuid, g.pci_address) for g in gpus] == [(None, a) for a in MI300X_ADDRESSES]
     assert gpus[0].resource == "gpu:0:0000:0c:00.0"
-    assert [(u.minor, u.utilization_percent) for u in backend.uses()] == [(None, None)] * 8
+    assert backend.uses() == []  # without the driver no workload can be given one
 
 
 def troubled(backend: GpuBackend) -> list[GpuHealth]:

@@ -2929,7 +2929,49 @@ def amd_variants() -> list[Node]:
         links = [f"{0 if i == own else (0 if i == peer else 1):02x} " for i in range(8)]
         node.file(f"/sys/bus/pci/devices/{MI300X_PCI[own]}/xgmi_num_links", "".join(links) + "\n")
     nodes.append(node)
+    nodes.append(amd_workloads_node())
     return nodes
+
+
+def open_files(node: Node, pid: int, targets: list[str]) -> Node:
+    """A process's file descriptors (`/proc/<pid>/fd/<n>`, links to what each opened)."""
+    for fd, target in enumerate(targets):
+        node.symlink(f"/proc/{pid}/fd/{fd}", target)
+    return node
+
+
+def amd_workloads_node() -> Node:
+    """MI300X GPUs held by pods through the AMD GPU device plugin (device IDs are the GPUs'
+    PCI addresses): a training pod on GPUs 0 and 1 with its ROCm process (the KFD and both
+    render nodes open), a notebook holding GPU 2 idle, a privileged debug pod given no GPU
+    that runs on GPU 3, and a host process holding the KFD alone."""
+    node = mi300x_node("synthetic-amd-k8s-workloads")
+    node.file("/var/lib/kubelet/device-plugins/kubelet.sock")
+    node.file("/var/lib/kubelet/device-plugins/amd.com_gpu")
+    for i, busy in enumerate((100, 100, 0, 37, 0, 0, 0, 0)):
+        node.file(f"/sys/bus/pci/devices/{MI300X_PCI[i]}/gpu_busy_percent", f"{busy}\n")
+    stdio = ["/dev/null", "pipe:[48210]", "pipe:[48210]"]
+    open_files(node, 1, ["/dev/null", "/dev/null", "/dev/null", "socket:[20113]"])
+    open_files(node, 61001, [*stdio, KFD, "/dev/dri/renderD128", "/dev/dri/renderD136"])
+    open_files(node, 63001, [*stdio, KFD, "/dev/dri/renderD152", "socket:[51877]"])
+    open_files(node, 7001, [*stdio, KFD])
+    node.file("/proc/7001/cgroup", "0::/user.slice/user-1000.slice/session-4.scope\n")
+    pods = [
+        Pod(
+            "ml-team",
+            "llama-rocm-train-0",
+            61,
+            "trainer",
+            [("amd.com/gpu", MI300X_PCI[0:2])],
+            pids=(61001,),
+        ),
+        Pod("research", "notebook-dana", 62, "jupyter", [("amd.com/gpu", [MI300X_PCI[2]])]),
+        Pod("research", "debug-shell-eve", 63, "shell", pids=(63001,)),
+    ]
+    return on_kubelet(node, pods, [("amd.com/gpu", MI300X_PCI)])
+
+
+KFD = "/dev/kfd"
 
 
 KUBELET_CONFIG = "/var/lib/kubelet/config.yaml"

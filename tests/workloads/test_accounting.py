@@ -13,12 +13,12 @@ import pytest
 from conftest import snapshot
 from gpuprobe.checks import workloads
 from gpuprobe.config import Config
+from gpuprobe.gpu.backend import Partition
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import PodRef
 from gpuprobe.workloads.accounting import account, new_ledger
 from gpuprobe.workloads.allocations import Grant
 from gpuprobe.workloads.attribution import DeviceUse
-from gpuprobe.workloads.inventory import MigDev
 from helpers import FakeClock, config
 
 UUID = "GPU-5f1c{:04x}-8e2b-4c1d-9a7e-{:012x}"
@@ -110,7 +110,7 @@ def test_an_unknown_allocation_counts_nothing() -> None:
 def test_a_mig_device_whose_processes_are_unknown_counts_no_idle() -> None:
     uuid = UUID.format(0, 0)
     mig_uuid = "MIG-0c6f8a1e-7b2d-5e3f-9a4c-1d2e3f4a5b6c"
-    mig = MigDev(0, 0, 1, 0, mig_uuid, "NVIDIA H100 80GB HBM3 MIG 1g.10gb")
+    mig = Partition(0, 0, 1, 0, mig_uuid, "NVIDIA H100 80GB HBM3 MIG 1g.10gb")
     grant = Grant(PodRef("ml-team", "eval-0", "eval"), "nvidia.com/mig-1g.10gb", mig_uuid, "x")
     devices = [
         DeviceUse(f"gpu:0:{uuid}", 0, uuid, processes=None),

@@ -29,8 +29,9 @@ from gpuprobe.containers.device_plugin import (
     device_plugin_config,
     plugin_paths,
 )
-from gpuprobe.gpu.amd.sysfs import amd_gpu_addresses
-from gpuprobe.gpu.nvidia.device import Device, gpu_count
+from gpuprobe.containers.plugin_sockets import has_plugin_dir, has_socket, plugin_sockets
+from gpuprobe.gpu.amd.inventory import amd_gpu_count
+from gpuprobe.gpu.nvidia.inventory import any_mig_enabled
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -73,32 +74,22 @@ class DevicePluginData(TypedDict):
 def run(host: Host, config: Config) -> CheckResult:
     """Find the plugin's sockets and hold them against the GPUs and the plugin's configuration."""
     socket_dir = plugin_paths(config).socket_dir.rstrip("/") or "/"
-    kubernetes = host.fs.is_dir(socket_dir)
+    kubernetes = has_plugin_dir(host, socket_dir)
     gpus = nvidia_gpu_count(host)
-    sockets = [
-        name
-        for name in host.fs.listdir(socket_dir)
-        if name.startswith(SOCKET_PREFIX)
-        and name.endswith(SOCKET_SUFFIX)
-        and host.fs.is_socket(f"{socket_dir}/{name}")
-    ]
+    sockets = plugin_sockets(host, socket_dir, SOCKET_PREFIX, SOCKET_SUFFIX)
     data: DevicePluginData = {
         "kubernetes_node": kubernetes,
         "socket_dir": socket_dir,
-        "kubelet_socket": host.fs.is_socket(f"{socket_dir}/{KUBELET_SOCKET}"),
+        "kubelet_socket": has_socket(host, socket_dir, KUBELET_SOCKET),
         "plugin_sockets": sockets,
         "resources": [resource_of(s) for s in sockets],
         "gpus": gpus,
         "config": None,
         "expected_resources": None,
     }
-    amd_gpus = len(amd_gpu_addresses(host.fs))
+    amd_gpus = amd_gpu_count(host)
     if amd_gpus:
-        amd_sockets = [
-            name
-            for name in host.fs.listdir(socket_dir)
-            if name.startswith(AMD_SOCKET_PREFIX) and host.fs.is_socket(f"{socket_dir}/{name}")
-        ]
+        amd_sockets = plugin_sockets(host, socket_dir, AMD_SOCKET_PREFIX)
         data["amd_gpus"] = amd_gpus
         data["amd_plugin_sockets"] = amd_sockets
         data["amd_resources"] = [
@@ -191,15 +182,6 @@ def _not_registered(socket_dir: str, kubelet_socket: bool) -> Finding:
     )
 
 
-def _mig_enabled(host: Host) -> bool | None:
-    """Whether any GPU has MIG on now; None when NVML cannot tell."""
-    count = gpu_count(host.nvml)
-    if count is None:
-        return None
-    modes = [Device(host.nvml, i).get("nvmlDeviceGetMigMode") for i in range(count)]
-    return any(isinstance(m, list) and m[:1] == [1] for m in modes)
-
-
 def _expected_resources(host: Host, plugin: DevicePluginConfig) -> list[str] | None:
     """The full-GPU resource the plugin should advertise; None when the MIG layout decides.
 
@@ -207,7 +189,7 @@ def _expected_resources(host: Host, plugin: DevicePluginConfig) -> list[str] | N
     the `mig` check judges; otherwise the plugin advertises `nvidia.com/gpu`, renamed when
     its sharing says so.
     """
-    if plugin.mig_strategy == "mixed" and _mig_enabled(host) is not False:
+    if plugin.mig_strategy == "mixed" and any_mig_enabled(host) is not False:
         return None
     base = RESOURCE_PREFIX + "gpu"
     shared = next((r for r in plugin.shared if r.name == base), None)

@@ -23,7 +23,6 @@ the known GPU failure signatures in their logs.
 
 from __future__ import annotations
 
-import contextlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -39,10 +38,8 @@ from gpuprobe.config import Config
 from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
 from gpuprobe.gpu import cuda, kernel_log
-from gpuprobe.gpu.nvidia.device import Device, gpu_count, text
-from gpuprobe.gpu.nvidia.health import as_int, current_pending
+from gpuprobe.gpu.nvidia.cuda_targets import DriverCuda, read_cuda_targets, read_driver_cuda
 from gpuprobe.host import Host
-from gpuprobe.host.nvml import NvmlError
 from gpuprobe.host.podstatus import ContainerStatus, PodStatusAnswer, State
 from gpuprobe.report import (
     Action,
@@ -54,7 +51,6 @@ from gpuprobe.report import (
     parse_time,
 )
 from gpuprobe.workloads.attribution import attribute
-from gpuprobe.workloads.inventory import mig_devices
 
 NAME = "pods"
 NO_DEVICES = frozenset({"", "void", "none"})
@@ -100,14 +96,6 @@ class NodeGpu:
         return gpu_resource(self.index, self.uuid)
 
 
-@dataclass
-class Driver:
-    """The driver's versions (None when NVML cannot tell)."""
-
-    version: str | None
-    cuda: str | None
-
-
 class PodLogs(TypedDict):
     """How much of the GPU pods' logs was read (`data.logs`)."""
 
@@ -135,9 +123,9 @@ class PodsData(TypedDict):
 
 def run(host: Host, config: Config) -> CheckResult:
     """Judge every GPU container's image CUDA and every GPU pod's log."""
-    driver, gpus = _driver(host), _gpus(host)
+    driver, gpus = read_driver_cuda(host), _gpus(host)
     held = _held(host, config)
-    specs = oci.read_specs(host.fs)
+    specs = oci.read_specs(host)
     judged: list[tuple[dict[str, Any], list[Finding]]] = []
     gpu_pods: set[tuple[str, str]] = {(p.namespace, p.pod) for p in held}
     for spec in specs:
@@ -153,7 +141,8 @@ def run(host: Host, config: Config) -> CheckResult:
     containers = [entry for entry, _ in judged]
     findings = _image_findings(judged, driver)
     unreadable = [{"path": s.path, "problem": s.problem} for s in specs if s.problem]
-    logs, unread = _read_logs(host, gpu_pods)
+    # GPU pods' logs first, then restarted containers' (most restarts first).
+    logs, unread = cri_log.read_pod_logs(host, gpu_pods, MAX_LOGS)
     owners = _Owners(
         gpu_pods,
         {g.index: g for g in gpus},
@@ -198,7 +187,7 @@ def run(host: Host, config: Config) -> CheckResult:
 
 
 def _image_findings(
-    judged: list[tuple[dict[str, Any], list[Finding]]], driver: Driver
+    judged: list[tuple[dict[str, Any], list[Finding]]], driver: DriverCuda
 ) -> list[Finding]:
     """The image findings of the first MAX_NAMED containers that have any (in listing order),
     and one finding per code summing up the rest."""
@@ -242,59 +231,33 @@ def _by_pod(entry: dict[str, Any]) -> tuple[str, str, str, str]:
 # --- facts ---
 
 
-def _driver(host: Host) -> Driver:
-    if host.nvml.init_error is not None:
-        return Driver(None, None)
-    version = cuda_text = None
-    with contextlib.suppress(NvmlError):
-        version = text(host.nvml.call("nvmlSystemGetDriverVersion"))
-    for fn in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
-        try:
-            encoded = as_int(host.nvml.call(fn))
-        except NvmlError:
-            continue
-        if encoded:
-            cuda_text = cuda.cuda_version_text(encoded)
-            break
-    return Driver(version, cuda_text)
-
-
 def _gpus(host: Host) -> list[NodeGpu]:
-    found = []
-    for index in range(gpu_count(host.nvml) or 0):
-        device = Device(host.nvml, index)
-        brand = as_int(device.get("nvmlDeviceGetBrand"))
-        capability = device.get("nvmlDeviceGetCudaComputeCapability")
-        arch = None
-        if isinstance(capability, list | tuple) and len(capability) == 2:
-            arch = f"{capability[0]}.{capability[1]}"
-        pci = device.get("nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo")
-        bus = text(pci.get("busId")) if isinstance(pci, dict) else None
-        mode = current_pending(device.get("nvmlDeviceGetMigMode"))
-        migs = mig_devices(host.nvml, device) if mode and mode[0] == 1 else []
-        found.append(
-            NodeGpu(
-                index,
-                text(device.get("nvmlDeviceGetUUID")),
-                as_int(device.get("nvmlDeviceGetMinorNumber")),
-                req.BRANDS.get(brand) if brand is not None else None,
-                arch,
-                kernel_log.pci_prefix(bus) if bus else None,
-                {m.uuid: index for m in migs if m.uuid},
-                text(device.get("nvmlDeviceGetName")),
-            )
+    return [
+        NodeGpu(
+            gpu.index,
+            gpu.uuid,
+            gpu.minor,
+            req.BRANDS.get(gpu.brand) if gpu.brand is not None else None,
+            gpu.capability,
+            kernel_log.pci_prefix(gpu.bus_id) if gpu.bus_id else None,
+            dict.fromkeys(gpu.mig_uuids, gpu.index),
+            gpu.name,
         )
-    return found
+        for gpu in read_cuda_targets(host)
+    ]
 
 
 def _held(host: Host, config: Config) -> dict[PodRef, set[int]]:
-    """The GPU indices the kubelet gave each container (empty without a kubelet)."""
+    """The NVIDIA GPU indices the kubelet gave each container (empty without a kubelet):
+    an image's CUDA is held against NVIDIA's GPUs only."""
     settings = config.section(WORKLOADS, WorkloadsConfig)
     answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
     if answer.list is None:
         return {}
     held: dict[PodRef, set[int]] = defaultdict(set)
     for use in attribute(host, answer).devices:
+        if use.vendor != "nvidia":
+            continue
         for grant in use.grants:
             held[grant.pod].add(use.gpu)
     return dict(held)
@@ -346,7 +309,7 @@ def _visible_gpus(visible: str, gpus: list[NodeGpu]) -> set[int]:
 
 
 def _judge_image(
-    spec: oci.ContainerSpec, own: list[NodeGpu], driver: Driver
+    spec: oci.ContainerSpec, own: list[NodeGpu], driver: DriverCuda
 ) -> tuple[dict[str, Any], list[Finding]]:
     requirements = req.requirements(spec.env)
     image_cuda = _image_cuda(spec.env)
@@ -410,7 +373,7 @@ def _short(requirement: str) -> str:
 
 
 def _by_runtime(
-    requirements: list[str], own: list[NodeGpu], driver: Driver
+    requirements: list[str], own: list[NodeGpu], driver: DriverCuda
 ) -> tuple[str, req.Verdict | None]:
     """What the NVIDIA runtime decides: every requirement against every GPU given; and
     whether what it admits through a forward-compatibility clause can run (the verdict
@@ -441,7 +404,9 @@ def _by_runtime(
     return ("ok" if via_cuda else "forward-compatibility"), None
 
 
-def _by_table(spec: oci.ContainerSpec, image_cuda: str, own: list[NodeGpu], driver: Driver) -> str:
+def _by_table(
+    spec: oci.ContainerSpec, image_cuda: str, own: list[NodeGpu], driver: DriverCuda
+) -> str:
     """NVIDIA's compatibility rules, where the runtime checks nothing."""
     try:
         toolkit, version = cuda.parse_version(image_cuda), cuda.parse_version(driver.version or "")
@@ -464,7 +429,7 @@ def _by_table(spec: oci.ContainerSpec, image_cuda: str, own: list[NodeGpu], driv
 def _too_new(
     spec: oci.ContainerSpec,
     own: list[NodeGpu],
-    driver: Driver,
+    driver: DriverCuda,
     image_cuda: str,
     refusal: req.Verdict | None,
 ) -> list[Finding]:
@@ -495,7 +460,7 @@ def _too_new(
 def _compat_unsupported(
     spec: oci.ContainerSpec,
     own: list[NodeGpu],
-    driver: Driver,
+    driver: DriverCuda,
     image_cuda: str,
     admitted: req.Verdict,
 ) -> list[Finding]:
@@ -528,7 +493,7 @@ def _compat_unsupported(
     ]
 
 
-def _fix(image_cuda: str, driver: Driver) -> str:
+def _fix(image_cuda: str, driver: DriverCuda) -> str:
     parts = []
     try:
         release = cuda.release_for(cuda.parse_version(image_cuda))
@@ -548,21 +513,6 @@ def _fix(image_cuda: str, driver: Driver) -> str:
 
 
 # --- pod logs ---
-
-
-def _read_logs(
-    host: Host, gpu_pods: set[tuple[str, str]]
-) -> tuple[list[cri_log.ContainerLog], int]:
-    """The tails of the logs of GPU pods' containers, then of restarted containers (most
-    restarts first), at most MAX_LOGS of them; and how many were left unread."""
-    chosen = [
-        log
-        for log in cri_log.list_logs(host.fs)
-        if (log.namespace, log.pod) in gpu_pods or log.restarts > 0
-    ]
-    chosen.sort(key=lambda log: ((log.namespace, log.pod) not in gpu_pods, -log.restarts))
-    logs = [cri_log.read_tail(host.fs, log) for log in chosen[:MAX_LOGS]]
-    return logs, max(0, len(chosen) - MAX_LOGS)
 
 
 @dataclass

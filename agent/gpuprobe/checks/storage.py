@@ -26,9 +26,10 @@ from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
 from gpuprobe.families import Family, mappings, number, text
-from gpuprobe.gpu.nvidia.device import gpu_count, open_gpus
+from gpuprobe.gpu.nvidia.inventory import gpus_in_use
 from gpuprobe.host import Host, default_node_name
 from gpuprobe.measure import mounts, testfile
+from gpuprobe.measure.hostpath import host_root, local_path
 from gpuprobe.measure.throughput import MeasureError, Plan, Throughput, measure
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
@@ -91,7 +92,7 @@ def run(host: Host, config: Config) -> CheckResult:
         return CheckResult(
             NAME, "no storage path configured (storage.paths, --storage-path)", data=data
         )
-    busy = gpus_with_processes(host)
+    busy = gpus_in_use(host)
     data["gpus_with_processes"] = sorted(busy)
     data["forced"] = cfg.force
     blocked = None
@@ -111,19 +112,6 @@ def run(host: Host, config: Config) -> CheckResult:
         data["paths"].append(probe.entry)
         probes.append(probe)
     return CheckResult(NAME, "; ".join(p.brief() for p in probes), findings, data)
-
-
-def gpus_with_processes(host: Host) -> dict[int, int]:
-    """How many compute processes each busy GPU runs, as NVML tells (none without NVML)."""
-    count = gpu_count(host.nvml)
-    busy = {}
-    for device in open_gpus(host.nvml, count or 0):
-        processes = device.get(
-            "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses"
-        )
-        if isinstance(processes, list) and processes:
-            busy[device.index] = len(processes)
-    return busy
 
 
 class _PathProbe:
@@ -205,7 +193,7 @@ class _PathProbe:
     def _locate(self) -> Path | None:
         """Where the path is on this machine; None (said so in `entry`) when not here."""
         if not self.host.is_snapshot:
-            return self.host.fs.real_path(self.path)
+            return local_path(self.host, self.path)
         # Active measurements are not replayed: a snapshot's path is measured live, here.
         local = Path(self.path)
         if not local.is_dir():
@@ -290,7 +278,7 @@ class _PathProbe:
 
     def _outside_root(self, local: Path) -> Finding | None:
         """Under `--root`, a path whose links lead out of the host's tree is not the host's."""
-        root = os.path.realpath(self.host.fs.root)
+        root = os.path.realpath(host_root(self.host))
         resolved = os.path.realpath(local)
         if (
             self.host.is_snapshot
@@ -302,7 +290,7 @@ class _PathProbe:
         return self._unavailable(
             Severity.WARNING,
             f"storage path {self.path} is a link that leads out of the host's root "
-            f"{self.host.fs.root} (to {resolved}): not measured. Configure the link's target",
+            f"{host_root(self.host)} (to {resolved}): not measured. Configure the link's target",
             Action.FIX_CONFIG,
         )
 
@@ -332,7 +320,7 @@ class _PathProbe:
         """A mount point as a host path (None when it lies outside `--root`)."""
         if self.host.is_snapshot:
             return point
-        root = str(self.host.fs.root).rstrip("/")
+        root = str(host_root(self.host)).rstrip("/")
         if not root:
             return point
         if point == root:

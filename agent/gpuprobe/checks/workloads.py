@@ -2,10 +2,14 @@
 
 Asks the kubelet's PodResources API which pods and containers hold each GPU and MIG device
 (device plugin and DRA), and ties each GPU process to its pod through its cgroup (see
-`gpuprobe.workloads`). Judges:
+`gpuprobe.workloads`). AMD GPUs are attributed alike: the AMD device plugin's `amd.com/gpu`
+grants name them by PCI address, and their processes are those holding their render nodes
+(`gpuprobe.gpu.amd.inventory`); a process that holds AMD's KFD and no render node is listed
+node-wide (`data.kfd_only_processes`), on no GPU. Judges:
 
 - GPU_USED_WITHOUT_ALLOCATION: a process of a pod that holds neither the device nor its GPU
-  runs on it (a container given every GPU by NVIDIA_VISIBLE_DEVICES=all, a privileged pod);
+  runs on it (a container given every GPU by NVIDIA_VISIBLE_DEVICES=all, a privileged pod,
+  a host `/dev/dri` mounted into a pod);
 - GPU_ALLOCATED_IDLE: a device held by a pod has had no process and utilization at or below
   `workloads.idle_utilization_percent` for longer than `workloads.idle_window_seconds` (the
   check remembers since when in `host.memory`, so only the daemon raises it);
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
@@ -43,11 +47,10 @@ from gpuprobe.workloads.accounting import (
 )
 from gpuprobe.workloads.allocations import Grant
 from gpuprobe.workloads.attribution import Attribution, DeviceUse, attribute
+from gpuprobe.workloads.kubelet import has_kubelet_dir, has_podresources_dir
 from gpuprobe.workloads.usage import node_usage
 
 NAME = "workloads"
-# The kubelet creates this directory on every node it runs on (the socket lives inside).
-KUBELET_PODRESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 
 
 class WorkloadsData(TypedDict):
@@ -58,6 +61,8 @@ class WorkloadsData(TypedDict):
     unresolved: list[dict[str, Any]]  # grants that name no device NVML lists
     accounting: dict[str, Any]  # the daemon's allocated / idle / unallocated GPU-seconds
     usage: dict[str, Any]  # the node's digest of devices and accounting (workloads.usage)
+    # With AMD GPUs: the processes holding the KFD and no GPU's render node (GPU unknown).
+    kfd_only_processes: NotRequired[list[dict[str, Any]]]
 
 
 def run(host: Host, config: Config) -> CheckResult:
@@ -66,7 +71,7 @@ def run(host: Host, config: Config) -> CheckResult:
     answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
     expected = settings.expect_kubelet
     if expected is None:
-        expected = host.fs.is_dir(KUBELET_PODRESOURCES_DIR)
+        expected = has_podresources_dir(host)
     attribution = attribute(host, answer)
     known = answer.list is not None or (answer.absent and not expected)
     devices = [d.to_dict() for d in attribution.devices]
@@ -78,6 +83,8 @@ def run(host: Host, config: Config) -> CheckResult:
         "accounting": accounting,
         "usage": node_usage(devices, accounting),
     }
+    if attribution.kfd_only is not None:
+        data["kfd_only_processes"] = [p.to_dict() for p in attribution.kfd_only]
     if answer.absent and not expected:
         return CheckResult(NAME, _no_kubelet_summary(host, settings), [], data)
     if answer.list is None:
@@ -97,9 +104,10 @@ def _account(
         ledger = load_ledger(settings.state_dir) if settings.state_dir else new_ledger()
         memory["ledger"] = ledger
     if known:
-        account(
-            ledger, attribution.devices, host.clock.monotonic(), settings.idle_utilization_percent
-        )
+        # NVIDIA's GPUs only, for now: AMD GPUs' GPU-seconds would add their series to the
+        # metrics page, a change of its own (docs/checks.md, check `workloads`).
+        counted = [d for d in attribution.devices if d.vendor == "nvidia"]
+        account(ledger, counted, host.clock.monotonic(), settings.idle_utilization_percent)
     else:
         ledger.last_round = None  # an unknown stretch is not counted
     facts: dict[str, Any] = {
@@ -114,7 +122,7 @@ def _account(
 
 
 def _no_kubelet_summary(host: Host, settings: WorkloadsConfig) -> str:
-    if host.fs.is_dir("/var/lib/kubelet"):
+    if has_kubelet_dir(host):
         return (
             f"no kubelet PodResources socket at {settings.socket}: GPU holders are not "
             "attributed on this node"
@@ -176,7 +184,7 @@ def _unallocated_use(attribution: Attribution) -> list[Finding]:
     for gpu in attribution.devices:
         if gpu.mig is not None or gpu.processes is None:
             continue  # MIG devices' processes are on their GPU's list too: judged once, here
-        migs = [d for d in attribution.devices if d.mig is not None and d.gpu == gpu.gpu]
+        migs = [d for d in attribution.devices if d.mig is not None and d.gpu_key == gpu.gpu_key]
         for owner in gpu.processes:
             if owner.pod is None:
                 continue  # a host process, or a pod the log directories do not name
@@ -204,7 +212,7 @@ def _used_without(where: DeviceUse, pid: int, pod: PodRef) -> Finding:
         Severity.WARNING,
         f"{_name(where)} runs process {pid} of pod {pod}, which the kubelet did not give this "
         f"device ({given}): a container sees GPUs it was not given "
-        "(NVIDIA_VISIBLE_DEVICES=all, a privileged pod) and takes them from the scheduler",
+        f"({WAYS_IN[where.vendor]}) and takes them from the scheduler",
         Action.FIX_CONFIG,
         where.resource,
         (pod,),
@@ -257,6 +265,13 @@ def _idle_finding(device: DeviceUse, idle: float, settings: WorkloadsConfig) -> 
     )
 
 
+# How a container comes to see GPUs it was not given, by vendor.
+WAYS_IN = {
+    "nvidia": "NVIDIA_VISIBLE_DEVICES=all, a privileged pod",
+    "amd": "a privileged pod, the host's /dev/dri mounted into it",
+}
+
+
 def _name(device: DeviceUse) -> str:
     gpu = f"GPU {device.gpu}" + (f" ({device.uuid})" if device.uuid else "")
     if device.mig is None:
@@ -287,8 +302,8 @@ def _summary(attribution: Attribution) -> str:
 
 def _allocatable_units(devices: list[DeviceUse]) -> list[DeviceUse]:
     """What the kubelet hands out: MIG devices of MIG-enabled GPUs, else whole GPUs."""
-    with_migs = {d.gpu for d in devices if d.mig is not None}
-    return [d for d in devices if d.mig is not None or d.gpu not in with_migs or d.grants]
+    with_migs = {d.gpu_key for d in devices if d.mig is not None}
+    return [d for d in devices if d.mig is not None or d.gpu_key not in with_migs or d.grants]
 
 
 def metric_families(data: WorkloadsData) -> Iterator[Family]:

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
 
 POD_LOG_DIR = "/var/log/pods"
@@ -93,6 +94,20 @@ def list_logs(fs: HostFS) -> list[LogDir]:
             restarts = max(instances, default=0)
             found.append(LogDir(namespace, pod, uid, container, path, restarts, tuple(order)))
     return found
+
+
+def read_pod_logs(
+    host: Host, first: set[tuple[str, str]], max_logs: int
+) -> tuple[list[ContainerLog], int]:
+    """The tails of the logs of the pods `first` names (namespace, pod), then of restarted
+    containers (most restarts first), at most `max_logs` of them; and how many were left
+    unread."""
+    chosen = [
+        log for log in list_logs(host.fs) if (log.namespace, log.pod) in first or log.restarts > 0
+    ]
+    chosen.sort(key=lambda log: ((log.namespace, log.pod) not in first, -log.restarts))
+    logs = [read_tail(host.fs, log) for log in chosen[:max_logs]]
+    return logs, max(0, len(chosen) - max_logs)
 
 
 def _newest_first(names: list[str]) -> list[str]:

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.report import PodRef
 
@@ -99,8 +100,9 @@ class ContainerSpec:
     problem: str | None = None
 
 
-def read_specs(fs: HostFS) -> list[ContainerSpec]:
+def read_specs(host: Host) -> list[ContainerSpec]:
     """Every running workload container's spec, of every runtime, in runtime then ID order."""
+    fs = host.fs
     found: list[ContainerSpec] = []
     for layout in LAYOUTS:
         for entry in fs.listdir(layout.directory):

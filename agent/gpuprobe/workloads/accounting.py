@@ -126,7 +126,7 @@ def _by_gpu(devices: list[DeviceUse]) -> list[tuple[DeviceUse, list[tuple[Device
     """Each GPU with what it is handed out as: its MIG devices (1/n each), else itself."""
     found = []
     for gpu in (d for d in devices if d.mig is None):
-        migs = [d for d in devices if d.mig is not None and d.gpu == gpu.gpu]
+        migs = [d for d in devices if d.mig is not None and d.gpu_key == gpu.gpu_key]
         units = [(m, 1.0 / len(migs)) for m in migs] if migs and not gpu.grants else [(gpu, 1.0)]
         found.append((gpu, units))
     return found

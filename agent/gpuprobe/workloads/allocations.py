@@ -5,7 +5,9 @@ From `List`, every container's devices:
 - device-plugin resources (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`, or whatever name the
   plugin's config renamed them to) whose device IDs are GPU UUIDs or indices (the plugin's
   `DEVICE_ID_STRATEGY`), MIG UUIDs or `<gpu>:<mig index>`, and under time-slicing replicas
-  `<id>::<n>` (n the replica number);
+  `<id>::<n>` (n the replica number); AMD's (`amd.com/gpu`) whose device IDs are the GPUs'
+  PCI addresses (ROCm/k8s-device-plugin; the partitions of a partitioned MI300,
+  `amdgpu_xcp_<n>` under `amd.com/<compute>_<memory>`, name no GPU and stay unresolved);
 - DRA claims (`dynamic_resources`) whose devices name CDI devices (`vendor/class=name`),
   resolved through the node's CDI specs: by the device name itself when it is an index,
   UUID or `<gpu>:<mig>` (nvidia-ctk's names), else by the UUIDs in the device's
@@ -16,7 +18,8 @@ From `List`, every container's devices:
   when no spec says more.
 
 A device ID that names no GPU of this node is kept, unresolved, when its resource also hands
-out GPUs (a stale or foreign ID); resources that are no GPUs at all (NICs, FPGAs) are ignored.
+out GPUs or is AMD's (a stale or foreign ID, a GPU partition); resources that are no GPUs at
+all (NICs, FPGAs) are ignored.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gpuprobe.containers.cdi import CdiSpec, ContainerEdits, parse_cdi_spec
+from gpuprobe.gpu.backend import GpuUse
 from gpuprobe.host.fs import HostFS
 from gpuprobe.kubelet.podresources.v1 import api_pb2
 from gpuprobe.report import PodRef
-from gpuprobe.workloads.inventory import Gpu
 
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
@@ -38,6 +41,7 @@ _CAP_NODE = re.compile(r"^/dev/nvidia-caps/nvidia-cap(\d+)$")
 _CI_ACCESS = re.compile(r"^gpu(\d+)/gi(\d+)/ci(\d+)/access (\d+)$")
 _DRA_GPU = re.compile(r"^gpu-(\d+)$")
 DEVICE_PLUGIN, DRA = "device-plugin", "dra"
+AMD_RESOURCE_PREFIX = "amd.com/"
 
 
 @dataclass(frozen=True)
@@ -62,22 +66,30 @@ class Grant:
 class DeviceNames:
     """Every name a GPU or MIG device of this node goes by, to its finding resource."""
 
-    def __init__(self, gpus: Iterable[Gpu]) -> None:
+    def __init__(self, gpus: Iterable[GpuUse]) -> None:
         self.by_name: dict[str, str] = {}
         self.by_minor: dict[int, str] = {}
         self.by_instance: dict[tuple[int, int, int], str] = {}  # (GPU minor, gi, ci)
         for gpu in gpus:
+            if gpu.identity.vendor == "amd":
+                self._amd(gpu)
+                continue
             self.by_name[str(gpu.index)] = gpu.resource
             if gpu.uuid:
                 self.by_name[gpu.uuid] = gpu.resource
             if gpu.minor is not None:
                 self.by_minor[gpu.minor] = gpu.resource
-            for mig in gpu.migs:
+            for mig in gpu.partitions:
                 if gpu.minor is not None:
                     self.by_instance[(gpu.minor, mig.gi, mig.ci)] = mig.resource
                 self.by_name[f"{gpu.index}:{mig.slot}"] = mig.resource
                 if mig.uuid:
                     self.by_name[mig.uuid] = mig.resource
+
+    def _amd(self, gpu: GpuUse) -> None:
+        """An AMD GPU goes by its PCI address only: its index would name an NVIDIA GPU's."""
+        if gpu.identity.pci_address:
+            self.by_name[gpu.identity.pci_address] = gpu.resource
 
     def resolve(self, device_id: str) -> tuple[str | None, str | None]:
         """(finding resource, replica) of a device-plugin device ID."""
@@ -96,7 +108,13 @@ def device_plugin_grants(
                 device, replica = names.resolve(device_id)
                 found.append(Grant(pod, devices.resource_name, device_id, device, replica=replica))
     gpu_resources = {g.resource for g in found if g.device is not None}
-    return [g for g in found if g.device is not None or g.resource in gpu_resources]
+    return [
+        g
+        for g in found
+        if g.device is not None
+        or g.resource in gpu_resources
+        or g.resource.startswith(AMD_RESOURCE_PREFIX)
+    ]
 
 
 def dra_grants(

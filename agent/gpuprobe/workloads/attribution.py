@@ -1,8 +1,10 @@
 """Per GPU and MIG device: the pods the kubelet gave it, and the pods whose processes run on it.
 
-`attribute` reads everything once per round: the kubelet's answer, the GPU inventory, each
-GPU process's cgroup (`/proc/<pid>/cgroup`) and the kubelet's log directories (pod and
-container names), and returns one `DeviceUse` per GPU and per MIG device.
+`attribute` reads everything once per round: the kubelet's answer, the GPUs as workloads get
+them (NVIDIA's from NVML, `gpu.nvidia.inventory`; AMD's from sysfs and the processes' open
+device files, `gpu.amd.inventory`), each GPU process's cgroup (`/proc/<pid>/cgroup`) and the
+kubelet's log directories (pod and container names), and returns one `DeviceUse` per GPU and
+per MIG device, NVIDIA's first.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuprobe.gpu.amd.inventory import read_amd_uses
+from gpuprobe.gpu.backend import GpuUse, Partition, Vendor
+from gpuprobe.gpu.nvidia.inventory import read_uses
 from gpuprobe.host import Host
 from gpuprobe.host.podresources import PodResourcesAnswer
 from gpuprobe.report import PodRef
@@ -22,7 +27,6 @@ from gpuprobe.workloads.allocations import (
     read_cdi_devices,
 )
 from gpuprobe.workloads.cgroups import PodCgroup, parse_cgroup_file
-from gpuprobe.workloads.inventory import Gpu, GpuProcess, MigDev, read_inventory
 from gpuprobe.workloads.pods import PodDirectory, read_pod_directory
 
 # A cgroup file is a few hundred bytes; reading it with the default 16 MiB bound would allocate
@@ -57,12 +61,19 @@ class DeviceUse:
 
     resource: str  # gpu:<i>:<uuid> or mig:<g>:<gi>:<ci>
     gpu: int
-    uuid: str | None
-    mig: MigDev | None = None
+    uuid: str | None  # NVIDIA's GPU UUID; AMD's unique_id, else its PCI address
+    mig: Partition | None = None
     grants: list[Grant] = field(default_factory=list)
     processes: list[ProcessOwner] | None = None  # None: NVML cannot list them
     utilization_percent: int | None = None
     samples: list[tuple[int, float]] | None = None  # (µs, percent); whole GPUs only
+    vendor: Vendor = "nvidia"
+
+    @property
+    def gpu_key(self) -> tuple[Vendor, int]:
+        """The GPU this device is or belongs to (an index alone repeats on a node with both
+        vendors' GPUs)."""
+        return self.vendor, self.gpu
 
     @property
     def holders(self) -> list[PodRef]:
@@ -95,10 +106,13 @@ def _grant(grant: Grant) -> dict[str, Any]:
 
 @dataclass
 class Attribution:
-    """Every device's use, and the granted IDs that name no device of this node."""
+    """Every device's use, the granted IDs that name no device of this node, and the
+    processes that hold AMD's KFD and no GPU's render node (None: no AMD GPU, or their
+    descriptors cannot be read)."""
 
     devices: list[DeviceUse]
     unresolved: list[Grant]
+    kfd_only: list[ProcessOwner] | None = None
 
     def by_resource(self) -> dict[str, DeviceUse]:
         """The devices by finding resource."""
@@ -107,14 +121,17 @@ class Attribution:
 
 def attribute(host: Host, answer: PodResourcesAnswer) -> Attribution:
     """Tie every GPU and MIG device to its holders and its processes' pods."""
-    gpus = read_inventory(host.nvml)
+    amd = read_amd_uses(host)
+    gpus = read_uses(host.nvml) + amd.gpus
     names = DeviceNames(gpus)
     grants: list[Grant] = []
     if answer.list is not None:
         grants = device_plugin_grants(answer.list, names)
         if has_dra(answer.list):
             grants += dra_grants(answer.list, names, read_cdi_devices(host.fs))
-    directory = read_pod_directory(host.fs) if any(g.processes for g in gpus) else PodDirectory()
+    directory = PodDirectory()
+    if any(g.processes for g in gpus) or amd.kfd_only:
+        directory = read_pod_directory(host.fs)
     devices: list[DeviceUse] = []
     for gpu in gpus:
         devices += _uses(host, gpu, directory)
@@ -125,13 +142,19 @@ def attribute(host: Host, answer: PodResourcesAnswer) -> Attribution:
             by_resource[grant.device].grants.append(grant)
         else:
             unresolved.append(grant)
-    return Attribution(devices, unresolved)
+    kfd_only = None
+    if amd.gpus and amd.kfd_only is not None:
+        kfd_only = [_owner(host, pid, directory) for pid in amd.kfd_only]
+    return Attribution(devices, unresolved, kfd_only)
 
 
-def _uses(host: Host, gpu: Gpu, directory: PodDirectory) -> list[DeviceUse]:
-    whole = DeviceUse(gpu.resource, gpu.index, gpu.uuid)
+def _uses(host: Host, gpu: GpuUse, directory: PodDirectory) -> list[DeviceUse]:
+    vendor = gpu.identity.vendor
+    # AMD's resource names its unique_id, else its PCI address: the data's `uuid` says which.
+    uuid = gpu.uuid if vendor == "nvidia" else gpu.uuid or gpu.identity.pci_address
+    whole = DeviceUse(gpu.resource, gpu.index, uuid, vendor=vendor)
     whole.utilization_percent, whole.samples = gpu.utilization_percent, gpu.samples
-    migs = [DeviceUse(m.resource, gpu.index, gpu.uuid, m) for m in gpu.migs]
+    migs = [DeviceUse(m.resource, gpu.index, uuid, m, vendor=vendor) for m in gpu.partitions]
     if gpu.processes is None:
         return [whole, *migs]
     whole.processes = []
@@ -139,7 +162,7 @@ def _uses(host: Host, gpu: Gpu, directory: PodDirectory) -> list[DeviceUse]:
         mig.processes = []
     by_instance = {(m.mig.gi, m.mig.ci): m for m in migs if m.mig is not None}
     for process in gpu.processes:
-        owner = _owner(host, process, directory)
+        owner = _owner(host, process.pid, directory)
         whole.processes.append(owner)
         target = None
         if process.gi is not None and process.ci is not None:
@@ -149,16 +172,16 @@ def _uses(host: Host, gpu: Gpu, directory: PodDirectory) -> list[DeviceUse]:
     return [whole, *migs]
 
 
-def _owner(host: Host, process: GpuProcess, directory: PodDirectory) -> ProcessOwner:
+def _owner(host: Host, pid: int, directory: PodDirectory) -> ProcessOwner:
     try:
-        text = host.fs.read_text(f"/proc/{process.pid}/cgroup", CGROUP_MAX_BYTES)
-    except OSError:  # the process ended since NVML listed it
+        text = host.fs.read_text(f"/proc/{pid}/cgroup", CGROUP_MAX_BYTES)
+    except OSError:  # the process ended since the driver listed it
         text = ""
     cgroup = parse_cgroup_file(text) if text else None
     if cgroup is None:
-        return ProcessOwner(process.pid, None, None)
+        return ProcessOwner(pid, None, None)
     name = directory.pod(cgroup.pod_uid)
     if name is None:
-        return ProcessOwner(process.pid, None, cgroup)
+        return ProcessOwner(pid, None, cgroup)
     pod = PodRef(name.namespace, name.name, directory.container(cgroup.container_id))
-    return ProcessOwner(process.pid, pod, cgroup)
+    return ProcessOwner(pid, pod, cgroup)

@@ -41,17 +41,21 @@ def node_usage(devices: Any, accounting: Any) -> dict[str, Any]:
 
 def _now(gpus: dict[str, float], devices: list[Mapping[str, Any]]) -> None:
     """GPU-equivalents allocated, busy, allocated-idle and free now, added to `gpus`."""
-    migs: dict[int | str, list[Mapping[str, Any]]] = {}
+    # A MIG device's `uuid` is its GPU's: with the index it tells the GPU apart from another
+    # vendor's of the same index.
+    migs: dict[tuple[int | str, Any], list[Mapping[str, Any]]] = {}
     for device in devices:
         gpu = device.get("gpu")
         if device.get("mig") and isinstance(gpu, int | str):
-            migs.setdefault(gpu, []).append(device)
+            migs.setdefault((gpu, _hashable(device.get("uuid"))), []).append(device)
     for device in devices:
         if device.get("mig"):
             continue
         held_whole = bool(mappings(device.get("holders")))
         gpu = device.get("gpu")
-        units = migs.get(gpu) if not held_whole and isinstance(gpu, int | str) else None
+        units = None
+        if not held_whole and isinstance(gpu, int | str):
+            units = migs.get((gpu, _hashable(device.get("uuid"))))
         for unit, weight in [(m, 1.0 / len(units)) for m in units] if units else [(device, 1.0)]:
             if not mappings(unit.get("holders")):
                 gpus["unallocated"] += weight
@@ -61,6 +65,11 @@ def _now(gpus: dict[str, float], devices: list[Mapping[str, Any]]) -> None:
                 gpus["busy"] += weight
             else:
                 gpus["allocated_idle"] += weight
+
+
+def _hashable(value: Any) -> str | None:
+    """A fact read from a report as a key: text, else None."""
+    return value if isinstance(value, str) else None
 
 
 def non_negative(value: Any) -> float:

@@ -6,8 +6,7 @@ never what a GPU's facts rest on.
 
 from __future__ import annotations
 
-import re
-
+from gpuprobe.gpu.amd.inventory import read_uses
 from gpuprobe.gpu.amd.sysfs import AmdGpu, amd_gpu_addresses, read_gpus, read_module
 from gpuprobe.gpu.backend import (
     DriverFacts,
@@ -20,8 +19,6 @@ from gpuprobe.gpu.backend import (
     Vendor,
 )
 from gpuprobe.host import Host
-
-_RENDER_NODE = re.compile(r"renderD(\d+)")
 
 
 class AmdBackend:
@@ -53,16 +50,9 @@ class AmdBackend:
         return [_health(gpu) for gpu in read_gpus(self.host.fs)]
 
     def uses(self) -> list[GpuUse]:
-        """Each GPU as workloads get it: its render node's minor and busy percent. amdgpu's
-        sysfs neither partitions nor lists processes: those stay unknown (None)."""
-        return [
-            GpuUse(
-                _identity(gpu),
-                minor=_render_minor(gpu.render_node),
-                utilization_percent=gpu.busy_percent,
-            )
-            for gpu in read_gpus(self.host.fs)
-        ]
+        """Each GPU the driver took as workloads get it: its render node's minor, busy
+        percent and the processes holding its render node (`gpuprobe.gpu.amd.inventory`)."""
+        return read_uses(self.host)
 
 
 def _identity(gpu: AmdGpu) -> GpuIdentity:
@@ -94,9 +84,3 @@ def _health(gpu: AmdGpu) -> GpuHealth:
         temperature_celsius=temperatures.get("junction", temperatures.get("edge")),
         errors=dict(gpu.errors),
     )
-
-
-def _render_minor(node: str | None) -> int | None:
-    """`renderD128` → 128."""
-    match = _RENDER_NODE.fullmatch(node or "")
-    return int(match.group(1)) if match else None

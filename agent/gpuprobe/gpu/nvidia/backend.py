@@ -14,20 +14,18 @@ from gpuprobe.gpu.backend import (
     DriverFacts,
     GpuHealth,
     GpuIdentity,
-    GpuProcess,
     GpuUse,
     InterconnectLink,
     MemoryHealth,
-    Partition,
     PcieLink,
     Vendor,
 )
 from gpuprobe.gpu.nvidia.device import gpu_count, open_gpus
 from gpuprobe.gpu.nvidia.driver import loaded_version, read_stack
 from gpuprobe.gpu.nvidia.gpus import GpuReading, read_gpus
+from gpuprobe.gpu.nvidia.inventory import read_uses
 from gpuprobe.gpu.pci import PciDevice, nvidia_gpus
 from gpuprobe.host import Host
-from gpuprobe.workloads.inventory import Gpu, read_inventory
 
 
 class NvidiaBackend:
@@ -75,8 +73,8 @@ class NvidiaBackend:
 
     def uses(self) -> list[GpuUse]:
         """Each GPU as workloads get it: its device-node minor, MIG devices, load and
-        processes (`gpuprobe.workloads.inventory`)."""
-        return [_use(gpu) for gpu in read_inventory(self.host.nvml)]
+        processes (`gpuprobe.gpu.nvidia.inventory`)."""
+        return read_uses(self.host.nvml)
 
 
 def _health(reading: GpuReading) -> GpuHealth:
@@ -121,18 +119,3 @@ def _any(*flags: Any) -> bool | None:
     """True when a flag is set, False when all given are clear, None when none is given."""
     given = [f for f in flags if isinstance(f, bool)]
     return any(given) if given else None
-
-
-def _use(gpu: Gpu) -> GpuUse:
-    """The inventory's GPU in the interface's terms."""
-    return GpuUse(
-        GpuIdentity("nvidia", gpu.index, gpu.uuid, None, None),
-        minor=gpu.minor,
-        partitioned=gpu.mig_enabled,
-        partitions=[Partition(m.gpu, m.slot, m.gi, m.ci, m.uuid, m.name) for m in gpu.migs],
-        utilization_percent=gpu.utilization_percent,
-        samples=gpu.samples,
-        processes=None
-        if gpu.processes is None
-        else [GpuProcess(p.pid, p.gpu, p.gi, p.ci, p.used_memory_bytes) for p in gpu.processes],
-    )

@@ -1,5 +1,6 @@
-"""The GPUs and MIG devices a workload can be given, with the names the kubelet may use for
-them, and the processes NVML sees on each.
+"""NVIDIA's GPUs as workloads get them: the names the kubelet may use for each GPU and MIG
+device, its load, and the processes NVML sees on it, in the GPU interface's types
+(`gpuprobe.gpu.backend.GpuUse`).
 
 A device plugin names a GPU by its UUID or its index (its `DEVICE_ID_STRATEGY`), a MIG device
 by its MIG UUID or `<gpu index>:<mig index>`; a CDI spec names a GPU's device node
@@ -12,17 +13,20 @@ instance it runs in. Utilization comes from `nvmlDeviceGetUtilizationRates` (now
 GPU-utilization samples (`(value type, [{"timeStamp": µs, "sampleValue": union}])`), always
 asked from timestamp 0 so that a replay finds the same call; the caller keeps what is new.
 MIG-enabled GPUs serve neither.
+
+A round asks NVML only what attribution needs: a GPU's identity here carries its index and
+UUID; its PCI address and name are the `gpus` view's (`GpuBackend.gpus`) and stay None.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.gpu.nvidia.device import Device, gpu_count, open_gpus, text
+from gpuprobe.gpu.backend import GpuIdentity, GpuProcess, GpuUse, Partition
+from gpuprobe.gpu.nvidia.device import Device, busy_gpus, gpu_count, open_gpus
 from gpuprobe.gpu.nvidia.health import as_int, current_pending
+from gpuprobe.host import Host
 from gpuprobe.host.nvml import Nvml, NvmlError
-from gpuprobe.report import gpu_resource
 
 # NVML's "no instance" (0xFFFFFFFF) in a process entry's gpuInstanceId / computeInstanceId.
 NO_INSTANCE = 0xFFFFFFFF
@@ -42,70 +46,21 @@ GRAPHICS = (
 )
 
 
-@dataclass(frozen=True)
-class MigDev:
-    """One MIG device: its slot (MIG index), GPU and compute instance, UUID and name."""
-
-    gpu: int
-    slot: int
-    gi: int
-    ci: int
-    uuid: str | None
-    name: str | None
-
-    @property
-    def resource(self) -> str:
-        """The finding resource `mig:<gpu>:<gi>:<ci>`."""
-        return f"mig:{self.gpu}:{self.gi}:{self.ci}"
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """A process NVML sees on a GPU (gi/ci set when it runs in a MIG device)."""
-
-    pid: int
-    gpu: int
-    gi: int | None = None
-    ci: int | None = None
-    used_memory_bytes: int | None = None
-
-
-@dataclass
-class Gpu:
-    """One GPU: index, UUID, device-node minor, MIG devices, load and processes."""
-
-    index: int
-    uuid: str | None
-    minor: int | None = None
-    mig_enabled: bool = False
-    migs: list[MigDev] = field(default_factory=list)
-    utilization_percent: int | None = None
-    # Recent utilization samples (timestamp in µs, percent), oldest first; None: not served.
-    samples: list[tuple[int, float]] | None = None
-    processes: list[GpuProcess] | None = None  # None: NVML cannot list them
-
-    @property
-    def resource(self) -> str:
-        """The finding resource `gpu:<index>:<uuid>`."""
-        return gpu_resource(self.index, self.uuid)
-
-
-def read_inventory(nvml: Nvml) -> list[Gpu]:
-    """Every GPU NVML counts (none when NVML is unavailable)."""
+def read_uses(nvml: Nvml) -> list[GpuUse]:
+    """Every GPU NVML counts, as workloads get it (none when NVML is unavailable)."""
     count = gpu_count(nvml) or 0
-    return [_gpu(nvml, device) for device in open_gpus(nvml, count)]
+    return [_use(nvml, device) for device in open_gpus(nvml, count)]
 
 
-def _gpu(nvml: Nvml, device: Device) -> Gpu:
-    gpu = Gpu(device.index, text(device.get("nvmlDeviceGetUUID")))
-    gpu.minor = as_int(device.get("nvmlDeviceGetMinorNumber"))
-    mode = current_pending(device.get("nvmlDeviceGetMigMode"))
-    gpu.mig_enabled = bool(mode and mode[0] == 1)
-    if gpu.mig_enabled:
-        gpu.migs = mig_devices(nvml, device)
+def _use(nvml: Nvml, device: Device) -> GpuUse:
+    identity = GpuIdentity("nvidia", device.index, device.uuid(), None, None)
+    use = GpuUse(identity, minor=as_int(device.get("nvmlDeviceGetMinorNumber")))
+    use.partitioned = mig_enabled(device)
+    if use.partitioned:
+        use.partitions = mig_devices(nvml, device)
     else:
-        gpu.utilization_percent = _utilization(device.get("nvmlDeviceGetUtilizationRates"))
-        gpu.samples = utilization_samples(
+        use.utilization_percent = _utilization(device.get("nvmlDeviceGetUtilizationRates"))
+        use.samples = utilization_samples(
             device.get("nvmlDeviceGetSamples", args=(NVML_GPU_UTILIZATION_SAMPLES, 0))
         )
     compute, graphics = device.get(*COMPUTE), device.get(*GRAPHICS)
@@ -113,11 +68,32 @@ def _gpu(nvml: Nvml, device: Device) -> Gpu:
         entries = (compute if isinstance(compute, list) else []) + (
             graphics if isinstance(graphics, list) else []
         )
-        gpu.processes = _processes(device.index, entries)
-    return gpu
+        use.processes = _processes(device.index, entries)
+    return use
 
 
-def mig_devices(nvml: Nvml, gpu: Device) -> list[MigDev]:
+def mig_enabled(device: Device) -> bool:
+    """Whether the GPU's MIG mode is on now (False when NVML cannot tell)."""
+    mode = current_pending(device.get("nvmlDeviceGetMigMode"))
+    return bool(mode and mode[0] == 1)
+
+
+def any_mig_enabled(host: Host) -> bool | None:
+    """Whether any GPU has MIG on now; None when NVML cannot count the GPUs."""
+    nvml = host.nvml
+    count = gpu_count(nvml)
+    if count is None:
+        return None
+    modes = [Device(nvml, i).get("nvmlDeviceGetMigMode") for i in range(count)]
+    return any(isinstance(m, list) and m[:1] == [1] for m in modes)
+
+
+def gpus_in_use(host: Host) -> list[int]:
+    """The GPUs with a compute or graphics process on them: active tests wait for none."""
+    return busy_gpus(host.nvml)
+
+
+def mig_devices(nvml: Nvml, gpu: Device) -> list[Partition]:
     """The MIG devices of a MIG-enabled GPU, found as the device plugin finds them."""
     slots = as_int(gpu.get("nvmlDeviceGetMaxMigDeviceCount")) or 7
     found = []
@@ -131,8 +107,7 @@ def mig_devices(nvml: Nvml, gpu: Device) -> list[MigDev]:
         ci = as_int(mig.get("nvmlDeviceGetComputeInstanceId"))
         if gi is None or ci is None:
             continue
-        uuid, name = text(mig.get("nvmlDeviceGetUUID")), text(mig.get("nvmlDeviceGetName"))
-        found.append(MigDev(gpu.index, slot, gi, ci, uuid, name))
+        found.append(Partition(gpu.index, slot, gi, ci, mig.uuid(), mig.name()))
     return found
 
 
