@@ -631,7 +631,7 @@ class _Xids:
         """The XID lines, read on first use."""
         if self._lines is None:
             now = datetime.fromtimestamp(self.host.clock.wall(), UTC)
-            logs, _ = xid_kernel.read_logs(self.host, self.config, now)
+            logs = xid_kernel.read_sources(self.host, self.config, now).nvidia_logs()
             timed = [x for log in logs for x in log.xids if x.time is not None]
             self._lines = sorted(timed, key=lambda x: x.time or now)
         return self._lines

@@ -25,7 +25,8 @@ from gpuprobe.report import format_time
 
 def read_sources(host: Host, config: Config, now: datetime) -> KernelLogRead:
     """This boot's kernel log as `xid.kmsg`, `xid.kernel_logs` and
-    `xid.kernel_log_max_bytes` say to read it."""
+    `xid.kernel_log_max_bytes` say to read it: the one read of every check that ties a fault
+    to an XID (the xid check, the pods check)."""
     settings = xid_settings(config)
     return read_kernel_log(
         host,
@@ -97,15 +98,6 @@ def _xid_key(line: kernel_log.XidLine) -> tuple[object, ...]:
 
 def _sxid_key(line: kernel_log.SxidLine) -> tuple[object, ...]:
     return (line.pci, line.sxid, line.fatal, line.message)
-
-
-def read_logs(
-    host: Host, config: Config, now: datetime
-) -> tuple[list[kernel_log.KernelLog], list[str]]:
-    """The current boot's NVIDIA lines of each kernel log and the sources that could be read
-    (`read_sources`): for every check that ties a fault to an XID."""
-    log = read_sources(host, config, now)
-    return log.nvidia_logs(), list(log.opened)
 
 
 def _outranks(new: Seen, old: Seen) -> bool:
