@@ -608,8 +608,8 @@ def _pod_statuses(args: argparse.Namespace, config: Config) -> PodStatuses | Non
 
 
 def _check(args: argparse.Namespace) -> int:
-    from gpuprobe.checks.runner import run_checks
     from gpuprobe.errors import UsageError
+    from gpuprobe.pipeline import run_checks
     from gpuprobe.render import render_report
     from gpuprobe.report import Status, exit_status
 

@@ -70,11 +70,11 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self._response: pb.GetReportResponse | None = None
         self._summary: pb.GetReportResponse | None = None
         self._rendered: NodeReport | None = None
-        store.add_view(self._render)
 
-    def _render(self, state: AgentState) -> None:
-        """Build the messages once per update of the report; calls only hand them out (an
-        update of the bandwidth results alone leaves the report, and them, as they are)."""
+    def render(self, state: AgentState) -> None:
+        """Build the messages once per update of the report (a sink of the store); calls only
+        hand them out (an update of the bandwidth results alone leaves the report, and them,
+        as they are)."""
         if state.report is None or state.report is self._rendered:
             return
         self._rendered = state.report
