@@ -126,6 +126,8 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         wanted = set(request.checks) or set(self.checks)
         names = [n for n in self.checks if n in wanted]
         ran = self.scheduler.run_now(names, _within(context))
+        # The checks' own fresh results (docs/grpc.md); the merged report, GetReport's, is
+        # the one the pipeline's post-passes went over.
         report = NodeReport(self.store.node, now(), [r.result for r in ran])
         times = {r.result.name: r.time for r in ran}
         return pb.RunChecksResponse(report=wire.report_to_proto(report, times))
