@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuprobe.audit.render import render_cluster
     from gpuprobe.audit.run import AuditOptions, audit
     from gpuprobe.audit.view.judge import Windows
-    from gpuprobe.cli.access import credentials
+    from gpuprobe.cli.credentials import credentials
     from gpuprobe.config import load_config
     from gpuprobe.kube.api import Access, in_cluster_available
     from gpuprobe.kube.once import render_signals
@@ -185,7 +185,7 @@ def kube_signals(args: argparse.Namespace) -> Callable[[], KubeSignals]:
     """What `audit` reads of Kubernetes: every GPU node's gpuprobe conditions and taints, or
     why they could not be read (the audit of the agents stands without them)."""
     # Loaded when the command runs, not to build the parser (see gpuprobe.cli).
-    from gpuprobe.cli.access import kube_access
+    from gpuprobe.cli.kubernetes import kube_access
     from gpuprobe.config import load_config
     from gpuprobe.kube.api import KubeError
     from gpuprobe.kube.once import read_signals

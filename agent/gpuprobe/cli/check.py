@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     # Loaded when the command runs, not to build the parser (see gpuprobe.cli).
     from gpuprobe.checks.xid import explain_policy
     from gpuprobe.checks.xid.policy import render as render_policy
-    from gpuprobe.cli.access import kube_access
+    from gpuprobe.cli.kubernetes import kube_access
     from gpuprobe.cli.prepare import node_host, prepare
     from gpuprobe.kube.api import KubeError
     from gpuprobe.kube.once import publish_once

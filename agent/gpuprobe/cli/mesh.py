@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Loaded when the command runs, not to build the parser (see gpuprobe.cli); and after
     # GRPC_VERBOSITY is set, which gRPC core reads when it loads.
-    from gpuprobe.cli.access import credentials
+    from gpuprobe.cli.credentials import credentials
     from gpuprobe.mesh.render import render_mesh
     from gpuprobe.mesh.run import MeshOptions, mesh
     from gpuprobe.mesh.verdict import Thresholds
