@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe import pipeline
-from gpuprobe.checks.attribution import attribute_findings
+from gpuprobe.checks.attribution import attribute_report
 from gpuprobe.checks.runner import Ran
 from gpuprobe.cli import build_parser
 from gpuprobe.cli import check as check_command
@@ -36,14 +37,14 @@ NODE = "gpu-node-17"  # the stand-in's node
 
 
 class Counted:
-    """A post-pass that records the results it returned (the same list objects), around
+    """A post-pass that records the reports it returned (the same objects), around
     attribution."""
 
     def __init__(self) -> None:
-        self.returned: list[list[CheckResult]] = []
+        self.returned: list[NodeReport] = []
 
-    def __call__(self, results: list[CheckResult]) -> list[CheckResult]:
-        out = attribute_findings(results)
+    def __call__(self, report: NodeReport) -> NodeReport:
+        out = attribute_report(report)
         self.returned.append(out)
         return out
 
@@ -69,13 +70,14 @@ def ecc_message(report: NodeReport) -> str:
 def test_the_post_passes_run_once_each_in_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
 
-    def first(results: list[CheckResult]) -> list[CheckResult]:
+    def first(report: NodeReport) -> NodeReport:
         calls.append("first")
-        return [*results, CheckResult("first", "added")]
+        return replace(report, checks=[*report.checks, CheckResult("first", "added")])
 
-    def second(results: list[CheckResult]) -> list[CheckResult]:
+    def second(report: NodeReport) -> NodeReport:
         calls.append("second")
-        return [*results, CheckResult("second", f"after {results[-1].name}")]
+        after = CheckResult("second", f"after {report.checks[-1].name}")
+        return replace(report, checks=[*report.checks, after])
 
     monkeypatch.setattr(pipeline, "POST_PASSES", (first, second))
     report = pipeline.assemble("node-a", T, [CheckResult("gpus", "ok")])
@@ -89,7 +91,7 @@ def test_the_post_passes_run_once_each_in_their_order(monkeypatch: pytest.Monkey
 
 
 def test_attribution_is_the_post_pass_today() -> None:
-    assert (attribute_findings,) == pipeline.POST_PASSES
+    assert (attribute_report,) == pipeline.POST_PASSES
 
 
 def test_feed_gives_every_sink_the_item_in_order() -> None:
@@ -118,7 +120,7 @@ def test_check_runs_each_post_pass_once_and_feeds_every_sink_the_report(
     assert check_command.run(args) == 2
     (assembled,) = counted.returned
     (report,) = published
-    assert report.checks is assembled
+    assert report is assembled
     assert ecc_message(report).endswith(AFFECTS)
     printed = capsys.readouterr().out
     assert printed == report.to_json() + "\n"
@@ -139,10 +141,8 @@ def test_the_store_assembles_each_update_once_and_feeds_every_sink_that_state(
     state = store.update([Ran(CheckResult("workloads", "held", data={"devices": devices}), T)])
     assert len(counted.returned) == 2  # one per update, never again by a sink
     assert seen["one"] == seen["two"]
-    assert [s.report.checks if s.report else None for s in seen["one"]] == [
-        None,  # the state when the sink was added
-        *counted.returned,
-    ]
+    assert [s.report for s in seen["one"]] == [None, *counted.returned]  # None: on adding
+    assert all(s.report is out for s, out in zip(seen["one"][1:], counted.returned, strict=True))
     assert seen["one"][-1] is state
     assert state.report is not None
     assert ecc_message(state.report) == "ECC; affects pod ns/p (container c)"
@@ -182,8 +182,8 @@ def test_the_agent_feeds_each_report_to_every_sink_once(
         wait_for(lambda: standin.conditions(NODE))
     reports = seen["ReportCollector"]
     assert reports and all(ecc_message(r).endswith(AFFECTS) for r in reports)
-    assert [r.checks for r in reports] == counted.returned
-    assert all(r.checks is out for r, out in zip(reports, counted.returned, strict=True))
+    assert reports == counted.returned
+    assert all(r is out for r, out in zip(reports, counted.returned, strict=True))
     for sink in ("MetricsPage", "NodeDiagnosticsService", "PublishLoop"):
         assert seen[sink] == reports, sink
         assert all(a is b for a, b in zip(seen[sink], reports, strict=True)), sink

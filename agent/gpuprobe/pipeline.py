@@ -1,8 +1,9 @@
 """The report pipeline: the checks' results, then the post-passes in order, then the sinks.
 
-A report is assembled in one place, `assemble`: the results pass through `POST_PASSES`, the
-steps that need the whole report rather than one check (today: naming the pods each GPU
-finding affects), each once and in order. Then every sink is fed the same report.
+A report is assembled in one place, `assemble`: the report of the checks' results passes
+through `POST_PASSES`, the steps that need the whole report rather than one check (today:
+naming the pods each GPU finding affects), each once and in order. Then every sink is fed the
+same report.
 
 One-shot `check` (and `capture`) gets its report from `run_checks` and feeds its sinks, the
 printed report and `--publish`'s Kubernetes write (`gpuprobe.cli.check`). The daemon's store
@@ -21,7 +22,7 @@ from datetime import datetime
 from typing import Protocol, TypeVar
 
 from gpuprobe.checks import registry
-from gpuprobe.checks.attribution import attribute_findings
+from gpuprobe.checks.attribution import attribute_report
 from gpuprobe.checks.runner import CheckRunner
 from gpuprobe.config import Config
 from gpuprobe.host import Host
@@ -31,24 +32,25 @@ Item = TypeVar("Item")
 
 
 class PostPass(Protocol):
-    """A step over every check's result once the checks ran: it returns the results, new
-    objects where it changed one (the ones given are left as they are)."""
+    """A step over the whole report once its checks ran: it returns the report, a new object
+    where it changed anything (the report given is left as it is)."""
 
-    def __call__(self, results: list[CheckResult], /) -> list[CheckResult]: ...
+    def __call__(self, report: NodeReport, /) -> NodeReport: ...
 
 
 # What a sink is fed: a report (`check`), or the daemon's state that holds one (`serve`).
 Sink = Callable[[Item], None]
 
 # In the order they run. Attribution first: a later pass sees the pods a finding affects.
-POST_PASSES: tuple[PostPass, ...] = (attribute_findings,)
+POST_PASSES: tuple[PostPass, ...] = (attribute_report,)
 
 
 def assemble(node: str, time: datetime, results: list[CheckResult]) -> NodeReport:
     """The node's report of `results` (in report order), after every post-pass."""
+    report = NodeReport(node=node, time=time, checks=results)
     for post_pass in POST_PASSES:
-        results = post_pass(results)
-    return NodeReport(node=node, time=time, checks=results)
+        report = post_pass(report)
+    return report
 
 
 def run_checks(host: Host, config: Config, names: list[str]) -> NodeReport:
