@@ -17,9 +17,9 @@ from grpc_health.v1 import health, health_pb2_grpc
 from conftest import snapshot
 from gpuprobe import wire
 from gpuprobe.checks.registry import CHECKS
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
+from gpuprobe.pipeline import run_checks
 from gpuprobe.serve.security import bearer
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc

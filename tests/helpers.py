@@ -13,9 +13,9 @@ from conftest import snapshot
 from gpuprobe.checks import registry
 from gpuprobe.checks.record import Check, CheckFn
 from gpuprobe.checks.registry import CHECKS
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config, build
 from gpuprobe.host import snapshot_host
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import CheckResult, Finding, NodeReport
 
 

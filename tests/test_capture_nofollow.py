@@ -14,11 +14,11 @@ import pytest
 
 from conftest import gpuprobe, require_root, snapshot
 from gpuprobe.capture import copy_tree, prepare_target, write_snapshot
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
 from gpuprobe.host import recording_host
 from gpuprobe.host.fs import HostFS
+from gpuprobe.pipeline import run_checks
 
 NOBODY = 65534
 

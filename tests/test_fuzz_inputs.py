@@ -34,10 +34,10 @@ import helpers
 from conftest import ROOT, snapshot
 from gpuprobe import wire
 from gpuprobe.checks.registry import sections
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import load_config
 from gpuprobe.errors import UsageError
 from gpuprobe.host import snapshot_host
+from gpuprobe.pipeline import run_checks
 from gpuprobe.render import render_report
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.state import AgentState

@@ -30,7 +30,16 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.mesh.render",
         ],
     ),
-    ("orchestration", ["gpuprobe.audit", "gpuprobe.mesh", "gpuprobe.capture", "gpuprobe.kube"]),
+    (
+        "orchestration",
+        [
+            "gpuprobe.audit",
+            "gpuprobe.mesh",
+            "gpuprobe.capture",
+            "gpuprobe.kube",
+            "gpuprobe.pipeline",  # checks, then post-passes, then sinks: `check` and `serve`
+        ],
+    ),
     (
         "client library",
         [

@@ -9,9 +9,9 @@ import pytest
 from conftest import snapshot
 from gpuprobe import wire
 from gpuprobe.checks.registry import CHECKS, summary_keys
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity, Status
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import config

@@ -36,6 +36,7 @@ from gpuprobe.host.podstatus import POD_STATUSES_FILE, PodStatuses, RecordingPod
 from gpuprobe.host.processes import to_json
 from gpuprobe.host.rootwalk import RootTree
 from gpuprobe.host.writetree import WriteTree
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import NodeReport, format_time, now
 
 
@@ -49,8 +50,6 @@ def capture(
 ) -> NodeReport:
     """Run the checks on the live host and write its snapshot to `directory` (the node's pods
     from `pod_statuses`, the API server, when the agent has API access)."""
-    from gpuprobe.checks.runner import run_checks
-
     check_root(root)
     target = Path(directory)
     tree = prepare_target(target)

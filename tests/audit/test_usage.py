@@ -7,10 +7,10 @@ import json
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.audit.cluster import build
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.client import Fetched
 from gpuprobe.config import Config, ServeConfig
 from gpuprobe.host import snapshot_host
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import NodeReport
 from helpers import FakeClock
 from serving import in_process_agent

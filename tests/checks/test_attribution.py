@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from gpuprobe.checks.attribution import attribute_findings
-from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity
+from datetime import UTC, datetime
+
+from gpuprobe.checks.attribution import attribute_findings, attribute_report
+from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity
 
 A = {"namespace": "ml", "pod": "whole-gpu-1", "container": "c"}
 B = {"namespace": "ml", "pod": "mig-1-2", "container": "d"}
@@ -79,3 +81,15 @@ def test_a_notice_that_the_node_goes_names_every_gpu_pod() -> None:
         "AWS announced it; affects pods dev/stray, ml/mig-1-2 (container d), "
         "ml/whole-gpu-1 (container c)"
     )
+
+
+def test_the_report_post_pass_attributes_its_checks_and_keeps_a_report_it_leaves_alone() -> None:
+    gpus = CheckResult("gpus", "s", [finding("gpu:0:GPU-a")])
+    workloads = CheckResult("workloads", "s", [], {"devices": DEVICES})
+    report = NodeReport("node-a", datetime(2026, 11, 29, tzinfo=UTC), [gpus, workloads])
+    out = attribute_report(report)
+    assert (out.node, out.time) == (report.node, report.time)
+    assert out.checks == attribute_findings([gpus, workloads])
+    assert report.checks == [gpus, workloads]  # the report given is not changed
+    alone = NodeReport("node-a", report.time, [gpus])
+    assert attribute_report(alone) is alone

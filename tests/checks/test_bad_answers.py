@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from conftest import snapshot
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.nvml import COUNTS
+from gpuprobe.pipeline import run_checks
 from helpers import config
 
 GARBAGE: list[Any] = [

@@ -7,9 +7,9 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks.registry import CHECKS
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
+from gpuprobe.pipeline import run_checks
 
 PODS = [
     ("inference", "vllm-7d9f8-kq2xp"),

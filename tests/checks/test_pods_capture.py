@@ -9,10 +9,10 @@ from pathlib import Path
 
 from conftest import snapshot
 from gpuprobe.capture import prepare_target, write_snapshot
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import recording_host, snapshot_host
 from gpuprobe.host.nvml import RecordingNvml, ReplayNvml, load_record
+from gpuprobe.pipeline import run_checks
 from kubelet_standin import kubelet, state_from_json
 
 NAMES = ["synthetic-pods-log-signatures", "synthetic-pods-crio-require-clauses"]

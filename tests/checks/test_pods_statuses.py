@@ -26,7 +26,6 @@ import pytest
 from conftest import ROOT, gpuprobe, snapshot
 from gpuprobe.capture import prepare_target, write_snapshot
 from gpuprobe.checks import pods
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.errors import SnapshotError
 from gpuprobe.host import Host, recording_host, snapshot_host
@@ -39,6 +38,7 @@ from gpuprobe.host.podstatus import (
     failed,
     pod_from_api,
 )
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import CheckResult, PodRef
 from gpuprobe.report import gpu_resource as _gpu
 from helpers import codes

@@ -11,9 +11,10 @@ import pytest
 from conftest import gpuprobe, snapshot
 from gpuprobe.checks import registry
 from gpuprobe.checks.record import CheckFn
-from gpuprobe.checks.runner import STAGGER_SECONDS, run_checks
+from gpuprobe.checks.runner import STAGGER_SECONDS
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import CheckResult, Status
 from helpers import config, use_check
 

@@ -6,9 +6,9 @@ import pytest
 
 from conftest import SNAPSHOTS
 from gpuprobe.checks.registry import CHECKS, active
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import Status
 
 # Made to hang in NVML: its checks time out, which is not what this test looks at.

@@ -14,11 +14,11 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks import workloads
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.podresources import LivePodResources
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import PodRef, Status
 from helpers import FakeClock, codes, config
 from kubelet_standin import KubeletState, dead_kubelet, kubelet, state_from_json

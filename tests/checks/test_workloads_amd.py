@@ -8,9 +8,9 @@ from typing import Any
 
 from conftest import snapshot
 from gpuprobe.checks import workloads
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import PodRef
 from helpers import FakeClock, codes, config
 

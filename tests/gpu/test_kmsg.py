@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import require_root, snapshot
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.gpu.kmsg import KmsgLog, log_line, parse_record
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.kmsg import KmsgReader
+from gpuprobe.pipeline import run_checks
 from helpers import codes, config
 
 BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)  # the synthetic snapshots' btime

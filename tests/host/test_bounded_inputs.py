@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from conftest import snapshot
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.errors import SnapshotError
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.jsonfile import MAX_JSON_BYTES
+from gpuprobe.pipeline import run_checks
 
 BASE = "synthetic-ndr-fabric-healthy"  # nvml.json, netlink.json, processes.json, rootfs/
 

@@ -431,7 +431,7 @@ def test_the_store_renders_on_update_and_the_scrape_only_reads() -> None:
     registry = CollectorRegistry()
     collector = ReportCollector("gpu-node-17")
     registry.register(collector)
-    store.add_view(collector.update)
+    store.add_sink(collector.update)
     assert "gpuprobe_node_status" not in generate_latest(registry).decode()
     store.update([Ran(report().checks[1], T)])
     s = samples(generate_latest(registry).decode())

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from conftest import require, require_root, snapshot
-from gpuprobe.checks.runner import CheckRunner, run_checks
+from gpuprobe.checks.runner import CheckRunner
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
+from gpuprobe.pipeline import run_checks
 from gpuprobe.report import CheckResult
 from helpers import records
 from serving import LOOPBACK_FLAGS, wait_for

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from conftest import snapshot
 from gpuprobe.capture import _tail, prepare_target, write_snapshot
-from gpuprobe.checks.runner import run_checks
 from gpuprobe.config import Config
 from gpuprobe.host import recording_host, snapshot_host
 from gpuprobe.host.nvml import RecordingNvml, ReplayNvml, load_record
 from gpuprobe.host.processes import load_processes
+from gpuprobe.pipeline import run_checks
 from kubelet_standin import kubelet, state_from_json
 
 NAME = "synthetic-k8s-mig-mixed"

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpuprobe.report import CheckResult, Finding, PodRef
+from gpuprobe.report import CheckResult, Finding, NodeReport, PodRef
 
 WORKLOADS = "workloads"
 # Node findings that end every GPU pod on the node (the `lifecycle` check's notices).
@@ -35,6 +35,13 @@ def attribute_findings(results: list[CheckResult]) -> list[CheckResult]:
     if not pods:
         return results
     return [r if r is workloads else _attributed(r, pods) for r in results]
+
+
+def attribute_report(report: NodeReport) -> NodeReport:
+    """The report with its GPU findings naming their pods (the report itself when none
+    does): the pipeline's post-pass (`gpuprobe.pipeline`)."""
+    checks = attribute_findings(report.checks)
+    return report if checks is report.checks else replace(report, checks=checks)
 
 
 def _attributed(result: CheckResult, pods: PodsByDevice) -> CheckResult:

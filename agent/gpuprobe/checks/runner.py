@@ -1,10 +1,12 @@
 """Runs checks: each timed, bounded by its deadline, and any failure made an UNKNOWN result.
 
-One runner serves both one-shot `check` (`run_checks`) and the daemon (`CheckRunner`, kept
-for the agent's life). Every check runs in its own daemon thread. A check that overruns its
-deadline (a hung NVML call, a stuck filesystem) is reported UNKNOWN and left to finish in the
-background; the others finish and the report completes. An exception inside a check becomes
-an UNKNOWN result naming the error.
+One runner serves both one-shot `check` (a fresh `CheckRunner` per run, through
+`gpuprobe.pipeline.run_checks`) and the daemon (one `CheckRunner` kept for the agent's life).
+Every check runs in its own daemon thread. A check that overruns its deadline (a hung NVML
+call, a stuck filesystem) is reported UNKNOWN and left to finish in the background; the
+others finish and the report completes. An exception inside a check becomes an UNKNOWN
+result naming the error. The runner returns each check's own result: what needs the whole
+report (naming the pods a finding affects) is the pipeline's post-passes.
 
 A check still in flight is never started again: a later round of the daemon (or a RunChecks
 call) waits on the same run and reports it timed out while it stays stuck, so a hung NVML
@@ -26,12 +28,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpuprobe.checks import registry
-from gpuprobe.checks.attribution import attribute_findings
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.host import Host
-from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status, now
+from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, now
 from gpuprobe.threads import start_thread
 
 STAGGER_SECONDS = 0.5
@@ -134,14 +134,6 @@ class CheckRunner:
         with self._lock:
             self._flights.pop(flight.check.name, None)
         flight.done.set()
-
-
-def run_checks(host: Host, config: Config, names: list[str]) -> NodeReport:
-    """Run the named checks once (in turn, staggered) and return the report, in `names` order."""
-    started_at = now()
-    ran = CheckRunner(host, config, registry.CHECKS).run(names)
-    results = attribute_findings([r.result for r in ran])  # GPU findings name their pods
-    return NodeReport(node=host.node_name, time=started_at, checks=results)
 
 
 def failed(name: str, exc: BaseException) -> CheckResult:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
@@ -32,6 +33,7 @@ from gpuprobe.host import Host
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
 from gpuprobe.kube.daemon import KubeLink, wanted
+from gpuprobe.pipeline import Sink
 from gpuprobe.report import CheckResult, now
 from gpuprobe.serve import grpc_server
 from gpuprobe.serve.bandwidth import PeerChannel, bandwidth_tests
@@ -118,14 +120,10 @@ class Agent:
         report_registry.register(self.collector)
         ProcessCollector(registry=live_registry)
         self.metrics_page = MetricsPage(report_registry, live_registry)
-        self.store.add_view(self.collector.update)
-        self.store.add_view(self.metrics_page.invalidate)
         self.notices = self._notice_poller()
         self.kube = self._kube_link(options.kubeconfig, rng)
         if self.kube is not None:
             live_registry.register(self.kube.collector)
-            kube = self.kube  # each new report goes to the publishing loop, which never blocks
-            self.store.add_view(lambda state: kube.loop.offer(state.report))
 
         token = TokenFile(options.token_file) if options.token_file else None
         cert_file, key_file = options.peer_certificate()
@@ -165,7 +163,8 @@ class Agent:
         self.grpc, self.grpc_port, self.health, self.streams = grpc_server.build(
             self.service, options.grpc_listen, credentials, config.serve.max_watchers
         )
-        self.store.add_view(self._serving)
+        for sink in self._sinks():
+            self.store.add_sink(sink)
         self.http = MetricsServer(
             options.metrics_listen, self.metrics_page, self.healthz, self.readyz
         )
@@ -269,14 +268,26 @@ class Agent:
             log.warning("kubernetes off", extra={"error": str(exc)})
             return None
 
+    def _sinks(self) -> list[Sink[AgentState]]:
+        """Where each new state of the report goes, in order: the metric families, the
+        `/metrics` page, the Kubernetes publisher, the gRPC answers, and the health state
+        (SERVING once the answers hold the first report)."""
+        sinks: list[Sink[AgentState]] = [self.collector.update, self.metrics_page.invalidate]
+        if self.kube is not None:
+            sinks.append(self._publish_to_kubernetes)
+        return [*sinks, self.service.render, self._serving]
+
+    def _publish_to_kubernetes(self, state: AgentState) -> None:
+        """Hand the report to the publishing loop (which never blocks: it publishes it soon)."""
+        if self.kube is not None:
+            self.kube.loop.offer(state.report)
+
     def _report_own(self, result: CheckResult) -> None:
         """The agent's own result about its Kubernetes updates joins the report."""
         self.store.update([Ran(result, now())])
 
     def _serving(self, state: AgentState) -> None:
         if state.report is not None and not self.stopping.is_set():
-            from grpc_health.v1 import health_pb2
-
             self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
 
     def readyz(self) -> tuple[int, str]:

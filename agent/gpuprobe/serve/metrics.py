@@ -26,7 +26,7 @@ Renderer = Callable[[AgentState, NodeReport], Iterable[Metric]]
 
 
 class ReportCollector(Collector):
-    """Hands out the metric families of the latest report; a `ReportStore` view."""
+    """Hands out the metric families of the latest report; a sink of the `ReportStore`."""
 
     def __init__(self, node: str) -> None:
         self._families: list[Metric] = list(agent_families(node))

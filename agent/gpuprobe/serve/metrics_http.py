@@ -61,7 +61,7 @@ class MetricsPage:
         self._cache: dict[str, bytes] = {}
 
     def invalidate(self, *_: Any) -> None:
-        """Forget the encoded report (a store view: called after each update)."""
+        """Forget the encoded report (a sink of the store: called after each update)."""
         with self._lock:
             self._generation += 1
             self._cache.clear()

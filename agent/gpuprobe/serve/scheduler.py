@@ -124,7 +124,7 @@ class Scheduler:
             names = [n for n in self._order if any(n in g.names for g in due)]
             try:
                 self.run_now(names)
-            except Exception:  # a bug in a view must not end the schedule
+            except Exception:  # a bug in a sink must not end the schedule
                 log.exception("round failed", extra={"checks": names})
             for group in due:
                 group.due = max(group.due + self._next(group.interval), self._clock())

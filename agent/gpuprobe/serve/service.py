@@ -71,11 +71,11 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         self._response: pb.GetReportResponse | None = None
         self._summary: pb.GetReportResponse | None = None
         self._rendered: NodeReport | None = None
-        store.add_view(self._render)
 
-    def _render(self, state: AgentState) -> None:
-        """Build the messages once per update of the report; calls only hand them out (an
-        update of the bandwidth results alone leaves the report, and them, as they are)."""
+    def render(self, state: AgentState) -> None:
+        """Build the messages once per update of the report (a sink of the store); calls only
+        hand them out (an update of the bandwidth results alone leaves the report, and them,
+        as they are)."""
         if state.report is None or state.report is self._rendered:
             return
         self._rendered = state.report
@@ -129,6 +129,8 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
         wanted = set(request.checks) or set(self.checks)
         names = [n for n in self.checks if n in wanted]
         ran = self.scheduler.run_now(names, _within(context))
+        # The checks' own fresh results (docs/grpc.md); the merged report, GetReport's, is
+        # the one the pipeline's post-passes went over.
         report = NodeReport(self.store.node, now(), [r.result for r in ran])
         times = {r.result.name: r.time for r in ran}
         return pb.RunChecksResponse(report=wire.report_to_proto(report, times))

@@ -166,7 +166,7 @@ class Signals:
             self._run_now(names)
             if joined:  # the run in flight may have read before what woke it: once more
                 self._run_now(sorted(joined))
-        except Exception:  # a bug in a view must not end the event path
+        except Exception:  # a bug in a sink must not end the event path
             log.exception("woken run failed", extra={"checks": names})
         for name in names:
             self.reruns[name] = self.reruns.get(name, 0) + 1

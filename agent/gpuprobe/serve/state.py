@@ -1,19 +1,21 @@
 """The agent's latest report: each check's latest result, merged, versioned and watched.
 
 Only the scheduler (and RunChecks, ClearFindings) write here; GetReport, WatchReports and
-`/metrics` only read. Each update renders the views (the gRPC message, the metric families)
-once, so that reading them costs nothing but a reference.
+`/metrics` only read. Each update assembles the report through the pipeline's post-passes
+(`gpuprobe.pipeline.assemble`) and feeds the new state to the sinks (the gRPC messages, the
+metric families, the Kubernetes publisher) once, so that reading them costs nothing but a
+reference.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from gpuprobe.checks.attribution import attribute_findings
 from gpuprobe.checks.runner import Ran
+from gpuprobe.pipeline import Sink, assemble, feed
 from gpuprobe.report import NodeReport, now
 
 # What makes a report "changed" for WatchReports: the checks present, their statuses, and
@@ -35,7 +37,7 @@ class LinkResult:
 @dataclass(frozen=True)
 class AgentState:
     """What the store holds after one update: the merged report, when each check ran, the
-    update counters, and the latest bandwidth results. The views render it; it is not a node
+    update counters, and the latest bandwidth results. The sinks render it; it is not a node
     snapshot (`gpuprobe capture`) and never leaves the process."""
 
     report: NodeReport | None
@@ -81,20 +83,21 @@ class ReportStore:
         self._state = AgentState(report=None)
         self._changed = threading.Condition()
         self._update_lock = threading.Lock()
-        self._views: list[Callable[[AgentState], None]] = []
+        self._sinks: list[Sink[AgentState]] = []
 
-    def add_view(self, view: Callable[[AgentState], None]) -> None:
-        """Call `view` with every new state (and now with the current one)."""
+    def add_sink(self, sink: Sink[AgentState]) -> None:
+        """Feed `sink` every new state (and now the current one)."""
         with self._update_lock:
-            self._views.append(view)
-            view(self._state)
+            self._sinks.append(sink)
+            sink(self._state)
 
     def current(self) -> AgentState:
         """The latest state."""
         return self._state
 
     def update(self, ran: Iterable[Ran], time: datetime | None = None) -> AgentState:
-        """Merge fresh results; renders the views and wakes watchers when anything changed."""
+        """Merge fresh results into the report; feeds the sinks and wakes watchers when
+        anything changed."""
         with self._update_lock:
             for item in ran:
                 name = item.result.name
@@ -105,13 +108,8 @@ class ReportStore:
             if self._state.report is None and not self._first <= set(self._latest):
                 return self._state  # the first report waits for every passive check
             order = self._order + sorted(set(self._latest) - set(self._order))
-            report = NodeReport(
-                node=self.node,
-                time=time or now(),
-                checks=attribute_findings(
-                    [self._latest[n].result for n in order if n in self._latest]
-                ),
-            )
+            results = [self._latest[n].result for n in order if n in self._latest]
+            report = assemble(self.node, time or now(), results)
             sig = signature(report)
             old = self._state
             state = AgentState(
@@ -127,14 +125,13 @@ class ReportStore:
             return self._publish(state)
 
     def update_links(self, links: Iterable[LinkResult]) -> AgentState:
-        """Replace the bandwidth results; renders the views (watchers are not woken)."""
+        """Replace the bandwidth results; feeds the sinks (watchers are not woken)."""
         with self._update_lock:
             state = replace(self._state, version=self._state.version + 1, links=tuple(links))
             return self._publish(state)
 
     def _publish(self, state: AgentState) -> AgentState:
-        for view in self._views:
-            view(state)
+        feed(state, self._sinks)
         with self._changed:
             self._state = state
             self._changed.notify_all()
