@@ -31,7 +31,9 @@ from gpuprobe.v1 import diagnostics_pb2 as pb
 from serving import in_process_agent
 from test_docs_config import accepted, documented, examples
 
-HOW_TO = (ROOT / "docs" / "architecture.md").read_text().split("## How to add a check", 1)[1]
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
+# The guide's own section (up to the next one).
+HOW_TO = ARCHITECTURE.split("## How to add a check", 1)[1].split("\n## ", 1)[0]
 # The registry line, then the real command line, in a process of its own.
 COMMAND = (
     "import sys, throwaway_check; throwaway_check.register(); "
@@ -76,7 +78,7 @@ def test_the_new_check_is_in_check_json(tmp_path: Path) -> None:
                 "resource": "node",
             }
         ],
-        "data": {"gpus": 8, "source": "nvml"},
+        "data": {"gpus": 8, "source": "nvidia"},
     }
 
 

@@ -12,7 +12,7 @@ from gpuprobe.checks import registry
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.families import Family
-from gpuprobe.gpu.nvidia.device import gpu_count
+from gpuprobe.gpu.backends import node_backends
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
@@ -23,7 +23,7 @@ class ThrowawayData(TypedDict):
     """The check's data."""
 
     gpus: int
-    source: str  # where the GPUs were counted: not for the summary view
+    source: str  # the vendors whose GPUs were counted: not for the summary view
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,12 @@ class ThrowawayConfig:
 
 
 def run(host: Host, config: Config) -> CheckResult:
-    """Count the GPUs NVML sees; more than `throwaway.max_gpus` is a WARNING."""
+    """Count the GPUs the node's GPU drivers see; more than `throwaway.max_gpus` is a
+    WARNING. The GPUs come through the GPU interface (a reader), never from NVML by name."""
     settings = config.section(NAME, ThrowawayConfig)
-    gpus = gpu_count(host.nvml) or 0
-    data = ThrowawayData(gpus=gpus, source="nvml")
+    backends = node_backends(host)
+    gpus = sum(len(backend.gpus()) for backend in backends)
+    data = ThrowawayData(gpus=gpus, source=",".join(backend.vendor for backend in backends))
     findings = []
     if settings.max_gpus is not None and gpus > settings.max_gpus:
         findings.append(
