@@ -100,7 +100,7 @@ def test_an_allocated_idle_amd_gpu_is_named_once_the_window_passes() -> None:
     assert result.data["devices"][2]["idle_seconds"] == 61
 
 
-def test_the_usage_digest_counts_amd_gpus_and_the_accounting_does_not_yet() -> None:
+def test_the_usage_digest_counts_amd_gpus() -> None:
     result = run()
     assert result.data["usage"]["gpus"] == {
         "allocated": 3.0,
@@ -108,7 +108,32 @@ def test_the_usage_digest_counts_amd_gpus_and_the_accounting_does_not_yet() -> N
         "allocated_idle": 1.0,
         "unallocated": 5.0,
     }
-    assert result.data["accounting"]["gpus"] == []
+
+
+def test_the_accounting_counts_amd_gpus_by_unique_id_and_busy_percent() -> None:
+    host = snapshot_host(snapshot(NAME))
+    host.clock = clock = FakeClock()
+    assert [
+        g["allocated_seconds"] for g in workloads.run(host, Config()).data["accounting"]["gpus"]
+    ] == [0.0] * 8
+    clock.advance(100)
+    totals = {
+        g["gpu"]: (
+            g["uuid"],
+            g["allocated_seconds"],
+            g["busy_seconds"],
+            g["idle_allocated_seconds"],
+            g["unallocated_seconds"],
+        )
+        for g in workloads.run(host, Config()).data["accounting"]["gpus"]
+    }
+    # GPUs 0 and 1 held by the trainer at 100 % busy, GPU 2 by the notebook at 0 %, the rest
+    # held by no pod (GPU 3 busy at 37 % with a pod it was not given: unallocated time).
+    assert totals == {
+        0: (unique_id(0), 100.0, 100.0, {"ml-team": 0.0}, 0.0),
+        1: (unique_id(1), 100.0, 100.0, {"ml-team": 0.0}, 0.0),
+        2: (unique_id(2), 100.0, 0.0, {"research": 100.0}, 0.0),
+    } | {i: (unique_id(i), 0.0, 0.0, {}, 100.0) for i in range(3, 8)}
 
 
 def test_an_amd_gpu_finding_names_the_pods_on_it() -> None:

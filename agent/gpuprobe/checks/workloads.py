@@ -104,10 +104,8 @@ def _account(
         ledger = load_ledger(settings.state_dir) if settings.state_dir else new_ledger()
         memory["ledger"] = ledger
     if known:
-        # NVIDIA's GPUs only, for now: AMD GPUs' GPU-seconds would add their series to the
-        # metrics page, a change of its own (docs/checks.md, check `workloads`).
-        counted = [d for d in attribution.devices if d.vendor == "nvidia"]
-        account(ledger, counted, host.clock.monotonic(), settings.idle_utilization_percent)
+        devices = attribution.devices
+        account(ledger, devices, host.clock.monotonic(), settings.idle_utilization_percent)
     else:
         ledger.last_round = None  # an unknown stretch is not counted
     facts: dict[str, Any] = {
