@@ -20,9 +20,9 @@ from gpuprobe.families import Family
 from helpers import node_report
 
 # The modules of the checks package that are not checks: the machinery (attribution names
-# the pods of every check's GPU findings), the gpus check's judgement of gpu.health's and
-# gpu.imex's facts, the driver and gpus checks' judgement of AMD GPUs, and the pods check's
-# table of failure signatures and how much of its data it lists.
+# the pods of every check's GPU findings), the gpus check's judgement of gpu.nvidia.health's
+# and gpu.nvidia.fabric's facts, the driver and gpus checks' judgement of AMD GPUs, and the
+# pods check's table of failure signatures and how much of its data it lists.
 MACHINERY = {
     "record",
     "registry",
