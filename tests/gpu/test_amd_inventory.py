@@ -1,5 +1,5 @@
 """AMD GPUs as workloads get them: identity from sysfs, render node, busy percent, and the
-processes holding the render node."""
+processes computing on them (holding the KFD and the GPU's render node)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,38 @@ def test_a_gpu_the_driver_did_not_take_is_given_to_no_workload() -> None:
     uses = read_uses(host)
     assert [u.index for u in uses] == [0, 1, 2, 4, 5, 6, 7]
     assert amd_gpu_count(host) == 8
-    # No process table was recorded: every GPU has none.
-    assert all(u.processes == [] for u in uses)
+    # No process table was recorded: every GPU's processes are unknown.
+    assert all(u.processes is None for u in uses)
+
+
+def with_process(tmp_path: Path, pid: int, targets: list[str]) -> Path:
+    """The workloads snapshot with one more process holding `targets`."""
+    copy = tmp_path / "snap"
+    if not copy.exists():
+        shutil.copytree(WORKLOADS, copy, symlinks=True)
+    fd = copy / f"rootfs/proc/{pid}/fd"
+    fd.mkdir(parents=True, exist_ok=True)
+    for n, target in enumerate(targets, start=len(list(fd.iterdir()))):
+        (fd / str(n)).symlink_to(target)
+    return copy
+
+
+def test_a_monitor_holding_every_render_node_computes_on_none(tmp_path: Path) -> None:
+    """amd-smi and the device metrics exporter open every render node to ask the driver,
+    and no KFD: they are not work on the GPUs."""
+    nodes = [f"/dev/dri/renderD{128 + 8 * i}" for i in range(8)]
+    uses = read_amd_uses(snapshot_host(str(with_process(tmp_path, 9001, nodes))))
+    assert [[p.pid for p in u.processes or []] for u in uses.gpus] == (
+        [[61001], [61001], [], [63001]] + [[]] * 4
+    )
+    assert uses.kfd_only == [7001]
+
+
+def test_a_kfd_process_on_a_render_node_of_no_known_gpu_is_on_no_gpu(tmp_path: Path) -> None:
+    """A partition's render node (a partitioned MI300's `amdgpu_xcp` devices) names no GPU
+    of the bus: the process still counts as a GPU process whose GPU is unknown."""
+    copy = with_process(tmp_path, 7001, ["/dev/dri/renderD200"])
+    assert read_amd_uses(snapshot_host(str(copy))).kfd_only == [7001]
 
 
 def test_unreadable_descriptors_leave_the_processes_unknown(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Which processes hold AMD GPUs open, read from real `/proc/<pid>/fd` links in a tree (a
-snapshot replays such links too: `synthetic-amd-k8s-workloads`)."""
+"""Which processes hold AMD GPUs open, and which compute on them, read from real
+`/proc/<pid>/fd` links in a tree (a snapshot replays such links too:
+`synthetic-amd-k8s-workloads`)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,19 @@ def test_pid_1_without_readable_descriptors_means_none_can_be_read(tmp_path: Pat
     assert read_device_handles(HostFS(tmp_path)) is None
 
 
-def test_a_tree_without_processes_has_none(tmp_path: Path) -> None:
-    assert read_device_handles(HostFS(tmp_path)) == []
+def test_a_proc_without_pid_1_tells_nothing(tmp_path: Path) -> None:
+    """No pid 1 in view (a container's own PID namespace, a snapshot without a process
+    table): the processes are unknown, never "none"."""
+    assert read_device_handles(HostFS(tmp_path)) is None
+    fds(tmp_path, 4100, ["/dev/kfd", "/dev/dri/renderD128"])
+    assert read_device_handles(HostFS(tmp_path)) is None
+
+
+def test_only_a_process_holding_the_kfd_computes_on_a_render_nodes_gpu() -> None:
+    trainer = DeviceHandles(4100, frozenset({128, 136}), True)
+    monitor = DeviceHandles(4200, frozenset({128, 136, 144}), False)  # amd-smi's handles
+    assert [trainer.computes_on(128), trainer.computes_on(144)] == [True, False]
+    assert [monitor.computes_on(m) for m in (128, 136, 144)] == [False] * 3
 
 
 def test_a_render_nodes_minor_comes_from_its_name() -> None:

@@ -39,7 +39,8 @@ def read_amd_uses(host: Host) -> AmdUses:
     uses = [_use(gpu, handles) for gpu in bound]
     if handles is None:
         return AmdUses(uses, None)
-    return AmdUses(uses, [h.pid for h in handles if h.kfd and not h.render_minors])
+    known = {use.minor for use in uses if use.minor is not None}
+    return AmdUses(uses, [h.pid for h in handles if h.kfd and not h.render_minors & known])
 
 
 def read_uses(host: Host) -> list[GpuUse]:
@@ -56,6 +57,6 @@ def _use(gpu: AmdGpu, handles: list[DeviceHandles] | None) -> GpuUse:
     identity = GpuIdentity("amd", gpu.index, gpu.unique_id, gpu.pci_address, gpu.name)
     minor = render_minor(gpu.render_node)
     use = GpuUse(identity, minor=minor, utilization_percent=gpu.busy_percent)
-    if handles is not None:
-        use.processes = [GpuProcess(h.pid, gpu.index) for h in handles if minor in h.render_minors]
+    if handles is not None and minor is not None:  # no render node: its processes unknown
+        use.processes = [GpuProcess(h.pid, gpu.index) for h in handles if h.computes_on(minor)]
     return use

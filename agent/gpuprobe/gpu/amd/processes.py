@@ -1,12 +1,13 @@
-"""Which processes hold AMD GPUs open, from their file descriptors (`/proc/<pid>/fd/<n>`).
+"""Which processes compute on AMD GPUs, from their file descriptors (`/proc/<pid>/fd/<n>`).
 
 amdgpu lists no processes the way NVML does. A ROCm process opens the KFD (`/dev/kfd`, one
 for the whole node) and the DRM render node of each GPU it uses (`/dev/dri/renderD<minor>`;
-the GPU's `drm/renderD<minor>` in sysfs names which); a graphics process opens the render
-node alone (a display server's card node, `/dev/dri/card<N>`, is not counted: it drives a
-display, not work). A descriptor's link names the device file it opened, so each process's
-links tell which GPUs it holds. A process that holds `/dev/kfd` and no render node is a GPU
-process whose GPU the descriptors do not tell.
+the GPU's `drm/renderD<minor>` in sysfs names which). A descriptor's link names the device
+file it opened, so each process's links tell which GPUs it holds. Only a process that holds
+the KFD computes: a render node held alone is a monitor's handle (amd-smi and the device
+metrics exporter open every render node to ask the driver) or graphics work, and counts on
+no GPU. A process that holds the KFD and no known GPU's render node is a GPU process whose
+GPU the descriptors do not tell.
 
 Reading another process's descriptors needs the node's PID namespace and the right to
 trace it; where pid 1's descriptors cannot be listed (it always holds some), the agent
@@ -32,12 +33,17 @@ class DeviceHandles:
     render_minors: frozenset[int]
     kfd: bool
 
+    def computes_on(self, minor: int) -> bool:
+        """Whether the process computes on the GPU of render node `minor`: it holds the KFD
+        and that render node."""
+        return self.kfd and minor in self.render_minors
+
 
 def read_device_handles(fs: HostFS) -> list[DeviceHandles] | None:
     """Every process holding a render node or the KFD, by pid; None when the node's
-    processes' descriptors cannot be read."""
+    processes' descriptors cannot be read (no pid 1 in view, or its descriptors closed)."""
     pids = sorted(int(entry) for entry in fs.listdir("/proc") if entry.isdecimal())
-    if 1 in pids and not fs.listdir("/proc/1/fd"):
+    if 1 not in pids or not fs.listdir("/proc/1/fd"):
         return None
     found = []
     for pid in pids:
