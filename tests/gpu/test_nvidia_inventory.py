@@ -3,6 +3,10 @@ interface's types; and the NVIDIA facts the pods, device_plugin and storage chec
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 from conftest import SNAPSHOTS
 from gpuprobe.gpu.backend import GpuIdentity, GpuProcess, Partition
 from gpuprobe.gpu.nvidia.cuda_targets import (
@@ -13,7 +17,7 @@ from gpuprobe.gpu.nvidia.cuda_targets import (
 )
 from gpuprobe.gpu.nvidia.inventory import (
     any_mig_enabled,
-    gpus_in_use,
+    gpus_computing,
     read_uses,
     utilization_samples,
 )
@@ -70,8 +74,25 @@ def test_mig_mode_and_busy_gpus() -> None:
     assert any_mig_enabled(host("synthetic-k8s-mig-mixed")) is True
     assert any_mig_enabled(host("synthetic-k8s-gpus-by-uuid")) is False
     assert any_mig_enabled(host("synthetic-amd-mi300x-8gpu-healthy")) is None
-    assert gpus_in_use(host("synthetic-gpu-processes")) == [0, 3]
-    assert gpus_in_use(host("synthetic-h100-8gpu-idle")) == []
+    assert gpus_computing(host("synthetic-gpu-processes")) == [0, 3]
+    assert gpus_computing(host("synthetic-h100-8gpu-idle")) == []
+
+
+def test_a_graphics_process_alone_does_not_make_a_gpu_computing(tmp_path: Path) -> None:
+    """A display server on GPU 0 (a graphics process, no compute one) leaves it free for
+    the storage test, as before the readers moved."""
+    copy = tmp_path / "snap"
+    shutil.copytree(SNAPSHOTS / "synthetic-gpu-processes", copy, symlinks=True)
+    nvml = json.loads((copy / "nvml.json").read_text())
+    for call in nvml["calls"]:
+        if call["fn"].startswith("nvmlDeviceGetComputeRunningProcesses") and call["args"] == [0]:
+            call["ret"] = []
+    graphics = {"pid": 1200, "usedGpuMemory": 16777216}
+    nvml["calls"].append(
+        {"fn": "nvmlDeviceGetGraphicsRunningProcesses", "args": [0], "ret": [graphics]}
+    )
+    (copy / "nvml.json").write_text(json.dumps(nvml))
+    assert gpus_computing(snapshot_host(str(copy))) == [3]
 
 
 def test_what_an_images_cuda_is_held_against() -> None:
