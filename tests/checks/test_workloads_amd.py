@@ -8,10 +8,12 @@ from typing import Any
 
 from conftest import snapshot
 from gpuprobe.checks import workloads
+from gpuprobe.checks.workloads import WorkloadsConfig
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.pipeline import run_checks
 from gpuprobe.report import PodRef
+from gpuprobe.workloads.attribution import attribute
 from helpers import FakeClock, codes, config
 
 NAME = "synthetic-amd-k8s-workloads"
@@ -145,3 +147,15 @@ def test_an_amd_gpu_finding_names_the_pods_on_it() -> None:
 def test_without_amd_gpus_the_data_has_no_kfd_processes() -> None:
     result = workloads.run(snapshot_host(snapshot("synthetic-k8s-gpus-by-uuid")), Config())
     assert "kfd_only_processes" not in result.data
+
+
+def test_an_nvidia_only_attribution_leaves_amds_gpus_and_processes_unread() -> None:
+    """The pods check holds images' CUDA against NVIDIA's GPUs only: it asks without AMD's,
+    and AMD's sysfs and descriptor reads are spared (its grants name no device then)."""
+    host = snapshot_host(snapshot(NAME))
+    settings = WorkloadsConfig()
+    answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
+    nvidia_only = attribute(host, answer, amd_gpus=False)
+    assert (nvidia_only.devices, nvidia_only.kfd_only) == ([], None)
+    assert [g.device_id for g in nvidia_only.unresolved] == [PCI[0], PCI[1], PCI[2]]
+    assert len(attribute(host, answer).devices) == 8

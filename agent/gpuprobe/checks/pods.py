@@ -255,9 +255,7 @@ def _held(host: Host, config: Config) -> dict[PodRef, set[int]]:
     if answer.list is None:
         return {}
     held: dict[PodRef, set[int]] = defaultdict(set)
-    for use in attribute(host, answer).devices:
-        if use.vendor != "nvidia":
-            continue
+    for use in attribute(host, answer, amd_gpus=False).devices:
         for grant in use.grants:
             held[grant.pod].add(use.gpu)
     return dict(held)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.gpu.amd.inventory import read_amd_uses
+from gpuprobe.gpu.amd.inventory import AmdUses, read_amd_uses
 from gpuprobe.gpu.backend import GpuUse, Partition, Vendor
 from gpuprobe.gpu.nvidia.inventory import read_uses
 from gpuprobe.host import Host
@@ -119,9 +119,11 @@ class Attribution:
         return {d.resource: d for d in self.devices}
 
 
-def attribute(host: Host, answer: PodResourcesAnswer) -> Attribution:
-    """Tie every GPU and MIG device to its holders and its processes' pods."""
-    amd = read_amd_uses(host)
+def attribute(host: Host, answer: PodResourcesAnswer, *, amd_gpus: bool = True) -> Attribution:
+    """Tie every GPU and MIG device to its holders and its processes' pods. `amd_gpus=False`:
+    NVIDIA's alone (AMD's grants then name no device), sparing the AMD sysfs and `/proc`
+    descriptor reads for a caller that judges NVIDIA's GPUs only."""
+    amd = read_amd_uses(host) if amd_gpus else AmdUses([], None)
     gpus = read_uses(host.nvml) + amd.gpus
     names = DeviceNames(gpus)
     grants: list[Grant] = []
