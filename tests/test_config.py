@@ -55,6 +55,8 @@ def test_a_full_file(tmp_path: Path) -> None:
         ("gpus: [1]\n", "gpus: expected a mapping, got a list"),
         ("checks: {deadlines: {gpus: fast}}\n", "checks: deadlines.gpus: expected a number"),
         ("- 1\n", "expected a mapping, got a list"),
+        # Every condition commented out: refused, never the default groups in silence.
+        ("kubernetes:\n  conditions:\n", "kubernetes: conditions: expected a mapping, got nothing"),
         ("a: [\n", "line 2 column 1"),
     ],
 )

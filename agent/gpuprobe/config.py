@@ -153,8 +153,11 @@ class KubernetesConfig:
     # auto: on when the pod has in-cluster credentials (or --kubeconfig is given).
     enabled: bool | str = "auto"
     # Condition type -> checks; rename the types to those a node-repair controller watches.
-    # None: the checks' own groups (each check's record names its condition).
-    conditions: dict[str, tuple[str, ...]] | None = None
+    # Unset: the checks' own groups (each check's record names its condition); the file
+    # cannot set it to null (`conditions:` with every entry commented out is refused).
+    conditions: dict[str, tuple[str, ...]] | None = field(
+        default=None, metadata={"nullable": False}
+    )
     # One Event on the node when a CRITICAL or WARNING finding appears or clears.
     events: bool = True
     taint: TaintConfig = field(default_factory=TaintConfig)
@@ -379,6 +382,11 @@ def build(cls: type[T], raw: Any, where: str, sections: Mapping[str, type[Any]] 
     if unknown:
         known = ", ".join(sorted(fields))
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {known})")
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in raw and raw[f.name] is None and not f.metadata.get("nullable", True):
+            # Unset means a default the file cannot write: null is refused as its type would.
+            (kind,) = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
+            _convert(kind, None, f"{where}: {f.name}")
     values = {key: _convert(hints[key], value, f"{where}: {key}") for key, value in raw.items()}
     own = {key: value for key, value in values.items() if key not in extra}
     if extra:
