@@ -58,7 +58,7 @@ class WorkloadsData(TypedDict):
 
     kubelet: Any  # how the kubelet answered PodResources
     devices: list[dict[str, Any]]  # each GPU and MIG device with its holders and users
-    unresolved: list[dict[str, Any]]  # grants that name no device NVML lists
+    unresolved: list[dict[str, Any]]  # grants that name no device the GPU drivers list
     accounting: dict[str, Any]  # the daemon's allocated / idle / unallocated GPU-seconds
     usage: dict[str, Any]  # the node's digest of devices and accounting (workloads.usage)
     # With AMD GPUs: the processes holding the KFD and no GPU's render node (GPU unknown).

@@ -2,7 +2,8 @@
 
 Every parser of kernel lines (NVIDIA's XIDs, SXids and XID-less faults in
 `gpuprobe.gpu.kernel_log`, amdgpu's faults in `gpuprobe.gpu.amd.faults`) reads the texts one
-`read_kernel_log` gave, so a run reads each source once whatever vendors the node has.
+`read_kernel_log` gave, so the xid check's run reads each source once whatever vendors the
+node has (the pods check, which ties pod failures to XIDs, reads it in its own run).
 
 `/dev/kmsg` (this boot's ring, `gpuprobe.gpu.kmsg`) is followed: its `KmsgLog` lives in
 `host.memory`, so a long-lived agent reads only the records that arrived since its last run

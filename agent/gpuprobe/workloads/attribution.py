@@ -64,7 +64,7 @@ class DeviceUse:
     uuid: str | None  # NVIDIA's GPU UUID; AMD's unique_id, else its PCI address
     mig: Partition | None = None
     grants: list[Grant] = field(default_factory=list)
-    processes: list[ProcessOwner] | None = None  # None: NVML cannot list them
+    processes: list[ProcessOwner] | None = None  # None: the driver's processes unknown
     utilization_percent: int | None = None
     samples: list[tuple[int, float]] | None = None  # (µs, percent); whole GPUs only
     vendor: Vendor = "nvidia"

@@ -25,8 +25,8 @@ from gpuprobe.report import format_time
 
 def read_sources(host: Host, config: Config, now: datetime) -> KernelLogRead:
     """This boot's kernel log as `xid.kmsg`, `xid.kernel_logs` and
-    `xid.kernel_log_max_bytes` say to read it: the one read of every check that ties a fault
-    to an XID (the xid check, the pods check)."""
+    `xid.kernel_log_max_bytes` say to read it: how every check that ties a fault to an XID
+    reads it (the xid check, the pods check), each once in its run."""
     settings = xid_settings(config)
     return read_kernel_log(
         host,
