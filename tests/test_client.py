@@ -143,7 +143,10 @@ def test_watch_reports_ends_quietly_at_its_timeout() -> None:
         started = time.monotonic()
         reports = list(client.watch_reports(timeout=1.0))
         took = time.monotonic() - started
-    assert [r.node for r in reports] == ["synthetic-h100-8gpu-healthy"]
+    # The latest report first; the active checks' first round (a random part of their jitter
+    # window after the start) may land within the second and add one more.
+    assert [r.node for r in reports][:1] == ["synthetic-h100-8gpu-healthy"]
+    assert len(reports) <= 2 and {r.node for r in reports} == {"synthetic-h100-8gpu-healthy"}
     assert 1.0 <= took < 3
 
 
