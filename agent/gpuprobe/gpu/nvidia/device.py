@@ -111,16 +111,23 @@ def text(value: Any) -> str | None:
     return result or None
 
 
-def busy_gpus(nvml: Nvml) -> list[int]:
-    """The GPUs with a compute or graphics process on them (active tests wait for none)."""
-    count = gpu_count(nvml) or 0
+# A GPU's processes: compute, then graphics (newer function names before older).
+COMPUTE_PROCESSES = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses",
+)
+GRAPHICS_PROCESSES = (
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+)
+
+
+def busy_gpus(nvml: Nvml, graphics: bool = True) -> list[int]:
+    """The GPUs with a compute or graphics process on them (active tests wait for none);
+    `graphics=False`: a compute process only (a display server's does not count)."""
+    kinds = (COMPUTE_PROCESSES, GRAPHICS_PROCESSES) if graphics else (COMPUTE_PROCESSES,)
     busy = []
-    for device in open_gpus(nvml, count):
-        for fns in (
-            ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses"),
-            ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses"),
-        ):
-            if device.get(*fns):
-                busy.append(device.index)
-                break
+    for device in open_gpus(nvml, gpu_count(nvml) or 0):
+        if any(device.get(*fns) for fns in kinds):
+            busy.append(device.index)
     return busy

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuprobe.gpu.backend import GpuIdentity, GpuProcess, GpuUse, Partition
-from gpuprobe.gpu.nvidia.device import Device, gpu_count, open_gpus
+from gpuprobe.gpu.nvidia.device import Device, busy_gpus, gpu_count, open_gpus
 from gpuprobe.gpu.nvidia.health import as_int, current_pending
 from gpuprobe.host import Host
 from gpuprobe.host.nvml import Nvml, NvmlError
@@ -91,15 +91,7 @@ def any_mig_enabled(host: Host) -> bool | None:
 def gpus_computing(host: Host) -> list[int]:
     """The GPUs with a compute process on them, as NVML tells (none without NVML): the
     storage test waits for none (a display server's graphics process does not hold it)."""
-    nvml = host.nvml
-    busy = []
-    for device in open_gpus(nvml, gpu_count(nvml) or 0):
-        processes = device.get(
-            "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses"
-        )
-        if isinstance(processes, list) and processes:
-            busy.append(device.index)
-    return busy
+    return busy_gpus(host.nvml, graphics=False)
 
 
 def mig_devices(nvml: Nvml, gpu: Device) -> list[Partition]:
