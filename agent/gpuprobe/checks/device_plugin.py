@@ -30,7 +30,7 @@ from gpuprobe.containers.device_plugin import (
     plugin_paths,
 )
 from gpuprobe.containers.plugin_sockets import has_plugin_dir, has_socket, plugin_sockets
-from gpuprobe.gpu.amd.inventory import amd_gpu_count
+from gpuprobe.gpu.node_gpus import amd_gpu_addresses
 from gpuprobe.gpu.nvidia.inventory import any_mig_enabled
 from gpuprobe.host import Host
 from gpuprobe.node import nvidia_gpu_count
@@ -87,7 +87,7 @@ def run(host: Host, config: Config) -> CheckResult:
         "config": None,
         "expected_resources": None,
     }
-    amd_gpus = amd_gpu_count(host)
+    amd_gpus = len(amd_gpu_addresses(host))
     if amd_gpus:
         amd_sockets = plugin_sockets(host, socket_dir, AMD_SOCKET_PREFIX)
         data["amd_gpus"] = amd_gpus

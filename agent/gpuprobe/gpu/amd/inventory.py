@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuprobe.gpu.amd.processes import DeviceHandles, read_device_handles, render_minor
-from gpuprobe.gpu.amd.sysfs import AmdGpu, amd_gpu_addresses, read_gpus
+from gpuprobe.gpu.amd.sysfs import AmdGpu, read_gpus
 from gpuprobe.gpu.backend import GpuIdentity, GpuProcess, GpuUse
 from gpuprobe.host import Host
 
@@ -46,11 +46,6 @@ def read_amd_uses(host: Host) -> AmdUses:
 def read_uses(host: Host) -> list[GpuUse]:
     """Every AMD GPU the driver took, as workloads get it."""
     return read_amd_uses(host).gpus
-
-
-def amd_gpu_count(host: Host) -> int:
-    """How many AMD GPUs are on the PCI bus (taken by the driver or not)."""
-    return len(amd_gpu_addresses(host.fs))
 
 
 def _use(gpu: AmdGpu, handles: list[DeviceHandles] | None) -> GpuUse:
