@@ -47,6 +47,7 @@ def normalize(text: str) -> str:
         "kvm-epyc-nogpu",
         "synthetic-k8s-ecc-on-training-gpu",
         "synthetic-amd-ras-uncorrectable",
+        "h200-1gpu-580.159.04",
     ],
 )
 def test_metrics_match_the_golden_file_and_pass_promtool(name: str) -> None:
