@@ -23,6 +23,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,13 +142,25 @@ class Place:
 
 
 def _timed(torch: Any, dist: Any, source: Any, in_place: bool, iters: int) -> float:
-    """Microseconds per all-reduce, between CUDA events on the current stream, which waits for
-    NCCL's: out-of-place reduces a fresh copy of the source each time (torch reduces in place
-    only), the copy made before the start event so it is not counted."""
-    buffer = source.clone()
+    """Microseconds per all-reduce.
+
+    In place, as nccl-tests times: `iters` all-reduces of one buffer back to back, by the wall
+    clock from the first launch to the last completion. Out of place, torch has no such call
+    (it reduces in place only): each all-reduce takes a fresh copy of the source, made before
+    a CUDA event on the current stream (which waits for NCCL's), so the copy is not counted;
+    the events give the GPU's time from that point to the reduction's end.
+    """
+    if in_place:
+        buffer = source.clone()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(buffer)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / iters * 1e6
     elapsed = 0.0
     for _ in range(iters):
-        target = buffer if in_place else source.clone()
+        target = source.clone()
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
         dist.all_reduce(target)
