@@ -11,6 +11,7 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks import registry
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check, CheckFn
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.config import Config, build
@@ -27,7 +28,7 @@ def config(**sections: Any) -> Config:
 def run_check(name: str, snapshot_name: str, cfg: Config | None = None) -> CheckResult:
     """Run one check on a committed snapshot."""
     host = snapshot_host(snapshot(snapshot_name))
-    return CHECKS[name].run(host, cfg or Config())
+    return CHECKS[name].run(CheckContext(host), cfg or Config())
 
 
 def as_record(name: str, run: CheckFn) -> Check[Any]:

@@ -21,6 +21,7 @@ from conftest import ROOT, snapshot
 from gpuprobe.audit.cluster import build as build_cluster
 from gpuprobe.audit.keys import data_keys
 from gpuprobe.checks import registry
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.client import Credentials, fetch_report
 from gpuprobe.config import Config, KubernetesConfig, build, load_config
 from gpuprobe.errors import ConfigError
@@ -135,7 +136,9 @@ def test_the_new_check_decides_its_node_condition(monkeypatch: pytest.MonkeyPatc
     default = groups(KubernetesConfig())
     assert default["GPUHardwareReady"] == ("driver", "gpus", "mig", "xid", "throwaway")
     config = Config().with_section("throwaway", throwaway_check.ThrowawayConfig(max_gpus=4))
-    result = throwaway_check.run(snapshot_host(snapshot("synthetic-h100-8gpu-healthy")), config)
+    result = throwaway_check.run(
+        CheckContext(snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))), config
+    )
     (hardware, *_) = desired(NodeReport("node-a", now(), [result]), default)
     assert (hardware.type, hardware.status, hardware.reason) == (
         "GPUHardwareReady",

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SNAPSHOTS
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.driver import run as driver_check
 from gpuprobe.config import Config
 from gpuprobe.gpu import backends
@@ -80,7 +81,7 @@ def test_the_driver_check_names_the_new_vendor(
     throwaway_node: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(backends, "VENDORS", (ThrowawayBackend,))
-    data = driver_check(throwaway_node, Config()).data
+    data = driver_check(CheckContext(throwaway_node), Config()).data
     assert isinstance(data, dict) and data["vendors"] == ["nvidia"]
 
 

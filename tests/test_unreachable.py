@@ -15,9 +15,9 @@ import grpc
 import pytest
 
 from certs import Pki, make_pki
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.client import Credentials, fetch_report
 from gpuprobe.config import Config
-from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
 from gpuprobe.serve.agent import Agent
 from gpuprobe.unreachable import Failure, Unreachable, explain
@@ -201,7 +201,7 @@ def starting_agent(monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
     """A real agent whose first round of checks has not finished."""
     release = threading.Event()
 
-    def slow(host: Host, cfg: Config) -> CheckResult:
+    def slow(ctx: CheckContext, cfg: Config) -> CheckResult:
         release.wait(30)
         return CheckResult("slow", "done")
 

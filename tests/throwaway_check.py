@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from gpuprobe.checks import registry
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.families import Family
 from gpuprobe.gpu.backends import node_backends
-from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "throwaway"
@@ -33,11 +33,11 @@ class ThrowawayConfig:
     max_gpus: int | None = None
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Count the GPUs the node's GPU drivers see; more than `throwaway.max_gpus` is a
     WARNING. The GPUs come through the GPU interface (a reader), never from NVML by name."""
     settings = config.section(NAME, ThrowawayConfig)
-    backends = node_backends(host)
+    backends = node_backends(ctx.host)
     gpus = sum(len(backend.gpus()) for backend in backends)
     data = ThrowawayData(gpus=gpus, source=",".join(backend.vendor for backend in backends))
     findings = []

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import SNAPSHOTS
 from gpuprobe.checks import driver, gpus, toolkit
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
 from helpers import codes, config, run_check
@@ -182,13 +183,15 @@ def mixed(tmp_path: Path) -> Path:
 
 def test_a_node_with_both_vendors_keeps_nvidias_verdict_and_adds_amds(mixed: Path) -> None:
     cfg = config()
-    nvidia_only = driver.run(snapshot_host(SNAPSHOTS / "synthetic-h100-8gpu-healthy"), cfg)
-    both = driver.run(snapshot_host(mixed), cfg)
+    nvidia_only = driver.run(
+        CheckContext(snapshot_host(SNAPSHOTS / "synthetic-h100-8gpu-healthy")), cfg
+    )
+    both = driver.run(CheckContext(snapshot_host(mixed)), cfg)
     assert both.summary == f"{nvidia_only.summary}; amdgpu 6.10.5, driving 2 of 2 AMD GPUs"
     assert both.data["vendors"] == ["nvidia", "amd"]
     assert both.data["driver_version"] == "550.54.15"
     assert both.findings == []
-    result = gpus.run(snapshot_host(mixed), cfg)
+    result = gpus.run(CheckContext(snapshot_host(mixed)), cfg)
     assert [(g["index"], g["vendor"]) for g in result.data["gpus"]] == [
         *((i, "nvidia") for i in range(8)), (0, "amd"), (1, "amd")
     ]  # fmt: skip
@@ -248,7 +251,7 @@ def test_the_amd_container_runtime_is_held_to_its_binary(tmp_path: Path) -> None
         '{\n    "runtimes": {\n        "amd": {\n            "path": "amd-container-runtime",\n'
         '            "runtimeArgs": []\n        }\n    }\n}\n'
     )
-    result = toolkit.run(snapshot_host(root), config())
+    result = toolkit.run(CheckContext(snapshot_host(root)), config())
     assert codes(result) == [
         ("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", "file:/etc/docker/daemon.json")
     ]
@@ -259,7 +262,7 @@ def test_the_amd_container_runtime_is_held_to_its_binary(tmp_path: Path) -> None
     binary.parent.mkdir(parents=True, exist_ok=True)
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
-    assert toolkit.run(snapshot_host(root), config()).findings == []
+    assert toolkit.run(CheckContext(snapshot_host(root)), config()).findings == []
 
 
 def test_a_stale_amd_cdi_spec_is_named_with_the_nodes_it_lost() -> None:

@@ -9,6 +9,7 @@ import yaml
 
 from conftest import ROOT, snapshot
 from gpuprobe.checks import cdi
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
@@ -103,7 +104,7 @@ def test_same_device_in_two_specs_of_one_directory(tmp_path: Path) -> None:
     (cdi_dir / "a.yaml").write_text(spec)
     (cdi_dir / "b.yaml").write_text(spec)
     (cdi_dir / "c.yml").write_text(spec)
-    result = cdi.run(snapshot_host(str(copy)), Config())
+    result = cdi.run(CheckContext(snapshot_host(str(copy))), Config())
     assert codes(result) == [
         ("CDI_DEVICE_CONFLICT", "WARNING", "FIX_CONFIG", "file:/etc/cdi/b.yaml")
     ]
@@ -143,7 +144,7 @@ def test_type_index_spec_missing_a_gpu_is_stale_and_mig_devices_are_no_gpus(
     copy = _copy(tmp_path, "synthetic-cdi-type-index-names")
     names = [f"gpu{i}" for i in range(7)] + ["mig0:0", "mig0:1", "all"]
     _rewrite_devices(copy / "rootfs/var/run/cdi/nvidia.yaml", names)
-    result = cdi.run(snapshot_host(str(copy)), Config())
+    result = cdi.run(CheckContext(snapshot_host(str(copy))), Config())
     assert codes(result) == [("CDI_SPEC_STALE", "WARNING", "FIX_CONFIG", SPEC)]
     assert result.findings[0].message.startswith(
         "CDI spec /var/run/cdi/nvidia.yaml (nvidia.com/gpu) is stale: it defines 7 GPU devices "
@@ -155,7 +156,7 @@ def test_names_of_several_strategies_count_each_gpu_once(tmp_path: Path) -> None
     copy = _copy(tmp_path, "synthetic-h100-k8s-containerd-healthy")
     names = [str(i) for i in range(8)] + [f"gpu{i}" for i in range(8)] + ["all"]
     _rewrite_devices(copy / "rootfs/var/run/cdi/nvidia.yaml", names)
-    result = cdi.run(snapshot_host(str(copy)), Config())
+    result = cdi.run(CheckContext(snapshot_host(str(copy))), Config())
     assert result.findings == []
     assert result.data["specs"][0]["stale"]["gpu_devices"] == 8
 
@@ -163,7 +164,7 @@ def test_names_of_several_strategies_count_each_gpu_once(tmp_path: Path) -> None
 def test_unrecognised_device_names_leave_the_gpu_count_unjudged(tmp_path: Path) -> None:
     copy = _copy(tmp_path, "synthetic-h100-k8s-containerd-healthy")
     _rewrite_devices(copy / "rootfs/var/run/cdi/nvidia.yaml", ["all"])
-    result = cdi.run(snapshot_host(str(copy)), Config())
+    result = cdi.run(CheckContext(snapshot_host(str(copy))), Config())
     assert result.findings == []
     assert result.data["specs"][0]["stale"]["gpu_devices"] is None
 
@@ -202,7 +203,7 @@ def test_cdi_mode_reads_only_the_toolkit_spec_dirs(tmp_path: Path) -> None:
     toolkit.write_text(
         text.replace('spec-dirs = ["/etc/cdi", "/var/run/cdi"]', 'spec-dirs = ["/etc/cdi"]')
     )
-    result = cdi.run(snapshot_host(str(copy)), Config())
+    result = cdi.run(CheckContext(snapshot_host(str(copy))), Config())
     assert codes(result) == [("CDI_SPEC_MISSING", "CRITICAL", "FIX_CONFIG", "node")]
     assert result.findings[0].message == (
         "containers get GPUs through CDI (the NVIDIA Container Runtime runs in cdi mode "

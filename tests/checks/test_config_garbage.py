@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuprobe.checks import cdi, device_plugin, sharing, toolkit
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import CheckResult
@@ -87,7 +88,7 @@ def test_garbage_never_raises(
     plugin.write_bytes(plugin_config)
     for cfg in (Config(), config(device_plugin={"config_file": str(plugin)})):
         for check in (toolkit, cdi, device_plugin, sharing):
-            result = check.run(host, cfg)
+            result = check.run(CheckContext(host), cfg)
             assert isinstance(result, CheckResult) and result.name == check.NAME
             assert all("\n" not in f.message for f in result.findings)
             json.dumps(result.to_dict())  # the report can always be written
@@ -97,7 +98,9 @@ def test_garbage_is_named_file_by_file(tmp_path: Path) -> None:
     files = {p: b"\xff\xfe garbage" for p in CONFIG_FILES}
     host = snapshot_host(str(node(tmp_path, files)))
     invalid = sorted(
-        f.resource for f in toolkit.run(host, Config()).findings if f.code == "CONFIG_INVALID"
+        f.resource
+        for f in toolkit.run(CheckContext(host), Config()).findings
+        if f.code == "CONFIG_INVALID"
     )
     # Every engine and toolkit file, except the containerd drop-in: the root file that would
     # import it cannot be read, and the OCI hook, which is only looked for.
@@ -106,5 +109,5 @@ def test_garbage_is_named_file_by_file(tmp_path: Path) -> None:
         for p in CONFIG_FILES
         if "cdi" not in p and "hooks.d" not in p and p != "/etc/containerd/conf.d/99-nvidia.toml"
     )
-    specs = sorted(f.resource for f in cdi.run(host, Config()).findings)
+    specs = sorted(f.resource for f in cdi.run(CheckContext(host), Config()).findings)
     assert specs == ["file:/etc/cdi/nvidia.json", "file:/var/run/cdi/nvidia.yaml"]

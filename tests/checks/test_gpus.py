@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuprobe.checks import gpus
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.gpu import own_load
 from gpuprobe.gpu.own_load import own_gpu_test, own_gpu_test_running
@@ -209,13 +210,13 @@ def test_gpu_idle_fires_in_the_daemon_once_the_window_has_passed() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))  # one host: memory carries over
     cfg = config(gpus={"idle_window_seconds": 600})
     host.clock = clock = FakeClock()
-    assert gpus.run(host, cfg).findings == []
+    assert gpus.run(CheckContext(host), cfg).findings == []
     clock.advance(599)
-    first = gpus.run(host, cfg)
+    first = gpus.run(CheckContext(host), cfg)
     assert first.findings == []
     assert first.data["gpus"][6]["idle_seconds"] == 599.0
     clock.advance(2)
-    result = gpus.run(host, cfg)
+    result = gpus.run(CheckContext(host), cfg)
     assert codes(result) == [("GPU_IDLE", "WARNING", "NONE", gpu(6))]
     assert result.data["gpus"][6]["idle_seconds"] == 601.0
     assert "no process and no utilization for 10 min" in result.findings[0].message
@@ -224,9 +225,9 @@ def test_gpu_idle_fires_in_the_daemon_once_the_window_has_passed() -> None:
 def test_gpu_idle_clock_restarts_when_the_gpu_gets_work() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))  # GPU 7 gets a job after one look
     host.clock = clock = FakeClock()
-    assert gpus.run(host, Config()).data["gpus"][7]["idle"] is True
+    assert gpus.run(CheckContext(host), Config()).data["gpus"][7]["idle"] is True
     clock.advance(3601)
-    result = gpus.run(host, Config())
+    result = gpus.run(CheckContext(host), Config())
     assert codes(result) == [("GPU_IDLE", "WARNING", "NONE", gpu(6))]
     busy = result.data["gpus"][7]
     assert (busy["idle"], busy["idle_seconds"]) == (False, None)
@@ -237,10 +238,10 @@ def test_gpu_idle_clock_restarts_when_the_gpu_gets_work() -> None:
 def test_gpuprobes_own_nccl_test_neither_ends_nor_starts_an_idle_stretch() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))  # GPU 7 is busy at the second look
     host.clock = clock = FakeClock()
-    assert gpus.run(host, Config()).data["gpus"][7]["idle"] is True
+    assert gpus.run(CheckContext(host), Config()).data["gpus"][7]["idle"] is True
     clock.advance(3601)
     with own_gpu_test(host):  # the load is gpuprobe's own test, not a tenant's job
-        result = gpus.run(host, Config())
+        result = gpus.run(CheckContext(host), Config())
     assert codes(result) == [
         ("GPU_IDLE", "WARNING", "NONE", gpu(6)),
         ("GPU_IDLE", "WARNING", "NONE", gpu(7)),

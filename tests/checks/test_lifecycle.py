@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gpuprobe.checks import lifecycle
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.lifecycle import LifecycleConfig
 from gpuprobe.config import Config, load_config
 from gpuprobe.errors import ConfigError
@@ -98,7 +99,7 @@ def azure() -> Iterator[AzureStandIn]:
 
 
 def test_aws_without_notices_is_ok_and_follows_imdsv2(tmp_path: Path, imds: ImdsStandIn) -> None:
-    result = lifecycle.run(node(tmp_path), config("aws", imds.url))
+    result = lifecycle.run(CheckContext(node(tmp_path)), config("aws", imds.url))
     assert result.status is Status.OK
     assert result.findings == []
     assert (
@@ -135,7 +136,7 @@ def test_an_aws_spot_interruption_is_critical_with_the_time_left(
     caplog.set_level(logging.DEBUG)
     when = (datetime.now(UTC) + timedelta(seconds=120)).replace(microsecond=0)
     imds.spot = {"action": "terminate", "time": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    result = lifecycle.run(node(tmp_path), config("aws", imds.url))
+    result = lifecycle.run(CheckContext(node(tmp_path)), config("aws", imds.url))
     assert result.status is Status.CRITICAL
     assert codes(result) == [("NODE_PREEMPTION_NOTICE", Severity.CRITICAL)]
     finding = result.findings[0]
@@ -156,11 +157,11 @@ def test_the_session_token_is_reused_and_fetched_again_after_a_401(
     tmp_path: Path, imds: ImdsStandIn
 ) -> None:
     host = node(tmp_path)
-    lifecycle.run(host, config("aws", imds.url))
-    lifecycle.run(host, config("aws", imds.url))
+    lifecycle.run(CheckContext(host), config("aws", imds.url))
+    lifecycle.run(CheckContext(host), config("aws", imds.url))
     assert len(imds.seen("PUT")) == 1  # one token for both readings
     imds.tokens.clear()  # the service restarted: the held token is void
-    result = lifecycle.run(host, config("aws", imds.url))
+    result = lifecycle.run(CheckContext(host), config("aws", imds.url))
     assert result.status is Status.OK
     tail = [(r.method, r.path.rsplit("/", 1)[-1]) for r in imds.seen()[7:]]
     assert tail == [
@@ -192,7 +193,7 @@ def test_aws_rebalance_and_scheduled_maintenance(tmp_path: Path, imds: ImdsStand
             "State": "completed",
         },
     ]
-    result = lifecycle.run(node(tmp_path), config("aws", imds.url))
+    result = lifecycle.run(CheckContext(node(tmp_path)), config("aws", imds.url))
     assert codes(result) == [
         ("NODE_MAINTENANCE_SCHEDULED", Severity.WARNING),
         ("NODE_REBALANCE_RECOMMENDED", Severity.WARNING),
@@ -209,11 +210,11 @@ def test_gce_preemption_and_maintenance_with_the_flavor_header(
     tmp_path: Path, gce: GceStandIn
 ) -> None:
     host = node(tmp_path)
-    assert lifecycle.run(host, config("gcp", gce.url)).findings == []
+    assert lifecycle.run(CheckContext(host), config("gcp", gce.url)).findings == []
     gce.maintenance = "MIGRATE_ON_HOST_MAINTENANCE"  # a live migration keeps the VM
-    assert lifecycle.run(host, config("gcp", gce.url)).findings == []
+    assert lifecycle.run(CheckContext(host), config("gcp", gce.url)).findings == []
     gce.preempted, gce.maintenance = "TRUE", "TERMINATE_ON_HOST_MAINTENANCE"
-    result = lifecycle.run(host, config("gcp", gce.url))
+    result = lifecycle.run(CheckContext(host), config("gcp", gce.url))
     assert codes(result) == [
         ("NODE_PREEMPTION_NOTICE", Severity.CRITICAL),
         ("NODE_MAINTENANCE_SCHEDULED", Severity.WARNING),
@@ -231,7 +232,7 @@ def test_a_gce_answer_without_its_flavor_is_not_the_metadata_server(
     tmp_path: Path, gce: GceStandIn
 ) -> None:
     gce.flavor_in_answers = False
-    result = lifecycle.run(node(tmp_path), config("gcp", gce.url))
+    result = lifecycle.run(CheckContext(node(tmp_path)), config("gcp", gce.url))
     assert result.status is Status.UNKNOWN
     assert "lacks Metadata-Flavor: Google" in result.summary
     bare = LiveMetadata().ask(gce.url, "GET", "/computeMetadata/v1/instance/preempted", {}, 1)
@@ -242,7 +243,7 @@ def test_azure_preempt_for_this_vm_and_events_for_others(
     tmp_path: Path, azure: AzureStandIn
 ) -> None:
     host = node(tmp_path)
-    assert lifecycle.run(host, config("azure", azure.url)).findings == []
+    assert lifecycle.run(CheckContext(host), config("azure", azure.url)).findings == []
     other = {**AZURE_PREEMPT, "EventType": "Reboot", "Resources": ["gpu-node-3"]}
     freeze = {
         **AZURE_PREEMPT,
@@ -253,7 +254,7 @@ def test_azure_preempt_for_this_vm_and_events_for_others(
         "DurationInSeconds": 9,
     }
     azure.set_events([AZURE_PREEMPT, other, freeze])
-    result = lifecycle.run(host, config("azure", azure.url))
+    result = lifecycle.run(CheckContext(host), config("azure", azure.url))
     assert codes(result) == [
         ("NODE_PREEMPTION_NOTICE", Severity.CRITICAL),
         ("NODE_MAINTENANCE_SCHEDULED", Severity.WARNING),
@@ -294,7 +295,9 @@ def test_bad_answers_are_unknown_with_the_reason(
     with running(STANDINS[provider]) as service:
         service.fault = fault
         started = time.monotonic()
-        result = lifecycle.run(node(tmp_path), config(provider, service.url, timeout=1.0))
+        result = lifecycle.run(
+            CheckContext(node(tmp_path)), config(provider, service.url, timeout=1.0)
+        )
         took = time.monotonic() - started
         assert service.elsewhere is not None and service.elsewhere.seen() == []
         assert service.seen("POST") == []
@@ -309,7 +312,7 @@ def test_bad_answers_are_unknown_with_the_reason(
 def test_a_dead_metadata_service_is_unknown(tmp_path: Path) -> None:
     with running(ImdsStandIn) as service:
         url = service.url
-    result = lifecycle.run(node(tmp_path), config("aws", url))
+    result = lifecycle.run(CheckContext(node(tmp_path)), config("aws", url))
     assert result.status is Status.UNKNOWN
     assert result.summary == "AWS notices unknown: PUT /latest/api/token: connection refused"
 
@@ -335,7 +338,7 @@ def test_a_dead_metadata_service_is_unknown(tmp_path: Path) -> None:
 def test_the_kubelets_graceful_shutdown(
     tmp_path: Path, imds: ImdsStandIn, kubelet: str | None, expected: list[Any], state: str
 ) -> None:
-    result = lifecycle.run(node(tmp_path, kubelet), config("aws", imds.url))
+    result = lifecycle.run(CheckContext(node(tmp_path, kubelet)), config("aws", imds.url))
     assert codes(result) == expected
     assert result.data["graceful_shutdown"]["state"] == state
     for finding in result.findings:
@@ -349,7 +352,7 @@ def test_the_kubelets_graceful_shutdown(
 
 def test_off_any_known_cloud_the_check_asks_nobody(tmp_path: Path, imds: ImdsStandIn) -> None:
     host = node(tmp_path, NOT_GRACEFUL, vendor="QEMU")
-    result = lifecycle.run(host, config("auto", imds.url))
+    result = lifecycle.run(CheckContext(host), config("auto", imds.url))
     assert result.status is Status.OK and result.findings == []
     assert result.summary == "not on a known cloud (DMI sys_vendor 'QEMU'): no notices to hear"
     assert imds.seen() == []
@@ -432,7 +435,7 @@ def test_recorded_answers_replay_to_the_same_findings(tmp_path: Path, imds: Imds
     recording = RecordingMetadata(LiveMetadata())
     host.metadata = recording
     host.captured_at = datetime(2026, 12, 2, 8, 20, tzinfo=UTC)
-    live = lifecycle.run(host, config("aws", imds.url))
+    live = lifecycle.run(CheckContext(host), config("aws", imds.url))
     content = json.loads(json.dumps(recording.to_json()))
     assert content["answers"][0] == {
         "method": "PUT",
@@ -445,7 +448,7 @@ def test_recorded_answers_replay_to_the_same_findings(tmp_path: Path, imds: Imds
     replay = node(tmp_path)
     replay.metadata = ReplayedMetadata(answers_from_json(content))
     replay.captured_at = host.captured_at
-    again = lifecycle.run(replay, config("aws", "http://169.254.169.254"))
+    again = lifecycle.run(CheckContext(replay), config("aws", "http://169.254.169.254"))
     assert again.findings == live.findings
     assert "(in 120 s)" in again.findings[0].message
     assert again.data == {**live.data, "endpoint": "http://169.254.169.254"}

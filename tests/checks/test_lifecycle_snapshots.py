@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import snapshot
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
@@ -69,7 +70,7 @@ def test_notices_replay_with_their_pods(
 
 def test_a_spot_node_without_graceful_shutdown() -> None:
     host = snapshot_host(snapshot("synthetic-graceful-shutdown-disabled"))
-    result = CHECKS["lifecycle"].run(host, Config())
+    result = CHECKS["lifecycle"].run(CheckContext(host), Config())
     assert result.status.value == "WARNING"
     assert [(f.code, f.resource, f.action.value) for f in result.findings] == [
         ("GRACEFUL_SHUTDOWN_DISABLED", "file:/var/lib/kubelet/config.yaml", "FIX_CONFIG")
@@ -80,7 +81,7 @@ def test_a_spot_node_without_graceful_shutdown() -> None:
 def test_a_snapshot_without_lifecycle_json_on_a_cloud_is_unknown(tmp_path: object) -> None:
     host = snapshot_host(snapshot("synthetic-aws-spot-interruption"))
     host.metadata = type(host.metadata)()  # as if the snapshot had no lifecycle.json
-    result = CHECKS["lifecycle"].run(host, Config())
+    result = CHECKS["lifecycle"].run(CheckContext(host), Config())
     assert result.status.value == "UNKNOWN"
     assert result.summary == (
         "AWS notices unknown: PUT /latest/api/token: PUT /latest/api/token is not recorded in "

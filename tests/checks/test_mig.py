@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuprobe.checks import mig
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
@@ -178,7 +179,7 @@ def test_gpus_without_mig_are_ok_and_say_so(tmp_path: Path) -> None:
     record = json.loads((dest / "nvml.json").read_text())
     record["calls"] = [c for c in record["calls"] if c["fn"] != "nvmlDeviceGetMigMode"]
     (dest / "nvml.json").write_text(json.dumps(record))
-    result = mig.run(snapshot_host(str(dest)), Config())
+    result = mig.run(CheckContext(snapshot_host(str(dest))), Config())
     assert result.status is Status.OK
     assert result.findings == []
     assert result.summary == "no MIG-capable GPU (8 GPUs)"

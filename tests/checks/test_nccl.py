@@ -11,6 +11,7 @@ import pytest
 
 from conftest import ROOT
 from gpuprobe.checks import nccl
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
@@ -132,7 +133,7 @@ def test_the_gpus_count_as_loaded_by_gpuprobe_only_while_its_test_runs(tmp_path:
     host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
     cfg = config(nccl={"binary": binary, "force": True})
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(nccl.run, host, cfg)
+        future = pool.submit(nccl.run, CheckContext(host), cfg)
         deadline = time.monotonic() + 10
         while not started.exists() and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import require_root, require_tool, snapshot
 from gpuprobe.checks import network, rdma
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from helpers import codes, config, run_check
@@ -178,11 +179,13 @@ def test_an_ipoib_interface_set_down_on_an_active_rail_is_named_when_configured(
             link.update(admin_up=False, operstate="DOWN")
     (node / "netlink.json").write_text(json.dumps(netlink))
     host = snapshot_host(str(node))
-    configured = network.run(host, config(network={"fabric_interfaces": ["ibp*"]}))
+    configured = network.run(CheckContext(host), config(network={"fabric_interfaces": ["ibp*"]}))
     assert codes(configured) == [("NIC_DOWN", "CRITICAL", "CHECK_NETWORK", "nic:ibp3s0")]
     assert configured.findings[0].message == "fabric NIC ibp3s0 is administratively down"
-    assert rdma.run(host, Config()).findings == []  # its port is ACTIVE
-    assert network.run(host, Config()).findings == []  # not brought up: not the default fabric
+    assert rdma.run(CheckContext(host), Config()).findings == []  # its port is ACTIVE
+    assert (
+        network.run(CheckContext(host), Config()).findings == []
+    )  # not brought up: not the default fabric
 
 
 def test_named_fabric_nics_of_another_link_type_keep_their_own_mtu() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuprobe.checks import network
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from helpers import run_check, snapshot
@@ -57,12 +58,12 @@ def test_the_default_route_names_the_primary_nic(tmp_path: Path) -> None:
     snap = kvm_guest(tmp_path)
     (snap / "rootfs/proc/net").mkdir(parents=True)
     (snap / "rootfs/proc/net/route").write_text(ROUTE)
-    result = network.run(snapshot_host(str(snap)), Config())
+    result = network.run(CheckContext(snapshot_host(str(snap))), Config())
     (eth0,) = [i for i in result.data["interfaces"] if i["name"] == "eth0"]
     assert (eth0["default_route"], eth0["fabric"]) == (True, False)
     (snap / "rootfs/proc/net/route").write_text(ROUTE.splitlines(keepends=True)[0])
     (snap / "rootfs/proc/net/ipv6_route").write_text(IPV6_ROUTE)  # IPv6's default alone
-    result = network.run(snapshot_host(str(snap)), Config())
+    result = network.run(CheckContext(snapshot_host(str(snap))), Config())
     assert result.summary == "no fabric NIC (eth0 is the VM's primary virtio_net NIC)"
 
 
@@ -71,13 +72,13 @@ def test_a_virtio_nic_without_the_default_route_stays_a_fabric_nic(tmp_path: Pat
     (snap / "rootfs/proc/net").mkdir(parents=True)
     (snap / "rootfs/proc/net/route").write_text(ROUTE.splitlines(keepends=True)[0])
     (snap / "rootfs/proc/net/ipv6_route").write_text(IPV6_NO_DEFAULT)
-    result = network.run(snapshot_host(str(snap)), Config())
+    result = network.run(CheckContext(snapshot_host(str(snap))), Config())
     assert result.summary == "1 of 1 fabric NICs up"
 
 
 def test_the_nics_a_configuration_names_are_the_fabric_even_on_a_vm() -> None:
     result = network.run(
-        snapshot_host(snapshot("kvm-epyc-nogpu")),
+        CheckContext(snapshot_host(snapshot("kvm-epyc-nogpu"))),
         Config().with_section(network.NAME, network.NetworkConfig(fabric_interfaces=("eth0",))),
     )
     assert (result.summary, result.data["fabric"]) == ("1 of 1 fabric NICs up", ["eth0"])
@@ -120,7 +121,7 @@ def gce_a3(tmp_path: Path, routes: bool) -> Path:
 
 
 def test_a_gce_a3_keeps_its_tcpx_nics_in_the_fabric(tmp_path: Path) -> None:
-    result = network.run(snapshot_host(str(gce_a3(tmp_path, routes=True))), Config())
+    result = network.run(CheckContext(snapshot_host(str(gce_a3(tmp_path, routes=True)))), Config())
     assert result.data["fabric"] == ["ens5", "ens6", "ens7", "ens8"]
     assert result.summary == "4 of 4 fabric NICs up; ens4 is the VM's primary gve NIC"
     assert result.findings == []  # the primary's MTU 1460 is not the rails' 8244
@@ -128,5 +129,5 @@ def test_a_gce_a3_keeps_its_tcpx_nics_in_the_fabric(tmp_path: Path) -> None:
 
 def test_without_route_tables_several_paravirtual_nics_stay_fabric(tmp_path: Path) -> None:
     """Which of them is the primary one is unknown: none is taken out of the fabric."""
-    result = network.run(snapshot_host(str(gce_a3(tmp_path, routes=False))), Config())
+    result = network.run(CheckContext(snapshot_host(str(gce_a3(tmp_path, routes=False)))), Config())
     assert result.data["fabric"] == ["ens4", "ens5", "ens6", "ens7", "ens8"]

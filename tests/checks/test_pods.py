@@ -11,6 +11,7 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks import pods
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.pods import NodeGpu, _container_gpus
 from gpuprobe.config import Config
 from gpuprobe.containers.oci import ContainerSpec
@@ -173,7 +174,7 @@ def test_nvml_lost_in_one_of_several_pods_does_not(tmp_path: Path) -> None:
     logs = sorted((copy / "rootfs/var/log/pods").glob("ml-team_worker-[12]_*/worker/0.log"))
     for log in logs:
         log.write_text("2026-11-29T20:52:00.000000000Z stdout F step 9 loss 2.1\n")
-    result = pods.run(snapshot_host(str(copy)), Config())
+    result = pods.run(CheckContext(snapshot_host(str(copy))), Config())
     assert codes(result) == [("POD_GPU_FAILURE", "WARNING", "RESTART_APP", gpu(0))]
 
 
@@ -187,7 +188,7 @@ def test_unreadable_and_foreign_specs(tmp_path: Path) -> None:
     foreign = {"process": {"env": ["CUDA_VERSION=12.8.0", "NVIDIA_VISIBLE_DEVICES=all"]}}
     (tasks / ("b" * 64)).mkdir()
     (tasks / ("b" * 64) / "config.json").write_text(json.dumps(foreign))
-    result = pods.run(snapshot_host(str(copy)), Config())
+    result = pods.run(CheckContext(snapshot_host(str(copy))), Config())
     (bad,) = result.data["unreadable_specs"]
     assert bad["path"].endswith("a" * 64 + "/config.json")
     assert bad["problem"].startswith("not JSON")
@@ -227,7 +228,7 @@ def test_which_containers_are_gpu_containers(tmp_path: Path) -> None:
     spec("c" * 64, [*cuda, "NVIDIA_VISIBLE_DEVICES=void"], [])  # no GPU: not judged
     spec("d" * 64, cuda, [2])  # CDI put /dev/nvidia2 in the spec
     spec("e" * 64, [*cuda, "NVIDIA_VISIBLE_DEVICES=3,GPU-5f1c0004-8e2b-4c1d-9a7e-000000000004"], [])
-    result = pods.run(snapshot_host(str(copy)), Config())
+    result = pods.run(CheckContext(snapshot_host(str(copy))), Config())
     gpus = {c["pod"]: c["gpus"] for c in result.data["containers"]}
     assert gpus == {"llama-finetune-0": [gpu(0)], "pod-d": [gpu(2)], "pod-e": [gpu(3), gpu(4)]}
     # no requirement checked here (legacy CUDA_VERSION only: cuda>=12.8), GeForce: too new
@@ -254,7 +255,7 @@ def test_a_requirement_that_asks_for_no_cuda_is_a_refusal_not_a_cuda_gap(tmp_pat
     doc = json.loads(spec.read_text())
     doc["process"]["env"].append("NVIDIA_REQUIRE_ARCH=arch>=10.0")  # Blackwell only, on H100s
     spec.write_text(json.dumps(doc))
-    result = pods.run(snapshot_host(str(copy)), Config())
+    result = pods.run(CheckContext(snapshot_host(str(copy))), Config())
     assert {c["pod"]: c["verdict"] for c in result.data["containers"]} == {
         "llama-finetune-0": "refused"
     }
@@ -296,7 +297,7 @@ def test_a_crash_is_tied_to_its_xid_when_the_boot_is_in_the_rotated_log(tmp_path
     cut = next(i for i, line in enumerate(lines) if " NVRM: Xid " in line and i > 2)
     (root / "rootfs/var/log/kern.log.1").write_text("".join(lines[:cut]))
     log.write_text("".join(lines[cut:]))
-    result = pods.run(snapshot_host(root), Config())
+    result = pods.run(CheckContext(snapshot_host(root)), Config())
     xid = next(f for f in result.data["failures"] if f["pod"] == "llama-pretrain-3")
     assert xid["xid"] == 48
 
@@ -330,7 +331,7 @@ def test_a_deeply_nested_spec_is_listed_unreadable_and_the_rest_judged(tmp_path:
     (tasks / ("c" * 64)).mkdir()
     deep = '{"annotations": ' + "[" * 200_000 + "]" * 200_000 + "}"
     (tasks / ("c" * 64) / "config.json").write_text(deep)
-    result = pods.run(snapshot_host(str(copy)), Config())
+    result = pods.run(CheckContext(snapshot_host(str(copy))), Config())
     assert result.data["unreadable_specs"] == [
         {
             "path": "/run/containerd/io.containerd.runtime.v2.task/k8s.io/"

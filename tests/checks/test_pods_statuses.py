@@ -26,6 +26,7 @@ import pytest
 from conftest import ROOT, gpuprobe, snapshot
 from gpuprobe.capture import prepare_target, write_snapshot
 from gpuprobe.checks import pods
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.errors import SnapshotError
 from gpuprobe.host import Host, recording_host, snapshot_host
@@ -65,7 +66,7 @@ def listed() -> PodStatusAnswer:
 def run(answer: PodStatusAnswer) -> CheckResult:
     host = snapshot_host(snapshot(SNAPSHOT))
     host.pod_statuses = ReplayedPodStatuses(answer)
-    return pods.run(host, Config())
+    return pods.run(CheckContext(host), Config())
 
 
 def by_pod(result: CheckResult) -> dict[str, list[tuple[str, str | None, str | None]]]:
@@ -259,7 +260,7 @@ def test_the_host_asks_for_its_own_node() -> None:
 
     host: Host = snapshot_host(snapshot(SNAPSHOT), "gpu-node-17")
     host.pod_statuses = Source()
-    pods.run(host, Config())
+    pods.run(CheckContext(host), Config())
     assert asked == ["gpu-node-17"]
 
 
@@ -291,7 +292,7 @@ def test_a_cuda_fault_in_a_termination_message_counts_at_an_xid_only() -> None:
     )  # fmt: skip
     host = snapshot_host(snapshot("synthetic-pods-log-signatures"))
     host.pod_statuses = ReplayedPodStatuses(answer)
-    result = pods.run(host, Config())
+    result = pods.run(CheckContext(host), Config())
     at_xid = [f for f in result.data["failures"] if f["cause"] == "cuda-fault-at-xid"]
     assert [(f["pod"], f.get("status"), f["xid"]) for f in at_xid] == [
         ("llama-pretrain-3", None, 48),

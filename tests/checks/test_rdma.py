@@ -6,6 +6,7 @@ from pathlib import Path
 
 from conftest import snapshot
 from gpuprobe.checks import rdma
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from helpers import codes, config, run_check
@@ -88,11 +89,11 @@ def test_error_counters_rising_between_runs(tmp_path: Path) -> None:
     snap = tmp_path / "snap"
     shutil.copytree(snapshot("synthetic-ndr-fabric-healthy"), snap, symlinks=True)
     host = snapshot_host(str(snap))
-    assert rdma.run(host, Config()).findings == []
+    assert rdma.run(CheckContext(host), Config()).findings == []
     counters = snap / "rootfs/sys/class/infiniband/mlx5_4/ports/1/counters"
     (counters / "symbol_error").write_text("17\n")
     (counters / "link_downed").write_text("1\n")
-    second = rdma.run(host, Config())
+    second = rdma.run(CheckContext(host), Config())
     assert codes(second) == [("RDMA_ERRORS_RISING", "WARNING", "CHECK_NETWORK", "rdma:mlx5_4:1")]
     assert "(link_downed +1, symbol_error +17)" in second.findings[0].message
-    assert rdma.run(host, Config()).findings == []
+    assert rdma.run(CheckContext(host), Config()).findings == []

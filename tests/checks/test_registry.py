@@ -24,6 +24,7 @@ from helpers import node_report
 # and gpu.nvidia.fabric's facts, the driver and gpus checks' judgement of AMD GPUs, and the
 # pods check's table of failure signatures and how much of its data it lists.
 MACHINERY = {
+    "context",
     "record",
     "registry",
     "runner",

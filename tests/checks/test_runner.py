@@ -10,6 +10,7 @@ import pytest
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.checks import registry
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import CheckFn
 from gpuprobe.checks.runner import STAGGER_SECONDS
 from gpuprobe.config import Config
@@ -70,7 +71,7 @@ def test_the_cli_exits_at_the_deadline_without_waiting_for_the_hung_call(tmp_pat
 
 
 def test_an_exception_becomes_an_unknown_result_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(host: object, cfg: Config) -> CheckResult:
+    def broken(ctx: CheckContext, cfg: Config) -> CheckResult:
         raise KeyError("busId")
 
     use_check(monkeypatch, "gpus", broken)
@@ -99,7 +100,7 @@ def test_registry_resolves_names_in_report_order() -> None:
 def recording(times: dict[str, tuple[float, float]], name: str, seconds: float) -> CheckFn:
     """A stand-in check that sleeps `seconds` and records when it started and ended."""
 
-    def check(host: object, cfg: Config) -> CheckResult:
+    def check(ctx: CheckContext, cfg: Config) -> CheckResult:
         started = time.monotonic()
         time.sleep(seconds)
         times[name] = (started, time.monotonic())

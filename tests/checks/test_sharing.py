@@ -8,6 +8,7 @@ from pathlib import Path
 
 from conftest import ROOT, gpuprobe, snapshot
 from gpuprobe.checks import sharing
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import plugin_paths
 from gpuprobe.host import snapshot_host
@@ -93,7 +94,7 @@ def test_mps_daemon_running_but_gpus_left_in_default(tmp_path: Path) -> None:
     shutil.copytree(snapshot("synthetic-mps-daemon-missing"), copy)
     daemon = {"pid": 7, "name": "nvidia-cuda-mps-control", "cmdline": ["nvidia-cuda-mps-control"]}
     (copy / "processes.json").write_text(json.dumps([daemon]))
-    result = sharing.run(snapshot_host(str(copy)), Config())
+    result = sharing.run(CheckContext(snapshot_host(str(copy))), Config())
     assert codes(result) == [
         ("COMPUTE_MODE_MISMATCH", "WARNING", "FIX_CONFIG", gpu(i)) for i in range(8)
     ]
@@ -108,7 +109,7 @@ def test_without_a_plugin_configuration_the_summary_says_what_is_known(tmp_path:
     copy = tmp_path / "node"
     shutil.copytree(snapshot("synthetic-mps-daemon-running"), copy)
     (copy / "device-plugin.json").unlink()
-    result = sharing.run(snapshot_host(str(copy)), Config())
+    result = sharing.run(CheckContext(snapshot_host(str(copy))), Config())
     assert result.findings == []
     assert result.summary == (
         "8 GPUs in compute mode ExclusiveProcess; MPS control daemon running (pid 4242); "
@@ -116,7 +117,7 @@ def test_without_a_plugin_configuration_the_summary_says_what_is_known(tmp_path:
     )
     shutil.copytree(snapshot("synthetic-time-slicing-exclusive-gpu"), tmp_path / "mixed")
     (tmp_path / "mixed/device-plugin.json").unlink()
-    mixed = sharing.run(snapshot_host(str(tmp_path / "mixed")), Config())
+    mixed = sharing.run(CheckContext(snapshot_host(str(tmp_path / "mixed"))), Config())
     assert mixed.summary.startswith(
         "8 GPUs in compute modes Default (6), ExclusiveProcess (1), Prohibited (1); "
         "sharing not judged: "

@@ -21,6 +21,7 @@ import pytest
 from conftest import gpuprobe, require_root, require_tool, schema, snapshot
 from gpuprobe import cleanup
 from gpuprobe.checks import storage
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
 from gpuprobe.host.fs import HostFS
@@ -47,7 +48,7 @@ def live(nvml_snapshot: str | None = None, root: str = "/") -> Host:
 
 def run(paths: list[str], host: Host | None = None, **storage_cfg: Any) -> CheckResult:
     cfg = config(storage={"paths": paths, **SMALL, **storage_cfg})
-    return storage.run(host or live(), cfg)
+    return storage.run(CheckContext(host or live()), cfg)
 
 
 def entry(result: CheckResult, index: int = 0) -> dict[str, Any]:
@@ -135,7 +136,7 @@ def test_the_data_shape_is_the_contracts(tmp_path: Path) -> None:
 
 
 def test_no_path_configured_is_ok_and_says_so() -> None:
-    result = storage.run(live(), Config())
+    result = storage.run(CheckContext(live()), Config())
     assert result.status is Status.OK
     assert result.summary == "no storage path configured (storage.paths, --storage-path)"
     assert result.data == {"paths": []}
@@ -182,7 +183,7 @@ def test_floors_raise_one_throughput_low_per_path_naming_each_direction(tmp_path
 
 def test_the_io_is_bounded_by_the_checks_deadline(tmp_path: Path) -> None:
     cfg = config(storage={"paths": [str(tmp_path)], **SMALL}, checks={"deadlines": {"storage": 4}})
-    result = storage.run(live(), cfg)
+    result = storage.run(CheckContext(live()), cfg)
     assert result.data["time_limit_seconds"] == 3.0
     assert result.status is Status.OK
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from conftest import snapshot
 from gpuprobe.checks import toolkit
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.containers.runtime import EngineConfig, Runtime
 from gpuprobe.host import snapshot_host
@@ -115,7 +116,7 @@ def _as_rke2(tmp_path: Path) -> Path:
 
 
 def test_rke2_started_before_the_toolkit(tmp_path: Path) -> None:
-    result = toolkit.run(snapshot_host(str(_as_rke2(tmp_path))), Config())
+    result = toolkit.run(CheckContext(snapshot_host(str(_as_rke2(tmp_path)))), Config())
     config = f"{RKE2_CONTAINERD}/config.toml"
     assert codes(result) == [("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", f"file:{config}")]
     assert result.findings[0].message == (
@@ -133,7 +134,7 @@ def test_rke2_with_a_template_and_no_toolkit(tmp_path: Path) -> None:
     template.write_text((containerd_dir / "config.toml").read_text())
     for binary in (copy / "rootfs/usr/bin").glob("nvidia-c*"):
         binary.unlink()
-    result = toolkit.run(snapshot_host(str(copy)), Config())
+    result = toolkit.run(CheckContext(snapshot_host(str(copy))), Config())
     tmpl = f"{RKE2_CONTAINERD}/config.toml.tmpl"
     assert codes(result) == [
         ("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", f"file:{tmpl}"),
@@ -150,7 +151,7 @@ def test_unparseable_containerd_config_is_only_config_invalid(tmp_path: Path) ->
     copy = tmp_path / "node"
     shutil.copytree(snapshot("synthetic-containerd-no-nvidia-runtime"), copy)
     (copy / "rootfs/etc/containerd/config.toml").write_text("version = 2\n[plugins\n")
-    result = toolkit.run(snapshot_host(str(copy)), Config())
+    result = toolkit.run(CheckContext(snapshot_host(str(copy))), Config())
     assert codes(result) == [
         ("CONFIG_INVALID", "CRITICAL", "FIX_CONFIG", "file:/etc/containerd/config.toml")
     ]
@@ -182,7 +183,7 @@ def test_not_installed_when_an_engine_runs(tmp_path: Path) -> None:
     shutil.copytree(snapshot("synthetic-containerd-no-nvidia-runtime"), copy)
     for binary in (copy / "rootfs/usr/bin").glob("nvidia-c*"):
         binary.unlink()
-    result = toolkit.run(snapshot_host(str(copy)), Config())
+    result = toolkit.run(CheckContext(snapshot_host(str(copy))), Config())
     assert codes(result) == [
         ("RUNTIME_NOT_CONFIGURED", "CRITICAL", "FIX_CONFIG", "file:/etc/containerd/config.toml"),
         ("TOOLKIT_NOT_INSTALLED", "CRITICAL", "FIX_CONFIG", "node"),
@@ -213,7 +214,7 @@ def test_a_runtime_only_containerd_2_keeps_is_a_warning(tmp_path: Path) -> None:
         'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n'
         'config_path = "/etc/containerd/certs.d"\n'
     )
-    result = toolkit.run(snapshot_host(str(copy)), Config())
+    result = toolkit.run(CheckContext(snapshot_host(str(copy))), Config())
     last = "/etc/containerd/conf.d/zz-registry.toml"
     assert codes(result) == [("RUNTIME_NOT_CONFIGURED", "WARNING", "FIX_CONFIG", f"file:{last}")]
     assert result.findings[0].message == (

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks import workloads
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
 from gpuprobe.host.fs import HostFS
@@ -55,7 +56,7 @@ def live(name: str, root: Path) -> tuple[Host, KubeletState]:
 def test_whole_gpus_by_uuid_or_index_over_the_socket(strategy: str, short_tmp: Path) -> None:
     host, state = live(f"synthetic-k8s-gpus-by-{strategy}", short_tmp)
     with kubelet(short_tmp, state):
-        result = workloads.run(host, Config())
+        result = workloads.run(CheckContext(host), Config())
     ids = [UUID.format(i, i) if strategy == "uuid" else str(i) for i in range(8)]
     trainer = ("ml-team/llama-pretrain-0", "trainer", "nvidia.com/gpu")
     assert holders(result) == {
@@ -89,7 +90,7 @@ def test_whole_gpus_by_uuid_or_index_over_the_socket(strategy: str, short_tmp: P
 
 def test_time_slicing_replicas_of_a_renamed_resource_share_one_gpu() -> None:
     host = snapshot_host(snapshot("synthetic-k8s-time-slicing"))
-    result = workloads.run(host, Config())
+    result = workloads.run(CheckContext(host), Config())
     shared = "nvidia.com/gpu.shared"
     assert holders(result) == {
         gpu(0): [
@@ -106,7 +107,7 @@ def test_time_slicing_replicas_of_a_renamed_resource_share_one_gpu() -> None:
 def test_mig_mixed_devices_are_held_by_mig_uuid(short_tmp: Path) -> None:
     host, state = live("synthetic-k8s-mig-mixed", short_tmp)
     with kubelet(short_tmp, state):
-        result = workloads.run(host, Config())
+        result = workloads.run(CheckContext(host), Config())
     mig = "MIG-7b3d00{:02x}-1c9e-5a0f-8d42-000000{:06x}"
     assert holders(result) == {
         "mig:0:2:0": [
@@ -124,7 +125,9 @@ def test_mig_mixed_devices_are_held_by_mig_uuid(short_tmp: Path) -> None:
 
 
 def test_mig_single_gives_56_mig_devices_to_56_pods() -> None:
-    result = workloads.run(snapshot_host(snapshot("synthetic-k8s-mig-single")), Config())
+    result = workloads.run(
+        CheckContext(snapshot_host(snapshot("synthetic-k8s-mig-single"))), Config()
+    )
     held = holders(result)
     assert len(held) == 56
     assert held["mig:7:13:0"] == [
@@ -142,7 +145,7 @@ def test_mig_single_gives_56_mig_devices_to_56_pods() -> None:
 def test_dra_claims_resolve_through_the_claim_cdi_spec(short_tmp: Path) -> None:
     host, state = live("synthetic-k8s-dra-claims", short_tmp)
     with kubelet(short_tmp, state):
-        result = workloads.run(host, Config())
+        result = workloads.run(CheckContext(host), Config())
     name = "k8s.gpu.nvidia.com/claim=dab5ab50-d59a-42a6-af16-cfd4628c0f7{}-gpu-{}"
     assert holders(result) == {
         gpu(0): [("gpu-test/pod1", "ctr", name.format(0, 0), "gpu-0")],
@@ -155,7 +158,7 @@ def test_dra_claims_resolve_through_the_claim_cdi_spec(short_tmp: Path) -> None:
 def test_a_dra_mig_claim_resolves_to_its_mig_device_not_the_whole_gpu() -> None:
     # The claim spec names the parent's /dev/nvidia0 and the MIG device's capabilities; the
     # compute-instance capability's minor (mig-minors) picks GPU instance 2, not GPU 0.
-    result = workloads.run(snapshot_host(snapshot("synthetic-k8s-dra-mig")), Config())
+    result = workloads.run(CheckContext(snapshot_host(snapshot("synthetic-k8s-dra-mig"))), Config())
     name = "k8s.gpu.nvidia.com/claim=c8593c85-440d-4156-b199-aea592ff83df-gpu-0-mig-3g40gb-9-4"
     assert holders(result) == {
         "mig:0:2:0": [("gpu-test/mig-pod", "ctr", name, "gpu-0-mig-3g40gb-9-4")]
@@ -165,7 +168,7 @@ def test_a_dra_mig_claim_resolves_to_its_mig_device_not_the_whole_gpu() -> None:
 
 def test_a_pod_using_a_gpu_it_was_not_given_is_named() -> None:
     result = workloads.run(
-        snapshot_host(snapshot("synthetic-k8s-gpu-used-without-allocation")), Config()
+        CheckContext(snapshot_host(snapshot("synthetic-k8s-gpu-used-without-allocation"))), Config()
     )
     assert codes(result) == [("GPU_USED_WITHOUT_ALLOCATION", "WARNING", "FIX_CONFIG", gpu(5))]
     finding = result.findings[0]
@@ -179,7 +182,7 @@ def test_a_pod_using_a_gpu_it_was_not_given_is_named() -> None:
 
 def test_a_process_in_another_pods_mig_device_is_named_on_that_mig_device() -> None:
     snap = snapshot("synthetic-k8s-mig-used-without-allocation")
-    result = workloads.run(snapshot_host(snap), Config())
+    result = workloads.run(CheckContext(snapshot_host(snap)), Config())
     assert codes(result) == [
         ("GPU_USED_WITHOUT_ALLOCATION", "WARNING", "FIX_CONFIG", "mig:0:10:0"),
         ("GPU_USED_WITHOUT_ALLOCATION", "WARNING", "FIX_CONFIG", "mig:0:3:0"),
@@ -196,14 +199,14 @@ def test_an_allocated_idle_gpu_is_named_once_the_window_passes() -> None:
     host = snapshot_host(snapshot("synthetic-k8s-gpus-by-uuid"))
     host.clock = clock = FakeClock()
     cfg = config(workloads={"idle_window_seconds": 1800})
-    first = workloads.run(host, cfg)
+    first = workloads.run(CheckContext(host), cfg)
     assert first.findings == []
     assert first.data["devices"][6]["idle_seconds"] == 0
     assert "idle_seconds" not in first.data["devices"][7]  # free, not allocated-idle
     clock.advance(1799)
-    assert workloads.run(host, cfg).findings == []
+    assert workloads.run(CheckContext(host), cfg).findings == []
     clock.advance(2521)
-    result = workloads.run(host, cfg)
+    result = workloads.run(CheckContext(host), cfg)
     assert codes(result) == [("GPU_ALLOCATED_IDLE", "WARNING", "NONE", gpu(6))]
     assert result.findings[0].pods == (PodRef("research", "notebook-alice", "jupyter"),)
     assert result.findings[0].message == (
@@ -218,21 +221,21 @@ def test_an_idle_mig_device_is_judged_by_its_processes() -> None:
     host = snapshot_host(snapshot("synthetic-k8s-mig-mixed"))
     host.clock = clock = FakeClock()
     cfg = config(workloads={"idle_window_seconds": 60})
-    workloads.run(host, cfg)
+    workloads.run(CheckContext(host), cfg)
     clock.advance(61)
-    result = workloads.run(host, cfg)
+    result = workloads.run(CheckContext(host), cfg)
     assert codes(result) == [("GPU_ALLOCATED_IDLE", "WARNING", "NONE", "mig:0:3:0")]
     assert result.findings[0].pods == (PodRef("ml-team", "eval-2g", "eval"),)
 
 
 def test_a_refusing_kubelet_is_allocation_unknown(short_tmp: Path) -> None:
     host = snapshot_host(snapshot("synthetic-k8s-podresources-refused"))
-    result = workloads.run(host, Config())
+    result = workloads.run(CheckContext(host), Config())
     assert codes(result) == [("ALLOCATION_UNKNOWN", "UNKNOWN", "NONE", "node")]
     assert result.status is Status.UNKNOWN
     host.podresources = LivePodResources(HostFS(short_tmp))
     with dead_kubelet(short_tmp):
-        live_result = workloads.run(host, Config())
+        live_result = workloads.run(CheckContext(host), Config())
     assert live_result.findings == result.findings
     assert result.findings[0].message == (
         "the kubelet's PodResources API at /var/lib/kubelet/pod-resources/kubelet.sock "
@@ -244,7 +247,7 @@ def test_a_hung_kubelet_is_allocation_unknown_within_the_deadline(short_tmp: Pat
     host, state = live("synthetic-k8s-gpus-by-uuid", short_tmp)
     state.hang = threading.Event()
     with kubelet(short_tmp, state):
-        result = workloads.run(host, config(workloads={"timeout_seconds": 0.2}))
+        result = workloads.run(CheckContext(host), config(workloads={"timeout_seconds": 0.2}))
     assert codes(result) == [("ALLOCATION_UNKNOWN", "UNKNOWN", "NONE", "node")]
     assert "did not answer within 0.2 s (a hung kubelet)" in result.findings[0].message
 
@@ -254,9 +257,9 @@ def test_an_expected_socket_that_is_absent_is_allocation_unknown(short_tmp: Path
     host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
     host.podresources = LivePodResources(HostFS(short_tmp))
     host.fs = HostFS(short_tmp)
-    result = workloads.run(host, Config())
+    result = workloads.run(CheckContext(host), Config())
     assert codes(result) == [("ALLOCATION_UNKNOWN", "UNKNOWN", "FIX_CONFIG", "node")]
-    forced = workloads.run(host, config(workloads={"expect_kubelet": False}))
+    forced = workloads.run(CheckContext(host), config(workloads={"expect_kubelet": False}))
     assert forced.status is Status.OK and forced.findings == []
 
 
@@ -275,7 +278,7 @@ def test_an_expected_socket_that_is_absent_is_allocation_unknown(short_tmp: Path
     ],
 )
 def test_a_node_without_the_kubelets_socket_is_ok_and_says_so(name: str, summary: str) -> None:
-    result = workloads.run(snapshot_host(snapshot(name)), Config())
+    result = workloads.run(CheckContext(snapshot_host(snapshot(name))), Config())
     assert result.status is Status.OK and result.findings == []
     assert result.summary == summary
 

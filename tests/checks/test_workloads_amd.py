@@ -8,6 +8,7 @@ from typing import Any
 
 from conftest import snapshot
 from gpuprobe.checks import workloads
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.workloads import WorkloadsConfig
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
@@ -32,7 +33,7 @@ def gpu(i: int) -> str:
 
 
 def run() -> Any:
-    return workloads.run(snapshot_host(snapshot(NAME)), Config())
+    return workloads.run(CheckContext(snapshot_host(snapshot(NAME))), Config())
 
 
 def test_amd_gpus_are_held_by_pci_address_and_used_through_their_render_nodes() -> None:
@@ -90,9 +91,11 @@ def test_an_allocated_idle_amd_gpu_is_named_once_the_window_passes() -> None:
     host = snapshot_host(snapshot(NAME))
     host.clock = clock = FakeClock()
     cfg = config(workloads={"idle_window_seconds": 60})
-    assert [f.code for f in workloads.run(host, cfg).findings] == ["GPU_USED_WITHOUT_ALLOCATION"]
+    assert [f.code for f in workloads.run(CheckContext(host), cfg).findings] == [
+        "GPU_USED_WITHOUT_ALLOCATION"
+    ]
     clock.advance(61)
-    result = workloads.run(host, cfg)
+    result = workloads.run(CheckContext(host), cfg)
     assert codes(result) == [
         ("GPU_ALLOCATED_IDLE", "WARNING", "NONE", gpu(2)),
         ("GPU_USED_WITHOUT_ALLOCATION", "WARNING", "FIX_CONFIG", gpu(3)),
@@ -116,7 +119,8 @@ def test_the_accounting_counts_amd_gpus_by_unique_id_and_busy_percent() -> None:
     host = snapshot_host(snapshot(NAME))
     host.clock = clock = FakeClock()
     assert [
-        g["allocated_seconds"] for g in workloads.run(host, Config()).data["accounting"]["gpus"]
+        g["allocated_seconds"]
+        for g in workloads.run(CheckContext(host), Config()).data["accounting"]["gpus"]
     ] == [0.0] * 8
     clock.advance(100)
     totals = {
@@ -127,7 +131,7 @@ def test_the_accounting_counts_amd_gpus_by_unique_id_and_busy_percent() -> None:
             g["idle_allocated_seconds"],
             g["unallocated_seconds"],
         )
-        for g in workloads.run(host, Config()).data["accounting"]["gpus"]
+        for g in workloads.run(CheckContext(host), Config()).data["accounting"]["gpus"]
     }
     # GPUs 0 and 1 held by the trainer at 100 % busy, GPU 2 by the notebook at 0 %, the rest
     # held by no pod (GPU 3 busy at 37 % with a pod it was not given: unallocated time).
@@ -145,7 +149,9 @@ def test_an_amd_gpu_finding_names_the_pods_on_it() -> None:
 
 
 def test_without_amd_gpus_the_data_has_no_kfd_processes() -> None:
-    result = workloads.run(snapshot_host(snapshot("synthetic-k8s-gpus-by-uuid")), Config())
+    result = workloads.run(
+        CheckContext(snapshot_host(snapshot("synthetic-k8s-gpus-by-uuid"))), Config()
+    )
     assert "kfd_only_processes" not in result.data
 
 

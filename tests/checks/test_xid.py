@@ -13,6 +13,7 @@ import pytest
 
 from conftest import gpuprobe, require_root
 from gpuprobe.checks import xid
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.xid import persist
 from gpuprobe.checks.xid.state import StateError, state_path
 from gpuprobe.config import Config
@@ -145,7 +146,7 @@ def test_xid_63_on_a_gpu_that_retires_pages_says_so(tmp_path: Path) -> None:
         "the driver to activate. (0x00000000000123a0)\n"
     )
     (path / "rootfs/var/log/kern.log").write_text(line)
-    (finding,) = xid.run(snapshot_host(str(path)), Config()).findings
+    (finding,) = xid.run(CheckContext(snapshot_host(str(path))), Config()).findings
     assert finding.message.endswith(
         ": page retirement is pending: the retired page takes effect when the driver reloads "
         "or the GPU resets (nvidia-smi -r -i 5 once it is drained, or a reboot)"
@@ -159,7 +160,7 @@ def test_identical_lines_in_one_log_are_separate_xids_but_not_across_logs(
     line = "NVRM: Xid (PCI:0000:ab:00): 31, pid=41005, name=python3, MMU Fault\n"
     (path / "rootfs/var/log/kern.log").write_text(line * 2)
     (path / "rootfs/var/log/messages").write_text(line)
-    result = xid.run(snapshot_host(str(path)), Config())
+    result = xid.run(CheckContext(snapshot_host(str(path))), Config())
     assert codes(result) == [("XID", "WARNING", "RESTART_APP", gpu(5))]
     (entry,) = result.data["xids"]
     assert (entry["count"], entry["last_seen"]) == (2, None)
@@ -237,14 +238,14 @@ def test_critical_events_are_sticky_and_cleared_like_critical_xids(tmp_path: Pat
     state.mkdir()
     host = snapshot_host(str(path))
     assert xid.clear(host, state_config(state), gpu=2) == 1
-    result = xid.run(host, state_config(state))
+    result = xid.run(CheckContext(host), state_config(state))
     assert [f.resource for f in result.findings if f.code == "ECC_UNCORRECTABLE"] == [gpu(4)]
     saved = json.loads(state_path(str(state)).read_text())
     assert saved["cleared"] == {
         f"{UUID.format(2)}|DoubleBitEccError": {"count": 2, "last_seen": "2026-11-29T18:50:00Z"}
     }
     # a new process (a restarted agent) reads the clearing back: still only GPU 2 is silent
-    again = xid.run(snapshot_host(str(path)), state_config(state))
+    again = xid.run(CheckContext(snapshot_host(str(path))), state_config(state))
     assert len(again.findings) == 5
     assert {e["gpu"]: e["cleared"] for e in again.data["events"]}[2] is True
 
@@ -270,8 +271,8 @@ def test_events_seen_once_stay_in_the_daemons_memory(tmp_path: Path) -> None:
     path = copy_snapshot("synthetic-xid-event", tmp_path)
     (path / "rootfs/var/log/kern.log").unlink()  # only the event set saw them
     host = snapshot_host(str(path))
-    first = xid.run(host, Config())
-    second = xid.run(host, Config())  # the event set is drained: nothing new arrives
+    first = xid.run(CheckContext(host), Config())
+    second = xid.run(CheckContext(host), Config())  # the event set is drained: nothing new arrives
     assert codes(second) == codes(first)
     assert by_xid(second.data)[(3, 95)]["count"] == 1
     assert by_xid(second.data)[(0, 13)]["count"] == 2
@@ -281,9 +282,14 @@ def test_a_new_boot_clears_what_the_last_boot_left(tmp_path: Path) -> None:
     path = copy_snapshot("synthetic-xid-event", tmp_path)
     (path / "rootfs/var/log/kern.log").unlink()
     host = snapshot_host(str(path))
-    assert codes(xid.run(host, Config()))[0] == ("XID", "CRITICAL", "RESET_GPU", gpu(3))
+    assert codes(xid.run(CheckContext(host), Config()))[0] == (
+        "XID",
+        "CRITICAL",
+        "RESET_GPU",
+        gpu(3),
+    )
     (path / "rootfs/proc/sys/kernel/random/boot_id").write_text("a-new-boot\n")
-    result = xid.run(host, Config())
+    result = xid.run(CheckContext(host), Config())
     assert result.findings == []
     assert result.data["boot_id"] == "a-new-boot"
 
@@ -292,11 +298,11 @@ def test_warnings_expire_after_their_window_in_the_daemon() -> None:
     host = snapshot_host(snapshot("synthetic-xid-app"))
     host.clock = clock = FakeClock()
     cfg = config(xid={"warning_window_seconds": 600})
-    assert len(xid.run(host, cfg).findings) == 4
+    assert len(xid.run(CheckContext(host), cfg).findings) == 4
     clock.advance(600)
-    assert len(xid.run(host, cfg).findings) == 4
+    assert len(xid.run(CheckContext(host), cfg).findings) == 4
     clock.advance(1)
-    result = xid.run(host, cfg)
+    result = xid.run(CheckContext(host), cfg)
     assert result.findings == []
     assert [x["active"] for x in result.data["xids"]] == [False] * 4
     assert result.summary == (
@@ -307,9 +313,9 @@ def test_warnings_expire_after_their_window_in_the_daemon() -> None:
 def test_critical_xids_are_sticky_past_the_window() -> None:
     host = snapshot_host(snapshot("synthetic-xid-critical"))
     host.clock = clock = FakeClock()
-    xid.run(host, Config())
+    xid.run(CheckContext(host), Config())
     clock.advance(86400)
-    result = xid.run(host, Config())
+    result = xid.run(CheckContext(host), Config())
     assert codes(result) == [
         ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
         ("XID", "CRITICAL", "RESET_GPU", gpu(6)),
@@ -326,7 +332,7 @@ def test_clear_silences_sticky_xids_for_this_boot_and_persists(tmp_path: Path) -
     cfg = state_config(state)
     host = snapshot_host(snapshot("synthetic-xid-critical"))
     assert xid.clear(host, cfg) == 3
-    result = xid.run(host, cfg)
+    result = xid.run(CheckContext(host), cfg)
     assert codes(result) == [("XID", "WARNING", "NONE", gpu(2))]
     assert by_xid(result.data)[(2, 48)]["cleared"] is True
     saved = json.loads(state_path(str(state)).read_text())
@@ -342,7 +348,7 @@ def test_clear_silences_sticky_xids_for_this_boot_and_persists(tmp_path: Path) -
     }
     # Another process (a fresh host, empty memory) reads the clearing from the state file.
     fresh = snapshot_host(snapshot("synthetic-xid-critical"))
-    assert codes(xid.run(fresh, cfg)) == [("XID", "WARNING", "NONE", gpu(2))]
+    assert codes(xid.run(CheckContext(fresh), cfg)) == [("XID", "WARNING", "NONE", gpu(2))]
     assert xid.clear(fresh, cfg) == 0
 
 
@@ -350,7 +356,7 @@ def test_clear_one_gpu(tmp_path: Path) -> None:
     cfg = state_config(tmp_path)
     host = snapshot_host(snapshot("synthetic-xid-critical"))
     assert xid.clear(host, cfg, gpu=6) == 2
-    assert codes(xid.run(host, cfg)) == [
+    assert codes(xid.run(CheckContext(host), cfg)) == [
         ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
         ("XID", "WARNING", "NONE", gpu(2)),
     ]
@@ -368,7 +374,7 @@ def test_a_cleared_xid_that_recurs_is_reported_again(tmp_path: Path) -> None:
         "48, pid=41002, name=python3, An uncorrectable double bit error (DBE) has been "
         "detected on GPU in the framebuffer at partition 6, subpartition 0.\n"
     )
-    result = xid.run(snapshot_host(str(path)), cfg)
+    result = xid.run(CheckContext(snapshot_host(str(path))), cfg)
     assert codes(result) == [
         ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
         ("XID", "WARNING", "NONE", gpu(2)),
@@ -382,7 +388,7 @@ def test_a_clearing_from_another_boot_is_void(tmp_path: Path) -> None:
     saved = json.loads(state_path(str(tmp_path)).read_text())
     saved["boot_id"] = "an-older-boot"
     state_path(str(tmp_path)).write_text(json.dumps(saved))
-    result = xid.run(snapshot_host(snapshot("synthetic-xid-critical")), cfg)
+    result = xid.run(CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))), cfg)
     assert len(result.findings) == 4
 
 
@@ -391,7 +397,7 @@ def test_clear_without_the_state_directory_is_one_clear_error(tmp_path: Path) ->
     host = snapshot_host(snapshot("synthetic-xid-critical"))
     with pytest.raises(StateError, match=r"absent does not exist: create it or set"):
         xid.clear(host, cfg)
-    assert len(xid.run(host, cfg).findings) == 4  # nothing was cleared
+    assert len(xid.run(CheckContext(host), cfg).findings) == 4  # nothing was cleared
 
 
 def test_clear_with_a_file_for_a_directory(tmp_path: Path) -> None:
@@ -406,7 +412,7 @@ def test_a_corrupt_state_file_is_reported_not_raised_by_the_check(tmp_path: Path
     state_path(str(tmp_path)).write_text("{not json")
     cfg = state_config(tmp_path)
     host = snapshot_host(snapshot("synthetic-xid-critical"))
-    result = xid.run(host, cfg)
+    result = xid.run(CheckContext(host), cfg)
     assert len(result.findings) == 4
     assert result.data["state_error"].endswith(
         "xid-state.json: line 1: Expecting property name enclosed in double quotes"
@@ -436,7 +442,7 @@ def test_clear_on_a_read_only_state_directory_is_one_clear_error(read_only_dir: 
 
 
 def test_replaying_a_snapshot_never_writes_state(tmp_path: Path) -> None:
-    xid.run(snapshot_host(snapshot("synthetic-xid-critical")), state_config(tmp_path))
+    xid.run(CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))), state_config(tmp_path))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -463,14 +469,14 @@ def machine_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_replay_reads_no_state_of_this_machine_unless_configured(machine_state: Path) -> None:
     before = state_path(str(machine_state)).read_text()
-    result = xid.run(snapshot_host(snapshot("synthetic-xid-critical")), Config())
+    result = xid.run(CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))), Config())
     assert codes(result) == XID_CRITICAL_FINDINGS
     assert result.data["state_file"] is None
     assert "state_error" not in result.data
     assert state_path(str(machine_state)).read_text() == before
     # Named in the config, the same state file applies to the replay.
     configured = xid.run(
-        snapshot_host(snapshot("synthetic-xid-critical")), state_config(machine_state)
+        CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))), state_config(machine_state)
     )
     assert codes(configured) == [("XID", "WARNING", "NONE", gpu(2))]
     assert configured.data["state_file"] == str(state_path(str(machine_state)))
@@ -478,14 +484,14 @@ def test_replay_reads_no_state_of_this_machine_unless_configured(machine_state: 
 
 def test_replay_is_blind_to_a_corrupt_state_file_of_this_machine(machine_state: Path) -> None:
     state_path(str(machine_state)).write_text("{not json")
-    result = xid.run(snapshot_host(snapshot("synthetic-xid-critical")), Config())
+    result = xid.run(CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))), Config())
     assert codes(result) == XID_CRITICAL_FINDINGS
     assert "state_error" not in result.data
 
 
 def test_the_live_node_uses_the_default_state_dir(tmp_path: Path, machine_state: Path) -> None:
     root = host_tree(tmp_path, "synthetic-xid-critical")
-    result = xid.run(live_host(str(root)), Config())
+    result = xid.run(CheckContext(live_host(str(root))), Config())
     assert result.data["state_file"] == str(state_path(str(machine_state)))
     assert codes(result) == [("XID", "WARNING", "NONE", gpu(2))]
 
@@ -496,13 +502,13 @@ def test_clearing_a_replay_without_a_state_dir_holds_in_its_memory_only(
     before = state_path(str(machine_state)).read_text()
     host = snapshot_host(snapshot("synthetic-xid-critical"))
     assert xid.clear(host, Config(), gpu=6) == 2
-    assert codes(xid.run(host, Config())) == [
+    assert codes(xid.run(CheckContext(host), Config())) == [
         ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
         ("XID", "WARNING", "NONE", gpu(2)),
     ]
     assert state_path(str(machine_state)).read_text() == before
     fresh = snapshot_host(snapshot("synthetic-xid-critical"))
-    assert codes(xid.run(fresh, Config())) == XID_CRITICAL_FINDINGS
+    assert codes(xid.run(CheckContext(fresh), Config())) == XID_CRITICAL_FINDINGS
 
 
 # --- the live daemon keeps sticky XIDs; the command line ------------------------------------
@@ -597,7 +603,9 @@ def test_a_run_works_out_its_state_directory_once(
         return asked[-1]
 
     monkeypatch.setattr(xid, "state_dir", counted)
-    xid.run(snapshot_host(str(snapshot("synthetic-xid-event"))), state_config(tmp_path))
+    xid.run(
+        CheckContext(snapshot_host(str(snapshot("synthetic-xid-event")))), state_config(tmp_path)
+    )
     assert asked == [str(tmp_path)]
 
 
@@ -629,6 +637,6 @@ def test_rotated_logs_are_read_oldest_file_first_whatever_order_the_config_lists
     (root / "rootfs/var/log/kern.log.1").write_text("".join(lines[:cut]))
     log.write_text("".join(lines[cut:]))
     cfg = config(xid={"kernel_logs": ["/var/log/kern.log", "/var/log/kern.log.1"]})
-    result = xid.run(snapshot_host(root), cfg)
+    result = xid.run(CheckContext(snapshot_host(root)), cfg)
     assert sorted(by_xid(result.data)) == [(0, 13), (0, 31), (4, 43), (4, 45)]
     assert result.data["sources"]["kernel_logs"] == ["/var/log/kern.log.1", "/var/log/kern.log"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuprobe.checks import xid
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.host import snapshot_host
 from helpers import FakeClock, codes, config, run_check, snapshot
 
@@ -62,13 +63,15 @@ def test_in_the_daemon_a_warning_fault_ends_after_the_window_a_critical_one_stay
     cfg = config(xid={"warning_window_seconds": 600})
     host = snapshot_host(snapshot("synthetic-amd-ring-timeout-reset"))
     host.clock = clock = FakeClock()
-    assert len(xid.run(host, cfg).findings) == 2
+    assert len(xid.run(CheckContext(host), cfg).findings) == 2
     clock.advance(601)
-    quiet = xid.run(host, cfg)
+    quiet = xid.run(CheckContext(host), cfg)
     assert quiet.findings == []
     assert [e["active"] for e in quiet.data["amdgpu_faults"]] == [False, False]
     host = snapshot_host(snapshot("synthetic-amd-ras-uncorrectable"))
     host.clock = clock = FakeClock()
-    xid.run(host, cfg)
+    xid.run(CheckContext(host), cfg)
     clock.advance(10_000)
-    assert codes(xid.run(host, cfg)) == [("AMDGPU_FAULT", "CRITICAL", "RESET_GPU", amd_gpu(3))]
+    assert codes(xid.run(CheckContext(host), cfg)) == [
+        ("AMDGPU_FAULT", "CRITICAL", "RESET_GPU", amd_gpu(3))
+    ]

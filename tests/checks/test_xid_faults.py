@@ -14,6 +14,7 @@ import pytest
 
 from conftest import gpuprobe
 from gpuprobe.checks import xid
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.registry import sections
 from gpuprobe.checks.xid.settings import XidPolicyRule
 from gpuprobe.config import Config
@@ -152,7 +153,7 @@ def test_correctable_errors_rising_between_two_rounds_mark_a_marginal_link(
 ) -> None:
     root = copy_snapshot("synthetic-pcie-aer", tmp_path)
     host, clock = daemon_host(root)
-    first = xid.run(host, Config())
+    first = xid.run(CheckContext(host), Config())
     assert "PCIE_AER_CORRECTABLE" not in [f.code for f in first.findings]
     counters = root / "rootfs/sys/devices/pci0000:36/0000:36:02.0/0000:37:00.0/0000:38:02.0"
     path = counters / "0000:3a:00.0/aer_dev_correctable"
@@ -162,7 +163,7 @@ def test_correctable_errors_rising_between_two_rounds_mark_a_marginal_link(
         .replace("TOTAL_ERR_COR 15", "TOTAL_ERR_COR 115")
     )
     clock.advance(600)  # 100 more in 10 minutes: 600 an hour, above the default 60
-    second = xid.run(host, Config())
+    second = xid.run(CheckContext(host), Config())
     (marginal,) = [f for f in second.findings if f.code == "PCIE_AER_CORRECTABLE"]
     assert (marginal.severity.value, marginal.action.value, marginal.resource) == (
         "WARNING",
@@ -175,9 +176,9 @@ def test_correctable_errors_rising_between_two_rounds_mark_a_marginal_link(
     # A slower rise stays under a higher configured rate.
     host, clock = daemon_host(copy_snapshot("synthetic-pcie-aer", tmp_path / "slow"))
     cfg = config(xid={"aer_correctable_per_hour": 1000})
-    xid.run(host, cfg)
+    xid.run(CheckContext(host), cfg)
     clock.advance(600)
-    assert "PCIE_AER_CORRECTABLE" not in [f.code for f in xid.run(host, cfg).findings]
+    assert "PCIE_AER_CORRECTABLE" not in [f.code for f in xid.run(CheckContext(host), cfg).findings]
 
 
 # --- IMEX (the gpus check) ----------------------------------------------------------------------
@@ -240,12 +241,12 @@ def test_a_count_threshold_holds_a_finding_back_until_reached_within_its_window(
     assert xid13({"xid": 13, "count": 2}) == [gpu(0)]
     host, _ = daemon_host("synthetic-xid-app")
     cfg = config(xid={"policy": [{"xid": 13, "count": 2, "window_seconds": 60}]})
-    result = xid.run(host, cfg)
+    result = xid.run(CheckContext(host), cfg)
     entry = {(x["gpu"], x["xid"]): x for x in result.data["xids"]}[(0, 13)]
     assert (entry["below_threshold"], entry["active"]) == (True, False)
     host, clock = daemon_host("synthetic-xid-app")
     clock.now = 1795946467.0 + 30  # 30 s after the lines (2026-11-29T10:01:07Z)
-    assert [f for f in xid.run(host, cfg).findings if "Xid 13," in f.message]
+    assert [f for f in xid.run(CheckContext(host), cfg).findings if "Xid 13," in f.message]
 
 
 def test_a_driver_range_decides_whether_a_rule_holds() -> None:
@@ -347,10 +348,10 @@ def test_the_recovery_field_reading_none_after_a_reset_clears_the_fault(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     host, clock = daemon_host("synthetic-recovery-field-reset")
-    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(xid.run(host, Config()))
+    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(xid.run(CheckContext(host), Config()))
     clock.advance(60)
     with caplog.at_level("INFO", logger="gpuprobe.xid"):
-        second = xid.run(host, Config())
+        second = xid.run(CheckContext(host), Config())
     assert [f for f in second.findings if f.resource == gpu(7)] == []
     entry = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}[(7, 95)]
     assert (
@@ -359,32 +360,36 @@ def test_the_recovery_field_reading_none_after_a_reset_clears_the_fault(
     assert "xid: Xid 95 on GPU 7 cleared itself" in caplog.text
     # Not observed: the field keeps asking, the fault stays.
     host, clock = daemon_host("synthetic-recovery-field-stuck")
-    xid.run(host, Config())
+    xid.run(CheckContext(host), Config())
     clock.advance(60)
-    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(xid.run(host, Config()))
+    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(xid.run(CheckContext(host), Config()))
 
 
 def test_a_lost_gpu_answering_again_with_its_uuid_clears_its_fault() -> None:
     host, clock = daemon_host("synthetic-gpu-lost-and-back")
-    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(xid.run(host, Config()))
+    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(
+        xid.run(CheckContext(host), Config())
+    )
     clock.advance(60)
-    second = xid.run(host, Config())
+    second = xid.run(CheckContext(host), Config())
     assert [f for f in second.findings if f.resource == gpu(3)] == []
     entry = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}[(3, 79)]
     assert entry["recovered"] == f"GPU 3 answers again with the same UUID {UUID.format(3)}"
     # Not observed: still lost, the fault stays.
     host, clock = daemon_host("synthetic-gpu-lost-and-gone")
-    xid.run(host, Config())
+    xid.run(CheckContext(host), Config())
     clock.advance(60)
-    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(xid.run(host, Config()))
+    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(
+        xid.run(CheckContext(host), Config())
+    )
 
 
 def test_a_recovered_fault_that_grows_again_is_active_again(tmp_path: Path) -> None:
     root = copy_snapshot("synthetic-gpu-lost-and-back", tmp_path)
     host, clock = daemon_host(root)
-    xid.run(host, Config())
+    xid.run(CheckContext(host), Config())
     clock.advance(60)
-    assert [f for f in xid.run(host, Config()).findings if f.resource == gpu(3)] == []
+    assert [f for f in xid.run(CheckContext(host), Config()).findings if f.resource == gpu(3)] == []
     log = root / "rootfs/var/log/kern.log"
     log.write_text(
         log.read_text()
@@ -392,13 +397,15 @@ def test_a_recovered_fault_that_grows_again_is_active_again(tmp_path: Path) -> N
         "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
     )
     clock.advance(60)
-    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(xid.run(host, Config()))
+    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(
+        xid.run(CheckContext(host), Config())
+    )
 
 
 def test_clear_xid_clears_a_fatal_sxid_until_it_grows_again() -> None:
     host, _ = daemon_host("synthetic-nvswitch-sxid")
     assert xid.clear(host, Config()) == 1
-    result = xid.run(host, Config())
+    result = xid.run(CheckContext(host), Config())
     assert [f.code for f in result.findings] == ["SXID"]  # the non-fatal one stays a warning
     fatal = result.data["sxids"][0]
     assert (fatal["sxid"], fatal["active"], fatal["cleared"]) == (20034, False, True)
@@ -431,7 +438,7 @@ def test_the_recovery_field_clears_only_faults_seen_before_the_reset_was_asked(
 ) -> None:
     root = copy_snapshot("synthetic-recovery-field-reset", tmp_path)
     host, clock = daemon_host(root)
-    xid.run(host, Config())  # the field asks for GPU_RESET (21:00:00)
+    xid.run(CheckContext(host), Config())  # the field asks for GPU_RESET (21:00:00)
     # A new double-bit error after the reset was asked: the reset asked for does not answer it.
     log = root / "rootfs/var/log/kern.log"
     log.write_text(
@@ -441,7 +448,7 @@ def test_the_recovery_field_clears_only_faults_seen_before_the_reset_was_asked(
         "GPU in the framebuffer at partition 6, subpartition 0.\n"
     )
     clock.advance(60)
-    second = xid.run(host, Config())  # the field reads NONE
+    second = xid.run(CheckContext(host), Config())  # the field reads NONE
     entries = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}
     assert (entries[(7, 95)]["active"], entries[(7, 95)]["cleared"]) == (False, True)
     assert (entries[(7, 48)]["active"], entries[(7, 48)]["cleared"]) == (True, False)
@@ -450,9 +457,9 @@ def test_the_recovery_field_clears_only_faults_seen_before_the_reset_was_asked(
 
 def test_a_drain_p2p_request_ending_is_no_reset() -> None:
     host, clock = daemon_host("synthetic-recovery-field-drain-p2p")
-    xid.run(host, Config())
+    xid.run(CheckContext(host), Config())
     clock.advance(60)
-    second = xid.run(host, Config())
+    second = xid.run(CheckContext(host), Config())
     assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(second)
     entry = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}[(7, 95)]
     assert "recovered" not in entry
@@ -474,6 +481,6 @@ def test_a_new_fatal_sxid_after_rotation_lowered_the_count_is_active_again(
         "(PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n"
     )
     clock.advance(60)
-    result = xid.run(host, Config())
+    result = xid.run(CheckContext(host), Config())
     fatal = next(e for e in result.data["sxids"] if e["sxid"] == 20034)
     assert (fatal["count"], fatal["active"], fatal["cleared"]) == (1, True, False)

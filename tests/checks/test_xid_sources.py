@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from gpuprobe.checks import xid
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status
@@ -38,17 +39,17 @@ def test_a_recorded_vm_without_nvml_or_kernel_log_is_unknown() -> None:
 
 def test_a_gpu_node_whose_sources_are_both_gone_is_unknown(tmp_path: Path) -> None:
     snap = without("synthetic-h100-8gpu-healthy", tmp_path, "nvml.json", "rootfs/var/log/kern.log")
-    result = xid.run(snapshot_host(str(snap)), Config())
+    result = xid.run(CheckContext(snapshot_host(str(snap))), Config())
     assert (result.status, result.summary) == (Status.UNKNOWN, BLIND)
 
 
 def test_one_source_read_is_enough_to_say_none(tmp_path: Path) -> None:
     snap = without("synthetic-h100-8gpu-healthy", tmp_path, "nvml.json")
-    result = xid.run(snapshot_host(str(snap)), Config())
+    result = xid.run(CheckContext(snapshot_host(str(snap))), Config())
     assert (result.status, result.summary) == (Status.OK, "no XID errors this boot")
     assert result.data["sources"]["kernel_logs"] == ["/var/log/kern.log"]
     snap = without("synthetic-h100-8gpu-healthy", tmp_path / "b", "rootfs/var/log/kern.log")
-    result = xid.run(snapshot_host(str(snap)), Config())
+    result = xid.run(CheckContext(snapshot_host(str(snap))), Config())
     assert (result.status, result.summary) == (Status.OK, "no XID errors this boot")
     assert result.data["sources"] == {
         "nvml_events": "read",

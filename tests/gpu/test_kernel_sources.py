@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuprobe.checks import xid
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
 from gpuprobe.gpu.kernel_sources import (
@@ -91,7 +92,7 @@ def test_each_log_file_is_read_once_a_run_on_a_node_with_amd_gpus(
         return real(path, max_bytes)
 
     monkeypatch.setattr(host.fs, "read_tail", counted)
-    result = xid.run(host, Config())
+    result = xid.run(CheckContext(host), Config())
     assert [f.code for f in result.findings] == ["AMDGPU_FAULT", "AMDGPU_FAULT"]
     assert set(reads.values()) == {1}
     assert "/var/log/kern.log" in reads

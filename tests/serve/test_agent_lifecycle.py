@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from gpuprobe import cleanup
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.client import Client
 from gpuprobe.config import Config
-from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
 from helpers import config, use_check
 from serving import in_process_agent, wait_for
@@ -27,7 +27,7 @@ def test_stop_removes_temporary_data_of_a_check_still_running(
     scratch = tmp_path / "storage-test.tmp"
     writing = threading.Event()
 
-    def storage(host: Host, cfg: Config) -> CheckResult:
+    def storage(ctx: CheckContext, cfg: Config) -> CheckResult:
         scratch.write_bytes(b"x" * 4096)
         cleanup.register(str(scratch))
         writing.set()

@@ -15,9 +15,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.checks import registry
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.client import Client
 from gpuprobe.config import Config
-from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, parse_time
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from helpers import config, use_check
@@ -129,7 +129,7 @@ def test_watch_reports_sends_the_report_then_each_change(
     # A check whose finding the test turns on and off; statuses change only through it.
     broken = threading.Event()
 
-    def flaky(host: Host, cfg: Config) -> CheckResult:
+    def flaky(ctx: CheckContext, cfg: Config) -> CheckResult:
         findings = []
         if broken.is_set():
             findings.append(
@@ -182,7 +182,7 @@ def test_clear_findings_calls_the_clearer_and_reruns_the_xid_check(
     seen = {0: [79], 3: [48]}  # sticky XIDs by GPU, as the xid check would remember them
     cleared_for: list[int | None] = []
 
-    def xid(host: Host, cfg: Config) -> CheckResult:
+    def xid(ctx: CheckContext, cfg: Config) -> CheckResult:
         return CheckResult(
             "xid",
             f"{sum(map(len, seen.values()))} XIDs",
@@ -255,7 +255,7 @@ def test_before_the_first_report_get_report_is_unavailable_and_health_not_servin
 ) -> None:
     release = threading.Event()
 
-    def slow(host: Host, cfg: Config) -> CheckResult:
+    def slow(ctx: CheckContext, cfg: Config) -> CheckResult:
         release.wait(20)
         return CheckResult("slow", "done")
 
@@ -282,7 +282,7 @@ def test_get_report_answers_while_the_first_storage_test_still_runs(
 ) -> None:
     release = threading.Event()
 
-    def storage(host: Host, cfg: Config) -> CheckResult:
+    def storage(ctx: CheckContext, cfg: Config) -> CheckResult:
         release.wait(30)  # a throughput test that takes minutes
         return CheckResult("storage", "measured")
 

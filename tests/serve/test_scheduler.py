@@ -13,6 +13,7 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks import xid
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.runner import STAGGER_SECONDS, CheckRunner, Ran
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
@@ -67,7 +68,7 @@ def counting_checks() -> tuple[dict[str, int], dict[str, object]]:
     counts: dict[str, int] = {}
 
     def make(name: str):  # type: ignore[no-untyped-def]
-        def run(h: Host, c: Config) -> CheckResult:
+        def run(ctx: CheckContext, c: Config) -> CheckResult:
             counts[name] = counts.get(name, 0) + 1
             return CheckResult(name, "ran")
 
@@ -133,7 +134,7 @@ def test_passive_rounds_go_on_and_publish_while_an_active_check_hangs() -> None:
     counts, checks = counting_checks()
     release = threading.Event()
 
-    def storage(h: Host, c: Config) -> CheckResult:
+    def storage(ctx: CheckContext, c: Config) -> CheckResult:
         release.wait(30)
         return CheckResult("storage", "measured")
 
@@ -177,7 +178,7 @@ def test_passive_rounds_go_on_and_publish_while_an_active_check_hangs() -> None:
 def test_stop_joins_the_lanes_and_names_one_left_in_a_stuck_round() -> None:
     release = threading.Event()
 
-    def storage(h: Host, c: Config) -> CheckResult:
+    def storage(ctx: CheckContext, c: Config) -> CheckResult:
         release.wait(30)
         return CheckResult("storage", "measured")
 
@@ -207,7 +208,7 @@ def test_a_hung_check_is_joined_not_started_again() -> None:
     release = threading.Event()
     started: list[float] = []
 
-    def hangs(h: Host, c: Config) -> CheckResult:
+    def hangs(ctx: CheckContext, c: Config) -> CheckResult:
         started.append(time.monotonic())
         release.wait(30)
         return CheckResult("hangs", "finally")
@@ -234,11 +235,11 @@ def test_a_hung_check_is_joined_not_started_again() -> None:
 
 
 def test_the_callers_deadline_cuts_a_run_short_and_exceptions_become_unknown() -> None:
-    def slow(h: Host, c: Config) -> CheckResult:
+    def slow(ctx: CheckContext, c: Config) -> CheckResult:
         time.sleep(1.0)
         return CheckResult("slow", "done")
 
-    def broken(h: Host, c: Config) -> CheckResult:
+    def broken(ctx: CheckContext, c: Config) -> CheckResult:
         raise ValueError("bad reading")
 
     executor = CheckRunner(host(), Config(), records({"slow": slow, "broken": broken}))
@@ -339,7 +340,7 @@ def test_the_executor_runs_checks_in_turn_and_a_stuck_one_holds_nothing_back() -
     release = threading.Event()
 
     def make(name: str, seconds: float) -> object:
-        def run(h: Host, c: Config) -> CheckResult:
+        def run(ctx: CheckContext, c: Config) -> CheckResult:
             started = time.monotonic()
             if name == "stuck":
                 release.wait(30)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require, require_root, snapshot
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.runner import CheckRunner
 from gpuprobe.config import Config
 from gpuprobe.host import Host, snapshot_host
@@ -55,7 +56,7 @@ def host() -> Host:
     return snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
 
 
-def ok(host: Host, config: Config) -> CheckResult:
+def ok(ctx: CheckContext, config: Config) -> CheckResult:
     return CheckResult("a", "fine")
 
 

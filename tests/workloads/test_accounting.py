@@ -12,6 +12,7 @@ import pytest
 
 from conftest import snapshot
 from gpuprobe.checks import workloads
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.gpu.backend import Partition
 from gpuprobe.host import snapshot_host
@@ -43,7 +44,7 @@ def rounds(name: str, times: list[float], cfg: Config) -> list[Any]:
     results = []
     for t in times:
         clock.ticks = t
-        results.append(workloads.run(host, cfg))
+        results.append(workloads.run(CheckContext(host), cfg))
     return results
 
 

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.cdi import CdiSpec
@@ -114,8 +115,9 @@ class CdiData(TypedDict):
     ignored_files: list[str]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Validate every spec and hold the NVIDIA ones against the node."""
+    host = ctx.host
     gpus = nvidia_gpu_count(host)
     toolkit = read_toolkit_config(host)
     toolkit = toolkit if isinstance(toolkit, ToolkitConfig) else None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
@@ -71,8 +72,9 @@ class DevicePluginData(TypedDict):
     amd_resources: NotRequired[list[str]]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Find the plugin's sockets and hold them against the GPUs and the plugin's configuration."""
+    host = ctx.host
     socket_dir = plugin_paths(config).socket_dir.rstrip("/") or "/"
     kubernetes = has_plugin_dir(host, socket_dir)
     gpus = nvidia_gpu_count(host)

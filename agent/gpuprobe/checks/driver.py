@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import amd_gpus as amd
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.gpus import NAME as GPUS
 from gpuprobe.checks.gpus import GpusConfig
 from gpuprobe.checks.record import Check
@@ -68,8 +69,9 @@ class DriverData(TypedDict):
     amd: NotRequired[amd.AmdDriverData]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge the driver: present, loaded, matching its library, new enough."""
+    host = ctx.host
     stack = read_stack(host)
     module = stack.module
     data: DriverData = {

@@ -23,6 +23,7 @@ from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from gpuprobe.checks import amd_gpus as amd
 from gpuprobe.checks import imex as imex_check
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.gpu_health import health_findings, idle_finding
 from gpuprobe.checks.record import Check
 from gpuprobe.config import MAX_INTEGER, Config, brief
@@ -121,8 +122,9 @@ class GpusData(TypedDict):
     gpus_seen_by_amdgpu: NotRequired[int]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Count, list and identify the GPUs."""
+    host = ctx.host
     node = read_amd(host)
     result = _nvidia(host, config, amd_gpus=len(node.gpus))
     if node.gpus:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NotRequired, TypedDict
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
@@ -106,8 +107,9 @@ class LifecycleData(TypedDict):
     graceful_shutdown: ShutdownFacts
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Ask the provider for notices and read the kubelet's shutdown grace periods."""
+    host = ctx.host
     settings = config.section(NAME, LifecycleConfig)
     cloud, source = _provider(host, settings)
     shutdown = kubelet.read_graceful_shutdown(host, settings.kubelet_config)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NotRequired, TypedDict, cast
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_file
@@ -38,8 +39,9 @@ class MigData(TypedDict):
     device_plugin_config_file: NotRequired[str]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Read each GPU's MIG mode and layout and hold it against the device plugin's strategy."""
+    host = ctx.host
     data: MigData = {"gpus": [], "device_plugin_mig_strategy": None}
     strategy = _strategy(host, config, data)
     count = nvml_gpu_count(host)

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
 from gpuprobe.gpu.node_gpus import busy_gpus, nvml_gpu_count
 from gpuprobe.gpu.own_load import own_gpu_test
-from gpuprobe.host import Host
 from gpuprobe.measure.nccl import NcclTestError
 from gpuprobe.measure.nccl import run as run_nccl
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status
@@ -50,8 +50,9 @@ class NcclData(TypedDict):
 NOT_RUN = NcclData(ran=False)
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Run the NCCL test when it is configured and the GPUs are free."""
+    host = ctx.host
     settings = config.section(NAME, NcclConfig)
     if not settings.binary:
         return CheckResult(NAME, "not configured (nccl.binary)", data=NOT_RUN)

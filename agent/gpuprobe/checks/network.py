@@ -17,9 +17,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TypedDict
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
-from gpuprobe.host import Host
 from gpuprobe.host.netlink import Link
 from gpuprobe.host.nics import NicFacts, default_route_interfaces, read_nics
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -58,8 +58,9 @@ class NetworkData(TypedDict):
     fabric: list[str]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge the fabric NICs."""
+    host = ctx.host
     nics = read_nics(host)
     links = [nic.link for nic in nics]
     patterns = config.section(NAME, NetworkConfig).fabric_interfaces

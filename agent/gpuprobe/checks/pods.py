@@ -30,6 +30,7 @@ from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import pod_signatures as sig
 from gpuprobe.checks import pods_bounds as bounds
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.checks.workloads import NAME as WORKLOADS
 from gpuprobe.checks.workloads import WorkloadsConfig
@@ -121,8 +122,9 @@ class PodsData(TypedDict):
     unreadable_specs_not_listed: NotRequired[int]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge every GPU container's image CUDA and every GPU pod's log."""
+    host = ctx.host
     driver, gpus = read_driver_cuda(host), _gpus(host)
     held = _held(host, config)
     specs = oci.read_specs(host)

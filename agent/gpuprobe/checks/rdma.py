@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
-from gpuprobe.host import Host, infiniband
+from gpuprobe.host import infiniband
 from gpuprobe.host.infiniband import RdmaDevice, RdmaPort
 from gpuprobe.measure.perftest import RdmaTestConfig
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -31,8 +32,9 @@ class RdmaData(TypedDict):
     verbs_devices: NotRequired[list[str]]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge every RDMA port in scope."""
+    host = ctx.host
     settings = config.section(NAME, RdmaConfig)
     names = infiniband.device_names(host)
     if settings.devices:

@@ -15,13 +15,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
 from gpuprobe.families import Family
-from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
 from gpuprobe.report_view import DataKeys
 
-CheckFn = Callable[[Host, Config], CheckResult]
+CheckFn = Callable[[CheckContext, Config], CheckResult]
 # The check's data (`CheckResult.data`): a TypedDict defined beside the check.
 D = TypeVar("D")
 
@@ -32,7 +32,7 @@ class Check(Generic[D]):
 
     # The check's name: in the report, `--only`, `checks.deadlines`, `serve.intervals`.
     name: str
-    # The check itself: a function of the host and the config.
+    # The check itself: a function of its context (the node, through readers) and the config.
     run: CheckFn
     # Its section of the configuration file (a frozen dataclass), read under the check's name;
     # None: the check has no settings of its own.

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.host import Host
@@ -122,7 +123,7 @@ class CheckRunner:
     def _fly(self, flight: _Flight) -> None:
         name = flight.check.name
         try:
-            result = flight.check.run(self.host, self.config)
+            result = flight.check.run(CheckContext(self.host), self.config)
         except Exception as exc:  # one broken check must never break the report or the daemon
             result = failed(name, exc)
         result.duration_seconds = time.monotonic() - flight.started

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import (
@@ -64,8 +65,9 @@ class SharingData(TypedDict):
     gpus: list[dict[str, Any]]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge time-slicing and MPS against the GPUs' compute and MIG modes."""
+    host = ctx.host
     gpus_present = nvidia_gpu_count(host)
     plugin, note, path = _plugin(host, config)
     gpus = read_modes(host) if gpus_present else []

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NotRequired, TypedDict, cast
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
@@ -83,8 +84,9 @@ class StorageData(TypedDict):
     time_limit_seconds: NotRequired[float]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Examine and measure every configured storage path."""
+    host = ctx.host
     cfg = config.section(NAME, StorageConfig)
     paths = list(dict.fromkeys(cfg.paths))  # a path given twice is measured once
     data: StorageData = {"paths": []}

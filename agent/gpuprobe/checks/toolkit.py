@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks import amd_gpus as amd
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
@@ -61,8 +62,9 @@ class ToolkitData(TypedDict):
     amd: NotRequired[amd.AmdContainerData]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge the toolkit and every engine that runs GPU containers."""
+    host = ctx.host
     gpus = nvidia_gpu_count(host)
     kubernetes = is_kubernetes_node(host, config)
     toolkit = read_toolkit(host)

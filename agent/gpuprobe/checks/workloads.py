@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
@@ -65,8 +66,9 @@ class WorkloadsData(TypedDict):
     kfd_only_processes: NotRequired[list[dict[str, Any]]]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Attribute every GPU to its pods and judge how they use it."""
+    host = ctx.host
     settings = config.section(NAME, WorkloadsConfig)
     answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
     expected = settings.expect_kubelet

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.checks.xid import aer, amdgpu, sxid
 from gpuprobe.checks.xid import state as xid_state
@@ -61,8 +62,9 @@ class XidData(TypedDict):
     amdgpu_faults: NotRequired[list[amdgpu.AmdgpuFaultEntry]]
 
 
-def run(host: Host, config: Config) -> CheckResult:
+def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Gather this boot's XIDs, classify them, and report the active ones."""
+    host = ctx.host
     directory = state_dir(host, config)
     with xid_state.LOCK:
         seen = observe(host, config, directory)
