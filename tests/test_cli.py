@@ -63,7 +63,9 @@ def test_human_report_shows_status_summary_finding_and_action() -> None:
     ]
     assert lines[7:] == [
         "OK        driver, mig, xid, toolkit, cdi, device_plugin, sharing, workloads, pods, "
-        "lifecycle, network, rdma, nccl, storage"
+        "lifecycle, network, rdma",
+        "NOT RUN   nccl: not configured (nccl.binary)",
+        "NOT RUN   storage: no storage path configured (storage.paths, --storage-path)",
     ]
     assert "\033[" not in out.stdout
     verbose = gpuprobe("check", "--verbose", "--snapshot", snapshot("synthetic-gpu-lost"))
@@ -75,7 +77,8 @@ def test_human_report_shows_status_summary_finding_and_action() -> None:
         "  (s)"
     )
     assert checks[1] == "CRITICAL  gpus           1 of 8 GPUs lost  (s)"
-    assert [line.split()[1] for line in checks] == [
+    assert checks[-2].startswith("NOT RUN   nccl           not configured")
+    assert [line[10:].split()[0] for line in checks] == [
         c["name"]
         for c in gpuprobe("check", "--json", "--snapshot", snapshot("synthetic-gpu-lost")).json()[
             "checks"
