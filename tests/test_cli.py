@@ -144,13 +144,25 @@ def corrupt_snapshot(tmp_path: Path) -> str:
         (["check", "--root", "/nonexistent"], "--root /nonexistent: not a directory"),
         (["check", "--snapshot", "CORRUPT"], "nvml.json: line 1 column"),
         (["check", "--snapshot", "CORRUPT", "--root", "/tmp"], "exclude each other"),
+        # `/` too: it was taken silently (the default), and the snapshot replayed (issue 40
+        # item 16).
+        (
+            ["check", "--root", "/", "--snapshot", "HEALTHY"],
+            "--snapshot and --root exclude each other (a snapshot replays its own rootfs; "
+            "--root / would be ignored)",
+        ),
+        (["serve", "--snapshot", "HEALTHY", "--root", "/"], "exclude each other"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([], "required: command"),
     ],
 )
 def test_usage_errors_exit_64_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "empty").mkdir()
-    named = {"CORRUPT": corrupt_snapshot(tmp_path), "EMPTY": str(tmp_path / "empty")}
+    named = {
+        "CORRUPT": corrupt_snapshot(tmp_path),
+        "EMPTY": str(tmp_path / "empty"),
+        "HEALTHY": snapshot("synthetic-h100-8gpu-healthy"),
+    }
     args = [named.get(a, a) for a in args]
     out = gpuprobe(*args)
     assert out.returncode == 64
@@ -158,6 +170,17 @@ def test_usage_errors_exit_64_with_one_line(tmp_path: Path, args: list[str], mes
     assert len(out.stderr.splitlines()) == 1, out.stderr
     assert message in out.stderr
     assert out.stderr.startswith("gpuprobe: ")
+    # Every usage error points at the help of its command, whatever found it (argparse, or
+    # the command once it ran: a snapshot, a config, a root); README says so.
+    command = args[0] if args and args[0] in ("check", "capture", "serve") else None
+    helps = f" (see gpuprobe {command} --help)\n" if command else " (see gpuprobe --help)\n"
+    assert out.stderr.endswith(helps), out.stderr
+
+
+def test_a_root_beside_a_snapshot_is_refused_and_neither_alone_is() -> None:
+    healthy = snapshot("synthetic-h100-8gpu-healthy")
+    assert gpuprobe("check", "--snapshot", healthy, "--only", "driver").returncode == 0
+    assert gpuprobe("check", "--root", "/", "--only", "driver").returncode != 64
 
 
 def test_help_and_version() -> None:
@@ -201,7 +224,8 @@ def test_a_snapshot_with_a_bad_capture_time_is_a_usage_error(tmp_path: Path) -> 
         out = gpuprobe("check", "--snapshot", str(bad))
         assert (out.returncode, out.stdout) == (64, "")
         assert out.stderr == (
-            f"gpuprobe: {bad / 'snapshot.json'}: captured_at {value!r} is not an RFC 3339 time\n"
+            f"gpuprobe: {bad / 'snapshot.json'}: captured_at {value!r} is not an RFC 3339 time "
+            "(see gpuprobe check --help)\n"
         )
 
 

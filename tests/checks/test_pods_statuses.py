@@ -315,7 +315,7 @@ def test_a_plain_check_with_kubernetes_on_and_no_credentials(tmp_path: Path) -> 
         "gpuprobe: kubernetes.enabled is true and there is no access (kubernetes: no "
         "in-cluster credentials (/var/run/secrets/kubernetes.io/serviceaccount/token and "
         "$KUBERNETES_SERVICE_HOST); give --kubeconfig): run in a pod, add --publish "
-        "--kubeconfig FILE, or set kubernetes.enabled: auto\n"
+        "--kubeconfig FILE, or set kubernetes.enabled: auto (see gpuprobe check --help)\n"
     )
     driver = gpuprobe("check", *args, "--only", "driver")
     assert driver.returncode != 64, driver.stderr

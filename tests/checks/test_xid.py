@@ -577,7 +577,7 @@ def test_clear_xid_command_without_its_state_directory(tmp_path: Path) -> None:
     assert out.returncode == 64
     assert out.stderr == (
         f"gpuprobe: xid state directory {tmp_path / 'absent'} does not exist: create it or set "
-        "xid.state_dir\n"
+        "xid.state_dir (see gpuprobe clear-xid --help)\n"
     )
     assert out.stdout == ""
 
@@ -588,7 +588,8 @@ def test_clear_xid_usage_errors(tmp_path: Path) -> None:
     out = gpuprobe("clear-xid", "--root", str(tmp_path / "absent"))
     assert (out.returncode, out.stderr) == (
         64,
-        f"gpuprobe: --root {tmp_path / 'absent'}: not a directory\n",
+        f"gpuprobe: --root {tmp_path / 'absent'}: not a directory "
+        "(see gpuprobe clear-xid --help)\n",
     )
 
 

@@ -161,5 +161,6 @@ def test_each_command_refuses_a_bad_selector_in_one_line(tmp_path: Path, command
     assert (done.returncode, done.stdout) == (64, "")
     assert done.stderr == (
         f"gpuprobe: config {config}: kubernetes: taint: node_selector: 'b=c' is not a label "
-        "value (empty, or at most 63 characters, alphanumeric at both ends with - _ . inside)\n"
+        "value (empty, or at most 63 characters, alphanumeric at both ends with - _ . inside) "
+        f"(see gpuprobe {command} --help)\n"
     )

@@ -272,7 +272,7 @@ def test_serve_names_the_tls_file_that_is_wrong(pki: Pki, tmp_path: Path, case: 
         "--metrics-listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (64, "")
-    assert done.stderr == f"gpuprobe: {_why(case, cert, key)}\n"
+    assert done.stderr == f"gpuprobe: {_why(case, cert, key)} (see gpuprobe serve --help)\n"
 
 
 def test_clients_and_the_peer_certificate_are_matched_too(pki: Pki, tmp_path: Path) -> None:
@@ -283,7 +283,10 @@ def test_clients_and_the_peer_certificate_are_matched_too(pki: Pki, tmp_path: Pa
         "audit", "--targets", "127.0.0.1:9", "--tls-ca", pki.ca, "--tls-cert", cert,
         "--tls-key", key,
     )  # fmt: skip
-    assert (done.returncode, done.stderr) == (64, f"gpuprobe: {_why('another key', cert, key)}\n")
+    assert (done.returncode, done.stderr) == (
+        64,
+        f"gpuprobe: {_why('another key', cert, key)} (see gpuprobe audit --help)\n",
+    )
     with pytest.raises(UsageError) as err:
         Client("127.0.0.1:9", ca_file=pki.ca, cert_file=cert, key_file=key)
     assert str(err.value) == _why("another key", cert, key)
