@@ -356,6 +356,8 @@ def test_the_hooks_lower_case_cuda_error_in_a_start_error_is_found() -> None:
     assert by_pod(result)["jax-nightly-0"] == [
         ("no-cuda-device", "lastState.terminated", "StartError")
     ]
-    (finding,) = [f for f in result.findings if "jax-nightly-0" in f.message]
-    assert (finding.code, finding.action.value) == ("POD_GPU_FAILURE", "FIX_CONFIG")
-    assert "cuda error: no cuda-capable device is detected" in finding.message
+    pod_finding, node_finding = [f for f in result.findings if "jax-nightly-0" in f.message]
+    assert (pod_finding.code, pod_finding.action.value) == ("POD_GPU_FAILURE", "FIX_CONFIG")
+    assert "cuda error: no cuda-capable device is detected" in pod_finding.message
+    # The hook failed at initialization: no GPU container can start on the node.
+    assert (node_finding.severity.value, node_finding.resource) == ("CRITICAL", "node")
