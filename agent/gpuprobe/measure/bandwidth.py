@@ -470,17 +470,20 @@ class BandwidthTests:
                 max_rate=rate,
                 source=source,
             )
-        except tcp.NotOurAddress as exc:
-            raise Refused(
-                Reason.CANNOT_RUN,
-                f"{self.node} cannot send from {source}, the address the sink on {sink.node} "
-                f"accepts streams from: it is not an address of {self.node} ({exc.strerror})",
-            ) from None
-        except tcp.NotASink:
-            # Told alike, after the same time, whatever answered (or did not) at that port.
+        except (tcp.NotOurAddress, tcp.NotASink):
+            # Told alike, after the same time, whatever answered (or did not) at that port,
+            # and whether or not the sender address the sink names is this node's: an answer
+            # at once that it is not ("not an address of <node>") told a caller which
+            # addresses the node holds.
             time.sleep(max(0.0, started + PROOF_SECONDS - time.monotonic()))
+            also = (
+                f", or {source}, the address it accepts streams from, is not one {self.node} "
+                "sends from"
+                if source
+                else ""
+            )
             raise Refused(
-                Reason.UNREACHABLE, f"{sink.address}:{sink.port} {NOT_A_SINK}", Side.PEER
+                Reason.UNREACHABLE, f"{sink.address}:{sink.port} {NOT_A_SINK}{also}", Side.PEER
             ) from None
         except tcp.BandwidthError as exc:
             raise Refused(
@@ -507,7 +510,9 @@ class BandwidthTests:
             return None
         if not is_ip(sink.sender):
             raise Refused(Reason.INVALID, f"the sink's sender {sink.sender!r} is not an IP address")
-        return tcp.normal_address(sink.sender)
+        sender = tcp.normal_address(sink.sender)
+        self._allowed(sender, "the sink's sender")  # this node sends only within its networks
+        return sender
 
     def _measure_rdma(
         self, request: MeasureRequest, host: str, port: int, duration: float
