@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -641,3 +642,37 @@ def test_rotated_logs_are_read_oldest_file_first_whatever_order_the_config_lists
     result = xid.run(CheckContext(snapshot_host(root)), cfg)
     assert sorted(by_xid(result.data)) == [(0, 13), (0, 31), (4, 43), (4, 45)]
     assert result.data["sources"]["kernel_logs"] == ["/var/log/kern.log.1", "/var/log/kern.log"]
+
+
+def test_a_full_state_disk_is_said_in_the_data_and_once_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The live agent's sticky XIDs on a state disk with no byte left: `data.state_error`
+    said so, and the log nothing (issue 41 item 10). Now one warning line, not one a round,
+    and a line when the file is written again."""
+    from mounting import fill, mounted
+
+    root = host_tree(tmp_path, "synthetic-xid-critical")
+    caplog.set_level(logging.INFO, logger="gpuprobe.state")
+    with mounted("tmpfs", "size=64k") as state:
+        fill(state)
+        for _ in range(3):
+            result = xid.run(CheckContext(live_host(str(root))), state_config(state))
+        assert result.data["state_error"] == (
+            f"xid state {state_path(str(state))}: no space left on device"
+        )
+        failed = [r for r in caplog.records if r.name == "gpuprobe.state"]
+        assert [(r.levelname, r.getMessage(), r.path, r.error) for r in failed] == [  # type: ignore[attr-defined]
+            (
+                "WARNING",
+                "state file not written: what it keeps is lost at the next restart",
+                str(state_path(str(state))),
+                f"xid state {state_path(str(state))}: no space left on device",
+            )
+        ]
+        (state / "filler").unlink()
+        again = xid.run(CheckContext(live_host(str(root))), state_config(state))
+        assert "state_error" not in again.data
+        assert state_path(str(state)).exists()
+    written = [r.getMessage() for r in caplog.records if r.name == "gpuprobe.state"]
+    assert written[-1] == "state file written again"
