@@ -21,8 +21,9 @@ real ones about what the agent reads.
 
 Each records every request (method, path, headers) so a test can assert the protocol, and
 can be told to misbehave (`fault`): `html` (a captive portal's page), `truncated` (JSON cut
-short), `500`, `hang` (no answer until released), `redirect` (302 to another loopback server
-that records whether anyone came).
+short), `500`, `hang` (no answer until released), `drip` (a status line, then header bytes
+one a second, never ending the head: a server that keeps a per-read timeout from firing),
+`redirect` (302 to another loopback server that records whether anyone came).
 """
 
 from __future__ import annotations
@@ -105,6 +106,16 @@ class StandIn:
                 if status == 0:  # hang: hold the connection, answer nothing
                     owner.release.wait(HANG_SECONDS)
                     return
+                if status == -1:  # drip: a head that never ends, a byte a second
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Padding: ")
+                    self.wfile.flush()
+                    while not owner.release.wait(1.0):
+                        try:
+                            self.wfile.write(b"a")
+                            self.wfile.flush()
+                        except OSError:
+                            return
+                    return
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -157,6 +168,8 @@ class StandIn:
             return 500, {"Content-Type": "text/plain"}, b"Internal Server Error\n"
         if self.fault == "hang":
             return 0, {}, b""
+        if self.fault == "drip":
+            return -1, {}, b""
         if self.fault == "redirect":
             assert self.elsewhere is not None
             return 302, {"Location": f"{self.elsewhere.url}/elsewhere"}, b""

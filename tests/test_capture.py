@@ -78,7 +78,8 @@ def test_capture_into_a_path_under_a_file_is_a_usage_error(tmp_path: Path) -> No
     assert out.returncode == 64
     lines = out.stderr.splitlines()
     assert lines == [
-        f"gpuprobe: capture: cannot write to {tmp_path}/hostname/snap: Not a directory"
+        f"gpuprobe: capture: cannot write to {tmp_path}/hostname/snap: Not a directory "
+        "(see gpuprobe capture --help)"
     ]
     assert out.stdout == ""
 
@@ -87,7 +88,8 @@ def test_capture_into_proc_is_a_usage_error_before_any_check_runs() -> None:
     out = gpuprobe("capture", "/proc/gpuprobe-no-such/snap")
     assert out.returncode == 64
     assert out.stderr.splitlines() == [
-        "gpuprobe: capture: cannot write to /proc/gpuprobe-no-such/snap: No such file or directory"
+        "gpuprobe: capture: cannot write to /proc/gpuprobe-no-such/snap: No such file or "
+        "directory (see gpuprobe capture --help)"
     ]
 
 
@@ -214,7 +216,8 @@ def test_a_malformed_device_plugin_file_is_a_usage_error(tmp_path: Path) -> None
     out = gpuprobe("check", "--snapshot", str(target))
     assert out.returncode == 64
     assert out.stderr.strip().endswith(
-        'device-plugin.json: needs either a string "content" or a string "error"'
+        'device-plugin.json: needs either a string "content" or a string "error" '
+        "(see gpuprobe check --help)"
     )
     assert "Traceback" not in out.stderr
 

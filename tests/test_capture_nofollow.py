@@ -36,7 +36,7 @@ def test_a_directory_another_user_owns_is_refused(tmp_path: Path) -> None:
     assert out.returncode == 64
     assert out.stderr.splitlines() == [
         f"gpuprobe: capture: {target} belongs to another user (uid {NOBODY}): "
-        "name a new directory and capture creates it"
+        "name a new directory and capture creates it (see gpuprobe capture --help)"
     ]
     assert listing(target) == []
 
@@ -49,7 +49,7 @@ def test_a_directory_others_may_write_is_refused(tmp_path: Path) -> None:
     assert out.returncode == 64
     assert out.stderr.splitlines() == [
         f"gpuprobe: capture: {target} is writable by others (mode 1777): "
-        "name a new directory and capture creates it"
+        "name a new directory and capture creates it (see gpuprobe capture --help)"
     ]
     assert listing(target) == []
 
@@ -60,7 +60,8 @@ def test_a_link_as_the_directory_is_refused(tmp_path: Path) -> None:
     out = gpuprobe("capture", str(tmp_path / "snap"), "--only", "driver")
     assert out.returncode == 64
     assert out.stderr.splitlines() == [
-        f"gpuprobe: capture: {tmp_path}/snap is a symbolic link: name the directory itself"
+        f"gpuprobe: capture: {tmp_path}/snap is a symbolic link: name the directory itself "
+        "(see gpuprobe capture --help)"
     ]
     assert listing(tmp_path / "real") == []
 

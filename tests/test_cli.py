@@ -63,7 +63,9 @@ def test_human_report_shows_status_summary_finding_and_action() -> None:
     ]
     assert lines[7:] == [
         "OK        driver, mig, xid, toolkit, cdi, device_plugin, sharing, workloads, pods, "
-        "lifecycle, network, rdma, nccl, storage"
+        "lifecycle, network, rdma",
+        "NOT RUN   nccl: not configured (nccl.binary)",
+        "NOT RUN   storage: no storage path configured (storage.paths, --storage-path)",
     ]
     assert "\033[" not in out.stdout
     verbose = gpuprobe("check", "--verbose", "--snapshot", snapshot("synthetic-gpu-lost"))
@@ -75,7 +77,8 @@ def test_human_report_shows_status_summary_finding_and_action() -> None:
         "  (s)"
     )
     assert checks[1] == "CRITICAL  gpus           1 of 8 GPUs lost  (s)"
-    assert [line.split()[1] for line in checks] == [
+    assert checks[-2].startswith("NOT RUN   nccl           not configured")
+    assert [line[10:].split()[0] for line in checks] == [
         c["name"]
         for c in gpuprobe("check", "--json", "--snapshot", snapshot("synthetic-gpu-lost")).json()[
             "checks"
@@ -141,13 +144,25 @@ def corrupt_snapshot(tmp_path: Path) -> str:
         (["check", "--root", "/nonexistent"], "--root /nonexistent: not a directory"),
         (["check", "--snapshot", "CORRUPT"], "nvml.json: line 1 column"),
         (["check", "--snapshot", "CORRUPT", "--root", "/tmp"], "exclude each other"),
+        # `/` too: it was taken silently (the default), and the snapshot replayed (issue 40
+        # item 16).
+        (
+            ["check", "--root", "/", "--snapshot", "HEALTHY"],
+            "--snapshot and --root exclude each other (a snapshot replays its own rootfs; "
+            "--root / would be ignored)",
+        ),
+        (["serve", "--snapshot", "HEALTHY", "--root", "/"], "exclude each other"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([], "required: command"),
     ],
 )
 def test_usage_errors_exit_64_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "empty").mkdir()
-    named = {"CORRUPT": corrupt_snapshot(tmp_path), "EMPTY": str(tmp_path / "empty")}
+    named = {
+        "CORRUPT": corrupt_snapshot(tmp_path),
+        "EMPTY": str(tmp_path / "empty"),
+        "HEALTHY": snapshot("synthetic-h100-8gpu-healthy"),
+    }
     args = [named.get(a, a) for a in args]
     out = gpuprobe(*args)
     assert out.returncode == 64
@@ -155,6 +170,17 @@ def test_usage_errors_exit_64_with_one_line(tmp_path: Path, args: list[str], mes
     assert len(out.stderr.splitlines()) == 1, out.stderr
     assert message in out.stderr
     assert out.stderr.startswith("gpuprobe: ")
+    # Every usage error points at the help of its command, whatever found it (argparse, or
+    # the command once it ran: a snapshot, a config, a root); README says so.
+    command = args[0] if args and args[0] in ("check", "capture", "serve") else None
+    helps = f" (see gpuprobe {command} --help)\n" if command else " (see gpuprobe --help)\n"
+    assert out.stderr.endswith(helps), out.stderr
+
+
+def test_a_root_beside_a_snapshot_is_refused_and_neither_alone_is() -> None:
+    healthy = snapshot("synthetic-h100-8gpu-healthy")
+    assert gpuprobe("check", "--snapshot", healthy, "--only", "driver").returncode == 0
+    assert gpuprobe("check", "--root", "/", "--only", "driver").returncode != 64
 
 
 def test_help_and_version() -> None:
@@ -198,7 +224,8 @@ def test_a_snapshot_with_a_bad_capture_time_is_a_usage_error(tmp_path: Path) -> 
         out = gpuprobe("check", "--snapshot", str(bad))
         assert (out.returncode, out.stdout) == (64, "")
         assert out.stderr == (
-            f"gpuprobe: {bad / 'snapshot.json'}: captured_at {value!r} is not an RFC 3339 time\n"
+            f"gpuprobe: {bad / 'snapshot.json'}: captured_at {value!r} is not an RFC 3339 time "
+            "(see gpuprobe check --help)\n"
         )
 
 

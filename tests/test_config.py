@@ -130,4 +130,8 @@ def test_intervals_and_deadlines_name_known_checks_in_every_command(
     where = [str(tmp_path / "out")] if command == "capture" else []
     replay = [] if command == "capture" else ["--snapshot", snapshot("kvm-epyc-nogpu")]
     out = gpuprobe(command, *where, *replay, "--config", config)
-    assert (out.returncode, out.stdout, out.stderr) == (64, "", f"gpuprobe: {message}\n")
+    assert (out.returncode, out.stdout, out.stderr) == (
+        64,
+        "",
+        f"gpuprobe: {message} (see gpuprobe {command} --help)\n",
+    )

@@ -109,6 +109,7 @@ def test_a_relative_storage_path_is_a_usage_error() -> None:
     out = gpuprobe("check", "--only", "storage", "--storage-path", "scratch")
     assert out.returncode == 64
     assert out.stderr == (
-        "gpuprobe: --storage-path: paths: 'scratch' is not an absolute host path\n"
+        "gpuprobe: --storage-path: paths: 'scratch' is not an absolute host path "
+        "(see gpuprobe check --help)\n"
     )
     assert out.stdout == ""

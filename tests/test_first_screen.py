@@ -4,8 +4,10 @@ every line within the terminal's width."""
 from __future__ import annotations
 
 import functools
+import json
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -96,10 +98,19 @@ def test_the_first_screen_of_every_fault_snapshot(name: str) -> None:
     ranks = [Status(line.split()[0]).rank for line in heads]
     assert ranks == sorted(ranks, reverse=True)
     assert ranks[0] == report.status.rank
-    # The checks that are OK close the report on one (wrapped) line.
-    ok = [c.name for c in report.checks if c.status is Status.OK]
+    # The checks that are OK close the report on one (wrapped) line, then each check that did
+    # not run on a line of its own.
+    ok = [c.name for c in report.checks if c.status is Status.OK and not c.not_run]
+    not_run = [c for c in report.checks if c.not_run]
     closing = lines[max(i for i, line in enumerate(lines) if line == "") + 1 :]
-    assert " ".join(closing).split() == ["OK", *(n + "," for n in ok[:-1]), ok[-1]]
+    first_not_run = next(
+        (i for i, line in enumerate(closing) if line.startswith("NOT RUN")), len(closing)
+    )
+    ran = closing[:first_not_run]
+    assert " ".join(ran).split() == ["OK", *(n + "," for n in ok[:-1]), ok[-1]]
+    assert [line.split(":")[0] for line in closing if line.startswith("NOT RUN")] == [
+        f"NOT RUN   {c.name}" for c in not_run
+    ]
 
 
 def test_a_node_wide_fault_on_eight_gpus_is_one_cause_on_the_screen() -> None:
@@ -119,7 +130,9 @@ def test_a_node_wide_fault_on_eight_gpus_is_one_cause_on_the_screen() -> None:
         "          action: FIX_CONFIG",
         "",
         "OK        driver, mig, xid, toolkit, cdi, device_plugin, sharing, workloads,",
-        "          pods, lifecycle, network, rdma, nccl, storage",
+        "          pods, lifecycle, network, rdma",
+        "NOT RUN   nccl: not configured (nccl.binary)",
+        "NOT RUN   storage: no storage path configured (storage.paths, --storage-path)",
     ]
     # README shows this very screen.
     readme = (SNAPSHOTS.parent.parent / "README.md").read_text()
@@ -192,8 +205,68 @@ def test_gpu_lists_name_runs_as_ranges() -> None:
 
 def test_a_healthy_node_says_so_in_one_line() -> None:
     lines = screen("synthetic-h100-8gpu-healthy")
-    assert lines[0] == "OK        15 checks OK, nothing to do"
+    # nccl and storage are not configured there: they did not run, and are not counted OK.
+    assert lines[0] == "OK        13 checks OK, 2 not run, nothing to do"
     assert lines[3].startswith("OK        driver, gpus, mig, xid, ")
+    assert "nccl" not in lines[3] and "nccl" not in lines[4]
+    assert lines[-2:] == [
+        "NOT RUN   nccl: not configured (nccl.binary)",
+        "NOT RUN   storage: no storage path configured (storage.paths, --storage-path)",
+    ]
+
+
+def test_checks_that_did_not_run_are_shown_as_not_run_never_as_ok(tmp_path: Path) -> None:
+    """`check --only nccl,storage` with neither configured said "OK 2 checks OK, nothing to
+    do" while its JSON said `"ran": false`: the screen now says what the JSON says."""
+    args = ("check", "--only", "nccl,storage", "--root", str(tmp_path))
+    done = gpuprobe(*args)
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert lines[0] == "OK        no check ran (2 not run): nothing was judged"
+    assert lines[2:] == [
+        "",
+        "NOT RUN   nccl: not configured (nccl.binary)",
+        "NOT RUN   storage: no storage path configured (storage.paths, --storage-path)",
+    ]
+    checks = json.loads(gpuprobe(*args, "--json").stdout)["checks"]
+    assert [(c["name"], c["status"], c["data"]["ran"]) for c in checks] == [
+        ("nccl", "OK", False),
+        ("storage", "OK", False),
+    ]
+    verbose = gpuprobe(*args, "--verbose").stdout.splitlines()
+    assert [line[:25] for line in verbose[3:]] == [
+        "NOT RUN   nccl           ",
+        "NOT RUN   storage        ",
+    ]
+
+
+def test_a_replayed_report_counts_its_not_run_checks_the_same() -> None:
+    """The screen of a report read back from its JSON (what the audit and a saved report
+    hold) counts the checks that did not run as the live one does."""
+    report = report_of("h200-1gpu-580.159.04")
+    again = NodeReport.from_dict(json.loads(report.to_json()))
+    first = render_report(again, replayed=True, captured_at=CAPTURED).splitlines()[0]
+    assert first == "OK        13 checks OK, 2 not run, nothing to do"
+    assert render_report(again, replayed=True, captured_at=CAPTURED) == render_report(
+        report, replayed=True, captured_at=CAPTURED
+    )
+
+
+def test_a_check_that_did_not_run_but_found_something_is_a_cause() -> None:
+    """`ran: false` with a finding (the NCCL test that failed) or an UNKNOWN floor is judged as
+    any cause; only a check that did not run and found nothing is "not run"."""
+    failed = CheckResult(
+        "nccl",
+        "NCCL test failed",
+        [Finding("NCCL_TEST_FAILED", Severity.CRITICAL, "exit 1", Action.DRAIN_NODE)],
+        {"ran": False},
+    )
+    unknown = CheckResult("storage", "cannot tell", data={"ran": False}, floor=Status.UNKNOWN)
+    skipped = CheckResult("nccl", "not configured (nccl.binary)", data={"ran": False})
+    assert (failed.not_run, unknown.not_run, skipped.not_run) == (False, False, True)
+    text = render_report(NodeReport("n1", CAPTURED, [failed, unknown])).splitlines()
+    assert text[0] == "CRITICAL  first: DRAIN_NODE for NCCL_TEST_FAILED on node (nccl)"
+    assert not any(line.startswith("NOT RUN") for line in text)
 
 
 def test_a_check_that_could_not_judge_without_a_finding_is_a_cause() -> None:

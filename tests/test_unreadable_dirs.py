@@ -49,7 +49,7 @@ def test_an_unreadable_snapshot_is_one_line(private: Path, command: list[str], m
     assert (out.returncode, out.stdout) == (64, "")
     assert out.stderr.splitlines() == [
         f"gpuprobe: snapshot {private}: cannot read it: Permission denied "
-        "(gpuprobe runs as uid 65534)"
+        f"(gpuprobe runs as uid 65534) (see gpuprobe {command[0]} --help)"
     ]
 
 
@@ -63,7 +63,8 @@ def test_an_unreadable_root_is_refused_up_front(private: Path, command: list[str
     out = as_nobody(*command, "--root", str(root))
     assert (out.returncode, out.stdout) == (64, "")
     assert out.stderr.splitlines() == [
-        f"gpuprobe: --root {root}: cannot read it: Permission denied (gpuprobe runs as uid 65534)"
+        f"gpuprobe: --root {root}: cannot read it: Permission denied (gpuprobe runs as uid 65534) "
+        f"(see gpuprobe {command[0]} --help)"
     ]
 
 
@@ -75,7 +76,8 @@ def test_capture_refuses_an_unreadable_root_before_writing(private: Path) -> Non
     out = as_nobody("capture", str(target), "--root", str(root))
     assert (out.returncode, out.stdout) == (64, "")
     assert out.stderr.splitlines() == [
-        f"gpuprobe: --root {root}: cannot read it: Permission denied (gpuprobe runs as uid 65534)"
+        f"gpuprobe: --root {root}: cannot read it: Permission denied (gpuprobe runs as uid 65534) "
+        "(see gpuprobe capture --help)"
     ]
     assert not target.exists()
 

@@ -31,7 +31,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gpuprobe import wire
-from gpuprobe.credentials import read_pem, read_token
+from gpuprobe.credentials import check_ca, check_key_pair, read_pem, read_token
 from gpuprobe.errors import UsageError
 from gpuprobe.report import Finding, NodeReport
 from gpuprobe.report_view import DataKeys
@@ -86,7 +86,8 @@ class Credentials:
         server_name: str | None = None,
     ) -> Credentials:
         """Read the token and PEM files once; raises UsageError naming the flag of a file that
-        cannot be read or is not what it should be."""
+        cannot be read or is not what it should be (a key that is not the certificate's)."""
+        _check_tls_files(ca_file, cert_file, key_file)
         return cls(
             token=read_token(token_file) if token_file else None,
             ca=_read_pem(ca_file, "--tls-ca"),
@@ -134,6 +135,7 @@ class Client:
         `server_name` overrides the name the certificate must carry; `token` is sent as
         `authorization: Bearer <token>`. Raises UsageError for an unreadable file."""
         if credentials is None:
+            _check_tls_files(ca_file, cert_file, key_file)
             credentials = Credentials(
                 token=token,
                 ca=_read_pem(ca_file, "--tls-ca"),
@@ -370,6 +372,15 @@ def _not_fetched(
     else:
         unreachable = Unreachable(Failure.ERROR, f"unreadable answer: {type(exc).__name__}: {exc}")
     return Fetched(target, None, unreachable=unreachable, seconds=time.monotonic() - started)
+
+
+def _check_tls_files(ca_file: str | None, cert_file: str | None, key_file: str | None) -> None:
+    """The CA and the client certificate and key, matched before a channel uses them: a bad
+    pair fails the handshake later with words that do not name the file."""
+    if ca_file is not None:
+        check_ca(ca_file, "--tls-ca")
+    if cert_file is not None and key_file is not None:
+        check_key_pair(cert_file, key_file, "--tls-cert", "--tls-key")
 
 
 def _read_pem(path: str | None, flag: str) -> bytes | None:

@@ -117,6 +117,78 @@ DEFAULT_TAINT_CODES = (
 )
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
+# A label selector's equality and existence terms (`a=b`, `a==b`, `a!=b`, `a`, `!a`), with
+# keys and values as the API server validates them (apimachinery's validation: a label name
+# of at most 63 characters, alphanumeric at both ends, with `-`, `_`, `.` inside; an optional
+# DNS-subdomain prefix of at most 253 characters and `/`; a value empty or a label name).
+# Set-based terms (`in`, `notin`) are not taken.
+_LABEL_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(
+    r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
+)
+_SELECTOR_TERM = re.compile(r"(?P<negate>!?)(?P<key>[^=!]+)(?:(?P<op>==|=|!=)(?P<value>.*))?")
+_SET_BASED = re.compile(r"\s(?:not)?in\s*\(")
+_LABEL_NAME_SYNTAX = "at most 63 characters, alphanumeric at both ends with - _ . inside"
+
+
+@dataclass(frozen=True)
+class SelectorTerm:
+    """One term of a label selector: `op` is `=`, `!=`, `exists` or `!exists`."""
+
+    key: str
+    op: str
+    value: str = ""
+
+    def picks(self, labels: Mapping[str, str]) -> bool:
+        """Whether an object with these labels satisfies the term (as the API server says)."""
+        if self.op == "exists":
+            return self.key in labels
+        if self.op == "!exists":
+            return self.key not in labels
+        if self.op == "!=":
+            return labels.get(self.key) != self.value
+        return labels.get(self.key) == self.value
+
+
+def selector_terms(text: str) -> tuple[SelectorTerm, ...]:
+    """The terms of a label selector of equality and existence terms (`a=b,c!=d,e,!f`, each
+    key once). Raises ConfigError naming the first term gpuprobe does not take or the API
+    server would refuse, so a bad selector is refused when the config loads, never later by
+    the API server (which left the taint and the events silently off)."""
+    terms: list[SelectorTerm] = []
+    for raw in text.split(","):
+        term = raw.strip()
+        match = _SELECTOR_TERM.fullmatch(term)
+        if match is None or (match["negate"] and match["op"]) or _SET_BASED.search(term):
+            raise ConfigError(
+                f"node_selector: cannot read {term!r} in {text!r} (equality and existence "
+                "terms only: key=value, key!=value, key, !key)"
+            )
+        key, op, value = match["key"], match["op"], match["value"] or ""
+        if not _label_key(key):
+            raise ConfigError(
+                f"node_selector: {key!r} is not a label key (an optional DNS-subdomain prefix "
+                f"and /, then a name of {_LABEL_NAME_SYNTAX})"
+            )
+        if value and not _LABEL_NAME.fullmatch(value):
+            raise ConfigError(
+                f"node_selector: {value!r} is not a label value (empty, or {_LABEL_NAME_SYNTAX})"
+            )
+        if any(t.key == key for t in terms):
+            raise ConfigError(f"node_selector: {key!r} is named twice in {text!r}")
+        if op is None:
+            terms.append(SelectorTerm(key, "!exists" if match["negate"] else "exists"))
+        else:
+            terms.append(SelectorTerm(key, "!=" if op == "!=" else "=", value))
+    return tuple(terms)
+
+
+def _label_key(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return _LABEL_NAME.fullmatch(name) is not None
+
 
 @dataclass(frozen=True)
 class TaintConfig:
@@ -144,6 +216,7 @@ class TaintConfig:
             )
         if not self.node_selector.strip():
             raise ConfigError("node_selector: must select the nodes that run gpuprobe")
+        selector_terms(self.node_selector)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 The first screen answers what a person opens it for: is the node healthy, and what to do
 first. The first line is the verdict (the node's status and the worst cause's action); with
 several causes one line each follows, so that all of them fit the first screen; then each
-cause in full, worst first; then the checks that are OK, on one closing line (`verbose`:
-every check's summary line). Findings on several GPUs that differ only in the GPU they name
+cause in full, worst first; then the checks that are OK, on one closing line, and each check
+that did not run with why (`verbose`: every check's summary line). A check that did not run is
+never counted as OK. Findings on several GPUs that differ only in the GPU they name
 are one cause naming its GPUs (gpuprobe.causes); the JSON report keeps every finding.
 """
 
@@ -33,6 +34,8 @@ FINDING_INDENT = 12  # a finding's message under its severity, in the audit's no
 # indent (narrower, every word would get a line of its own). With the widest indent (25,
 # a check's summary beside its status and name) every line fits 40 columns.
 MIN_TEXT_WIDTH = 15
+# A check that did not run (its data says `"ran": false`): OK in the JSON, but judged nothing.
+NOT_RUN = "NOT RUN"
 # Joins words that must stay on one line ("0.14 s"); a space again once wrapped.
 NO_BREAK = "\u00a0"
 
@@ -159,10 +162,11 @@ def render_report(
     paint = painter(colour)
     items = _items(report)
     status = report.status
+    not_run = [c for c in report.checks if c.not_run]
     if items:
         verdict = items[0].verdict()
     else:
-        verdict = f"{counted(len(report.checks), 'check')} OK, nothing to do"
+        verdict = _all_clear(len(report.checks) - len(not_run), len(not_run))
     lines = _beside(paint(status, f"{status.value:<{STATUS_WIDTH}}"), verdict, width)
     when = header_time(report, replayed, captured_at)
     header = f"node {report.node}  {when}"
@@ -184,12 +188,24 @@ def render_report(
     if verbose:
         lines += [line for check in report.checks for line in check_line(check, paint, width)]
     else:
-        ok = [c.name for c in report.checks if c.status is Status.OK]
+        ok = [c.name for c in report.checks if c.status is Status.OK and not c.not_run]
         if ok:
             lines += _beside(paint(Status.OK, f"{'OK':<{STATUS_WIDTH}}"), ", ".join(ok), width)
-        else:
+        for check in not_run:
+            lines += _beside(f"{NOT_RUN:<{STATUS_WIDTH}}", f"{check.name}: {check.summary}", width)
+        if not ok and not not_run:
             lines.pop()
     return "\n".join(lines) + "\n"
+
+
+def _all_clear(ok: int, not_run: int) -> str:
+    """The verdict with nothing to do: the checks that ran and are OK, and those that did not
+    run (never counted as OK: they judged nothing)."""
+    if not not_run:
+        return f"{counted(ok, 'check')} OK, nothing to do"
+    if not ok:
+        return f"no check ran ({not_run} not run): nothing was judged"
+    return f"{counted(ok, 'check')} OK, {not_run} not run, nothing to do"
 
 
 def check_line(
@@ -200,7 +216,10 @@ def check_line(
     text = f"{check.summary}  ({check.duration_seconds:.2f}{NO_BREAK}s)"
     # Wrapped as if the first line's status and name were blanks, then put in their place.
     first, *rest = wrap(text, summary_at, width)
-    status = paint(check.status, f"{check.status.value:<{STATUS_WIDTH}}")
+    if check.not_run:
+        status = f"{NOT_RUN:<{STATUS_WIDTH}}"
+    else:
+        status = paint(check.status, f"{check.status.value:<{STATUS_WIDTH}}")
     if len(check.name) > NAME_WIDTH:  # a check added later with a longer name: its own line
         return [f"{status}  {check.name}", first, *rest]
     return [f"{status}  {check.name:<{NAME_WIDTH}}  {first[summary_at:]}", *rest]

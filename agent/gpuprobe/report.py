@@ -160,6 +160,18 @@ class CheckResult:
             return self.floor
         return worst([self.floor, *(f.severity.status for f in self.findings)])
 
+    @property
+    def ran(self) -> bool:
+        """False when the check says in its data that it did not run (`"ran": false`: not
+        configured, nothing to measure, not now). Its status stays OK (the contract's "does
+        not apply"), but it judged nothing: the text report shows it as not run, never as OK."""
+        return self.data.get("ran") is not False
+
+    @property
+    def not_run(self) -> bool:
+        """A check that did not run and found nothing: shown and counted as not run."""
+        return not self.ran and not self.findings and self.floor is Status.OK
+
     def to_dict(self) -> dict[str, Any]:
         """The check as the contract's JSON object."""
         return {

@@ -426,6 +426,9 @@ def test_dns_discovery_through_the_system_resolver(cluster: Cluster) -> None:
 )
 def test_usage_errors_are_one_line_and_exit_64(args: list[str], message: str) -> None:
     out = gpuprobe("audit", *args)
+    # Every usage error points at the command's help, whatever found it.
+    if not message.endswith(" (see gpuprobe audit --help)"):
+        message += " (see gpuprobe audit --help)"
     assert (out.returncode, out.stdout, out.stderr) == (64, "", message + "\n")
 
 

@@ -372,7 +372,7 @@ def test_audit_without_targets_or_kubernetes_access_is_a_usage_error() -> None:
     assert done.returncode == 64
     assert done.stderr == (
         "gpuprobe: audit: give --targets, or --kubeconfig (or run in a pod with a service "
-        "account) to find the agents through the API server\n"
+        "account) to find the agents through the API server (see gpuprobe audit --help)\n"
     )
 
 

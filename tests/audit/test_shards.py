@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import pickle
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -172,7 +171,7 @@ def test_the_helper_command_runs_a_job_from_anywhere(tmp_path: Path) -> None:
     with standin(lambda context: answer, ports=2) as server:
         job = pickle.dumps((server.targets, asking(10), audited))
         done = subprocess.run(
-            [sys.executable, "-c", shards.HELPER, str(shards.PACKAGE_ROOT)],
+            shards.helper_command(),
             input=job,
             capture_output=True,
             cwd=tmp_path,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,9 @@ def test_capture_records_the_answers_and_the_replay_gives_the_same_findings(
     )
     config = tmp_path / "gpuprobe.yaml"
     config.write_text(f"lifecycle:\n  endpoint: {imds.url}\n")
-    imds.spot = {"action": "terminate", "time": "2099-12-02T08:22:00Z"}
+    # Two minutes ahead, as AWS gives it (a time years away is no notice: a bad answer).
+    when = (datetime.now(UTC) + timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    imds.spot = {"action": "terminate", "time": when}
     target = tmp_path / "snap"
     out = gpuprobe(
         "capture",
@@ -66,5 +69,5 @@ def test_capture_records_the_answers_and_the_replay_gives_the_same_findings(
         ("GRACEFUL_SHUTDOWN_DISABLED", "WARNING", "file:/var/lib/kubelet/config.yaml"),
     ]
     assert [f["code"] for f in again["findings"]] == [f["code"] for f in before["findings"]]
-    assert again["data"]["termination_time"] == "2099-12-02T08:22:00Z"
+    assert again["data"]["termination_time"] == when
     assert len(imds.seen()) == 4  # the replay asked nobody

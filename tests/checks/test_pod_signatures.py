@@ -103,6 +103,91 @@ REAL = [
         "PyTorch c10/cuda/CUDAException",
     ),
 ]
+# The NVIDIA container toolkit's hook failing at initialization, as published.
+HOOK_LINES = {
+    "driver not loaded": (
+        "failed to create containerd task: failed to create shim task: OCI runtime create "
+        "failed: runc create failed: unable to start container process: error during container "
+        "init: error running hook #0: error running hook: exit status 1, stdout: , stderr: "
+        "nvidia-container-cli.real: initialization error: nvml error: driver not loaded: unknown"
+    ),
+    "toolkit library": (
+        "Error: failed to create containerd task: failed to create shim task: OCI runtime create "
+        "failed: runc create failed: unable to start container process: error during container "
+        "init: error running hook #0: error running hook: exit status 1, stdout: , stderr: "
+        "nvidia-container-cli.real: initialization error: load library failed: "
+        "libnvidia-container-go.so.1: cannot open shared object file: no such file or "
+        "directory: unknown"
+    ),
+    "no library named": (
+        "stderr: Auto-detected mode as 'legacy'\nnvidia-container-cli: initialization error: "
+        "cannot open shared object file: no such file or directory: unknown."
+    ),
+}
+# A GPU container's start and its GPU's architecture and mode (issue 40 items 11-13).
+REAL += [
+    (
+        sig.TOOLKIT_HOOK,
+        HOOK_LINES["driver not loaded"],
+        "github.com/NVIDIA/gpu-operator/issues/1518 (toolkit-validation's StartError)",
+    ),
+    (
+        sig.TOOLKIT_HOOK,
+        HOOK_LINES["toolkit library"],
+        "github.com/NVIDIA/gpu-operator/issues/1364 (the kubelet's event)",
+    ),
+    (
+        sig.TOOLKIT_HOOK,
+        "nvidia-container-cli.real: initialization error: load library failed: "
+        "libnvidia-ml.so.1: cannot open shared object file: no such file or directory: unknown",
+        "github.com/NVIDIA/gpu-operator/issues/625",
+    ),
+    (
+        sig.TOOLKIT_HOOK,
+        "stderr: nvidia-container-cli.real: initialization error: nvml error: insufficient "
+        "permissions: unknown",
+        "github.com/NVIDIA/gpu-operator/issues/679",
+    ),
+    (
+        sig.TOOLKIT_HOOK,
+        HOOK_LINES["no library named"],
+        "github.com/NVIDIA/nvidia-container-toolkit/issues/131",
+    ),
+    (
+        sig.NO_KERNEL_IMAGE,
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        "github.com/Turoad/CLRNet/issues/83 (PyTorch, an RTX 3090 that the build lacks)",
+    ),
+    (
+        sig.GPU_BUSY,
+        "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+        "github.com/ultralytics/ultralytics/issues/19744 (in Docker)",
+    ),
+    (
+        sig.GPU_BUSY,
+        "THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1503970438496/work/torch/lib/THC/"
+        "generic/THCStorage.cu line=66 error=46 : all CUDA-capable devices are busy or "
+        "unavailable",
+        "github.com/pytorch/pytorch/issues/3871 (older CUDA's words)",
+    ),
+    (
+        sig.GPU_BUSY,
+        "Check failed: error == cudaSuccess (46 vs. 0)  all CUDA-capable devices are busy or "
+        "unavailable",
+        "github.com/NVIDIA/DIGITS/issues/2005 (Caffe, a GPU in E. Process mode)",
+    ),
+    (
+        sig.HIP_NO_BINARY,
+        '"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!"',
+        "github.com/easydiffusion/easydiffusion/issues/1400",
+    ),
+    (
+        sig.HIP_NO_BINARY,
+        "hip_code_object.cpp:92: guarantee(false && \"hipErrorNoBinaryForGpu: Coudn't find "
+        'binary for current devices!")',
+        "github.com/ROCm/tensorflow-upstream/issues/1106 (older ROCm)",
+    ),
+]
 # ROCm's (AMD GPUs), from HIP's own strings and published reports.
 REAL += [
     (
@@ -197,7 +282,9 @@ def test_cuda_errors_in_words_and_in_lower_case(cause: str, line: str, source: s
 CUDA_CAUSES = {
     35: sig.DRIVER_TOO_OLD,
     803: sig.DRIVER_TOO_OLD,
+    46: sig.GPU_BUSY,
     100: sig.NO_CUDA_DEVICE,
+    209: sig.NO_KERNEL_IMAGE,
     802: sig.FABRIC_NOT_INITIALIZED,
     804: sig.FORWARD_COMPAT_UNSUPPORTED,
     214: sig.CUDA_FAULT_AT_XID,
@@ -221,7 +308,13 @@ def test_every_cuda_error_matches_by_words_and_names_in_any_case(number: int) ->
     ]
     for line in filter(None, said):
         found = sig.match(line)
-        assert found is not None and found.signature.cause == CUDA_CAUSES[number], line
+        cause = CUDA_CAUSES[number]
+        if line.startswith("nvidia-container-cli") and cause == sig.CUDA_FAULT_AT_XID:
+            # The hook failing at initialization is the hook's failure, not a workload's
+            # fault at an XID (libnvidia-container#103: "initialization error: cuda error:
+            # unknown error").
+            cause = sig.TOOLKIT_HOOK
+        assert found is not None and found.signature.cause == cause, line
     assert set(CUDA_CAUSES) == set(sig.CUDA_ERRORS)
 
 
@@ -249,6 +342,11 @@ NEAR_MISSES = [
     "CDI devices resolved: nvidia.com/gpu=0",
     "torch.cuda.is_available(): True, device count 8",
     "Successfully opened dynamic library libcuda.so.1",
+    # nvidia-container-cli's own debug log (NVIDIA/nvidia-container-toolkit#154), and PyTorch's
+    # warning alone (a GPU its build lacks warns; only the failing call is a failure).
+    "I1202 15:15:34.407243 26518 nvc.c:376] initializing library context (version=1.11.0, build=)",
+    "The current PyTorch install supports CUDA capabilities sm_37 sm_50 sm_60 sm_70.",
+    "hipGetDeviceCount: found 8 devices with code objects for gfx942",
 ]
 
 
@@ -261,3 +359,39 @@ def test_causes_are_unique_and_each_has_a_fix() -> None:
     causes = [s.cause for s in sig.SIGNATURES]
     assert len(causes) == len(set(causes))
     assert all(s.fix and s.patterns for s in sig.SIGNATURES)
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        (HOOK_LINES["driver not loaded"], "nvml error: driver not loaded"),
+        (
+            HOOK_LINES["toolkit library"],
+            "load library failed: libnvidia-container-go.so.1: cannot open shared object file: "
+            "no such file or directory",
+        ),
+        (
+            HOOK_LINES["no library named"],
+            "cannot open shared object file: no such file or directory",
+        ),
+        (WORDS[3][1], "nvml error: driver/library version mismatch"),
+        # The requirement error is the hook's too, but not at initialization.
+        (REAL[6][1], None),
+    ],
+)
+def test_the_hooks_error_is_read_whatever_the_lines_cause(line: str, error: str | None) -> None:
+    assert sig.hook_failure(line) == error
+
+
+def test_each_hook_error_has_its_fix() -> None:
+    assert sig.hook_fix("nvml error: driver not loaded").startswith("load the NVIDIA driver")
+    assert sig.hook_fix("load library failed: libnvidia-container-go.so.1: x").startswith(
+        "reinstall the NVIDIA container toolkit"
+    )
+    assert sig.hook_fix("load library failed: libnvidia-ml.so.1: x").startswith(
+        "install the driver's user-space libraries"
+    )
+    assert sig.hook_fix("nvml error: driver/library version mismatch").startswith("reboot")
+    assert (
+        sig.hook_fix("nvml error: insufficient permissions") == sig.by_cause(sig.TOOLKIT_HOOK).fix
+    )

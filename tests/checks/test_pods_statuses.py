@@ -315,7 +315,7 @@ def test_a_plain_check_with_kubernetes_on_and_no_credentials(tmp_path: Path) -> 
         "gpuprobe: kubernetes.enabled is true and there is no access (kubernetes: no "
         "in-cluster credentials (/var/run/secrets/kubernetes.io/serviceaccount/token and "
         "$KUBERNETES_SERVICE_HOST); give --kubeconfig): run in a pod, add --publish "
-        "--kubeconfig FILE, or set kubernetes.enabled: auto\n"
+        "--kubeconfig FILE, or set kubernetes.enabled: auto (see gpuprobe check --help)\n"
     )
     driver = gpuprobe("check", *args, "--only", "driver")
     assert driver.returncode != 64, driver.stderr
@@ -356,6 +356,8 @@ def test_the_hooks_lower_case_cuda_error_in_a_start_error_is_found() -> None:
     assert by_pod(result)["jax-nightly-0"] == [
         ("no-cuda-device", "lastState.terminated", "StartError")
     ]
-    (finding,) = [f for f in result.findings if "jax-nightly-0" in f.message]
-    assert (finding.code, finding.action.value) == ("POD_GPU_FAILURE", "FIX_CONFIG")
-    assert "cuda error: no cuda-capable device is detected" in finding.message
+    pod_finding, node_finding = [f for f in result.findings if "jax-nightly-0" in f.message]
+    assert (pod_finding.code, pod_finding.action.value) == ("POD_GPU_FAILURE", "FIX_CONFIG")
+    assert "cuda error: no cuda-capable device is detected" in pod_finding.message
+    # The hook failed at initialization: no GPU container can start on the node.
+    assert (node_finding.severity.value, node_finding.resource) == ("CRITICAL", "node")

@@ -135,11 +135,12 @@ def test_the_data_shape_is_the_contracts(tmp_path: Path) -> None:
     ]
 
 
-def test_no_path_configured_is_ok_and_says_so() -> None:
+def test_no_path_configured_is_ok_and_says_it_did_not_run() -> None:
     result = storage.run(CheckContext(live()), Config())
     assert result.status is Status.OK
     assert result.summary == "no storage path configured (storage.paths, --storage-path)"
-    assert result.data == {"paths": []}
+    assert result.data == {"paths": [], "ran": False}
+    assert result.not_run
 
 
 def test_a_path_given_twice_is_measured_once(tmp_path: Path) -> None:

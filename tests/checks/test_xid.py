@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -577,7 +578,7 @@ def test_clear_xid_command_without_its_state_directory(tmp_path: Path) -> None:
     assert out.returncode == 64
     assert out.stderr == (
         f"gpuprobe: xid state directory {tmp_path / 'absent'} does not exist: create it or set "
-        "xid.state_dir\n"
+        "xid.state_dir (see gpuprobe clear-xid --help)\n"
     )
     assert out.stdout == ""
 
@@ -588,7 +589,8 @@ def test_clear_xid_usage_errors(tmp_path: Path) -> None:
     out = gpuprobe("clear-xid", "--root", str(tmp_path / "absent"))
     assert (out.returncode, out.stderr) == (
         64,
-        f"gpuprobe: --root {tmp_path / 'absent'}: not a directory\n",
+        f"gpuprobe: --root {tmp_path / 'absent'}: not a directory "
+        "(see gpuprobe clear-xid --help)\n",
     )
 
 
@@ -640,3 +642,37 @@ def test_rotated_logs_are_read_oldest_file_first_whatever_order_the_config_lists
     result = xid.run(CheckContext(snapshot_host(root)), cfg)
     assert sorted(by_xid(result.data)) == [(0, 13), (0, 31), (4, 43), (4, 45)]
     assert result.data["sources"]["kernel_logs"] == ["/var/log/kern.log.1", "/var/log/kern.log"]
+
+
+def test_a_full_state_disk_is_said_in_the_data_and_once_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The live agent's sticky XIDs on a state disk with no byte left: `data.state_error`
+    said so, and the log nothing (issue 41 item 10). Now one warning line, not one a round,
+    and a line when the file is written again."""
+    from mounting import fill, mounted
+
+    root = host_tree(tmp_path, "synthetic-xid-critical")
+    caplog.set_level(logging.INFO, logger="gpuprobe.state")
+    with mounted("tmpfs", "size=64k") as state:
+        fill(state)
+        for _ in range(3):
+            result = xid.run(CheckContext(live_host(str(root))), state_config(state))
+        assert result.data["state_error"] == (
+            f"xid state {state_path(str(state))}: no space left on device"
+        )
+        failed = [r for r in caplog.records if r.name == "gpuprobe.state"]
+        assert [(r.levelname, r.getMessage(), r.path, r.error) for r in failed] == [  # type: ignore[attr-defined]
+            (
+                "WARNING",
+                "state file not written: what it keeps is lost at the next restart",
+                str(state_path(str(state))),
+                f"xid state {state_path(str(state))}: no space left on device",
+            )
+        ]
+        (state / "filler").unlink()
+        again = xid.run(CheckContext(live_host(str(root))), state_config(state))
+        assert "state_error" not in again.data
+        assert state_path(str(state)).exists()
+    written = [r.getMessage() for r in caplog.records if r.name == "gpuprobe.state"]
+    assert written[-1] == "state file written again"

@@ -32,7 +32,8 @@ def test_clear_xid_refuses_a_gpu_the_node_does_not_have(tmp_path: Path) -> None:
         assert (out.returncode, out.stdout, out.stderr) == (
             64,
             "",
-            f"gpuprobe: clear-xid: no GPU {gpu} on this node (its GPUs are {GPUS})\n",
+            f"gpuprobe: clear-xid: no GPU {gpu} on this node (its GPUs are {GPUS}) "
+            "(see gpuprobe clear-xid --help)\n",
         )
     assert list(state.iterdir()) == []  # nothing written
     out = gpuprobe("clear-xid", "--gpu", "6", "--root", str(root), "--config", str(cfg))
@@ -46,7 +47,8 @@ def test_clear_xid_on_a_node_without_gpus_names_none(tmp_path: Path) -> None:
     out = gpuprobe("clear-xid", "--gpu", "3", "--root", str(root), "--config", str(cfg))
     assert (out.returncode, out.stderr) == (
         64,
-        "gpuprobe: clear-xid: no GPU 3 on this node (it has no NVIDIA GPU)\n",
+        "gpuprobe: clear-xid: no GPU 3 on this node (it has no NVIDIA GPU) "
+        "(see gpuprobe clear-xid --help)\n",
     )
 
 

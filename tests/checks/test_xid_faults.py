@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gpuprobe
+from conftest import SNAPSHOTS, gpuprobe
 from gpuprobe.checks import xid
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.registry import sections
@@ -484,3 +484,36 @@ def test_a_new_fatal_sxid_after_rotation_lowered_the_count_is_active_again(
     result = xid.run(CheckContext(host), Config())
     fatal = next(e for e in result.data["sxids"] if e["sxid"] == 20034)
     assert (fatal["count"], fatal["active"], fatal["cleared"]) == (1, True, False)
+
+
+def test_an_xid_154_back_to_none_says_what_it_is_not_informational() -> None:
+    """Xid 154 with no recovery is a WARNING: its words said "informational: nothing to do
+    unless it repeats" (issue 40 item 16). Logged and seen only as an NVML event alike."""
+    said = (
+        ": the driver now asks for no recovery on this GPU (one it asked for before is done or "
+        "withdrawn): nothing to do unless another Xid 154 asks for a reset or a reboot"
+    )
+    logged = run_check("xid", "synthetic-xid-reset-logged")
+    (back,) = [f for f in logged.findings if ": Xid 154, " in f.message]
+    assert (back.severity.value, back.action.value) == ("WARNING", "NONE")
+    assert back.message.endswith('to 0x0 (None)")' + said)
+    events = run_check("xid", "synthetic-xid-events-only")
+    (field,) = [f for f in events.findings if f.resource == gpu(2)]
+    assert field.message.endswith("last at 2026-11-29T20:41:00Z" + said)
+
+
+def test_no_warning_calls_itself_informational() -> None:
+    """The class: a WARNING with no repair says why there is none (NVIDIA's catalog asks for
+    none, or none is due yet), never "informational", on every shipped snapshot."""
+    names = sorted(p.name for p in SNAPSHOTS.iterdir() if p.is_dir())
+    said = [
+        (name, f.message)
+        for name in names
+        for f in run_check("xid", name).findings
+        if f.severity.value == "WARNING" and "informational" in f.message
+    ]
+    assert said == []
+    assert len(names) > 100
+    unlogged = run_check("xid", "synthetic-xid-events-only")
+    (nvlink,) = [f for f in unlogged.findings if f.resource == gpu(1)]
+    assert nvlink.message.endswith(": no repair is due now: watch whether it repeats")

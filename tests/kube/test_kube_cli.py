@@ -65,11 +65,15 @@ def test_check_publish_failing_says_so_and_an_ok_run_exits_3(standin: KubeStandI
 def test_kube_flags_misused_are_usage_errors(tmp_path: Path) -> None:
     healthy = snapshot("synthetic-h100-8gpu-healthy")
     alone = gpuprobe("check", "--snapshot", healthy, "--kubeconfig", str(tmp_path / "k"))
-    assert (alone.returncode, alone.stderr) == (64, "gpuprobe: --kubeconfig goes with --publish\n")
+    assert (alone.returncode, alone.stderr) == (
+        64,
+        "gpuprobe: --kubeconfig goes with --publish (see gpuprobe check --help)\n",
+    )
     nowhere = gpuprobe("check", "--snapshot", healthy, "--publish")
     assert nowhere.returncode == 64
     assert nowhere.stderr == (
-        "gpuprobe: no Kubernetes access: give --kubeconfig (no in-cluster credentials)\n"
+        "gpuprobe: no Kubernetes access: give --kubeconfig (no in-cluster credentials) "
+        "(see gpuprobe check --help)\n"
     )
     (tmp_path / "k").write_text("clusters: [oops\n")
     broken = gpuprobe(
@@ -143,7 +147,7 @@ def test_serve_with_kubernetes_on_and_no_access_is_a_usage_error(tmp_path: Path)
     assert done.stderr.splitlines()[-1] == (
         "gpuprobe: kubernetes: no in-cluster credentials "
         "(/var/run/secrets/kubernetes.io/serviceaccount/token and $KUBERNETES_SERVICE_HOST); "
-        "give --kubeconfig"
+        "give --kubeconfig (see gpuprobe serve --help)"
     )
 
 
@@ -192,4 +196,7 @@ def test_a_file_that_is_no_kubeconfig_is_one_line(
     healthy = snapshot("synthetic-h100-8gpu-healthy")
     done = gpuprobe("check", "--snapshot", healthy, "--publish", "--kubeconfig", str(path))
     assert (done.returncode, done.stdout) == (64, "")
-    assert done.stderr == f"gpuprobe: kubernetes access ({path}): not a kubeconfig: {problem}\n"
+    assert done.stderr == (
+        f"gpuprobe: kubernetes access ({path}): not a kubeconfig: {problem} "
+        "(see gpuprobe check --help)\n"
+    )

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from lightkube.core.selector import build_selector
 
+from conftest import gpuprobe, snapshot
 from gpuprobe.checks.registry import sections
 from gpuprobe.config import load_config
 from gpuprobe.errors import ConfigError, UsageError
@@ -108,3 +109,58 @@ def test_the_selector_takes_equality_and_existence_terms() -> None:
     for bad in ("a in (b,c)", "a=b,a=c", "!a=b", ""):
         with pytest.raises(UsageError):
             parse_selector(bad)
+
+
+# Selectors the API server would refuse, or that gpuprobe's grammar does not take, and the
+# one line that says why (issue 40 item 4: 'a=b=c' passed validation, then `serve` silently
+# never tainted nor posted events and `audit --config` printed a thread's traceback).
+BAD_SELECTORS = [
+    ("a=b=c", "'b=c' is not a label value"),
+    ("-gpu=true", "'-gpu' is not a label key"),
+    ("Example.com/gpu=true", "'Example.com/gpu' is not a label key"),
+    ("gpu=" + "x" * 64, f"'{'x' * 64}' is not a label value"),
+    ("a=b,c in (d,e)", "cannot read 'c in (d' in 'a=b,c in (d,e)' (equality and existence"),
+    ("!a=b", "cannot read '!a=b'"),
+    ("a=b,a=c", "'a' is named twice in 'a=b,a=c'"),
+    ("a=b,", "cannot read '' in 'a=b,'"),
+]
+
+
+@pytest.mark.parametrize(("selector", "why"), BAD_SELECTORS)
+def test_a_selector_the_api_server_would_refuse_is_refused_when_the_config_loads(
+    tmp_path: Path, selector: str, why: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load(tmp_path, f"kubernetes:\n  taint:\n    node_selector: {selector!r}\n")
+    assert f"kubernetes: taint: node_selector: {why}" in str(refused.value)
+
+
+def test_the_selectors_the_api_server_takes_are_taken(tmp_path: Path) -> None:
+    for good in (
+        "nvidia.com/gpu.present=true",
+        "a==b",
+        "pool!=cpu,gpu,!cordoned",
+        "node.kubernetes.io/instance-type=p5.48xlarge",
+        "empty=",
+        "k=" + "v" * 63,
+    ):
+        assert load(tmp_path, f"kubernetes: {{taint: {{node_selector: '{good}'}}}}")
+
+
+@pytest.mark.parametrize("command", ["check", "serve", "audit"])
+def test_each_command_refuses_a_bad_selector_in_one_line(tmp_path: Path, command: str) -> None:
+    config = tmp_path / "gpuprobe.yaml"
+    config.write_text("kubernetes:\n  taint:\n    node_selector: 'a=b=c'\n")
+    args = {
+        "check": ["--root", str(tmp_path)],
+        "serve": ["--snapshot", snapshot("kvm-epyc-nogpu"), "--grpc-listen", "127.0.0.1:0",
+                  "--metrics-listen", "127.0.0.1:0"],
+        "audit": ["--targets", "127.0.0.1:9"],
+    }[command]  # fmt: skip
+    done = gpuprobe(command, "--config", str(config), *args)
+    assert (done.returncode, done.stdout) == (64, "")
+    assert done.stderr == (
+        f"gpuprobe: config {config}: kubernetes: taint: node_selector: 'b=c' is not a label "
+        "value (empty, or at most 63 characters, alphanumeric at both ends with - _ . inside) "
+        f"(see gpuprobe {command} --help)\n"
+    )

@@ -184,3 +184,52 @@ def test_a_sink_opened_for_a_sender_written_differently_takes_it(tmp_path: Path)
     result = tcp.send(sink.address, sink.port, bytes.fromhex(sink.ticket), 1, 0.2, 0.0)
     assert sink.address == "::1"
     assert result.streams[0].bytes_received > 0
+
+
+def test_the_sinks_sender_is_held_to_the_peer_networks_and_tells_no_address(
+    tmp_path: Path,
+) -> None:
+    """The sender address a sink names (the address this node must send from) was bound as
+    given: one outside the peer networks was tried, and one this node does not hold answered
+    at once "not an address of node-a", telling the node's addresses (issue 41 item 10). Now
+    one outside the networks is refused as invalid, and one inside that the node does not hold
+    is told exactly as a port that proved no sink, after the same time."""
+    from datetime import UTC, datetime
+
+    tests = agent_tests(tmp_path, BandwidthConfig(peer_networks=("127.0.0.0/8", "198.51.100.0/24")))
+
+    def told(sender: str, port: int) -> tuple[Reason, Side, str, float]:
+        sink = Sink("127.0.0.1", port, "ab" * 32, "node-b", datetime.now(UTC), sender=sender)
+        started = time.monotonic()
+        with pytest.raises(Refused) as refused:
+            tests.measure(MeasureRequest(peer="127.0.0.1:50051", sink=sink, streams=1))
+        return (
+            refused.value.reason,
+            refused.value.side,
+            str(refused.value).replace(sender, "SENDER").replace(f":{port} ", ":PORT "),
+            time.monotonic() - started,
+        )
+
+    outside = told("192.0.2.7", 9)
+    assert outside[:3] == (
+        Reason.INVALID,
+        Side.SOURCE,
+        "the sink's sender SENDER is not within this agent's peer networks "
+        "(bandwidth.peer_networks)",
+    )
+    assert outside[3] < 1.0
+    with trickling_listener() as port:
+        not_ours = told("198.51.100.7", port)
+        ours = told("127.0.0.2", port)  # an address of this node, and a port that is no sink
+    assert (
+        not_ours[:3]
+        == ours[:3]
+        == (
+            Reason.UNREACHABLE,
+            Side.PEER,
+            "127.0.0.1:PORT did not prove to be the sink the test was opened on, or SENDER, the "
+            "address it accepts streams from, is not one node-a sends from",
+        )
+    )
+    assert PROOF_SECONDS <= not_ours[3] < PROOF_SECONDS + 0.5
+    assert PROOF_SECONDS <= ours[3] < PROOF_SECONDS + 0.5

@@ -221,3 +221,36 @@ def test_the_11_column_layout_without_redop_is_read_by_its_header() -> None:
     assert result.largest.out_of_place_algbw == pytest.approx(125.93e9)
     assert result.rows[0].wrong is None and result.wrong_values == 0
     assert result.average_busbw == pytest.approx(103.85e9)  # both places, every size
+
+
+@pytest.mark.parametrize(
+    ("footer", "average"),
+    [
+        ("# Avg bus bandwidth    : .", None),  # was ValueError: could not convert '.'
+        ("# Avg bus bandwidth    : nan", None),
+        ("# Avg bus bandwidth    : 1.2.3", None),
+        ("# Avg bus bandwidth    : 1e+400", None),  # past a float: no finite average
+        ("# Avg bus bandwidth    : 373.187", 373.187e9),
+        ("# Avg bus bandwidth    : 1.5e+02", 150e9),
+    ],
+)
+def test_a_footer_that_is_no_number_is_no_average(footer: str, average: float | None) -> None:
+    text = (FIXTURES / "all_reduce_perf-8xh100.txt").read_text()
+    lines = [footer if "Avg bus bandwidth" in line else line for line in text.splitlines()]
+    result = parse_output("\n".join(lines))
+    assert result.average_busbw == (pytest.approx(average) if average else None)
+    assert result.largest.size_bytes == 2**33  # the rows are read as before
+
+
+def test_a_one_byte_step_up_to_a_terabyte_is_counted_not_walked() -> None:
+    """`-b 1 -e 1000000000000 -i 1` hung the parser (10^12 steps walked one by one)."""
+    started = time.monotonic()
+    assert expected_largest(("-b", "1", "-e", "1000000000000", "-i", "1")) == 10**12
+    header = "# nThread 1 nGpus 8 minBytes 1 maxBytes 1000000000000 step: 1(bytes) warmup\n"
+    assert expected_largest((), header) == 10**12
+    assert expected_largest(("-b", "5", "-e", "1000000000000", "-i", "7")) == (
+        5 + (10**12 - 5) // 7 * 7
+    )
+    assert expected_largest(("-b", "1", "-e", "1000000000000000000", "-f", "2")) == 2**59
+    assert expected_largest(("-b", "8", "-e", "8", "-i", "0")) == 8
+    assert time.monotonic() - started < 1.0

@@ -51,7 +51,8 @@ def usage_error(*args: str) -> str:
     out = gpuprobe("mesh", "--seconds", "0.3", "--warmup", "0.1", *args)
     assert (out.returncode, out.stdout) == (64, ""), out.stdout + out.stderr
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("gpuprobe: ")
-    return out.stderr.removeprefix("gpuprobe: ").rstrip("\n")
+    assert out.stderr.endswith(" (see gpuprobe mesh --help)\n")  # as every usage error
+    return out.stderr.removeprefix("gpuprobe: ").removesuffix(" (see gpuprobe mesh --help)\n")
 
 
 def test_without_the_token_the_mesh_names_the_flag(guarded: list[str], tmp_path: Path) -> None:

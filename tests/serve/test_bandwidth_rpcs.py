@@ -21,6 +21,7 @@ from gpuprobe.client import Client
 from gpuprobe.config import BandwidthConfig, Config
 from gpuprobe.measure.bandwidth import NOT_A_SINK, PROOF_SECONDS
 from gpuprobe.measure.tcp import HEADER
+from gpuprobe.serve.service import MAX_DETAILS, abort
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 from serving import in_process_agent, wait_for
@@ -373,3 +374,49 @@ def test_an_agent_remembers_a_bounded_number_of_peers() -> None:
         "peer-new",
     }
     assert all(link.time <= datetime.now(UTC) for link in links)
+
+
+HUGE_DEVICE = "mlx5_" + "0" * 60_000
+NO_DEVICE_NAME = " is not an RDMA device name (at most 64 letters, digits, _ . -)"
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        (
+            {"transport": "rdma", "rdma_device": HUGE_DEVICE},
+            f"rdma_device {HUGE_DEVICE[:64]!r}… (60005 characters){NO_DEVICE_NAME}",
+        ),
+        (
+            {"transport": "rdma", "rdma_device": "../../../etc"},
+            f"rdma_device '../../../etc'{NO_DEVICE_NAME}",
+        ),
+        ({"transport": "x" * 60_000}, f"unknown transport {'x' * 64!r}… (60000 characters)"),
+    ],
+)
+def test_a_callers_huge_value_is_never_echoed_past_the_metadata_bound(
+    token_file: str, fields: dict[str, str], said: str
+) -> None:
+    """A 60 KB rdma_device was echoed whole into the refusal, past the client's metadata
+    limit: the caller read a transport error, not why (issue 41 item 10). Values are quoted
+    to 64 characters, a path is no device name, and every refusal is cut to 1,024."""
+    with (
+        in_process_agent("kvm-epyc-nogpu", token_file=token_file) as agent,
+        Client(f"127.0.0.1:{agent.grpc_port}", token=TOKEN) as client,
+        pytest.raises(grpc.RpcError) as err,
+    ):
+        client.open_bandwidth_sink(pb.OpenBandwidthSinkRequest(sender=LOOPBACK, **fields))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == said
+
+
+def test_every_refusal_is_cut_to_its_bound() -> None:
+    class Context:
+        def abort(self, code: grpc.StatusCode, details: str) -> None:
+            raise grpc.RpcError(code, details)
+
+    with pytest.raises(grpc.RpcError) as err:
+        abort(Context(), grpc.StatusCode.INVALID_ARGUMENT, "why " * 1000)
+    code, details = err.value.args
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(details) == MAX_DETAILS and details.endswith("…")

@@ -396,3 +396,109 @@ def test_a_failing_page_is_a_json_log_line_and_a_500(
     (record,) = [r for r in caplog.records if r.getMessage() == "metrics request failed"]
     assert record.exc_info is not None and "encoder failed" in str(record.exc_info[1])
     assert "Traceback" not in capfd.readouterr().err  # nothing printed beside the log
+
+
+class Pipeliners:
+    """The attack of issue 41 item 6: 260 connections from one address, 2,900 pipelined
+    `GET /metrics` among them, whose answers are never read (a receive buffer kept small, as a
+    client that stopped reading); each connection the server drops is opened again."""
+
+    def __init__(self, port: int, connections: int = 260, requests: int = 2900) -> None:
+        self.port, self.connections = port, connections
+        per = -(-requests // connections)
+        self.burst = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * per
+        self.done = threading.Event()
+        self.socks: list[socket.socket] = []
+        self.opened = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _open(self) -> None:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            s.bind((ATTACKER, 0))
+            s.settimeout(2)
+            s.connect(("127.0.0.1", self.port))
+            s.sendall(self.burst)
+        except OSError:
+            s.close()
+            return
+        s.setblocking(False)
+        self.socks.append(s)
+        self.opened += 1
+
+    def _run(self) -> None:
+        for _ in range(self.connections):
+            self._open()
+        while not self.done.wait(0.2):
+            alive = []
+            for s in self.socks:
+                try:  # more requests behind the unread answers, as long as the server takes
+                    s.send(self.burst)
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    s.close()
+                    continue
+                try:  # peek: closed or reset by the server? (nothing is ever read)
+                    gone = s.recv(1, socket.MSG_PEEK) == b""
+                except BlockingIOError:
+                    gone = False
+                except OSError:
+                    gone = True
+                if gone:
+                    s.close()
+                else:
+                    alive.append(s)
+            self.socks = alive
+            for _ in range(self.connections - len(alive)):
+                self._open()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(10)
+        for s in self.socks:
+            s.close()
+
+
+def test_pipelined_requests_never_read_leave_metrics_and_readyz_answering() -> None:
+    """Answers are bounded per address, not only connections: the 260 pipelining connections
+    of one address held every answer slot (/metrics 0 of 30, /readyz 0 of 10, only /healthz
+    spared). Now /metrics and /readyz from elsewhere answer every time, and /readyz (answered
+    from memory, as /healthz) even from the attacker's own address."""
+    with in_process_agent() as agent:
+        port = agent.metrics_port
+        attack = Pipeliners(port)
+        try:
+            wait_for(lambda: attack.opened >= 260, timeout=30)
+            time.sleep(1.0)  # the answers pile up unread
+            started = time.monotonic()
+            scraped = sum(
+                status == 200 and b"gpuprobe_node_status" in body
+                for status, body in (get(port) for _ in range(30))
+            )
+            ready = sum(get(port, "/readyz")[0] == 200 for _ in range(10))
+            assert (scraped, ready) == (30, 10)
+            assert time.monotonic() - started < 30.0
+            server = agent.http.server
+            assert server.answering_of(ATTACKER) <= server.limits.max_answering_per_peer
+        finally:
+            attack.stop()
+
+
+@pytest.mark.parametrize(("sent", "answered"), [(17, 17), (18, 1)])
+def test_a_connection_answers_at_most_its_bound_of_pipelined_requests(
+    agent: Agent, sent: int, answered: int
+) -> None:
+    """One answer at a time per connection, and at most 16 requests waiting behind it: past
+    that the first is answered and the connection closed (the pile is not)."""
+    with socket.create_connection(("127.0.0.1", agent.metrics_port), timeout=10) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * sent)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+            if got.count(b"HTTP/1.1 200 OK") == sent:
+                break
+    assert got.count(b"HTTP/1.1 200 OK") == answered
+    assert got.count(b"Connection: close") == (1 if answered < sent else 0)

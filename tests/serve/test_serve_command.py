@@ -195,7 +195,8 @@ def test_the_grpc_port_in_use_is_a_one_line_usage_error() -> None:
         )
     assert out.returncode == 64
     assert out.stderr == (
-        f"gpuprobe: --grpc-listen 127.0.0.1:{port}: cannot listen (Address already in use)\n"
+        f"gpuprobe: --grpc-listen 127.0.0.1:{port}: cannot listen (Address already in use) "
+        "(see gpuprobe serve --help)\n"
     )
     assert len(out.stderr.splitlines()) == 1
 
@@ -203,19 +204,27 @@ def test_the_grpc_port_in_use_is_a_one_line_usage_error() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--grpc-listen", "nonsense"], "gpuprobe: 'nonsense' is not HOST:PORT\n"),
+        (
+            ["--grpc-listen", "nonsense"],
+            "gpuprobe: 'nonsense' is not HOST:PORT (see gpuprobe serve --help)\n",
+        ),
         (
             ["--interval", "0"],
             "gpuprobe: argument --interval: must be above 0: 0 (see gpuprobe serve --help)\n",
         ),
         (
             ["--token-file", "/nonexistent/token"],
-            "gpuprobe: --token-file /nonexistent/token: No such file or directory\n",
+            "gpuprobe: --token-file /nonexistent/token: No such file or directory "
+            "(see gpuprobe serve --help)\n",
         ),
-        (["--tls-cert", "/x"], "gpuprobe: --tls-cert and --tls-key go together\n"),
+        (
+            ["--tls-cert", "/x"],
+            "gpuprobe: --tls-cert and --tls-key go together (see gpuprobe serve --help)\n",
+        ),
         (
             ["--only", "nonesuch"],
-            f"gpuprobe: unknown check 'nonesuch' (known: {', '.join(CHECKS)})\n",
+            f"gpuprobe: unknown check 'nonesuch' (known: {', '.join(CHECKS)}) "
+            "(see gpuprobe serve --help)\n",
         ),
     ],
 )
@@ -230,7 +239,7 @@ def test_a_config_naming_an_unknown_check_interval_is_a_usage_error(tmp_path: Pa
     out = gpuprobe("serve", "--snapshot", snapshot("kvm-epyc-nogpu"), "--config", str(cfg))
     assert (out.returncode, out.stderr) == (
         64,
-        "gpuprobe: serve.intervals: unknown check 'nonesuch'\n",
+        "gpuprobe: serve.intervals: unknown check 'nonesuch' (see gpuprobe serve --help)\n",
     )
 
 

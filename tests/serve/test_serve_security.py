@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from certs import Pki, make_pki
+from conftest import gpuprobe, snapshot
 from gpuprobe.client import Client
 from gpuprobe.credentials import TokenFile, read_token
 from gpuprobe.errors import UsageError
@@ -197,3 +198,112 @@ def test_a_token_path_whose_directory_does_not_exist_is_still_a_usage_error(
 ) -> None:
     with pytest.raises(UsageError, match="No such file or directory"):
         TokenFile(str(tmp_path / "no-such-dir" / "token"))
+
+
+def _mismatched_files(pki: Pki, directory: Path) -> dict[str, tuple[str, str]]:
+    """Certificate and key pairs that do not belong together, as operators mount them: another
+    certificate's key of the same algorithm, an RSA key beside the EC certificate, the two
+    swapped, the key encrypted, the key's PEM damaged, the certificate's PEM damaged."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    rsa_key = directory / "rsa.key"
+    rsa_key.write_bytes(
+        rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    encrypted = directory / "encrypted.key"
+    key = serialization.load_pem_private_key(Path(pki.server_key).read_bytes(), None)
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"passphrase"),
+        )
+    )
+    damaged_key, damaged_cert = directory / "damaged.key", directory / "damaged.crt"
+    lines = Path(pki.server_key).read_text().splitlines()
+    damaged_key.write_text("\n".join([lines[0], lines[1][:20], lines[-1]]) + "\n")
+    lines = Path(pki.server_cert).read_text().splitlines()
+    damaged_cert.write_text("\n".join([lines[0], lines[1][:20], lines[-1]]) + "\n")
+    return {
+        "another key": (pki.server_cert, pki.client_key),
+        "another algorithm": (pki.server_cert, str(rsa_key)),
+        "swapped": (pki.server_key, pki.server_cert),
+        "encrypted": (pki.server_cert, str(encrypted)),
+        "damaged key": (pki.server_cert, str(damaged_key)),
+        "damaged certificate": (str(damaged_cert), pki.server_key),
+    }
+
+
+def _why(
+    case: str, cert: str, key: str, flags: tuple[str, str] = ("--tls-cert", "--tls-key")
+) -> str:
+    c, k = flags
+    return {
+        "another key": f"{k} {key} is not the private key of the certificate in {c} {cert} (the "
+        "certificate was issued for another key): give the key it was issued for",
+        "another algorithm": f"{k} {key} is not the private key of the certificate in {c} "
+        f"{cert} (the certificate was issued for another key): give the key it was issued for",
+        "swapped": f"{c} {cert}: holds a private key, not a certificate ({k} {key} holds the "
+        "certificate: the two are swapped)",
+        "encrypted": f"{k} {key}: the private key is encrypted with a passphrase; give it "
+        "unencrypted (as a Kubernetes TLS Secret holds it)",
+        "damaged key": f"{k} {key}: its private key cannot be read",
+        "damaged certificate": f"{c} {cert}: its certificate cannot be read (a damaged PEM block)",
+    }[case]
+
+
+CASES = ["another key", "another algorithm", "swapped", "encrypted", "damaged key",
+         "damaged certificate"]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_serve_names_the_tls_file_that_is_wrong(pki: Pki, tmp_path: Path, case: str) -> None:
+    """A certificate and key that do not belong together said "--grpc-listen …: cannot listen
+    (gRPC refused the address)" (issue 40 item 5): they are read and matched first, and the
+    file that is wrong is named, in one line, exit 64."""
+    cert, key = _mismatched_files(pki, tmp_path)[case]
+    done = gpuprobe(
+        "serve", "--snapshot", snapshot("kvm-epyc-nogpu"), "--grpc-listen", "127.0.0.1:0",
+        "--metrics-listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (64, "")
+    assert done.stderr == f"gpuprobe: {_why(case, cert, key)} (see gpuprobe serve --help)\n"
+
+
+def test_clients_and_the_peer_certificate_are_matched_too(pki: Pki, tmp_path: Path) -> None:
+    """The same class on the calling side: `audit`'s client certificate, the agent's own
+    certificate for its peers (--tls-client-cert), and the CA bundles."""
+    cert, key = _mismatched_files(pki, tmp_path)["another key"]
+    done = gpuprobe(
+        "audit", "--targets", "127.0.0.1:9", "--tls-ca", pki.ca, "--tls-cert", cert,
+        "--tls-key", key,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (
+        64,
+        f"gpuprobe: {_why('another key', cert, key)} (see gpuprobe audit --help)\n",
+    )
+    with pytest.raises(UsageError) as err:
+        Client("127.0.0.1:9", ca_file=pki.ca, cert_file=cert, key_file=key)
+    assert str(err.value) == _why("another key", cert, key)
+    flags = ("--tls-client-cert", "--tls-client-key")
+    with pytest.raises(UsageError) as err, in_process_agent(
+        tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca,
+        tls_client_cert=cert, tls_client_key=key,
+    ):  # fmt: skip
+        pass
+    assert str(err.value) == _why("another key", cert, key, flags)
+    with pytest.raises(UsageError) as err:
+        server_credentials(pki.server_cert, pki.server_key, pki.server_key)
+    assert str(err.value) == (
+        f"--tls-client-ca {pki.server_key}: holds a private key, not a CA certificate"
+    )
+    # A matching pair, and a certificate file that also holds its key, are taken.
+    combined = tmp_path / "combined.pem"
+    combined.write_text(Path(pki.server_cert).read_text() + Path(pki.server_key).read_text())
+    server_credentials(pki.server_cert, pki.server_key, pki.ca)
+    server_credentials(str(combined), pki.server_key, None)

@@ -5,6 +5,7 @@ counting anything twice."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,20 @@ def test_a_state_file_it_cannot_read_is_kept_aside_not_overwritten(
     assert (tmp_path / "workload-accounting.json.bad").read_text() == content
     assert json.loads((tmp_path / "workload-accounting.json").read_text())["format"] == 1
     assert "kept as" in caplog.text and "starting afresh" in caplog.text
+
+
+def test_a_full_state_disk_is_said_once_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    """The GPU-seconds ledger on a disk with no byte left: said in the data every round, in
+    the log once (issue 41 item 10)."""
+    from mounting import fill, mounted
+
+    caplog.set_level(logging.INFO, logger="gpuprobe.state")
+    with mounted("tmpfs", "size=64k") as state:
+        fill(state)
+        cfg = config(workloads={"state_dir": str(state)})
+        results = rounds("synthetic-k8s-utilization-samples", [0.0, 60.0, 120.0], cfg)
+    assert [r.data["accounting"]["state_error"] for r in results] == ["No space left on device"] * 3
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "gpuprobe.state"]
+    assert logged == [
+        ("WARNING", "state file not written: what it keeps is lost at the next restart")
+    ]

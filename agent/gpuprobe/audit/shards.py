@@ -27,12 +27,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from gpuprobe.audit.fanout import Asking, fan_out, rare_collections
 from gpuprobe.client import Fetched
 from gpuprobe.cores import usable_cores
+from gpuprobe.host.child_python import python_command
 
 T = TypeVar("T")
 log = logging.getLogger("gpuprobe")
@@ -42,13 +42,12 @@ PER_PROCESS = 2000
 MAX_PROCESSES = 8
 # How long after the deadline the helpers may take to read their last answers and hand over.
 GRACE_SECONDS = 10.0
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent.parent
-# The helper's command: this module, with the package's root at the end of its import path
-# (found first where it is installed; found at all where the parent found it by a path).
-HELPER = (
-    "import runpy, sys; sys.path.append(sys.argv[1]); "
-    "runpy.run_module('gpuprobe.audit.shards', run_name='__main__')"
-)
+
+
+def helper_command() -> list[str]:
+    """The helper's command: this module, in this interpreter, isolated from the working
+    directory and the environment (`host.child_python`)."""
+    return python_command("gpuprobe.audit.shards")
 
 
 def processes_for(count: int, cores: int | None = None) -> int:
@@ -131,7 +130,7 @@ class Helper:
                 job_file.seek(0)
                 self.errors = _memory_file("gpuprobe-audit-helper-stderr")
                 self.process = subprocess.Popen(
-                    [sys.executable, "-c", HELPER, str(PACKAGE_ROOT)],
+                    helper_command(),
                     stdin=job_file,
                     stdout=subprocess.PIPE,
                     stderr=self.errors,

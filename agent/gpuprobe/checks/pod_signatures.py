@@ -59,7 +59,19 @@ CUDA_ERRORS = {
             "CUDA driver version is insufficient for CUDA runtime version",
         ),
         CudaError(
+            46,
+            "cudaErrorDevicesUnavailable",
+            "CUDA_ERROR_DEVICE_UNAVAILABLE",
+            "CUDA-capable device(s) is/are busy or unavailable",
+        ),
+        CudaError(
             100, "cudaErrorNoDevice", "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"
+        ),
+        CudaError(
+            209,
+            "cudaErrorNoKernelImageForDevice",
+            "CUDA_ERROR_NO_BINARY_FOR_GPU",
+            "no kernel image is available for execution on the device",
         ),
         CudaError(
             214,
@@ -140,7 +152,26 @@ CUDA_FAULT_AT_XID = "cuda-fault-at-xid"
 FABRIC_NOT_INITIALIZED = "cuda-system-not-ready"
 NO_HIP_DEVICE = "no-hip-device"
 HIP_ARCH_MISMATCH = "hip-invalid-device-function"
+HIP_NO_BINARY = "hip-no-binary-for-gpu"
 HSA_MEMORY_FAULT = "hsa-memory-access-fault"
+NO_KERNEL_IMAGE = "cuda-no-kernel-image"
+GPU_BUSY = "cuda-device-busy"
+TOOLKIT_HOOK = "container-toolkit-hook-failed"
+
+# The NVIDIA container toolkit's prestart hook (nvidia-container-cli, `.real` where the GPU
+# Operator installs its wrapper) failing before the container starts: libnvidia-container
+# prints "<prog>: initialization error: <error>" (src/cli/common.c), the error being NVML's
+# ("nvml error: driver not loaded"), a library it could not load ("load library failed:
+# libnvidia-container-go.so.1: cannot open shared object file: ..."; xfuncs.h xdlopen) or
+# CUDA's; runc reports it as "error running hook #0: ... stderr: ..." and the kubelet puts
+# that in the container's StartError or RunContainerError. It comes before any of the
+# container's own code runs and whatever the container asked for (the GPU Operator's
+# validators get GPUs from the runtime class, not a request): no GPU container can start on
+# the node while it lasts.
+HOOK_INITIALIZATION = re.compile(
+    r"nvidia-container-cli(?:\.real)?: initialization error: (?P<detail>.+?)(?=: unknown\b|\.?$)",
+    re.IGNORECASE,
+)
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
@@ -268,6 +299,52 @@ SIGNATURES: tuple[Signature, ...] = (
         needs_gpu=True,
     ),
     Signature(
+        HIP_NO_BINARY,
+        "the image's HIP code has no code object for this AMD GPU's architecture",
+        # HIP's hipErrorNoBinaryForGpu as the runtime aborts with it ("Unable to find code
+        # object for all current devices!"; older ROCm: "Coudn't find binary for current
+        # devices!", misspelt as it prints it).
+        _p(r"\bhipErrorNoBinaryForGpu\b"),
+        "run an image built for this GPU's gfx target (gfx942 for MI300X/MI325X, gfx90a for "
+        "MI200), or rebuild it with that target in PYTORCH_ROCM_ARCH / --offload-arch",
+        Action.FIX_CONFIG,
+        needs_gpu=True,
+    ),
+    Signature(
+        NO_KERNEL_IMAGE,
+        "the image's CUDA code is not built for its GPU's architecture (no kernel image for "
+        "its compute capability)",
+        _cuda(209),
+        "run an image built for the GPU's compute capability (its sm_XX in "
+        "TORCH_CUDA_ARCH_LIST or nvcc's -gencode, or PTX the driver can compile for it), or "
+        "keep the pod on GPUs its image supports (a node selector on GPU Feature Discovery's "
+        "nvidia.com/gpu.compute.major and .minor labels)",
+        Action.FIX_CONFIG,
+        needs_gpu=True,
+    ),
+    Signature(
+        GPU_BUSY,
+        "CUDA found the container's GPU busy or unavailable (error 46)",
+        # Older CUDA says "all CUDA-capable devices are busy or unavailable".
+        _cuda(46) + _p(r"all CUDA-capable devices are busy or unavailable", flags=re.IGNORECASE),
+        "a GPU in an exclusive compute mode takes one process at a time: set it back to "
+        "Default (nvidia-smi -i <gpu> -c DEFAULT) unless MPS owns it; in Default, another "
+        "process held the GPU (a second pod given the same GPU, or one outside Kubernetes)",
+        Action.FIX_CONFIG,
+        needs_gpu=True,
+    ),
+    Signature(
+        TOOLKIT_HOOK,
+        "the NVIDIA container toolkit's hook failed before the container started",
+        (HOOK_INITIALIZATION,),
+        "the node's driver or container toolkit is broken: a driver not loaded (the driver "
+        "check says why; with the GPU Operator, its driver pod on this node), the driver's "
+        "libraries not where the hook looks (libnvidia-ml.so.1: the driver install, or the "
+        "toolkit's driver root), or the toolkit's own library missing "
+        "(libnvidia-container-go.so.1: reinstall the container toolkit); then restart the pod",
+        Action.FIX_CONFIG,
+    ),
+    Signature(
         CUDA_FAULT_AT_XID,
         "the container's CUDA work failed at the time of an XID on its GPU",
         _cuda(700, 719, 214, 716, 702, 999, introduced=True, detail=True)
@@ -368,3 +445,48 @@ def match_pod_reason(reason: str | None, message: str, gpu_pod: bool) -> Match |
                 excerpt = message if len(message) <= 300 else message[:300] + "…"
                 return Match(by_cause(known.cause), message, found.group("detail"), excerpt)
     return None
+
+
+def hook_failure(line: str) -> str | None:
+    """The error of the NVIDIA container toolkit's hook failing at initialization in this
+    line (`nvml error: driver not loaded`), whatever signature the line is; None if it is
+    not such a line."""
+    found = HOOK_INITIALIZATION.search(line)
+    return found.group("detail") if found else None
+
+
+# PyTorch's warning before its "no kernel image" error names the capabilities its build has:
+# "The current PyTorch install supports CUDA capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86
+# sm_90." (torch/cuda/__init__.py, _check_capability).
+BUILT_FOR = re.compile(r"supports CUDA capabilities (?P<archs>(?:sm_\d+[a-z]?\s*)+)", re.IGNORECASE)
+
+# What to do about the hook's error, by its words (the first that matches).
+HOOK_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"driver not loaded", re.IGNORECASE),
+        "load the NVIDIA driver (the driver check says why it is not loaded; with the GPU "
+        "Operator, look at its driver pod on this node), then restart the pods",
+    ),
+    (
+        re.compile(r"driver/library version mismatch", re.IGNORECASE),
+        "reboot the node (or reload the nvidia kernel modules) so the loaded driver is the "
+        "installed one",
+    ),
+    (
+        re.compile(r"load library failed: libnvidia-container", re.IGNORECASE),
+        "reinstall the NVIDIA container toolkit: its own library is missing where its hook "
+        "looks (with the GPU Operator, look at its toolkit pod on this node)",
+    ),
+    (
+        re.compile(r"load library failed: lib(?:nvidia-ml|cuda)\.so", re.IGNORECASE),
+        "install the driver's user-space libraries where the hook finds them (with a "
+        "containerized driver, the toolkit's driver root: `root` under [nvidia-container-cli] "
+        "in /etc/nvidia-container-runtime/config.toml)",
+    ),
+)
+
+
+def hook_fix(error: str) -> str:
+    """The fix for the container toolkit's hook failing with `error`."""
+    fix = next((fix for pattern, fix in HOOK_FIXES if pattern.search(error)), None)
+    return fix or by_cause(TOOLKIT_HOOK).fix

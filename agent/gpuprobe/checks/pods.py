@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NotRequired, TypedDict
 
+from gpuprobe.causes import gpu_list
 from gpuprobe.checks import pod_signatures as sig
 from gpuprobe.checks import pods_bounds as bounds
 from gpuprobe.checks.context import CheckContext
@@ -40,6 +41,7 @@ from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
 from gpuprobe.gpu import cuda, kernel_log
 from gpuprobe.gpu.nvidia.cuda_targets import DriverCuda, read_cuda_targets, read_driver_cuda
+from gpuprobe.gpu.nvidia.modes import GpuModes, read_modes
 from gpuprobe.host import Host
 from gpuprobe.host.podstatus import ContainerStatus, PodStatusAnswer, State
 from gpuprobe.report import (
@@ -151,6 +153,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         held,
         _spec_gpus(specs, gpus, held),
         _Xids(host, config),
+        _Modes(host),
     )
     failures = _failures(logs, owners)
     listed = host.pod_statuses.ask(host.node_name)
@@ -534,6 +537,13 @@ class Failure:
     # The last termination of a container that runs now: the pod failed so, but the node
     # may be fixed since (a CDI spec regenerated), so it implies no node-level finding.
     past: bool = False
+    # The NVIDIA container toolkit's hook failed at initialization with this error (the
+    # container never started), whatever the signature: the node cannot start GPU containers.
+    hook: str | None = None
+    # What the check found on the node that explains the failure (the GPU's compute
+    # capability, its compute mode), in words and as facts for the data.
+    context: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The failure as the check's data shows it."""
@@ -547,6 +557,9 @@ class Failure:
             d["detail"] = self.detail
         if self.xid is not None:
             d["xid"] = self.xid
+        if self.hook is not None:
+            d["hook_error"] = self.hook
+        d.update(self.facts)
         d["gpus"] = self.gpus
         return d
 
@@ -561,6 +574,7 @@ class _Owners:
     held: dict[PodRef, set[int]]
     spec_gpus: dict[PodRef, set[int]]
     xids: _Xids
+    modes: _Modes
 
     def of(self, ref: PodRef) -> list[NodeGpu]:
         """A container's GPUs, by index."""
@@ -587,7 +601,8 @@ def _failures(logs: list[cri_log.ContainerLog], owners: _Owners) -> list[Failure
         failure = None
         for line in reversed(log.lines):  # the last failure is the one that ended it
             hit = sig.match(line.text)
-            if hit is None or (hit.signature.needs_gpu and not has_gpu):
+            hook = sig.hook_failure(line.text)
+            if hit is None or (hit.signature.needs_gpu and not (has_gpu or hook)):
                 continue
             xid = None
             if hit.signature.cause == sig.CUDA_FAULT_AT_XID:
@@ -597,8 +612,9 @@ def _failures(logs: list[cri_log.ContainerLog], owners: _Owners) -> list[Failure
             failure = Failure(
                 pod, hit.signature.cause, line.text, line.time, line.file, hit.excerpt
             )
-            failure.detail, failure.xid = hit.detail, xid
+            failure.detail, failure.xid, failure.hook = hit.detail, xid, hook
             failure.gpus = [g.resource for g in own]
+            _explain(failure, own, owners, [x.text for x in log.lines])
             break
         if failure is not None:
             found.append(failure)
@@ -650,6 +666,108 @@ class _Xids:
         return None
 
 
+class _Modes:
+    """The GPUs' compute modes by index, read (once) when a CUDA error 46 asks."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self._modes: dict[int, GpuModes] | None = None
+
+    def of(self, index: int) -> GpuModes | None:
+        """One GPU's modes (None when NVML does not count it)."""
+        if self._modes is None:
+            self._modes = {m.index: m for m in read_modes(self.host)}
+        return self._modes.get(index)
+
+
+def _explain(failure: Failure, own: list[NodeGpu], owners: _Owners, lines: list[str]) -> None:
+    """What the node says about a failure whose cause is the GPU's: its compute capability
+    beside the architectures the image was built for (no kernel image), or its compute mode
+    (busy or unavailable)."""
+    gpus = own or list(owners.by_index.values())
+    if failure.cause == sig.NO_KERNEL_IMAGE:
+        failure.context, failure.facts = _capability(gpus, lines, bool(own))
+    elif failure.cause == sig.GPU_BUSY:
+        failure.context, failure.facts = _compute_modes(gpus, owners.modes, bool(own))
+
+
+def _capability(gpus: list[NodeGpu], lines: list[str], own: bool) -> tuple[str, dict[str, Any]]:
+    built = next((m for m in map(sig.BUILT_FOR.search, reversed(lines)) if m), None)
+    archs = built.group("archs").split() if built else []
+    known = [g for g in gpus if g.arch]
+    if not known:
+        return "the GPU's compute capability could not be read (NVML)", {}
+    whose = "its" if own else "this node's"
+    by_arch: dict[str, list[int]] = defaultdict(list)
+    for g in known:
+        by_arch[g.arch or ""].append(g.index)
+    said = [
+        f"{gpu_list(indexes)} ({_name(known, indexes[0])}) compute capability {arch} ({_sm(arch)})"
+        for arch, indexes in by_arch.items()
+    ]
+    text = f"{whose} {'; '.join(said)}"
+    missing = [_sm(a) for a in by_arch if archs and _sm(a) not in archs]
+    if missing:
+        text += f"; the image's PyTorch is built for {' '.join(archs)}, not {', '.join(missing)}"
+    facts: dict[str, Any] = {"compute_capabilities": sorted(by_arch)}
+    if archs:
+        facts["image_built_for"] = archs
+    return text, facts
+
+
+def _sm(arch: str) -> str:
+    """`9.0` → `sm_90`, as nvcc and PyTorch name an architecture."""
+    return "sm_" + arch.replace(".", "")
+
+
+def _name(gpus: list[NodeGpu], index: int) -> str:
+    return next((g.name for g in gpus if g.index == index and g.name), "GPU")
+
+
+def _compute_modes(gpus: list[NodeGpu], modes: _Modes, own: bool) -> tuple[str, dict[str, Any]]:
+    read = [(g.index, modes.of(g.index)) for g in gpus]
+    named = {i: m.mode_name for i, m in read if m is not None and m.compute_mode is not None}
+    if not named:
+        return "the GPU's compute mode could not be read (NVML)", {}
+    by_mode: dict[str, list[int]] = defaultdict(list)
+    for index, mode in named.items():
+        by_mode[mode].append(index)
+    why = {
+        "ExclusiveProcess": "one process at a time",
+        "ExclusiveThread": "one thread of one process at a time",
+        "Prohibited": "no process at all",
+        "Default": "shared, so another process held it (another pod given the same GPU, or "
+        "one outside Kubernetes)",
+    }
+    whose = "its" if own else "this node's"
+    said = [
+        f"{gpu_list(indexes)} in compute mode {mode}: {why.get(mode, 'as NVML says')}"
+        for mode, indexes in by_mode.items()
+    ]
+    return f"{whose} {'; '.join(said)}", {"compute_modes": {str(i): m for i, m in named.items()}}
+
+
+def _hook_failed(failures: list[Failure]) -> list[Finding]:
+    """The node-level finding of the container toolkit's hook failing at initialization: no
+    GPU container can start on the node while it lasts. Only the runtime's words about a
+    container's start count (a status, not a log line), and only while that container has
+    not started since."""
+    hooked = [f for f in failures if f.hook and f.status is not None and not f.past]
+    if not hooked:
+        return []
+    errors = list(dict.fromkeys(f.hook or "" for f in hooked))
+    pods = tuple(dict.fromkeys(f.pod for f in hooked))
+    named = ", ".join(f"{p.namespace}/{p.pod} ({p.container})" for p in pods[:3])
+    more = f" and {len(pods) - 3} more" if len(pods) > 3 else ""
+    said = "; ".join(f'"{e}"' for e in errors)
+    message = (
+        "no GPU container can start on this node: the NVIDIA container toolkit's hook fails "
+        f"before the container starts ({said}) for {named}{more}. "
+        f"Fix: {sig.hook_fix(errors[0])}"
+    )
+    return [Finding("POD_GPU_FAILURE", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)]
+
+
 # --- pod statuses from the API server ---
 
 
@@ -675,14 +793,17 @@ def _status_failures(listed: PodStatusAnswer, owners: _Owners) -> list[Failure]:
             failure = _container_failure(ref, _states(container), gpu_pod)
             if failure is None:
                 continue
-            failure.past = (
-                failure.status == "lastState.terminated" and container.running_since is not None
+            # Past: the container runs now, or (an init container) completed since.
+            done = container.terminated is not None and container.terminated.exit_code == 0
+            failure.past = failure.status == "lastState.terminated" and (
+                container.running_since is not None or done
             )
             if failure.cause == sig.CUDA_FAULT_AT_XID:
                 failure.xid = owners.xids.near(failure.time, own)
                 if failure.xid is None:
                     continue  # an application's own fault, not the GPU's
             failure.gpus = [g.resource for g in own]
+            _explain(failure, own, owners, [failure.line])
             found.append(failure)
     return found
 
@@ -703,11 +824,14 @@ def _container_failure(
     for where, state in states:
         text = _one_line(state.message or "")
         hit = sig.match(text)
-        if hit is None or (hit.signature.needs_gpu and not gpu_pod):
+        # The toolkit's hook fails only for a container the runtime gives GPUs, whatever it
+        # asked for (the GPU Operator's validators get them from the runtime class).
+        hook = sig.hook_failure(text)
+        if hit is None or (hit.signature.needs_gpu and not (gpu_pod or hook)):
             continue
         return Failure(
             ref, hit.signature.cause, text, _finished(state), "", hit.excerpt, hit.detail,
-            status=where, reason=state.reason,
+            status=where, reason=state.reason, hook=hook,
         )  # fmt: skip
     return None
 
@@ -756,6 +880,8 @@ def _failure_findings(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -
         if shown:
             evidence.append(f'{_status_who(shown[0])} says "{shown[0].excerpt}"')
         message = f"pod {namespace}/{pod} failed: {what}; {'; '.join(evidence)}. "
+        context = next((f.context for f in group if f.context), "")
+        message += f"{context[:1].upper()}{context[1:]}. " if context else ""
         message += f"Fix: {signature.fix}"
         resource = next((f.gpus[0] for f in group if f.gpus), "node")
         pods = tuple(dict.fromkeys(f.pod for f in group))
@@ -799,6 +925,7 @@ def _node_level(failures: list[Failure], gpu_pods: set[tuple[str, str]]) -> list
         findings.append(
             Finding("POD_GPU_FAILURE", Severity.CRITICAL, message, Action.FIX_CONFIG, "node", pods)
         )
+    findings += _hook_failed(failures)
     # CUDA's error 802 stays the pods' POD_GPU_FAILURE: the `gpus` check owns FABRIC_NOT_READY
     # from NVML's fabric state, which clears when the fabric is up (a log line never does).
     unresolved = [f for f in failures if f.cause == sig.CDI_UNRESOLVABLE]

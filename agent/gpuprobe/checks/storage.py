@@ -78,6 +78,8 @@ class StorageData(TypedDict):
     """The check's data (docs/checks.md, check `storage`)."""
 
     paths: list[StoragePath]
+    # False when no path is configured: the check did not run (absent once one is).
+    ran: NotRequired[bool]
     # Once a path is configured:
     gpus_with_processes: NotRequired[list[int]]
     forced: NotRequired[bool]
@@ -91,6 +93,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     paths = list(dict.fromkeys(cfg.paths))  # a path given twice is measured once
     data: StorageData = {"paths": []}
     if not paths:
+        data["ran"] = False
         return CheckResult(
             NAME, "no storage path configured (storage.paths, --storage-path)", data=data
         )

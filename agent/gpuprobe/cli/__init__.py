@@ -50,7 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UsageError as exc:
-        print(f"gpuprobe: {exc}", file=sys.stderr)
+        # As argparse's own errors (flags.Parser.error): one line, pointing at the command's
+        # help, whatever found the error.
+        print(f"gpuprobe: {exc} (see gpuprobe {args.command} --help)", file=sys.stderr)
         return USAGE_ERROR
     finally:
         cleanup.remove_all()

@@ -26,14 +26,14 @@ def run(args: argparse.Namespace) -> int:
     # Loaded when the command runs, not to build the parser (see gpuprobe.cli).
     from gpuprobe.capture import capture
     from gpuprobe.checks.registry import active
-    from gpuprobe.cli.prepare import pod_statuses, prepare
+    from gpuprobe.cli.prepare import host_root, pod_statuses, prepare
 
     config, names = prepare(args)
     if args.only is None:
         # Active checks load the node and are never replayed: a snapshot has no use for them.
         names = [name for name in names if name not in active(names)]
     pods = pod_statuses(args, config)
-    report = capture(args.directory, config, names, args.root, args.node_name, pods)
+    report = capture(args.directory, config, names, host_root(args), args.node_name, pods)
     print(
         f"gpuprobe: wrote the snapshot of {report.node} to {args.directory} "
         f"({len(report.checks)} checks, status {report.status.value})"

@@ -137,7 +137,8 @@ def add_check_flags(parser: argparse.ArgumentParser, snapshot: bool = True) -> N
     parser.add_argument("--only", type=check_list, metavar="a,b", help="run only the named checks")
     if snapshot:
         parser.add_argument("--snapshot", metavar="DIR", help="run against a node snapshot")
-    parser.add_argument("--root", metavar="DIR", default="/", help="read host files under DIR")
+    # No default: a --root given beside --snapshot, even `/`, is refused (cli.prepare).
+    parser.add_argument("--root", metavar="DIR", help="read host files under DIR (default: /)")
     parser.add_argument(
         "--expect-gpus", type=positive_int, metavar="N", help="GPUs this node must have"
     )

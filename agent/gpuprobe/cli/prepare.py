@@ -52,12 +52,24 @@ def node_host(args: argparse.Namespace, config: Config | None = None) -> Host:
     snapshot = getattr(args, "snapshot", None)
     node_name = getattr(args, "node_name", None)
     if snapshot:
-        if args.root != "/":
-            raise UsageError("--snapshot and --root exclude each other")
+        # Any --root, `/` too: a snapshot replays its own rootfs, so a root given beside it
+        # would be silently ignored.
+        if args.root is not None:
+            raise UsageError(
+                f"--snapshot and --root exclude each other (a snapshot replays its own "
+                f"rootfs; --root {args.root} would be ignored)"
+            )
         return snapshot_host(snapshot, node_name)
-    check_root(args.root)
+    root = host_root(args)
+    check_root(root)
     pods = pod_statuses(args, config) if config is not None else None
-    return live_host(args.root, node_name, pods)
+    return live_host(root, node_name, pods)
+
+
+def host_root(args: argparse.Namespace) -> str:
+    """The live node's root: --root, `/` when it is not given."""
+    root: str | None = getattr(args, "root", None)
+    return root if root is not None else "/"
 
 
 def pod_statuses(args: argparse.Namespace, config: Config) -> PodStatuses | None:

@@ -89,10 +89,9 @@ class LiveMetadata:
             port = parsed.port
         except ValueError:
             return MetadataAnswer(error=f"endpoint {base!r} has no valid port")
-        connection = http.client.HTTPConnection(parsed.hostname, port, timeout=timeout_s)
+        connection = _BoundedConnection(parsed.hostname, port, deadline, timeout_s)
         try:
             connection.request(method, path, headers=dict(headers))
-            _remaining(connection, deadline)
             response = connection.getresponse()
             body = _read_body(connection, response, deadline)
             kept = {k: v for k in KEPT_HEADERS if (v := response.getheader(k)) is not None}
@@ -103,6 +102,46 @@ class LiveMetadata:
             return MetadataAnswer(error=_reason(exc))
         finally:
             connection.close()
+
+
+class _DeadlineSocket(socket.socket):
+    """A socket whose every wait is bounded by what is left of one deadline: a server that
+    drips its head a byte at a time (each byte within a per-read timeout) still ends at it."""
+
+    deadline = 0.0
+
+    def _bound(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        self.settimeout(left)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        self._bound()
+        return super().recv(bufsize, flags)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        self._bound()
+        return super().recv_into(buffer, nbytes, flags)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self._bound()
+        super().sendall(data, flags)
+
+
+class _BoundedConnection(http.client.HTTPConnection):
+    """HTTP over a `_DeadlineSocket`: connect, request, head and body within one deadline."""
+
+    def __init__(self, host: str, port: int | None, deadline: float, timeout_s: float) -> None:
+        super().__init__(host, port, timeout=timeout_s)
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        plain = self.sock
+        bounded = _DeadlineSocket(plain.family, plain.type, plain.proto, fileno=plain.detach())
+        bounded.deadline = self.deadline
+        self.sock = bounded
 
 
 def _remaining(connection: http.client.HTTPConnection, deadline: float) -> None:

@@ -47,6 +47,7 @@ MAX_MESSAGE = 4096
 MAX_ERROR = 1024
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+AMD_GPU_RESOURCE = "amd.com/gpu"  # the AMD device plugin's (ROCm pods' HIP failures count)
 # The API's PodStatus names of the container states the check reads.
 STATE_KEYS = ("reason", "message", "exitCode", "finishedAt")
 
@@ -72,7 +73,8 @@ class ContainerStatus:
 
     name: str
     init: bool = False
-    gpu_resources: tuple[str, ...] = ()  # the nvidia.com/gpu and nvidia.com/mig-* it asks for
+    # The nvidia.com/gpu, nvidia.com/mig-* and amd.com/gpu it asks for.
+    gpu_resources: tuple[str, ...] = ()
     restart_count: int = 0
     waiting: State | None = None
     terminated: State | None = None
@@ -114,7 +116,7 @@ class PodStatus:
 
     @property
     def asks_for_gpus(self) -> bool:
-        """Whether a container of the pod asks for NVIDIA GPUs or MIG devices."""
+        """Whether a container of the pod asks for GPUs: NVIDIA's, MIG devices or AMD's."""
         return any(c.gpu_resources for c in self.containers)
 
     def to_json(self) -> dict[str, Any]:
@@ -251,12 +253,14 @@ def pod_from_api(pod: Mapping[str, Any]) -> PodStatus:
 
 
 def _gpu_resources(resources: Mapping[str, Any]) -> tuple[str, ...]:
-    """The NVIDIA GPU and MIG resources a container asks for (limits, or requests: extended
-    resources must have both, equal), at a quantity above zero."""
+    """The GPU resources a container asks for, NVIDIA's (GPUs, MIG devices) and AMD's (limits,
+    or requests: extended resources must have both, equal), at a quantity above zero."""
     found = set()
     for kind in ("limits", "requests"):
         for name, quantity in _map(resources.get(kind)).items():
-            wanted = name == GPU_RESOURCE or str(name).startswith(MIG_RESOURCE_PREFIX)
+            wanted = name in (GPU_RESOURCE, AMD_GPU_RESOURCE) or str(name).startswith(
+                MIG_RESOURCE_PREFIX
+            )
             if wanted and str(quantity).strip() not in ("0", ""):
                 found.add(str(name))
     return tuple(sorted(found))

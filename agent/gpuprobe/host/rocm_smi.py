@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpuprobe.host.child_python import python_command
 from gpuprobe.host.fs import HostFS
 
 LIBRARY = "librocm_smi64.so.1"
@@ -108,7 +109,7 @@ def probe(fs: HostFS, timeout_s: float = TIMEOUT_SECONDS) -> SmiProbe:
         return SmiProbe(None, "absent")
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "gpuprobe.host.rocm_smi", library],
+            python_command("gpuprobe.host.rocm_smi", library),
             capture_output=True,
             text=True,
             timeout=timeout_s,

@@ -12,13 +12,12 @@ counter and the backoff need; no answer, however odd, is a traceback.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from gpuprobe.config import KubernetesConfig
+from gpuprobe.config import KubernetesConfig, selector_terms
 from gpuprobe.errors import UsageError
 from gpuprobe.kube.kubeconfig import NotAKubeconfig, load_kubeconfig
 
@@ -26,8 +25,6 @@ T = TypeVar("T")
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 # Pods listed per request: a node's pods in one or two pages, each a bounded answer.
 PAGE = 250
-# What `kubernetes.taint.node_selector` may say: equality and existence terms, comma-separated.
-_TERM = re.compile(r"(!?)([A-Za-z0-9./_-]+)(?:(==|=|!=)([A-Za-z0-9._-]*))?")
 
 
 class KubeError(Exception):
@@ -57,45 +54,28 @@ def wanted(config: KubernetesConfig, kubeconfig: str | None) -> bool:
 
 def parse_selector(text: str) -> dict[str, Any]:
     """A label selector of equality and existence terms (`a=b,c!=d,e,!f`, each key once) as
-    lightkube's selector; raises UsageError on any other form."""
+    lightkube's selector; raises UsageError (a ConfigError, as when the config loads) on any
+    other form."""
     from lightkube import operators
 
     pairs: dict[str, Any] = {}
-    for term in (t.strip() for t in text.split(",")):
-        match = _TERM.fullmatch(term)
-        if not match or (match.group(1) and match.group(3)) or match.group(2) in pairs:
-            raise UsageError(f"kubernetes.taint.node_selector: cannot read {term!r}")
-        negate, key, op, value = match.groups()
-        if negate:
-            pairs[key] = operators.not_exists()
-        elif op is None:
-            pairs[key] = None
-        elif op == "!=":
-            pairs[key] = operators.not_equal(value)
+    for term in selector_terms(text):
+        if term.op == "!exists":
+            pairs[term.key] = operators.not_exists()
+        elif term.op == "exists":
+            pairs[term.key] = None
+        elif term.op == "!=":
+            pairs[term.key] = operators.not_equal(term.value)
         else:
-            pairs[key] = value
+            pairs[term.key] = term.value
     return pairs
 
 
 def selects(text: str, labels: Mapping[str, str]) -> bool:
     """Whether a selector of the form `parse_selector` reads picks an object with these
-    labels (as the API server would); raises UsageError on any other form."""
-    for term in (t.strip() for t in text.split(",") if t.strip()):
-        match = _TERM.fullmatch(term)
-        if not match or (match.group(1) and match.group(3)):
-            raise UsageError(f"kubernetes.taint.node_selector: cannot read {term!r}")
-        negate, key, op, value = match.groups()
-        if negate:
-            found = key not in labels
-        elif op is None:
-            found = key in labels
-        elif op == "!=":
-            found = labels.get(key) != value
-        else:
-            found = labels.get(key) == value
-        if not found:
-            return False
-    return True
+    labels (as the API server would); raises UsageError on any other form (a loaded config's
+    selector never does: it was read when the config loaded)."""
+    return all(term.picks(labels) for term in selector_terms(text))
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,9 @@ AZURE_EVENTS = "/metadata/scheduledevents?api-version=2020-07-01"
 AZURE_NAME = "/metadata/instance/compute/name?api-version=2021-02-01&format=text"
 # GCE stops a preempted VM about 30 s after `preempted` turns TRUE.
 GCE_PREEMPTION_NOTICE = timedelta(seconds=30)
+# How far from now an announced time may lie: notices come minutes (spot, preemption) to weeks
+# (scheduled maintenance) ahead, an event in progress began hours or days ago.
+SANE_WINDOW = timedelta(days=366)
 AZURE_MAINTENANCE_TYPES = ("Reboot", "Redeploy", "Freeze", "Terminate")
 MAX_QUOTED = 80  # of an unexpected body, in a problem's words
 
@@ -142,17 +145,35 @@ def _json(answer: MetadataAnswer, what: str) -> Any:
         raise BadAnswer(f"{what}: not JSON{_quote(answer.body)}") from None
 
 
-def _rfc3339(text: Any, what: str) -> datetime:
+def _rfc3339(text: Any, what: str, now: datetime) -> datetime:
     if not isinstance(text, str):
         raise BadAnswer(f"{what}: time {text!r} is not a string")
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise BadAnswer(f"{what}: time {text[:MAX_QUOTED]!r} is not an RFC 3339 time") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return _sane(parsed, text, what, now)
 
 
-def _http_date(text: Any, what: str) -> datetime | None:
+def _sane(parsed: datetime, text: str, what: str, now: datetime) -> datetime:
+    """The time in UTC, when it lies within SANE_WINDOW of now; else BadAnswer. A notice's
+    time is minutes to weeks from now: year 9999 with an offset (past datetime's range in
+    UTC), year 1 or the epoch is a broken service's answer, never a node going now."""
+    aware = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:
+        utc = aware.astimezone(UTC)
+        sane = now - SANE_WINDOW <= utc <= now + SANE_WINDOW
+    except (OverflowError, ValueError):
+        sane = False
+    if not sane:
+        raise BadAnswer(
+            f"{what}: time {text[:MAX_QUOTED]!r} is not within {SANE_WINDOW.days} days of now, "
+            "as a notice's time is: a bad answer"
+        )
+    return utc
+
+
+def _http_date(text: Any, what: str, now: datetime) -> datetime | None:
     """An RFC 1123 time (`Mon, 19 Sep 2016 18:29:47 GMT`) or AWS's `21 Jan 2019 09:00:43 GMT`;
     None for an empty one (Azure leaves NotBefore empty once an event has started)."""
     if text == "":
@@ -161,9 +182,9 @@ def _http_date(text: Any, what: str) -> datetime | None:
         raise BadAnswer(f"{what}: time {text!r} is not a string")
     try:
         parsed = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise BadAnswer(f"{what}: time {text[:MAX_QUOTED]!r} is not an HTTP date") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return _sane(parsed, text, what, now)
 
 
 # --- AWS -----------------------------------------------------------------------------------
@@ -178,7 +199,7 @@ def _aws(
         body = _json(spot, AWS_SPOT)
         if not isinstance(body, dict) or not isinstance(body.get("action"), str):
             raise BadAnswer(f'{AWS_SPOT}: expected {{"action", "time"}}{_quote(spot.body)}')
-        when = _rfc3339(body.get("time"), AWS_SPOT)
+        when = _rfc3339(body.get("time"), AWS_SPOT, now)
         answers[AWS_SPOT] = f"{body['action']} at {when.isoformat()}"
         notices.append(Notice(PREEMPTION, AWS_SPOT, f"spot {body['action']}", when))
     else:
@@ -188,7 +209,7 @@ def _aws(
         body = _json(rebalance, AWS_REBALANCE)
         if not isinstance(body, dict) or "noticeTime" not in body:
             raise BadAnswer(f'{AWS_REBALANCE}: expected {{"noticeTime"}}{_quote(rebalance.body)}')
-        when = _rfc3339(body["noticeTime"], AWS_REBALANCE)
+        when = _rfc3339(body["noticeTime"], AWS_REBALANCE, now)
         answers[AWS_REBALANCE] = f"recommended at {when.isoformat()}"
         # The notice time is when it was given, not when the node goes.
         notices.append(Notice(REBALANCE, AWS_REBALANCE, "rebalance recommendation"))
@@ -209,7 +230,7 @@ def _aws(
         if event.get("State", "active") != "active":
             continue  # completed or canceled: kept by AWS for a week, no longer due
         active += 1
-        begins = _http_date(event.get("NotBefore", ""), AWS_SCHEDULED)
+        begins = _http_date(event.get("NotBefore", ""), AWS_SCHEDULED, now)
         detail = f"{event['Code']} ({event.get('EventId', 'no id')})"
         if event.get("Description"):
             detail += f": {event['Description']}"
@@ -323,7 +344,7 @@ def _azure(
             notice_kind = MAINTENANCE
         else:
             continue  # a type this reader does not know
-        when = _http_date(event.get("NotBefore", ""), AZURE_EVENTS)
+        when = _http_date(event.get("NotBefore", ""), AZURE_EVENTS, now)
         detail = f"{kind} {event.get('EventStatus', '')} ({event.get('EventId', 'no id')})"
         if event.get("Description"):
             detail += f": {event['Description']}"

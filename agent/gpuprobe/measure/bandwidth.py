@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import ipaddress
+import re
 import socket
 import subprocess
 import threading
@@ -48,6 +49,10 @@ BYTES_PER_SECOND_BOUND = 10 * 10**9  # a sink's byte bound per second of test (1
 SINK_GRACE_SECONDS = 15.0  # connecting, warming up and reporting back
 TRANSPORTS = ("tcp", "rdma")
 SYS_IB = "/sys/class/infiniband"
+# The kernel's RDMA device names (IB_DEVICE_NAME_MAX is 64, the terminating NUL included).
+RDMA_DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+# The most of a caller's value an error quotes.
+QUOTED_CHARACTERS = 64
 # How long a sender waits for a sink to connect and prove itself; a failure before the proof
 # is reported after exactly this long, so that neither its text nor its timing tells a closed
 # port from a silent one or from another service.
@@ -180,11 +185,31 @@ def bounded_seconds(value: float | None, default: float, limit: float) -> float:
     return float(value)
 
 
+def quoted(value: str, limit: int = QUOTED_CHARACTERS) -> str:
+    """A caller's value as an error quotes it: at most `limit` characters of it (a refusal's
+    words travel back in the call's trailing metadata, which clients bound at a few KiB)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value)} characters)"
+
+
+def rdma_device_name(device: str, what: str = "rdma_device") -> str:
+    """An RDMA device's name as the kernel names them (`mlx5_0`, `rocep1s0f0`); INVALID for
+    anything else (a path, a name longer than the kernel's 64 characters)."""
+    if not RDMA_DEVICE.fullmatch(device):
+        raise Refused(
+            Reason.INVALID,
+            f"{what} {quoted(device)} is not an RDMA device name (at most 64 letters, digits, "
+            "_ . -)",
+        )
+    return device
+
+
 def split_peer(peer: str) -> tuple[str, int]:
     """A peer's host:port (IPv6 in brackets) as (host, port); INVALID otherwise."""
     host, _, port = peer.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise Refused(Reason.INVALID, f"peer {peer!r} is not host:port")
+        raise Refused(Reason.INVALID, f"peer {quoted(peer)} is not host:port")
     return host.strip("[]"), int(port)
 
 
@@ -262,10 +287,10 @@ class BandwidthTests:
         IP address `caller`), listening only on this host's address facing that sender."""
         transport = request.transport or "tcp"
         if transport not in TRANSPORTS:
-            raise Refused(Reason.INVALID, f"unknown transport {transport!r}")
+            raise Refused(Reason.INVALID, f"unknown transport {quoted(transport)}")
         sender = request.sender or caller
         if not is_ip(sender):
-            raise Refused(Reason.INVALID, f"sender {sender!r} is not an IP address")
+            raise Refused(Reason.INVALID, f"sender {quoted(sender)} is not an IP address")
         sender = tcp.normal_address(sender)  # the sink compares it with what accept returns
         self._allowed(sender, "sender")
         self._refuse_if_busy(request.force)
@@ -332,6 +357,7 @@ class BandwidthTests:
     def _rdma_server(self, request: SinkRequest, lifetime: float) -> perftest.PerftestOptions:
         if not request.rdma_device:
             raise Refused(Reason.INVALID, "rdma needs an rdma_device")
+        rdma_device_name(request.rdma_device)
         if not self.fs.exists(f"{SYS_IB}/{request.rdma_device}"):
             raise Refused(Reason.CANNOT_RUN, f"no RDMA device {request.rdma_device} on {self.node}")
         problem = self._gid_problem(request.rdma_device)
@@ -374,7 +400,7 @@ class BandwidthTests:
     def _measure(self, request: MeasureRequest) -> Measurement:
         transport = request.transport or "tcp"
         if transport not in TRANSPORTS:
-            raise Refused(Reason.INVALID, f"unknown transport {transport!r}")
+            raise Refused(Reason.INVALID, f"unknown transport {quoted(transport)}")
         host, port = split_peer(request.peer)
         self._refuse_if_busy(request.force)
         duration = bounded_seconds(request.duration_seconds, DEFAULT_SECONDS, MAX_SECONDS)
@@ -470,17 +496,20 @@ class BandwidthTests:
                 max_rate=rate,
                 source=source,
             )
-        except tcp.NotOurAddress as exc:
-            raise Refused(
-                Reason.CANNOT_RUN,
-                f"{self.node} cannot send from {source}, the address the sink on {sink.node} "
-                f"accepts streams from: it is not an address of {self.node} ({exc.strerror})",
-            ) from None
-        except tcp.NotASink:
-            # Told alike, after the same time, whatever answered (or did not) at that port.
+        except (tcp.NotOurAddress, tcp.NotASink):
+            # Told alike, after the same time, whatever answered (or did not) at that port,
+            # and whether or not the sender address the sink names is this node's: an answer
+            # at once that it is not ("not an address of <node>") told a caller which
+            # addresses the node holds.
             time.sleep(max(0.0, started + PROOF_SECONDS - time.monotonic()))
+            also = (
+                f", or {source}, the address it accepts streams from, is not one {self.node} "
+                "sends from"
+                if source
+                else ""
+            )
             raise Refused(
-                Reason.UNREACHABLE, f"{sink.address}:{sink.port} {NOT_A_SINK}", Side.PEER
+                Reason.UNREACHABLE, f"{sink.address}:{sink.port} {NOT_A_SINK}{also}", Side.PEER
             ) from None
         except tcp.BandwidthError as exc:
             raise Refused(
@@ -506,8 +535,12 @@ class BandwidthTests:
         if not sink.sender:
             return None
         if not is_ip(sink.sender):
-            raise Refused(Reason.INVALID, f"the sink's sender {sink.sender!r} is not an IP address")
-        return tcp.normal_address(sink.sender)
+            raise Refused(
+                Reason.INVALID, f"the sink's sender {quoted(sink.sender)} is not an IP address"
+            )
+        sender = tcp.normal_address(sink.sender)
+        self._allowed(sender, "the sink's sender")  # this node sends only within its networks
+        return sender
 
     def _measure_rdma(
         self, request: MeasureRequest, host: str, port: int, duration: float
@@ -515,6 +548,9 @@ class BandwidthTests:
         device = request.rdma_device
         if not device:
             raise Refused(Reason.INVALID, "rdma needs an rdma_device")
+        rdma_device_name(device)
+        if request.peer_rdma_device:
+            rdma_device_name(request.peer_rdma_device, "peer_rdma_device")
         if not self.fs.exists(f"{SYS_IB}/{device}"):
             raise Refused(Reason.CANNOT_RUN, f"no RDMA device {device} on {self.node}")
         # perftest looks its GID up only once the peer has connected: a bad index here would

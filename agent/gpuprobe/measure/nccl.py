@@ -23,6 +23,7 @@ bus bandwidth at the largest size instead.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -31,7 +32,9 @@ from dataclasses import dataclass
 
 from gpuprobe import cleanup
 
-_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)")
+# The footer's average: a number as printf's %g writes it (`373.187`, `1.2e+03`); anything
+# else there (`.`, `nan`) is no average.
+_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)(?![\w.])")
 _OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)")
 # The current layout, for output whose header line is missing.
 CURRENT_COLUMNS = ["size", "count", "type", "redop", "root"] + 2 * [
@@ -135,9 +138,15 @@ def parse_output(text: str) -> NcclResult:
     bounds = _OUT_OF_BOUNDS.search(text)
     return NcclResult(
         tuple(rows),
-        float(average.group(1)) * 1e9 if average else None,
+        _average(average.group(1)) if average else None,
         int(bounds.group(1)) if bounds else None,
     )
+
+
+def _average(text: str) -> float | None:
+    """The footer's average bus bandwidth in bytes/s (None when it is no finite number)."""
+    value = float(text) * 1e9
+    return value if math.isfinite(value) else None
 
 
 def _size(text: str) -> int | None:
@@ -192,12 +201,14 @@ def expected_largest(args: tuple[str, ...], output: str = "") -> int | None:
         low, high, step, factor = (int(v or 0) for v in read)
     if low <= 0 or high < low:
         return None
+    if factor <= 1:
+        # Added steps: the last one within `high`, counted, not walked (a 1-byte step up to
+        # 10^12 is 10^12 steps); no step (0) stays at `low`.
+        return low + (high - low) // step * step if step > 0 else low
     size = low
-    while True:
-        following = size * factor if factor > 1 else size + step
-        if following > high or following <= size:
-            return size
-        size = following
+    while size * factor <= high:  # at most 40-odd doublings up to any size
+        size *= factor
+    return size
 
 
 def _stop(process: subprocess.Popen[str]) -> None:

@@ -26,7 +26,7 @@ from gpuprobe.checks.registry import CHECKS, active, refuse_unknown_names
 from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
-from gpuprobe.credentials import TokenFile
+from gpuprobe.credentials import TokenFile, check_key_pair
 from gpuprobe.errors import UsageError
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
 from gpuprobe.host import Host
@@ -127,6 +127,13 @@ class Agent:
 
         token = TokenFile(options.token_file) if options.token_file else None
         cert_file, key_file = options.peer_certificate()
+        if options.tls_client_cert is not None and options.tls_client_key is not None:
+            check_key_pair(
+                options.tls_client_cert,
+                options.tls_client_key,
+                "--tls-client-cert",
+                "--tls-client-key",
+            )
         peers = PeerChannel(
             token,
             ca_file=options.tls_client_ca or options.tls_cert,

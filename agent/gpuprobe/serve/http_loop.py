@@ -12,9 +12,14 @@ costs a few kilobytes and a timer, not a thread: thousands are held cheaply. The
   if it has waited `Limits.evict_after` seconds, so a newcomer (the kubelet's probe, a scrape)
   is served and a crowd of idle connections only evicts itself; a 503 only when every
   connection in the way is being answered or was opened within that second;
-- at most `Limits.max_answering` answers in flight (rendered, not yet taken by the client);
-  past it a request is answered 503, except the paths the server was told never to refuse
-  (`/healthz`: its answer is small and comes from memory);
+- at most `Limits.max_answering` answers in flight (rendered, not yet taken by the client),
+  and at most `Limits.max_answering_per_peer` of one address, so one address's connections
+  that pipeline requests and never read the answers hold a few places, not all of them; past
+  either a request is answered 503 and its connection closed, except the paths the server was
+  told never to refuse (`/healthz`, `/readyz`: small answers from memory);
+- one answer at a time per connection (the next pipelined request is read once the answer
+  was taken), and at most `Limits.max_pipelined` requests waiting behind it: past that the
+  connection is closed after its answer;
 - an answer must be taken within `Limits.write_timeout`.
 
 Slow pages run on one worker thread (`Later`), so rendering never holds the loop. A route that
@@ -70,6 +75,8 @@ class Limits:
     # whose request is on its way): past the bounds with only such, the newcomer gets 503.
     evict_after: float = 1.0
     max_answering: int = 256
+    max_answering_per_peer: int = 16
+    max_pipelined: int = 16
     head_timeout: float = 5.0
     body_timeout: float = 5.0
     write_timeout: float = 10.0
@@ -148,6 +155,7 @@ class HttpServer:
         self._waiting: OrderedDict[_Connection, None] = OrderedDict()
         self._waiting_by_peer: dict[str, OrderedDict[_Connection, None]] = {}
         self._answering = 0
+        self._answering_by_peer: Counter[str] = Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
         self._stopped = threading.Event()
@@ -282,29 +290,44 @@ class HttpServer:
             return
         self._open.discard(conn)
         self._unwait(conn)
-        if conn.counted_answering:
-            conn.counted_answering = False
-            self._answering -= 1
+        self._count_out(conn)
         self._per_peer[conn.peer] -= 1
         if self._per_peer[conn.peer] <= 0:
             del self._per_peer[conn.peer]
 
     def start_answering(self, conn: _Connection, request: Request) -> bool:
-        """Take a place among the answers in flight; False when none is left for the path."""
+        """Take a place among the answers in flight; False when none is left for the path:
+        all of the server's are taken, or all its address may hold."""
         self._unwait(conn)
-        if self._answering >= self.limits.max_answering and request.path not in self.never_refused:
+        if request.path not in self.never_refused and (
+            self._answering >= self.limits.max_answering
+            or self._answering_by_peer[conn.peer] >= self.limits.max_answering_per_peer
+        ):
             return False
         self._answering += 1
+        self._answering_by_peer[conn.peer] += 1
         conn.counted_answering = True
         return True
 
+    def answering_of(self, peer: str) -> int:
+        """Answers in flight to one address (read from any thread)."""
+        return self._answering_by_peer.get(peer, 0)
+
     def done_answering(self, conn: _Connection) -> None:
         """The answer was taken: the connection waits for its next request (newest in line)."""
-        if conn.counted_answering:
-            conn.counted_answering = False
-            self._answering -= 1
+        self._count_out(conn)
         if conn in self._open:
             self._wait(conn)
+
+    def _count_out(self, conn: _Connection) -> None:
+        """Give up the connection's place among the answers in flight, if it holds one."""
+        if not conn.counted_answering:
+            return
+        conn.counted_answering = False
+        self._answering -= 1
+        self._answering_by_peer[conn.peer] -= 1
+        if self._answering_by_peer[conn.peer] <= 0:
+            del self._answering_by_peer[conn.peer]
 
     def answer(self, request: Request, respond: Callable[[Response], None]) -> None:
         """Route `request` and hand its answer to `respond` (at once, or from the worker)."""
@@ -444,6 +467,8 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self.transport.pause_reading()
         self.keep_alive = _keep_alive(request)
+        if _waiting_requests(self.buffer) > self.server.limits.max_pipelined:
+            self.keep_alive = False  # this one is answered; the pile behind it is not
         if not self.server.start_answering(self, request):
             self.keep_alive = False
             self._respond(Response(503, "text/plain", REFUSAL_BODY), request.method)
@@ -574,6 +599,11 @@ def _head_end(buffer: bytearray) -> int:
     lf = buffer.find(b"\n\n")
     ends = [i + n for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
     return min(ends) if ends else -1
+
+
+def _waiting_requests(buffer: bytearray) -> int:
+    """How many whole request heads wait in `buffer` (pipelined behind the one answered)."""
+    return buffer.count(b"\r\n\r\n") or buffer.count(b"\n\n")
 
 
 def _parse_head(head: bytes, peer: str) -> tuple[Request | None, int, tuple[int, str] | None]:

@@ -4,12 +4,13 @@ humans, `/readyz` for a readiness probe where the kubelet cannot use gRPC's (TLS
 Served by `gpuprobe.serve.http_loop`: one event loop holds every connection, so idle or slow
 ones cost almost nothing, request heads and bodies have deadlines, one address holds at most
 `Limits.max_per_peer` connections, and when every place is taken the connection that waited
-longest is closed for the newcomer; `/healthz` (the DaemonSet's liveness probe) is never
-refused while the agent lives. `/metrics` serves the report's families as rendered once per
-report update and exposition format (a scrape only copies bytes), plus the process_* families
-read from /proc/self, encoded and compressed on a worker thread so the loop keeps answering;
-`/healthz` and `/readyz` answer from memory, on the loop. Errors are logged as JSON lines,
-never as a bare traceback.
+longest is closed for the newcomer; one address holds at most
+`Limits.max_answering_per_peer` answers in flight; `/healthz` (the DaemonSet's liveness
+probe) and `/readyz` are never refused for want of an answer's place. `/metrics` serves the
+report's families as rendered once per report update and exposition format (a scrape only
+copies bytes), plus the process_* families read from /proc/self, encoded and compressed on a
+worker thread so the loop keeps answering; `/healthz` and `/readyz` answer from memory, on
+the loop. Errors are logged as JSON lines, never as a bare traceback.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from gpuprobe.serve.http_loop import (
 )
 from gpuprobe.threads import start_thread
 
-PROBE_PATHS = frozenset({"/healthz"})
+# Answered from memory on the loop, and never refused for want of an answer's place: the
+# liveness probe (/healthz) and the readiness probe where the kubelet cannot use gRPC's (/readyz).
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 # What socket(AF_INET6) and bind(("::", port)) fail with where the kernel has no IPv6.
 NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL})
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from gpuprobe.credentials import TokenFile, read_pem
+from gpuprobe.credentials import TokenFile, check_ca, check_key_pair, read_pem
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,12 @@ def caller(context: grpc.ServicerContext) -> str:
 
 def server_credentials(cert: str, key: str, client_ca: str | None) -> grpc.ServerCredentials:
     """TLS credentials from PEM files; with `client_ca`, clients must present a certificate
-    signed by it (mTLS). Raises UsageError for an unreadable file."""
+    signed by it (mTLS). Raises UsageError naming the file that is wrong: unreadable, not what
+    its flag says, or a key that is not the certificate's (gRPC would only say that it cannot
+    listen)."""
+    check_key_pair(cert, key, "--tls-cert", "--tls-key")
+    if client_ca is not None:
+        check_ca(client_ca, "--tls-client-ca")
     pair = (read_pem(key, "--tls-key"), read_pem(cert, "--tls-cert"))
     if client_ca is None:
         return grpc.ssl_server_credentials([pair])

@@ -37,6 +37,9 @@ SERVICE_NAME = "gpuprobe.v1.NodeDiagnostics"
 ClearXid = Callable[[int | None], int]
 # Kept back from the caller's deadline so the answer still reaches it in time.
 DEADLINE_MARGIN_SECONDS = 0.2
+# The most characters of a refusal's words a call ends with (grpc-message, percent-encoded, must
+# stay well within a client's metadata bound).
+MAX_DETAILS = 1024
 # How often a watch stream looks whether its caller left or the agent stops.
 WATCH_POLL_SECONDS = 1.0
 
@@ -221,7 +224,11 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
 
 
 def abort(context: Any, code: grpc.StatusCode, details: str) -> NoReturn:
-    """End the call with `code` (grpc's abort raises; this tells the type checker so)."""
+    """End the call with `code` (grpc's abort raises; this tells the type checker so). The
+    details travel in the trailing metadata, which clients bound (gRPC's default: 8 KiB):
+    past MAX_DETAILS characters they are cut, so the caller still reads why."""
+    if len(details) > MAX_DETAILS:
+        details = details[: MAX_DETAILS - 1] + "…"
     context.abort(code, details)
     raise AssertionError("grpc's abort returned")
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuprobe.host import state_files
 from gpuprobe.report import format_time, now
 from gpuprobe.workloads.attribution import DeviceUse
 
@@ -214,5 +215,8 @@ def save_ledger(state_dir: str, ledger: Ledger) -> str | None:
     except OSError as exc:
         if temporary is not None:
             Path(temporary).unlink(missing_ok=True)  # a full disk leaves no half-written file
-        return exc.strerror or str(exc)
+        error = exc.strerror or str(exc)
+        state_files.saved(str(directory / STATE_FILE), error)
+        return error
+    state_files.saved(str(directory / STATE_FILE), None)
     return None

@@ -14,6 +14,8 @@ from gpuprobe.report import Action, Finding, Severity, gpu_resource
 _XID_NAMED = re.compile(r": Xid (\d+), ")
 # Xid 63: a memory row recorded for remapping (or a page for retirement), pending a reset.
 REMAP_RECORDED = 63
+# Xid 154: the GPU's recovery action changed (to the one its message names).
+RECOVERY_CHANGED = 154
 # What to do about a critical NVML event, by its action (`{gpu}`: ` -i <index>` when known).
 EVENT_ADVICE = {
     Action.RESET_GPU: "drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the "
@@ -78,6 +80,13 @@ def _advice(info: XidInfo, index: int | None, message: str) -> str:
         return f"look it up in NVIDIA's Xid catalog ({CATALOG_URL})"
     if info.xid == REMAP_RECORDED:
         return _pending_until_reset(gpu, message)
+    if info.xid == RECOVERY_CHANGED and info.action is Action.NONE:
+        # A WARNING, not "informational": the GPU needed a recovery before (or NVIDIA's
+        # driver would not log the change), and a later Xid 154 may ask for one again.
+        return (
+            "the driver now asks for no recovery on this GPU (one it asked for before is done "
+            "or withdrawn): nothing to do unless another Xid 154 asks for a reset or a reboot"
+        )
     return {
         Action.RESTART_APP: (
             "restart the application that hit it and reset the GPU when convenient"
@@ -93,7 +102,12 @@ def _advice(info: XidInfo, index: int | None, message: str) -> str:
         Action.HARDWARE_INSPECTION: "have the GPU and its seating, power and cooling inspected; "
         "contact support if it repeats",
         Action.FIX_CONFIG: "fix the driver, firmware or GPU configuration the catalog names",
-        Action.NONE: "informational: nothing to do unless it repeats",
+        # A WARNING with no repair: say why there is none, never "informational".
+        Action.NONE: (
+            "NVIDIA's catalog asks for no action on it (IGNORE): watch whether it repeats"
+            if info.bucket == "IGNORE"
+            else "no repair is due now: watch whether it repeats"
+        ),
     }.get(info.action, "see NVIDIA's Xid catalog")
 
 

@@ -6,7 +6,7 @@ from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.model import Observation
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
-from gpuprobe.host import Host
+from gpuprobe.host import Host, state_files
 
 # The live node's state directory when `xid.state_dir` is not configured.
 DEFAULT_STATE_DIR = "/var/lib/gpuprobe"
@@ -40,8 +40,11 @@ def save_sticky(host: Host, seen: Observation, directory: str | None) -> str | N
         return None
     state.sticky = sticky
     state.cleared.update(recovered)
+    path = str(xid_state.state_path(directory))
     try:
         xid_state.save(directory, state)
     except xid_state.StateError as exc:
+        state_files.saved(path, str(exc))
         return str(exc)
+    state_files.saved(path, None)
     return None

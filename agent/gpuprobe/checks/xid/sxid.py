@@ -175,4 +175,4 @@ def _advice(info: SxidInfo, gpus: list[int]) -> str:
         Action.REBOOT_NODE: f"always fatal to the NVLink fabric: {affected}; drain and reboot "
         f"the node{sticky}",
         Action.HARDWARE_INSPECTION: "the switch is running hot: check the system's cooling",
-    }.get(info.action, f"informational: nothing to do unless it repeats ({GUIDE_URL})")
+    }.get(info.action, f"no repair is due now: watch whether it repeats ({GUIDE_URL})")
