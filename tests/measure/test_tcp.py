@@ -23,6 +23,7 @@ from gpuprobe import cleanup
 from gpuprobe.cores import usable_cores
 from gpuprobe.measure.tcp import (
     HEADER,
+    RCV_LOWAT,
     REPLY,
     SEND_BYTES,
     BandwidthError,
@@ -78,6 +79,34 @@ def raw_stream(port: int, header: bytes | None) -> bytes:
             return conn.recv(64)
         except OSError:
             return b""
+
+
+def test_the_window_holds_exactly_what_arrived_after_the_warm_up() -> None:
+    """The sink wakes its worker once per RCV_LOWAT bytes, so bytes that arrived in the
+    warm-up can still be unread when it ends: the worker cuts the stream at that moment and
+    counts them as warm-up. Before the cut, the first read after the warm-up counted them in
+    the window."""
+    s = sink(streams=1)
+    warm, measured = 100_000, 300_000  # each less than RCV_LOWAT: read only when it ends
+    assert measured < RCV_LOWAT
+    with socket.create_connection((LOOPBACK, s.port), timeout=10) as conn:
+        hello = header(s.token, 300, 0)
+        conn.sendall(hello)
+        assert conn.recv(32) == sink_proof(s.token, hello[:32])
+        conn.sendall(bytes(warm))
+        time.sleep(0.6)  # the warm-up ends 0.3 s after the header
+        conn.sendall(bytes(measured))
+        time.sleep(0.2)
+        conn.shutdown(socket.SHUT_WR)
+        reply = b""
+        while len(reply) < REPLY.size:
+            chunk = conn.recv(REPLY.size - len(reply))
+            assert chunk
+            reply += chunk
+    total, window, seconds = REPLY.unpack(reply)
+    assert (total, window) == (warm + measured, measured)
+    assert 0.2 < seconds < 1.0  # from the cut (0.3 s) to the last bytes (at the end, 0.8 s)
+    assert s.wait(5)
 
 
 def test_a_wrong_token_is_refused() -> None:
