@@ -61,14 +61,15 @@ REPLY = struct.Struct("!QQd")
 REPLY_CPU = struct.Struct("!Iddd")
 # What one discarding recv may drop. The kernel never writes the buffer (MSG_TRUNC), so every
 # worker of every sink shares one, mapped and never touched: it costs no resident memory.
-DISCARD_BYTES = 4 * 1024 * 1024
+DISCARD_BYTES = 16 * 1024 * 1024
 _DISCARD = memoryview(mmap.mmap(-1, DISCARD_BYTES))
 # How much a stream's data must hold before its sink worker is woken (SO_RCVLOWAT; the end of
-# the stream and a full receive buffer wake it too). A worker woken for every few packets
-# spent as much CPU per byte as iperf3's copying receiver, and on a 2-core KVM guest whose
-# idle cores halt, each wake-up also cost the sending core an interrupt to the other: with
-# 1 MiB the sink's and the sender's CPU per byte fell by about 40 % (bench/tcp_vs_iperf3.py).
-RCV_LOWAT = 1024 * 1024
+# the stream and a full receive buffer wake it too; Linux caps it at half of tcp_rmem's
+# maximum). A worker woken for every few packets spent as much CPU per byte as iperf3's
+# copying receiver, and on a 2-core KVM guest each wake-up also cost the sending core an
+# interrupt to the other: paired runs there moved 1.3-1.6 x (1 MiB) and 1.7-2.5 x (4 MiB) the
+# bytes of one wake-up per packet (bench/tcp_vs_iperf3.py, docs/benchmarks.md).
+RCV_LOWAT = 4 * 1024 * 1024
 WORKER_POLL_SECONDS = 0.05
 SEND_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT = 5.0
