@@ -12,8 +12,11 @@ by default one per stream up to the cores this process may use). The data never 
 through Python: the sender hands a memory file's pages to the socket with `sendfile`, and the
 sink discards what arrives inside the kernel (`recv` with `MSG_TRUNC`, which TCP sockets on
 Linux take to mean "drop these bytes"). Both system calls release the interpreter lock, so
-the workers run on as many cores as they are given. Each worker times its own CPU, so a test
-can tell whether the link or the machines' CPUs set its figure.
+the workers run on as many cores as they are given. A sink worker is woken only once a stream
+holds RCV_LOWAT bytes (or ends), not for every few packets, and cuts each stream at the end
+of its warm-up (what arrived until then is warm-up), so the window counts exactly what came
+after however seldom it reads. Each worker times its own CPU, so a test can tell whether the
+link or the machines' CPUs set its figure.
 
 Wire format, per stream. The token never goes on the wire: whatever listens at the port
 learns nothing it could use. The sender writes a 72-byte header: a fresh random 32-byte nonce,
@@ -65,10 +68,10 @@ DISCARD_BYTES = 16 * 1024 * 1024
 _DISCARD = memoryview(mmap.mmap(-1, DISCARD_BYTES))
 # How much a stream's data must hold before its sink worker is woken (SO_RCVLOWAT; the end of
 # the stream and a full receive buffer wake it too; Linux caps it at half of tcp_rmem's
-# maximum). A worker woken for every few packets spent as much CPU per byte as iperf3's
-# copying receiver, and on a 2-core KVM guest each wake-up also cost the sending core an
-# interrupt to the other: paired runs there moved 1.3-1.6 x (1 MiB) and 1.7-2.5 x (4 MiB) the
-# bytes of one wake-up per packet (bench/tcp_vs_iperf3.py, docs/benchmarks.md).
+# maximum). Woken for every few packets (about 100-500 KB a read), a worker spent as much CPU
+# per byte as iperf3's copying receiver, and on a 2-core KVM guest (AMD EPYC) each wake-up also
+# cost the sending core an interrupt to the other: at 4 MiB both ends' CPU per Gbit fell to
+# about 0.4 of what it was and the figure doubled (docs/benchmarks.md, bench/tcp_vs_iperf3.py).
 RCV_LOWAT = 4 * 1024 * 1024
 WORKER_POLL_SECONDS = 0.05
 SEND_BYTES = 8 * 1024 * 1024
