@@ -12,8 +12,11 @@ by default one per stream up to the cores this process may use). The data never 
 through Python: the sender hands a memory file's pages to the socket with `sendfile`, and the
 sink discards what arrives inside the kernel (`recv` with `MSG_TRUNC`, which TCP sockets on
 Linux take to mean "drop these bytes"). Both system calls release the interpreter lock, so
-the workers run on as many cores as they are given. Each worker times its own CPU, so a test
-can tell whether the link or the machines' CPUs set its figure.
+the workers run on as many cores as they are given. A sink worker is woken only once a stream
+holds RCV_LOWAT bytes (or ends), not for every few packets, and cuts each stream at the end
+of its warm-up (what arrived until then is warm-up), so the window counts exactly what came
+after however seldom it reads. Each worker times its own CPU, so a test can tell whether the
+link or the machines' CPUs set its figure.
 
 Wire format, per stream. The token never goes on the wire: whatever listens at the port
 learns nothing it could use. The sender writes a 72-byte header: a fresh random 32-byte nonce,
@@ -61,8 +64,16 @@ REPLY = struct.Struct("!QQd")
 REPLY_CPU = struct.Struct("!Iddd")
 # What one discarding recv may drop. The kernel never writes the buffer (MSG_TRUNC), so every
 # worker of every sink shares one, mapped and never touched: it costs no resident memory.
-DISCARD_BYTES = 4 * 1024 * 1024
+DISCARD_BYTES = 16 * 1024 * 1024
 _DISCARD = memoryview(mmap.mmap(-1, DISCARD_BYTES))
+# How much a stream's data must hold before its sink worker is woken (SO_RCVLOWAT; the end of
+# the stream and a full receive buffer wake it too; Linux caps it at half of tcp_rmem's
+# maximum). Woken for every few packets (about 100-500 KB a read), a worker spent as much CPU
+# per byte as iperf3's copying receiver, and on a 2-core KVM guest (AMD EPYC) each wake-up also
+# cost the sending core an interrupt to the other: at 4 MiB both ends' CPU per Gbit fell to
+# about 0.4 of what it was and the figure doubled (docs/benchmarks.md, bench/tcp_vs_iperf3.py).
+RCV_LOWAT = 4 * 1024 * 1024
+WORKER_POLL_SECONDS = 0.05
 SEND_BYTES = 8 * 1024 * 1024
 HEADER_TIMEOUT = 5.0
 PROOF_BYTES = 32  # a SHA-256 HMAC
@@ -276,8 +287,11 @@ class _Stream:
     conn: socket.socket
     opened: float
     header: bytes = b""
+    # When the warm-up ends: planned at first, then the moment the worker cut the stream
+    # there (took all that had arrived as warm-up), so the window holds exactly what came after.
     window_start: float = 0.0
     window_end: float = 0.0
+    cut: bool = False
     total: int = 0
     window: int = 0
 
@@ -292,14 +306,16 @@ class _SinkWorker:
         self.selector = selectors.DefaultSelector()
         self.thread = threading.Thread(target=self._run, name=f"tcp-sink-{index}", daemon=True)
         self._clock: ThreadClock | None = None
+        self._warming: list[_Stream] = []  # streams not yet cut at the end of their warm-up
 
     def _run(self) -> None:
         self._clock = ThreadClock()
         try:
             while not self.sink.closed.is_set():
                 self._take_incoming()
-                for key, _ in self.selector.select(0.05):
+                for key, _ in self.selector.select(self._timeout()):
                     self._readable(key.data)
+                self._cut_due()
         except (OSError, ValueError):  # closed under the loop by close()
             pass
         finally:
@@ -319,28 +335,68 @@ class _SinkWorker:
                 stream.conn.close()
             else:
                 self.selector.register(stream.conn, selectors.EVENT_READ, stream)
+                self._warming.append(stream)
+
+    def _timeout(self) -> float:
+        """How long to wait for data: until the next warm-up ends (to cut that stream on
+        time, however little it holds), at most WORKER_POLL_SECONDS (to see a closed sink)."""
+        now = time.monotonic()
+        return max(0.0, min([WORKER_POLL_SECONDS, *(s.window_start - now for s in self._warming)]))
+
+    def _cut_due(self) -> None:
+        now = time.monotonic()
+        for stream in [s for s in self._warming if now >= s.window_start]:
+            self._cut(stream)
 
     def _readable(self, stream: _Stream) -> None:
+        if not stream.cut and time.monotonic() >= stream.window_start:
+            self._cut(stream)
+        elif n := self._receive(stream):
+            self._count(stream, n)
+
+    def _cut(self, stream: _Stream) -> None:
+        """End the stream's warm-up now: what it holds arrived before this moment and is
+        warm-up; everything received from here on is the window's."""
+        while n := self._receive(stream):
+            self._count(stream, n)
+            if n < DISCARD_BYTES:
+                break
+        if n is None:  # it ended in its warm-up: answered with an empty window
+            return
+        self._warming.remove(stream)
+        stream.cut = True
+        stream.window_start = stream.window_end = time.monotonic()
+
+    def _receive(self, stream: _Stream) -> int | None:
+        """Discard what the stream holds now: its byte count (0: nothing yet), or None when
+        the stream ended (answered at the sender's end, or dropped on an error)."""
         try:
             n = stream.conn.recv_into(_DISCARD, DISCARD_BYTES, socket.MSG_TRUNC)
         except BlockingIOError:
-            return
+            return 0
         except OSError:
-            self.selector.unregister(stream.conn)
+            self._forget(stream)
             stream.conn.close()
-            return
+            return None
         if n == 0:
             self._reply(stream)
-            return
-        now = time.monotonic()
+            return None
+        return n
+
+    def _count(self, stream: _Stream, n: int) -> None:
         stream.total += n
-        if now >= stream.window_start:
+        if stream.cut:
             stream.window += n
-            stream.window_end = now
+            stream.window_end = time.monotonic()
         self.sink.received(n)
 
-    def _reply(self, stream: _Stream) -> None:
+    def _forget(self, stream: _Stream) -> None:
         self.selector.unregister(stream.conn)
+        if not stream.cut:
+            self._warming.remove(stream)
+
+    def _reply(self, stream: _Stream) -> None:
+        self._forget(stream)
         seconds = max(0.0, stream.window_end - stream.window_start)
         assert self._clock is not None  # made first thing in the worker's thread
         spent = self._clock.figures()
@@ -499,6 +555,9 @@ class TcpSink:
             with contextlib.suppress(OSError):  # 32 bytes into an empty send buffer
                 stream.conn.send(sink_proof(self.token, nonce))
             self._selector.unregister(stream.conn)
+            # Wake its worker once per RCV_LOWAT bytes, not once per packet.
+            with contextlib.suppress(OSError):
+                stream.conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, RCV_LOWAT)
             stream.window_start = stream.window_end = time.monotonic() + warmup_ms / 1000.0
             worker = self._workers[self.stats.accepted % len(self._workers)]
             self.stats.accepted += 1
