@@ -1,7 +1,8 @@
 """The objects one NCCL test between nodes is made of, as the API takes them (pure: no calls).
 
 Two ways to run it, the same request of the scheduler either way: one pod per node, bound to
-the named nodes (`metadata.name` In the nodes, and never two on one node), each asking for
+the named nodes (a node field selector on `metadata.name` per node, and never two pods on one
+node: anti-affinity on the hostname), each asking for
 the node's GPUs (`nvidia.com/gpu`) as a limit, tolerating only the taints the operator names,
 with a memory-backed `/dev/shm` for NCCL's intra-node transport.
 
@@ -144,13 +145,11 @@ def _pod_spec(w: Workload, container: dict[str, Any]) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "affinity": {
             "nodeAffinity": {
+                # One term per node, ORed: a node field selector takes one value per term.
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
-                        {
-                            "matchFields": [
-                                {"key": "metadata.name", "operator": "In", "values": list(w.nodes)}
-                            ]
-                        }
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
+                        for n in w.nodes
                     ]
                 }
             },
