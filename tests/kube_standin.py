@@ -678,13 +678,15 @@ class KubeStandIn:
                 else " at the cluster scope"
             )
             # The API server names the object when there is one ("nodes \"n\" is
-            # forbidden"), and leaves the name out for a list or a create.
+            # forbidden"), and leaves the name out for a list or a create; the resource is
+            # qualified by its group (apierrors.NewForbidden: "jobs.batch is forbidden"), its
+            # subresource only in the reason.
             named = f' "{info.name}"' if info.name else ""
+            qualified = f"{info.resource}.{info.group}" if info.group else info.resource
             raise ApiFailure(
                 403,
                 "Forbidden",
-                f"{info.resource}{'/' + info.subresource if info.subresource else ''}"
-                f'{named} is forbidden: User "{user}" cannot {info.verb} '
+                f'{qualified}{named} is forbidden: User "{user}" cannot {info.verb} '
                 f'resource "{info.rbac_resource}" in API group "{info.group}"{where}',
             )
         if self.faults.delay:

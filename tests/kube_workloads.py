@@ -424,6 +424,7 @@ class WorkloadStandIn(KubeStandIn):
         self.namespaces = {"default", "kube-system", "gpuprobe"}
         self.logs: dict[tuple[str, str, str], str] = {}  # (namespace, pod, container): text
         self.created: list[tuple[str, str]] = []  # (kind, name), as they were asked for
+        self.stored: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name): as created
         self.deleted: list[tuple[str, str, str]] = []  # (kind, name, propagation)
 
     def workload(self, group: str, plural: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -566,6 +567,7 @@ class WorkloadStandIn(KubeStandIn):
             obj["spec"].setdefault("suspend", False)
             obj["status"] = {}
         store[(info.namespace, name)] = obj
+        self.stored[(kind, name)] = copy.deepcopy(obj)
         return copy.deepcopy(obj)
 
     def _delete(
@@ -704,10 +706,14 @@ class ControlPlane:
     stand-in's objects every `tick` seconds on a thread; what they could not do (an object of
     theirs the API's validation refuses) is in `errors`."""
 
-    def __init__(self, api: WorkloadStandIn, script: Script, tick: float = 0.05) -> None:
+    def __init__(
+        self, api: WorkloadStandIn, script: Script, tick: float = 0.05, operator: bool = True
+    ) -> None:
         self.api, self.script, self.tick = api, script, tick
+        self.operator = operator  # the MPI Operator runs (its CRD may be installed without it)
         self.errors: list[str] = []
         self.validation_refused: list[str] = []
+        self.bindings: list[tuple[str, str]] = []  # (pod, node), as the scheduler bound them
         self._done: set[str] = set()  # uids the controllers have acted on for good
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -731,7 +737,8 @@ class ControlPlane:
     def step(self) -> None:
         """One round of every controller, the scheduler and the kubelets."""
         for job in list(self.api.workload("kubeflow.org", "mpijobs").values()):
-            self._mpi_operator(job)
+            if self.operator:
+                self._mpi_operator(job)
         for job in list(self.api.workload("batch", "jobs").values()):
             self._job_controller(job)
         for pod in list(self.api.pods.values()):
@@ -1138,6 +1145,7 @@ class ControlPlane:
         conditions[:] = [c for c in conditions if c["type"] != "PodScheduled"]
         if feasible:
             spec["nodeName"] = feasible[0]
+            self.bindings.append((pod["metadata"]["name"], feasible[0]))
             conditions.append(
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}
             )
@@ -1328,10 +1336,11 @@ def cluster(
     gpu_nodes: dict[str, int],
     mpi_operator: bool = False,
     taints: dict[str, list[dict[str, str]]] | None = None,
+    operator_running: bool = True,
 ) -> Iterator[tuple[WorkloadStandIn, ControlPlane]]:
-    """A started stand-in (the agent's, the auditor's and the NCCL mesh's RBAC; GPU nodes with
-    their allocatable GPUs and taints; the MPI Operator's API when asked) and its control
-    plane; stopped on every way out."""
+    """A started stand-in (the agent's and the NCCL mesh's RBAC; GPU nodes with their
+    allocatable GPUs and taints; the MPI Operator's API when asked, its controller running
+    unless told not to) and its control plane; stopped on every way out."""
     from kube_standin import manifest_rules
 
     stand_in = WorkloadStandIn(directory, manifest_rules())
@@ -1346,7 +1355,7 @@ def cluster(
     if mpi_operator:
         stand_in.install("kubeflow.org", ["v2beta1", "v1"])
     stand_in.start()
-    plane = ControlPlane(stand_in, script)
+    plane = ControlPlane(stand_in, script, operator=operator_running)
     try:
         with plane:
             yield stand_in, plane
