@@ -61,7 +61,12 @@ def pod_state(pod: Mapping[str, Any], container: str) -> PodState:
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
     role = str(labels.get(ROLE_LABEL) or RANK)
-    raw_index = str(labels.get(REPLICA_INDEX) or annotations.get(COMPLETION_INDEX) or "")
+    raw_index = str(
+        labels.get(REPLICA_INDEX)
+        or labels.get(COMPLETION_INDEX)
+        or annotations.get(COMPLETION_INDEX)
+        or ""
+    )
     index = int(raw_index) if raw_index.isdecimal() else None
     unschedulable = None
     ready = False
