@@ -131,3 +131,30 @@ def test_it_runs_without_gpuprobe_and_ends_in_one_line_without_torch(tmp_path: P
     )
     assert (out.returncode, out.stdout) == (1, "")
     assert out.stderr == f"{nccl_rank.FAILED_MARK} ModuleNotFoundError: No module named 'torch'\n"
+
+
+class ProcessRaisedError(Exception):
+    """What torch.multiprocessing.spawn raises in the parent: the rank's traceback as text."""
+
+
+# torch.multiprocessing.spawn's text for a failed rank, and torch's DistBackendError with
+# NCCL's last error after it (tests/fixtures/nccl/README.md).
+SPAWNED = (FIXTURES / "torch-spawn-rank-failed.txt").read_text()
+BACKEND = (FIXTURES / "torch-distbackenderror.txt").read_text()
+
+
+def test_a_ranks_traceback_is_told_by_its_exception_in_one_line() -> None:
+    assert nccl_rank.failure_words(ProcessRaisedError(SPAWNED)) == (
+        "RuntimeError: Distributed package doesn't have NCCL built in"
+    )
+    assert nccl_rank.failure_words(ProcessRaisedError(BACKEND)) == (
+        "torch.distributed.DistBackendError: NCCL error in: "
+        "/pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:268, remote process exited or there "
+        "was a network error, NCCL version 2.21.5 / ncclRemoteError: A call failed possibly due "
+        "to a network error or a remote process exiting prematurely. / Last error: / "
+        "socketProgressOpt: Call to recv from 172....<33759> failed : Connection reset by peer"
+    )
+    assert nccl_rank.failure_words(RuntimeError("this pod sees no GPU")) == (
+        "RuntimeError: this pod sees no GPU"
+    )
+    assert nccl_rank.failure_words(KeyboardInterrupt()) == "KeyboardInterrupt"
