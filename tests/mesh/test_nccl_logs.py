@@ -127,3 +127,17 @@ def test_last_words_are_the_last_lines_that_say_something() -> None:
         "the job to be terminated. The first process to do so was: / Process name: "
         "[[12167,1],10] / Exit code:    3"
     )
+
+
+def test_without_nccls_words_the_first_line_telling_of_an_error_is_kept() -> None:
+    text = (FIXTURES / "mpijob-launcher-ssh-unresolved-excerpt.txt").read_text()
+    assert logs.failures(text) == []
+    assert logs.telling_words(text) == (
+        "ssh: Could not resolve hostname nccl-tests-worker-0.nccl-tests.default.svc: Name or "
+        "service not known"
+    )
+    # NCCL's INFO lines tell nothing; nor does a log without an error line (its last lines).
+    info = "kolyoz2:25146:25854 [0] NCCL INFO proxy.cc:878 -> 6 [Progress Thread]\ndone\n"
+    assert logs.telling_words(info) == (
+        "kolyoz2:25146:25854 [0] NCCL INFO proxy.cc:878 -> 6 [Progress Thread] / done"
+    )

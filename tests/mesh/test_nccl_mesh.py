@@ -238,6 +238,34 @@ def test_a_failed_run_names_each_node_with_nccls_own_words(tmp_path: Path) -> No
     ]
 
 
+def test_a_launcher_that_cannot_reach_its_workers_is_a_failure_in_its_own_words(
+    tmp_path: Path,
+) -> None:
+    """mpirun's ssh cannot resolve the workers (a published launcher log, its workers renamed
+    to this test's): no NCCL words, so the launcher's end and its first error line; the finding
+    stays on a node of the pair, not on wherever the launcher ran."""
+    log = (FIXTURES / "mpijob-launcher-ssh-unresolved-excerpt.txt").read_text()
+
+    def script(test: str, pods: list[dict[str, Any]]) -> Ending:
+        named = log.replace("nccl-tests-worker", f"{test}-worker").replace(
+            "nccl-tests.default", f"{test}.gpuprobe"
+        )
+        return Ending(logs={"launcher": named}, exit_codes={"launcher": 1})
+
+    with cluster(tmp_path, script, {"gpu-a": 8, "gpu-b": 8}, True) as (api, _):
+        out = mesh(api, "--nodes", "gpu-a,gpu-b", "--json")
+        name = api.created[0][1]
+        assert api.left_behind() == []
+    assert out.returncode == 2, out.stdout + out.stderr
+    (finding,) = report(out)["findings"]
+    assert finding["code"] == "NCCL_MESH_FAILED"
+    assert finding["resource"] == "peer:gpu-a"
+    assert finding["message"] == (
+        "the NCCL all-reduce gpu-a ↔ gpu-b failed: the launcher: Error (exit 1): ssh: Could not "
+        f"resolve hostname {name}-worker-0.{name}.gpuprobe.svc: Name or service not known"
+    )
+
+
 def per_host(log: str, hosts: dict[str, str]) -> dict[str, str]:
     """A merged log split into each machine's own lines (a pod's log holds only its own),
     the machines renamed to the pods' hostnames."""

@@ -20,6 +20,11 @@ from gpuprobe.mesh.nccl_rank import FAILED_MARK
 
 _WARN = re.compile(r"^(?P<host>[^\s:]+):\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL WARN (?P<text>.*\S)")
 _TEST = re.compile(r"^(?P<host>[^\s:]+): Test (?P<what>NCCL|CUDA) failure (?P<text>.*\S)")
+_TELLING = re.compile(
+    r"(?i)\b(error|fail(ed|ure)?|could not|cannot|unable|refused|denied|not found|no such|"
+    r"killed|timed? ?out)\b"
+)
+_INFO = re.compile(r"^[^\s:]+:\d+:\d+ \[\d+\] NCCL INFO ")
 _RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\b")
 # How much of NCCL's words one finding carries: the first of each machine, a few machines.
 MOST_SAID = 3
@@ -71,9 +76,19 @@ def _cut(text: str) -> str:
 
 
 def last_words(log: str, lines: int = 3) -> str:
-    """The last non-empty lines of a log, joined (what a failure without NCCL's words said)."""
+    """The last non-empty lines of a log, joined."""
     kept = [line.strip() for line in log.splitlines() if line.strip()][-lines:]
     return _cut(" / ".join(kept))
+
+
+def telling_words(log: str) -> str:
+    """What a failure without NCCL's words said: the first line that tells of an error (`ssh:
+    Could not resolve hostname ...` before mpirun's boilerplate about it), else the last
+    lines."""
+    for line in log.splitlines():
+        if _TELLING.search(line) and not _INFO.match(line):
+            return _cut(line.strip())
+    return last_words(log)
 
 
 def rank_hosts(log: str) -> dict[int, str]:

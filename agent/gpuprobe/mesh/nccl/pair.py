@@ -237,14 +237,14 @@ class PairTest:
             said += [logs.Said(s.host or pod.hostname, s.words) for s in logs.failures(text)]
             if pod.failed:
                 end = pod.ended or pod.phase
-                ended.append(f"{self._where(pod)}: {end}: {logs.last_words(text)}")
+                ended.append(f"{self._where(pod)}: {end}: {logs.telling_words(text)}")
         if said:
             named = [(self._node(s.host), s) for s in logs.first_per_host(said)]
             error = "; ".join(f"{self._label(node, s.host)}: {s.words}" for node, s in named)
-            blamed = next((node for node, _ in named if node), None)
+            blamed = next((node for node, _ in named if node in self.w.nodes), None)
         else:
             error = "; ".join(ended) or condition or "the test failed"
-            blamed = next((p.node for p in pods if p.failed and p.node), None)
+            blamed = next((p.node for p in pods if p.failed and p.node in self.w.nodes), None)
         return self._link(error=error, blamed=blamed)
 
     def _late(self, pods: Sequence[PodState]) -> Link:
@@ -270,7 +270,8 @@ class PairTest:
         return self._not_run(pods, seconds)
 
     def _not_run(self, pods: Sequence[PodState], seconds: str) -> Link:
-        placed = {p.node for p in pods if p.node}
+        # The GPU pods' nodes (the launcher, without GPUs, may run anywhere).
+        placed = {p.node for p in pods if p.node and p.role != LAUNCHER}
         missing = [n for n in self.w.nodes if n not in placed]
         reasons = []
         for pod in pods:
@@ -290,7 +291,8 @@ class PairTest:
         lead = f"not run: its pods did not start within {seconds}"
         if missing:
             lead += f"; {', '.join(missing)} took no pod of it"
-        blamed = missing[0] if missing else next((p.node for p in pods if not p.started), None)
+        waiting = (p.node for p in pods if not p.started and p.node in self.w.nodes)
+        blamed = missing[0] if missing else next(waiting, None)
         return self._link(error=f"{lead}: " + "; ".join(reasons), blamed=blamed, unavailable=True)
 
     def _no_pods(self) -> str:
@@ -327,6 +329,9 @@ class PairTest:
         return self.seen.node_of(host)
 
     def _where(self, pod: PodState) -> str:
+        """The node a GPU pod ran on; the launcher (no GPU, on any node) by its role."""
+        if pod.role == LAUNCHER:
+            return "the launcher"
         return pod.node or pod.name
 
     @staticmethod
