@@ -21,7 +21,8 @@ HTTPS server instead. It is as strict as the real one where gpuprobe's features 
   not supported`), `=`, `==` and `!=`; pages by `limit` and `continue`; a PodList as the API
   server writes it (items without `kind`/`apiVersion`), every pod validated on the way in;
 - (tests/kube_workloads.py extends it with the NCCL mesh's Jobs, Services, ConfigMaps,
-  MPIJobs, pods' logs, Roles' RBAC and a control plane that acts on them);
+  MPIJobs, pods' logs and Roles' RBAC, validated by tests/kube_validation.py;
+  tests/kube_control_plane.py acts on them);
 - it serves what the audit's cluster view reads: discovery (`/api`, `/apis`, `/apis/GROUP`,
   `/version`, open to every authenticated user as the `system:discovery` role makes them),
   nodes in pages, core/v1 Events (with the event registry's selectable fields),

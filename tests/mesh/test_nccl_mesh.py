@@ -19,16 +19,9 @@ import pytest
 
 from conftest import ROOT, gpuprobe
 from gpuprobe.mesh import nccl_rank
+from kube_control_plane import INDEX, Ending, cluster, hostnames
 from kube_standin import request_info
-from kube_workloads import (
-    INDEX,
-    MESH_TOKEN,
-    Ending,
-    WorkloadStandIn,
-    cluster,
-    hostnames,
-    mesh_rules,
-)
+from kube_workloads import MESH_TOKEN, WorkloadStandIn, mesh_rules
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nccl"
 TWO_NODES = (FIXTURES / "all_reduce_perf-2node-2x8xh100.txt").read_text()

@@ -12,7 +12,8 @@ import pytest
 from test_nccl_mesh import BUSBW, TORCH, healthy_ranks, mesh
 
 from conftest import gpuprobe
-from kube_workloads import MESH_TOKEN, Ending, WorkloadStandIn, cluster
+from kube_control_plane import Ending, cluster
+from kube_workloads import MESH_TOKEN, WorkloadStandIn
 
 
 def usage_error(api: WorkloadStandIn | None, *args: str) -> str:

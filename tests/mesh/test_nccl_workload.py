@@ -15,7 +15,7 @@ from gpuprobe.mesh.nccl import workload
 from gpuprobe.mesh.nccl.pods import pod_state
 from gpuprobe.mesh.nccl.workload import Sweep, Toleration, Workload
 from kube_standin import ApiFailure, validate
-from kube_workloads import (
+from kube_validation import (
     operator_validation,
     validate_config_map,
     validate_job,
