@@ -25,6 +25,7 @@ KUSTOMIZATIONS = [
     "overlays/no-prometheus-operator",
     "overlays/tls",
     "auditor",  # the audit's read-only ClusterRole, applied apart from the agents
+    "mesh-nccl",  # the NCCL mesh's Role (and node-reading ClusterRole), apart from the agents
 ]
 PROMETHEUS_RULE = DAEMONSET / "base" / "prometheusrule.yaml"
 DASHBOARD = DAEMONSET / "base" / "dashboards" / "gpuprobe-node-health.json"

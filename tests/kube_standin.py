@@ -20,6 +20,9 @@ HTTPS server instead. It is as strict as the real one where gpuprobe's features 
   `metadata.namespace`, `spec.nodeName`, `status.phase`, ...; any other is a 400 `field label
   not supported`), `=`, `==` and `!=`; pages by `limit` and `continue`; a PodList as the API
   server writes it (items without `kind`/`apiVersion`), every pod validated on the way in;
+- (tests/kube_workloads.py extends it with the NCCL mesh's Jobs, Services, ConfigMaps,
+  MPIJobs, pods' logs and Roles' RBAC, validated by tests/kube_validation.py;
+  tests/kube_control_plane.py acts on them);
 - it serves what the audit's cluster view reads: discovery (`/api`, `/apis`, `/apis/GROUP`,
   `/version`, open to every authenticated user as the `system:discovery` role makes them),
   nodes in pages, core/v1 Events (with the event registry's selectable fields),
@@ -119,6 +122,7 @@ NODE_FIELDS: dict[str, tuple[str, ...]] = {
 # The API groups a 1.31 API server serves without any add-on (those gpuprobe reads or writes).
 BUILT_IN_GROUPS: dict[str, list[str]] = {
     "apps": ["v1"],
+    "batch": ["v1"],
     "events.k8s.io": ["v1"],
     "rbac.authorization.k8s.io": ["v1"],
     "storage.k8s.io": ["v1"],
@@ -166,6 +170,13 @@ def _group_document(group: str, versions: list[str]) -> dict[str, Any]:
     return {"kind": "APIGroup", "name": group, "versions": listed, "preferredVersion": listed[0]}
 
 
+@dataclass(frozen=True)
+class PlainText:
+    """An answer sent as `text/plain` (a pod's log), not JSON."""
+
+    text: str
+
+
 class ApiFailure(Exception):
     """An error response: HTTP code, Status reason and message."""
 
@@ -176,17 +187,22 @@ class ApiFailure(Exception):
 
 @dataclass
 class Rule:
-    """One PolicyRule of the ClusterRole."""
+    """One PolicyRule of a ClusterRole (any namespace), or of a Role (`namespace`: only there)."""
 
     groups: set[str]
     resources: set[str]
     verbs: set[str]
     names: set[str]
+    namespace: str | None = None
 
-    def allows(self, group: str, resource: str, verb: str, name: str | None) -> bool:
-        """RBAC's matching: group, resource (with its subresource), verb, resourceNames."""
+    def allows(
+        self, group: str, resource: str, verb: str, name: str | None, namespace: str | None = None
+    ) -> bool:
+        """RBAC's matching: namespace (a Role's), group, resource (with its subresource), verb,
+        resourceNames."""
         return (
-            (group in self.groups or "*" in self.groups)
+            (self.namespace is None or self.namespace == namespace)
+            and (group in self.groups or "*" in self.groups)
             and (resource in self.resources or "*" in self.resources)
             and (verb in self.verbs or "*" in self.verbs)
             and (not self.names or (name is not None and name in self.names))
@@ -655,20 +671,25 @@ class KubeStandIn:
         if method == "GET" and (found := self._discovery(path)) is not None:
             return 200, found  # system:discovery grants these to every authenticated user
         info = request_info(method, path)
-        if not any(r.allows(info.group, info.rbac_resource, info.verb, info.name) for r in rules):
+        if not any(
+            r.allows(info.group, info.rbac_resource, info.verb, info.name, info.namespace)
+            for r in rules
+        ):
             where = (
                 f' in the namespace "{info.namespace}"'
                 if info.namespace
                 else " at the cluster scope"
             )
             # The API server names the object when there is one ("nodes \"n\" is
-            # forbidden"), and leaves the name out for a list or a create.
+            # forbidden"), and leaves the name out for a list or a create; the resource is
+            # qualified by its group (apierrors.NewForbidden: "jobs.batch is forbidden"), its
+            # subresource only in the reason.
             named = f' "{info.name}"' if info.name else ""
+            qualified = f"{info.resource}.{info.group}" if info.group else info.resource
             raise ApiFailure(
                 403,
                 "Forbidden",
-                f"{info.resource}{'/' + info.subresource if info.subresource else ''}"
-                f'{named} is forbidden: User "{user}" cannot {info.verb} '
+                f'{qualified}{named} is forbidden: User "{user}" cannot {info.verb} '
                 f'resource "{info.rbac_resource}" in API group "{info.group}"{where}',
             )
         if self.faults.delay:
@@ -1118,13 +1139,17 @@ class _Handler(BaseHTTPRequestHandler):
                 "reason": "BadRequest",
                 "code": 400,
             }
-        data = json.dumps(answer).encode()
+        # A pod's log is plain text (pods/log); everything else JSON.
+        text = isinstance(answer, PlainText)
+        data = (
+            answer.text.encode() if isinstance(answer, PlainText) else json.dumps(answer).encode()
+        )
         with state._lock:
             state.requests.append((arrived, self.command, url.path, code))
         head = [
             f"HTTP/1.1 {code} {self.responses.get(code, ('',))[0]}",
             f"Date: {self.date_time_string()}",
-            "Content-Type: application/json",
+            f"Content-Type: {'text/plain' if text else 'application/json'}",
             f"Content-Length: {len(data)}",
         ]
         if code == 429:

@@ -21,8 +21,9 @@ from gpuprobe.client import Client
 from gpuprobe.config import load_config
 from serving import serve_process, wait_for
 
-# The installs that run the agent (the auditor's role is applied apart, without a pod).
-AGENT_INSTALLS = [k for k in KUSTOMIZATIONS if k != "auditor"]
+# The installs that run the agent (the auditor's and the NCCL mesh's roles are applied apart,
+# without a pod).
+AGENT_INSTALLS = [k for k in KUSTOMIZATIONS if k not in ("auditor", "mesh-nccl")]
 
 # What the shipped configuration's active storage test may write per round by default, as
 # its comment and docs/deploy.md ("Configuration") say: nothing, it is opt-in.

@@ -170,9 +170,14 @@ def add_kubeconfig_flag(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_cluster_flags(
-    parser: argparse.ArgumentParser, deadline_seconds: float, targets_required: bool = True
+    parser: argparse.ArgumentParser,
+    deadline_seconds: float,
+    targets_required: bool = True,
+    deadline_help: str | None = None,
 ) -> None:
-    """The flags of commands that talk to many agents: who, and with which credentials."""
+    """The flags of commands that talk to many agents: who, and with which credentials
+    (`deadline_help`: a command whose --deadline means more; its default is then None, and
+    the command picks it)."""
     parser.add_argument(
         "--targets",
         required=targets_required,
@@ -184,9 +189,11 @@ def add_cluster_flags(
     parser.add_argument(
         "--deadline",
         type=deadline,
-        default=deadline_seconds,
+        default=None if deadline_help else deadline_seconds,
         metavar="SECONDS",
-        help=f"how long each agent (and each DNS lookup) may take to answer (default "
+        help=(deadline_help + f" (at most {MAX_DEADLINE_SECONDS})")
+        if deadline_help
+        else f"how long each agent (and each DNS lookup) may take to answer (default "
         f"{deadline_seconds:g}, at most {MAX_DEADLINE_SECONDS})",
     )
     parser.add_argument(

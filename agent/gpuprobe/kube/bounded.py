@@ -9,7 +9,8 @@ the other side does. Answers are read up to `MAX_RESPONSE_BYTES` (a `Content-Len
 is refused before reading, a body that grows past it is abandoned) and uncompressed (the
 request asks for `identity`), so the bound is on what the process holds. Answers the client
 library cannot read are refused here with what they were (`BadAnswer`): a redirect (never
-followed), an error without a JSON `Status`, a success that is not JSON.
+followed), an error without a JSON `Status`, a success that is not JSON (but plain text where
+the request asked for it with `Accept: text/plain`: a pod's log).
 
 `failure_code` names any exception of a call as the code `gpuprobe_kubernetes_errors_total`
 counts (docs/kubernetes.md). Any lightkube user (the node publisher, the pods check, a cluster
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 # page of 250 pods a few MB with their managed fields.
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 JSON = "application/json"
+TEXT = "text/plain"
 # The codes failure_code gives beside an HTTP status.
 TIMEOUT, UNREACHABLE, TOO_LARGE, INVALID = "timeout", "unreachable", "too_large", "invalid"
 
@@ -184,8 +186,9 @@ class BoundedTransport(httpx2.BaseTransport):
                 answer = self._pool.handle_request(core)
         finally:
             _local.deadline = None
+        text = request.headers.get("accept", "") == TEXT  # a pod's log is plain text
         try:
-            _refuse_unreadable(answer, self.most_bytes)
+            _refuse_unreadable(answer, self.most_bytes, text)
         except BadAnswer:
             answer.close()
             raise
@@ -202,8 +205,9 @@ class BoundedTransport(httpx2.BaseTransport):
         self._pool.close()
 
 
-def _refuse_unreadable(answer: httpcore2.Response, most: int) -> None:
-    """BadAnswer for an answer the client library would choke on, or that is too large."""
+def _refuse_unreadable(answer: httpcore2.Response, most: int, text: bool = False) -> None:
+    """BadAnswer for an answer the client library would choke on, or that is too large; a
+    plain-text success is read when `text` (the request asked for one)."""
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in answer.headers}
     status = answer.status
     media = headers.get("content-type", "").split(";")[0].strip().lower()
@@ -212,7 +216,7 @@ def _refuse_unreadable(answer: httpcore2.Response, most: int) -> None:
         raise BadAnswer(str(status), f"redirected to {where} (redirects are not followed)")
     if status >= 400 and media != JSON:
         raise BadAnswer(str(status), f"HTTP {status} without a Status ({media or 'no type'})")
-    if status < 300 and media != JSON:
+    if status < 300 and media != JSON and not (text and media == TEXT):
         raise BadAnswer(INVALID, f"HTTP {status} answer is {media or 'untyped'}, not JSON")
     if headers.get("content-encoding", "identity").lower() != "identity":
         raise BadAnswer(INVALID, f"answer encoded {headers['content-encoding']} unasked")

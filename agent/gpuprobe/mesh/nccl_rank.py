@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import sys
 import time
@@ -239,8 +240,25 @@ def rank_main(local: int, args: argparse.Namespace, node_rank: int, gpus: int) -
         dist.destroy_process_group()
 
 
+# A Python exception's line in a traceback: `RuntimeError: ...`,
+# `torch.distributed.DistBackendError: ...` (not NCCL's `ncclRemoteError: ...` after it).
+_RAISED = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit):")
+
+
+def failure_words(error: BaseException) -> str:
+    """An error in one line. A rank's failure reaches this process as a traceback in text
+    (torch.multiprocessing's ProcessRaisedException): its words are the last exception the
+    text names and what follows it (NCCL's `Last error:` lines), joined."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    raised = [i for i, line in enumerate(lines) if _RAISED.match(line)]
+    start = raised[-1] if raised else 0
+    return " / ".join(lines[start:])
+
+
 def _failed(error: BaseException) -> int:
-    print(f"{FAILED_MARK} {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+    print(f"{FAILED_MARK} {failure_words(error)}", file=sys.stderr, flush=True)
     return 1
 
 

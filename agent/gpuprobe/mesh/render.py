@@ -10,8 +10,9 @@ MARKS = {LOW: " LOW", FAILED: "FAILED"}
 
 
 def render_mesh(result: MeshResult, width: int | None = None) -> str:
-    """The matrix in Gbit/s per transport (per device for RDMA), then each finding with its
-    action, wrapped to `width` columns with a hanging indent (None: not wrapped)."""
+    """The matrix in Gbit/s per transport (per device for RDMA; NCCL's bus bandwidth in GB/s),
+    then each finding with its action, wrapped to `width` columns with a hanging indent (None:
+    not wrapped)."""
     lines = []
     for transport, device in sorted(
         {link.rail for link in result.links}, key=lambda r: (r[0], r[1] or "")
@@ -19,15 +20,23 @@ def render_mesh(result: MeshResult, width: int | None = None) -> str:
         links = [link for link in result.links if link.rail == (transport, device)]
         nodes = sorted({n for link in links for n in (link.source, link.target)})
         cells: dict[tuple[str, str], str] = {}
+        # NCCL: one all-reduce per pair, its bus bandwidth in GB/s (nccl-tests' unit), shown
+        # both ways; the others: each direction in Gbit/s.
+        scale = 1e9 if transport == "nccl" else 1e9 / 8
         for link in links:
             if link.bytes_per_second is None:
                 text = MARKS[FAILED]
             else:
-                text = f"{link.bytes_per_second * 8 / 1e9:.2f}" + MARKS.get(link.verdict, "")
+                text = f"{link.bytes_per_second / scale:.2f}" + MARKS.get(link.verdict, "")
             cells[(link.source, link.target)] = text  # a re-test replaces the earlier figure
+            if transport == "nccl":
+                cells[(link.target, link.source)] = text
         column = max([6, *(len(n) for n in nodes), *(len(c) for c in cells.values())])
         on = f" on {device}" if device else ""
-        lines.append(f"{transport} bandwidth{on}, Gbit/s (row sends to column)")
+        if transport == "nccl":
+            lines.append("nccl all-reduce bus bandwidth at the largest size, GB/s (each pair)")
+        else:
+            lines.append(f"{transport} bandwidth{on}, Gbit/s (row sends to column)")
         lines.append(" " * column + "  " + "  ".join(f"{n:>{column}}" for n in nodes))
         for source in nodes:
             row = [cells.get((source, target), "-" if source != target else "") for target in nodes]

@@ -43,6 +43,8 @@ class Link:
     cpu_limited_by: str | None = None
     # Judged low, but the test was capped by cpu_limited_by's CPU: not the link's fault.
     cpu_capped: bool = False
+    # NCCL: elements the all-reduce got wrong, over every size (None: not counted).
+    wrong_values: int | None = None
 
     @property
     def rail(self) -> tuple[str, str | None]:
@@ -64,6 +66,8 @@ class Link:
             d["error"] = self.error
         if self.cpu_limited_by:
             d["cpu_limited_by"] = self.cpu_limited_by
+        if self.wrong_values is not None:
+            d["wrong_values"] = self.wrong_values
         return d
 
 
@@ -134,7 +138,7 @@ def _blame(links: list[Link]) -> list[Finding]:
     partners: dict[str, set[str]] = defaultdict(set)
     unreachable: dict[str, str] = {}
     unavailable: dict[str, str] = {}
-    at_fault = _failure_culprits(links)
+    at_fault = failure_culprits(links)
     for link in links:
         if link.verdict == LOW:
             partners[link.source].add(link.target)
@@ -244,7 +248,7 @@ def _cpu_capped(links: list[Link]) -> list[Finding]:
     return findings
 
 
-def _failure_culprits(links: list[Link]) -> Callable[[Link], str]:
+def failure_culprits(links: list[Link]) -> Callable[[Link], str]:
     """Who a failed test is blamed on. A sender tells which side failed as well as it can
     see, but a sender whose own data NIC is dead sees every peer's sink as unreachable. So a
     failure blamed on a node that measured fine with others is moved to the other end when

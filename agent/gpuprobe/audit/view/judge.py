@@ -10,6 +10,7 @@ from datetime import datetime
 from gpuprobe.audit.cluster import AuditedNode
 from gpuprobe.audit.view import checklist
 from gpuprobe.audit.view.model import ClusterView, Item
+from gpuprobe.audit.view.nccl_mesh import nccl_mesh
 from gpuprobe.audit.view.read import ClusterFacts
 from gpuprobe.audit.view.waiting import gang_view, no_gang_finding, waiting_view
 from gpuprobe.report import Finding, Status
@@ -43,6 +44,7 @@ def judge(
         checklist.sharing(facts),
         checklist.interconnect(facts),
         checklist.gangs_and_operators(facts),
+        nccl_mesh(facts, agents),
         checklist.shared_storage(facts),
         checklist.spot(facts, agents),
         checklist.autoscaling(facts, agents, now, windows.idle),

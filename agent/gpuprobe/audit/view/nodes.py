@@ -44,6 +44,8 @@ SPOT_LABELS = {
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+# Images kept by name (of the up to 50 the kubelet lists): those the NCCL mesh runs.
+WORKLOAD_IMAGES = ("nccl-tests", "nccl_tests", "pytorch")
 
 
 @dataclass
@@ -62,6 +64,7 @@ class NodeFacts:
     ready: bool | None = None
     blockers: list[str] = field(default_factory=list)  # annotations that stop a scale-down
     control_plane: bool = False
+    images: tuple[str, ...] = ()  # nccl-tests' and PyTorch's images on the node (by tag)
 
     @property
     def gpu_offered(self) -> int:
@@ -179,4 +182,18 @@ def digest(node: Mapping[str, Any]) -> NodeFacts:
         ready=ready,
         blockers=blockers,
         control_plane=any(k in all_labels for k in CONTROL_PLANE_LABELS),
+        images=_workload_images(status.get("images")),
     )
+
+
+def _workload_images(images: Any) -> tuple[str, ...]:
+    """The tagged names of the node's nccl-tests and PyTorch images."""
+    listed = images if isinstance(images, list) else []
+    found = {
+        str(name)
+        for image in listed
+        if isinstance(image, Mapping)
+        for name in image.get("names") or []
+        if "@" not in str(name) and any(w in str(name) for w in WORKLOAD_IMAGES)
+    }
+    return tuple(sorted(found))
