@@ -17,12 +17,14 @@ from kube_workloads import MESH_TOKEN, WorkloadStandIn
 
 
 def usage_error(api: WorkloadStandIn | None, *args: str) -> str:
-    """The one line of a run that ends in a usage error (exit 64, nothing on stdout)."""
+    """The one line of a run that ends in a usage error (exit 64, nothing on stdout), without
+    the pointer at `--help` every usage error ends with."""
     access = ["--kubeconfig", str(api.kubeconfig(MESH_TOKEN))] if api else []
     out = gpuprobe("mesh", *access, *args)
     assert (out.returncode, out.stdout) == (64, ""), out.stdout + out.stderr
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("gpuprobe: ")
-    return out.stderr.removeprefix("gpuprobe: ").rstrip("\n")
+    assert out.stderr.endswith(" (see gpuprobe mesh --help)\n"), out.stderr
+    return out.stderr.removeprefix("gpuprobe: ").removesuffix(" (see gpuprobe mesh --help)\n")
 
 
 @pytest.fixture

@@ -845,7 +845,10 @@ def _pump(conns: list[socket.socket], zeros: int, end: float, budget: SendBudget
                 continue
             ready = selector.select(min(1.0, end - now))
             for key, _ in ready:
-                size = budget.allowed(sent, time.monotonic() - started)
+                # select may return past the end: nothing more is sent then (a send after the
+                # end went beyond the rate's bound by the time the select overran)
+                now = time.monotonic()
+                size = budget.allowed(sent, now - started) if now < end else 0
                 if size == 0:
                     break
                 with contextlib.suppress(BlockingIOError):
