@@ -48,7 +48,12 @@ def test_buf_curl_reflection_health_and_get_report() -> None:
     assert report["node"] == expected["node"] == "synthetic-gpu-lost"
     assert report["status"] == "STATUS_CRITICAL"
     assert report["agentVersion"]
-    assert [c["name"] for c in report["checks"]] == [c["name"] for c in expected["checks"]]
+    # The active checks (storage, NCCL) first run at a random point of their jitter window,
+    # which now and then falls within this test's seconds: the first report's passive rounds
+    # are what `check --only PASSIVE` reproduces.
+    passive = [c["name"] for c in report["checks"] if c["name"] in PASSIVE]
+    assert passive == [c["name"] for c in expected["checks"]]
+    assert {c["name"] for c in report["checks"]} - set(PASSIVE) <= {"storage", "nccl"}
     gpus = report["checks"][1]
     assert gpus["status"] == "STATUS_CRITICAL"
     assert gpus["summary"] == expected["checks"][1]["summary"]
