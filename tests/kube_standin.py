@@ -183,6 +183,8 @@ class ApiFailure(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
+        # The Status's `details` (causes, retryAfterSeconds) where the API server sends some.
+        self.details: dict[str, Any] | None = None
 
 
 @dataclass
@@ -1128,6 +1130,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "reason": failure.reason,
                 "code": failure.code,
             }
+            if failure.details is not None:
+                answer["details"] = failure.details
         except json.JSONDecodeError as exc:
             code = 400
             answer = {
@@ -1152,8 +1156,11 @@ class _Handler(BaseHTTPRequestHandler):
             f"Content-Type: {'text/plain' if text else 'application/json'}",
             f"Content-Length: {len(data)}",
         ]
-        if code == 429:
-            head.append("Retry-After: 1")
+        # A throttled request is told when to come back; the eviction registry's 429 (a
+        # disruption budget, `details` without retryAfterSeconds) is not.
+        details = answer.get("details") if isinstance(answer, dict) else None
+        if code == 429 and (details is None or details.get("retryAfterSeconds")):
+            head.append(f"Retry-After: {(details or {}).get('retryAfterSeconds', 1)}")
         with suppress(OSError):  # a client that gave up on a slow answer
             self._send(("\r\n".join(head) + "\r\n\r\n").encode() + data)
 

@@ -288,7 +288,10 @@ def test_the_manifests_grant_exactly_what_the_features_use(standin: KubeStandIn)
         ([""], ["nodes"], ["get", "list", "patch"]),
         ([""], ["nodes/status"], ["patch"]),
         ([""], ["pods"], ["list"]),
+        ([""], ["pods/eviction"], ["create"]),
         (["events.k8s.io"], ["events"], ["create", "patch"]),
+        (["resource.k8s.io"], ["devicetaintrules"], ["create", "delete", "list"]),
+        (["resource.k8s.io"], ["resourceslices"], ["list"]),
     ]
     assert not any(
         r.allows("", "pods", verb, "x")
@@ -296,7 +299,17 @@ def test_the_manifests_grant_exactly_what_the_features_use(standin: KubeStandIn)
         for verb in ("get", "watch", "delete")
     )
     assert not any(r.allows("", "nodes", "delete", NODE) for r in standin.rules)
-    assert not any(r.allows("", "pods/eviction", "create", None) for r in standin.rules)
+    assert not any(r.allows("", "pods", "delete", "x", "ns") for r in standin.rules)
+    assert not any(
+        r.allows("resource.k8s.io", "devicetaintrules", verb, "x")
+        for r in standin.rules
+        for verb in ("update", "patch", "watch", "get")
+    )
+    assert not any(
+        r.allows("resource.k8s.io", "resourceslices", verb, "x")
+        for r in standin.rules
+        for verb in ("create", "update", "patch", "delete")
+    )
     assert not any(r.allows("", "events", "create", None) for r in standin.rules)  # core events
     assert Rule({""}, {"nodes"}, {"get"}, {"other"}).allows("", "nodes", "get", NODE) is False
 

@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuprobe.config import KubernetesConfig
+from gpuprobe.config import DEVICE_TAINT_EFFECTS, KubernetesConfig, RemediationConfig
 from gpuprobe.kube.api import Access, KubeApi, wanted
+from gpuprobe.kube.evictor import OUTCOMES
 from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from gpuprobe.report import CheckResult
 from gpuprobe.threads import start_thread
@@ -42,6 +43,28 @@ class KubeCollector(Collector):
         for (verb, code), count in sorted(dict(self.loop.errors).items()):
             errors.add_metric([verb, code], count)
         yield errors
+        gpus = self.loop.publisher.gpus
+        if gpus.taints is not None:
+            taints = GaugeMetricFamily(
+                "gpuprobe_device_taints",
+                "DeviceTaintRules gpuprobe holds for this node's failed GPUs, by effect",
+                labels=["effect"],
+            )
+            counts = gpus.device_taint_counts()
+            for effect in DEVICE_TAINT_EFFECTS:
+                taints.add_metric([effect], counts.get(effect, 0))
+            yield taints
+        if gpus.evictor is not None:
+            evicted = CounterMetricFamily(
+                "gpuprobe_evictions",
+                "Evictions of pods holding a failed GPU, by outcome (evicted, blocked: a "
+                "PodDisruptionBudget refused, gone, withheld: the cap or the breaker, failed)",
+                labels=["outcome"],
+            )
+            outcomes = gpus.eviction_outcomes()
+            for outcome in OUTCOMES:
+                evicted.add_metric([outcome], outcomes.get(outcome, 0))
+            yield evicted
 
 
 class KubeLink:
@@ -54,9 +77,13 @@ class KubeLink:
         access: Access,
         report_own: Callable[[CheckResult], None],
         rng: random.Random | None = None,
+        remediation: RemediationConfig | None = None,
+        boot_id: str | None = None,
     ) -> None:
         self.api = KubeApi(access, config.timeout_seconds)
-        publisher = NodePublisher(self.api, node, config, run=uuid.uuid4().hex[:12])
+        publisher = NodePublisher(
+            self.api, node, config, uuid.uuid4().hex[:12], remediation, boot_id
+        )
         self.loop = PublishLoop(publisher, report_own, config, rng=rng)
         self.collector = KubeCollector(self.loop)
         self._stop = threading.Event()

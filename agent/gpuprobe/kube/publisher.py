@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from gpuprobe.config import KubernetesConfig
+from gpuprobe.config import KubernetesConfig, RemediationConfig
 from gpuprobe.kube import conditions, events, taints, terminating
 from gpuprobe.kube.api import KubeError
+from gpuprobe.kube.gpu_effects import GpuEffects
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, now
 
 log = logging.getLogger("gpuprobe.kube")
@@ -56,7 +57,15 @@ class NodePublisher:
     """Writes one node's conditions, events and taint from its reports, remembering what the
     node already says so that an unchanged round costs no request."""
 
-    def __init__(self, api: Api, node: str, config: KubernetesConfig, run: str) -> None:
+    def __init__(
+        self,
+        api: Api,
+        node: str,
+        config: KubernetesConfig,
+        run: str,
+        remediation: RemediationConfig | None = None,
+        boot_id: str | None = None,
+    ) -> None:
         self.api = api
         self.node = node
         self.config = config
@@ -72,24 +81,31 @@ class NodePublisher:
         # Calls that failed but were handled here (a conflict re-read and re-applied): the
         # loop counts them in gpuprobe_kubernetes_errors_total with the ones that surface.
         self.handled: list[KubeError] = []
+        # Device taints and evictions (docs/kubernetes.md): off unless configured.
+        self.gpus = GpuEffects(api, node, config, remediation or RemediationConfig(), boot_id)  # type: ignore[arg-type]
 
     def publish(self, report: NodeReport, at: datetime) -> None:
         """Bring the node up to date with `report`; raises KubeError on a failed call."""
-        try:  # what keeps pods off a broken node first, what tells people after
+        try:  # what keeps pods off a broken GPU or node first, what tells people after
+            covered = self.gpus.apply_taints(report, at)
             self._publish_conditions(report, at)
             if self.config.taint.enabled:
                 self._publish_terminating(report)  # outside the brake: the node is going
-                self._publish_taint(report, at)
+                self._publish_taint(report, at, covered)
+            self.gpus.apply_evictions(report, at)
             if self.config.events:
                 self._publish_events(report, at)
         except KubeError:
             self.forget()  # the failed write may have landed, or another writer came
             raise
+        finally:
+            self.gpus.announce(at)
 
     def forget(self) -> None:
         """Read the node again before the next write instead of trusting what was seen."""
         self._conditions = None
         self._taints = None
+        self.gpus.forget()
 
     def _remember(self, node: Mapping[str, Any]) -> None:
         owned = set(conditions.groups(self.config))
@@ -131,8 +147,8 @@ class NodePublisher:
             else:
                 self._told.pop(key, None)
 
-    def _publish_taint(self, report: NodeReport, at: datetime) -> None:
-        code = taints.due(report, self.config.taint.codes)
+    def _publish_taint(self, report: NodeReport, at: datetime, covered: set[str]) -> None:
+        code = taints.due(report, self.config.taint.codes, covered)
         if code is not None:
             self._last_due = at
         elif self._last_due is None:
@@ -209,16 +225,19 @@ class NodePublisher:
         return brake.engaged
 
     def findings(self) -> list[Finding]:
-        """The agent's own findings about its taint (TAINT_WITHHELD)."""
+        """The agent's own findings about its taints and evictions (TAINT_WITHHELD,
+        DEVICE_TAINT_WITHHELD, EVICTION_WITHHELD)."""
+        found = self.gpus.findings()
         if self.withheld is None:
-            return []
+            return found
         return [
             Finding(
                 "TAINT_WITHHELD",
                 Severity.WARNING,
                 f"a {taints.TAINT_KEY} taint is due but withheld: {self.withheld.why()}",
                 Action.NONE,
-            )
+            ),
+            *found,
         ]
 
 
@@ -280,6 +299,7 @@ class PublishLoop:
         self.last_error: KubeError | None = None
         self._wake = threading.Event()
         self._own: list[Finding] | None = None
+        self._own_data: dict[str, Any] | None = None
         self._lock = threading.Lock()
         self.budget = UpdateBudget(config.update_burst, config.updates_per_minute, clock)
         self.attempts = 0
@@ -322,6 +342,9 @@ class PublishLoop:
                 self.errors[key] = self.errors.get(key, 0) + 1
             self.publisher.handled.clear()
         self._report_own()
+        due = self.publisher.gpus.next_due()
+        if due is not None and not self.failures:  # a refused eviction's next try
+            delay = min(delay, max(0.0, (due - self.wall()).total_seconds()))
         return delay
 
     def own_findings(self) -> list[Finding]:
@@ -343,16 +366,17 @@ class PublishLoop:
 
     def _report_own(self) -> None:
         found = self.own_findings()
-        if found == self._own:
+        data = self.publisher.gpus.data()
+        if (found, data) == (self._own, self._own_data):
             return
-        self._own = found
+        self._own, self._own_data = found, data
         if self.up:
             summary = "node conditions, events and taint up to date"
         elif self.failures:
             summary = f"node updates failing ({self.failures} tries), retrying with backoff"
         else:
             summary = "no node update yet"
-        self.report_own(CheckResult(CHECK_NAME, summary, found))
+        self.report_own(CheckResult(CHECK_NAME, summary, found, data=data))
 
     def run(self, stop: threading.Event) -> None:
         """Publish until `stop` is set: after a jittered start, after each round, at least

@@ -8,7 +8,7 @@ the node stays as it is, in its place.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,9 +19,14 @@ from gpuprobe.report import NodeReport, Severity, format_time
 TAINT_KEY = "gpuprobe.io/unhealthy"
 
 
-def due(report: NodeReport, codes: Sequence[str]) -> str | None:
-    """The first of `codes` (in their configured order) CRITICAL in the report, if any."""
-    critical = {f.code for _, f in report.findings() if f.severity is Severity.CRITICAL}
+def due(report: NodeReport, codes: Sequence[str], covered: Collection[str] = ()) -> str | None:
+    """The first of `codes` (in their configured order) CRITICAL in the report, if any;
+    findings on a `covered` resource (a GPU whose device taint stands) do not count."""
+    critical = {
+        f.code
+        for _, f in report.findings()
+        if f.severity is Severity.CRITICAL and f.resource not in covered
+    }
     return next((code for code in codes if code in critical), None)
 
 

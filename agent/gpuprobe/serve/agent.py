@@ -29,6 +29,7 @@ from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
 from gpuprobe.errors import UsageError
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
+from gpuprobe.gpu.kernel_sources import boot_id
 from gpuprobe.host import Host
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
@@ -267,6 +268,8 @@ class Agent:
                 Access(kubeconfig=kubeconfig),
                 report_own=self._report_own,
                 rng=rng,
+                remediation=self.config.remediation,
+                boot_id=boot_id(self.host),
             )
         except UsageError as exc:
             if self.config.kubernetes.enabled is True or kubeconfig is not None:

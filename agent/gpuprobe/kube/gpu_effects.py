@@ -1,0 +1,246 @@
+"""Acting on one GPU, not the node: device taints and evictions, told everywhere.
+
+`GpuEffects` is the thin wiring the publisher calls each attempt: the device taints
+(`kube.device_taints`, when `kubernetes.device_taints.enabled`) first, whose standing rules
+tell the node taint which GPU faults it need not cover; then the evictions (`kube.evictor`,
+when `remediation.evict_pods`); then the Events on the node and on the pods for what was
+done, the agent's own findings (`DEVICE_TAINT_WITHHELD`, `EVICTION_WITHHELD`) and the facts
+its `kubernetes` result carries (`data.device_taints`, `data.evictions`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Protocol
+
+from gpuprobe.config import KubernetesConfig, RemediationConfig
+from gpuprobe.kube import device_taints, evictor
+from gpuprobe.kube.device_taints import DeviceTaints, RuleChange
+from gpuprobe.kube.events import effect_body
+from gpuprobe.kube.evictions import gpu_index
+from gpuprobe.kube.evictor import Done, Evictor
+from gpuprobe.report import Action, Finding, NodeReport, PodRef, Severity
+
+
+class Api(device_taints.Api, evictor.Api, Protocol):
+    """What acting on GPUs needs of the API, and the events it writes."""
+
+    def create_event(self, event: dict[str, Any]) -> None: ...
+
+
+class GpuEffects:
+    """One node's device taints and evictions, and what they tell."""
+
+    def __init__(
+        self,
+        api: Api,
+        node: str,
+        config: KubernetesConfig,
+        remediation: RemediationConfig,
+        boot_id: str | None,
+    ) -> None:
+        self.api = api
+        self.node = node
+        self.events = config.events
+        self.taints = (
+            DeviceTaints(api, node, config.device_taints) if config.device_taints.enabled else None
+        )
+        self.evictor = (
+            Evictor(api, node, remediation, config.taint.node_selector, boot_id)
+            if remediation.evict_pods
+            else None
+        )
+
+    def apply_taints(self, report: NodeReport, at: datetime) -> set[str]:
+        """The device taints; the GPU resources whose rules stand (no node taint for them)."""
+        if self.taints is None:
+            return set()
+        try:
+            return self.taints.apply(report, at)
+        except Exception:
+            self.taints.forget()
+            raise
+
+    def apply_evictions(self, report: NodeReport, at: datetime) -> None:
+        """The evictions whose turn has come."""
+        if self.evictor is not None:
+            self.evictor.apply(report, at)
+
+    def forget(self) -> None:
+        """Read the rules again before the next write."""
+        if self.taints is not None:
+            self.taints.forget()
+
+    def next_due(self) -> datetime | None:
+        """When a refused eviction is next tried (the loop wakes for it)."""
+        return self.evictor.next_due() if self.evictor is not None else None
+
+    # -- telling ------------------------------------------------------------------------------
+    def announce(self, at: datetime) -> None:
+        """An Event on the node, and on each pod concerned, for every rule made or removed
+        and every eviction, refusal and withholding since the last call."""
+        changes = self.taints.take_changes() if self.taints is not None else []
+        done = self.evictor.take_done() if self.evictor is not None else []
+        if not self.events:
+            return
+        for change in changes:
+            self._rule_events(change, at)
+        for outcome in done:
+            self._eviction_events(outcome, at)
+
+    def _send(
+        self,
+        regarding: dict[str, Any],
+        reason: str,
+        action: str,
+        note: str,
+        warning: bool,
+        at: datetime,
+        what: str,
+    ) -> None:
+        from gpuprobe.kube.api import KubeError
+
+        body = effect_body(self.node, regarding, reason, action, note, warning, at, what)
+        try:
+            self.api.create_event(body)
+        except KubeError as exc:
+            if exc.code != "409":  # already there: an earlier try did land
+                raise
+
+    def _rule_events(self, change: RuleChange, at: datetime) -> None:
+        gpu = gpu_index(change.resource)
+        if change.created:
+            reason, action, warning = "DeviceTainted", "Tainted", True
+            note = (
+                f"GPU {gpu} ({change.resource}) has {change.code}: DeviceTaintRule "
+                f"{change.name} taints its DRA device {change.device} with "
+                f"gpuprobe.io/unhealthy={change.code}:{change.effect}"
+            )
+        else:
+            reason, action, warning = "DeviceTaintRemoved", "Untainted", False
+            note = (
+                f"GPU {gpu} ({change.resource}): DeviceTaintRule {change.name} removed, the "
+                f"device {change.device} is back in service"
+            )
+        what = f"rule\0{change.name}\0{change.created}"
+        self._send(_node(self.node), reason, action, note, warning, at, what)
+        for pod in change.pods:
+            self._send(_pod(pod), reason, action, note, warning, at, what)
+
+    def _eviction_events(self, done: Done, at: datetime) -> None:
+        target = done.target
+        name = f"{target.namespace}/{target.pod}"
+        gpu = gpu_index(target.resource)
+        if done.outcome == "evicted":
+            reason, action = "GpuPodEvicted", "Evicted"
+            note = f"pod {name} evicted: it held GPU {gpu} ({target.resource}), {target.code}"
+        elif done.outcome == "blocked":
+            pending = self.evictor.pending.get(target.key) if self.evictor else None
+            if pending is not None and pending.refusals > 1:
+                return  # one event when the refusals start, not one per retry
+            reason, action = "EvictionBlocked", "Evicting"
+            note = f"pod {name} on failed GPU {gpu} not evicted yet: {done.detail}"
+        elif done.outcome == "withheld":
+            reason, action = "EvictionWithheld", "Withheld"
+            note = f"pod {name} on failed GPU {gpu} not evicted: {done.detail}"
+        else:
+            return
+        what = f"eviction\0{name}\0{done.outcome}"
+        self._send(_node(self.node), reason, action, note, True, at, what)
+        # On the pod too (an evicted pod's namespace keeps the event after the pod is gone).
+        self._send(_pod_key(target.namespace, target.pod), reason, action, note, True, at, what)
+
+    # -- the agent's own result ---------------------------------------------------------------
+    def findings(self) -> list[Finding]:
+        """DEVICE_TAINT_WITHHELD while the brake holds a rule back; EVICTION_WITHHELD for each
+        pod on a failed GPU that is not evicted (a PDB refuses, the cap, the breaker)."""
+        found: list[Finding] = []
+        if self.taints is not None and self.taints.withheld is not None:
+            found.append(
+                Finding(
+                    "DEVICE_TAINT_WITHHELD",
+                    Severity.WARNING,
+                    f"a DeviceTaintRule is due but withheld: {self.taints.withheld.why()}",
+                    Action.NONE,
+                )
+            )
+        if self.evictor is None:
+            return found
+        for _, pending in sorted(self.evictor.pending.items()):
+            if pending.refusals:
+                t = pending.target
+                found.append(
+                    Finding(
+                        "EVICTION_WITHHELD",
+                        Severity.WARNING,
+                        f"pod {t.namespace}/{t.pod} holds failed GPU {gpu_index(t.resource)} "
+                        f"and is not evicted yet: the API server refused ({pending.refused}); "
+                        f"tried {len(pending.tries)} times, retrying at a bounded pace",
+                        Action.NONE,
+                        t.resource,
+                        (PodRef(t.namespace, t.pod),),
+                    )
+                )
+        for _, withheld in sorted(self.evictor.withheld.items()):
+            t = withheld.target
+            found.append(
+                Finding(
+                    "EVICTION_WITHHELD",
+                    Severity.WARNING,
+                    f"pod {t.namespace}/{t.pod} holds failed GPU {gpu_index(t.resource)} and "
+                    f"is not evicted: {withheld.why}",
+                    Action.NONE,
+                    t.resource,
+                    (PodRef(t.namespace, t.pod),),
+                )
+            )
+        return found
+
+    def data(self) -> dict[str, Any]:
+        """What was done, for the `kubernetes` result's data."""
+        facts: dict[str, Any] = {}
+        if self.taints is not None:
+            facts["device_taints"] = {
+                "version": self.taints.version,
+                "rules": [
+                    {
+                        "name": r["metadata"]["name"],
+                        "device": r["spec"]["deviceSelector"].get("device"),
+                        "resource": r["metadata"].get("annotations", {}).get("gpuprobe.io/gpu"),
+                        "code": r["spec"]["taint"].get("value"),
+                        "effect": r["spec"]["taint"].get("effect"),
+                    }
+                    for r in self.taints.rules
+                ],
+            }
+        if self.evictor is not None:
+            facts["evictions"] = {
+                "outcomes": dict(self.evictor.outcomes),
+                "evicted_per_gpu": dict(self.evictor.ledger.counts),
+                "pending": [f"{ns}/{pod}" for ns, pod in sorted(self.evictor.pending)],
+                "spared": [
+                    {"pod": f"{s.namespace}/{s.pod}", "resource": s.resource, "why": s.why}
+                    for s in self.evictor.spared
+                ],
+            }
+        return facts
+
+    def device_taint_counts(self) -> dict[str, int]:
+        """This node's rules by effect (`gpuprobe_device_taints{effect}`)."""
+        return device_taints.effects(self.taints.rules) if self.taints is not None else {}
+
+    def eviction_outcomes(self) -> dict[str, int]:
+        """Evictions by outcome (`gpuprobe_evictions_total{outcome}`)."""
+        return dict(self.evictor.outcomes) if self.evictor is not None else {}
+
+
+def _node(node: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "name": node}
+
+
+def _pod(pod: PodRef) -> dict[str, Any]:
+    return _pod_key(pod.namespace, pod.pod)
+
+
+def _pod_key(namespace: str, name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name}
