@@ -285,9 +285,14 @@ def brake(
             uuid = _attribute(device, "parentUUID") or _attribute(device, "uuid")
             if uuid is not None:
                 gpus.add(uuid)
-    held = {
-        str(((r.get("metadata") or {}).get("annotations") or {}).get(GPU_ANNOTATION))
-        for r in rules
-        if ours(r)
-    }
+    held = {_quarantined(r) for r in rules if ours(r)}
     return QuarantineBrake(len(gpus), len(held), fraction)
+
+
+def _quarantined(rule: Mapping[str, Any]) -> str:
+    """The GPU a rule of ours quarantines: its annotation, else its pool and device."""
+    annotated = ((rule.get("metadata") or {}).get("annotations") or {}).get(GPU_ANNOTATION)
+    if annotated:
+        return str(annotated)
+    selector = (rule.get("spec") or {}).get("deviceSelector") or {}
+    return f"{selector.get('pool')}/{selector.get('device')}"
