@@ -112,6 +112,7 @@ class Withheld:
 
     target: Target
     why: str
+    by_breaker: bool = False  # the fleet's breaker (looked at again), not the per-GPU cap
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ class Evictor:
         """Plan against `report` (the node's pods read again when it changed) and make the
         evictions whose turn has come. Raises KubeError on a failed call other than the
         Eviction API's answers it handles (201, 429, 404)."""
-        if report is not self._report:
+        if report is not self._report or self._recheck_due(at):
             if not gpu_faults(report) and not self.pending:
                 self._report, self.withheld, self.spared = report, {}, []
                 return
@@ -165,8 +166,21 @@ class Evictor:
                 self._try(key, pending, at)
 
     def next_due(self) -> datetime | None:
-        """When the next refused eviction is to be tried again (None: none waits)."""
-        return min((p.next_at for p in self.pending.values()), default=None)
+        """When the next refused eviction is to be tried again, or the breaker looked at
+        again for the pods it holds (None: none waits)."""
+        times = [p.next_at for p in self.pending.values()]
+        if self._breaker_held() and self._breaker_at is not None:
+            times.append(self._breaker_at + timedelta(seconds=BREAKER_RECHECK_SECONDS))
+        return min(times, default=None)
+
+    def _breaker_held(self) -> bool:
+        return any(w.by_breaker for w in self.withheld.values())
+
+    def _recheck_due(self, at: datetime) -> bool:
+        """Whether the breaker is to be asked again for the pods it holds."""
+        if not self._breaker_held() or self._breaker_at is None:
+            return False
+        return (at - self._breaker_at).total_seconds() >= BREAKER_RECHECK_SECONDS
 
     def take_done(self) -> list[Done]:
         """The outcomes since the last call (then forgotten)."""
@@ -180,17 +194,23 @@ class Evictor:
             del self.pending[key]  # healthy again, or the pod went: nothing more to do
         self.withheld = {k: w for k, w in self.withheld.items() if k in wanted}
         for target in chosen:
-            if target.key in self.pending or target.key in self.withheld:
+            if target.key in self.pending:
                 continue
-            why = self._cap(target) or self._braked(at)
+            before = self.withheld.get(target.key)
+            if before is not None and not before.by_breaker:
+                continue  # the cap holds for the rest of the boot
+            capped = self._cap(target)
+            why = capped or self._braked(at)
             if why:
-                self.withheld[target.key] = Withheld(target, why)
-                self._count(Done(target, "withheld", why))
-                log.warning(
-                    "eviction withheld",
-                    extra={"pod": f"{target.namespace}/{target.pod}", "why": why},
-                )
+                self.withheld[target.key] = Withheld(target, why, not capped)
+                if before is None:  # told once, not at every look
+                    self._count(Done(target, "withheld", why))
+                    log.warning(
+                        "eviction withheld",
+                        extra={"pod": f"{target.namespace}/{target.pod}", "why": why},
+                    )
                 continue
+            self.withheld.pop(target.key, None)
             self.pending[target.key] = Pending(target, at)
 
     def _cap(self, target: Target) -> str:
