@@ -38,9 +38,9 @@ from gpuprobe.audit.view.pods import (
     waiting_gpu_pod,
 )
 from gpuprobe.config import KubernetesConfig
+from gpuprobe.effects.conditions import groups
+from gpuprobe.effects.readback import NodeSignals, signals
 from gpuprobe.kube.api import KubeError, selects
-from gpuprobe.kube.conditions import groups
-from gpuprobe.kube.once import NodeSignals, signals
 from gpuprobe.kube.reader import ClusterReader, Kind
 
 # What the view keeps of long lists: the first this many waiting GPU pods (the rest only
