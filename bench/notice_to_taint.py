@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 from gpuprobe.checks.lifecycle import LifecycleConfig  # noqa: E402
 from gpuprobe.checks.registry import CHECKS  # noqa: E402
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig, TaintConfig  # noqa: E402
+from gpuprobe.effects.terminating import TERMINATING_KEY  # noqa: E402
 from gpuprobe.host import snapshot_host  # noqa: E402
 from gpuprobe.host.metadata import LiveMetadata  # noqa: E402
-from gpuprobe.kube.terminating import TERMINATING_KEY  # noqa: E402
 from gpuprobe.serve.agent import Agent, ServeOptions  # noqa: E402
 from kube_standin import running as kube_running  # noqa: E402
 from metadata_standins import ImdsStandIn  # noqa: E402

@@ -16,10 +16,11 @@ from kube_reports import GPU3, GPU_LOST, NO_RUNTIME, later
 
 from conftest import snapshot
 from gpuprobe.config import Config, DeviceTaintConfig, KubernetesConfig, TaintConfig
+from gpuprobe.effects.daemon import KubeCollector
+from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.node import NodeEffects
 from gpuprobe.host import snapshot_host
 from gpuprobe.kube.api import Access, KubeApi
-from gpuprobe.kube.daemon import KubeCollector
-from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from gpuprobe.pipeline import run_checks
 from gpuprobe.report import CheckResult, NodeReport, PodRef
 from kube_dra import DraStandIn, nvidia_slice
@@ -79,9 +80,9 @@ def standin(tmp_path: Path) -> Iterator[DraStandIn]:
         s.stop()
 
 
-def publisher(standin: DraStandIn, cfg: KubernetesConfig, node: str = NODE) -> NodePublisher:
+def publisher(standin: DraStandIn, cfg: KubernetesConfig, node: str = NODE) -> NodeEffects:
     api = KubeApi(Access(kubeconfig=str(standin.kubeconfig())), timeout=5)
-    return NodePublisher(api, node, cfg, run="run1")
+    return NodeEffects(api, node, cfg, run="run1")
 
 
 def ours(standin: DraStandIn) -> dict[str, tuple[str, str, str, str]]:
@@ -338,7 +339,7 @@ def test_events_go_to_the_pods_on_the_gpu_and_the_metric_counts_rules(
         f"GPU 6 (gpu:6:{FAILED}) has ROW_REMAP_FAILURE: DeviceTaintRule {RULE} taints its DRA "
         "device gpu-7 with gpuprobe.io/unhealthy=ROW_REMAP_FAILURE:NoSchedule"
     )
-    loop = PublishLoop(p, lambda _: None, config())
+    loop = EffectsLoop(p, lambda _: None, config())
     metrics = {m.name: m for m in KubeCollector(loop).collect()}
     samples = {s.labels["effect"]: s.value for s in metrics["gpuprobe_device_taints"].samples}
     assert samples == {"None": 0, "NoSchedule": 1, "NoExecute": 0}

@@ -19,10 +19,11 @@ from kube_reports import later
 
 from conftest import ROOT, snapshot
 from gpuprobe.config import Config, KubernetesConfig, RemediationConfig
+from gpuprobe.effects.daemon import KubeCollector
+from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.node import NodeEffects
 from gpuprobe.host import snapshot_host
 from gpuprobe.kube.api import Access, KubeApi
-from gpuprobe.kube.daemon import KubeCollector
-from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from gpuprobe.pipeline import run_checks
 from gpuprobe.report import CheckResult, Finding, NodeReport, PodRef
 from kube_dra import PDB_MESSAGE, DraStandIn
@@ -100,12 +101,12 @@ def remediation(state: Path, **extra: Any) -> RemediationConfig:
 
 def publisher(
     standin: DraStandIn, state: Path, node: str = NODE, boot: str = BOOT, **extra: Any
-) -> NodePublisher:
+) -> NodeEffects:
     config = standin.directory / "kubeconfig-agent-token"
     if not config.exists():
         standin.kubeconfig()
     api = KubeApi(Access(kubeconfig=str(config)), timeout=5)
-    return NodePublisher(api, node, KubernetesConfig(), "run1", remediation(state, **extra), boot)
+    return NodeEffects(api, node, KubernetesConfig(), "run1", remediation(state, **extra), boot)
 
 
 def test_an_ecc_fault_evicts_the_pod_holding_the_gpu_and_only_it(
@@ -311,7 +312,7 @@ def test_the_breaker_bounds_agents_deciding_at_once(tmp_path: Path) -> None:
 def test_the_metric_counts_outcomes(standin: DraStandIn, tmp_path: Path) -> None:
     p = publisher(standin, tmp_path)
     p.publish(ecc_report(), later(0))
-    loop = PublishLoop(p, lambda _: None, KubernetesConfig())
+    loop = EffectsLoop(p, lambda _: None, KubernetesConfig())
     metrics = {m.name: m for m in KubeCollector(loop).collect()}
     samples = {
         s.labels["outcome"]: s.value

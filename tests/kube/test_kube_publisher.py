@@ -15,9 +15,10 @@ import pytest
 from kube_reports import GPU_LOST, NO_RUNTIME, THERMAL, TIMEOUT, XID_APP, later, report
 
 from gpuprobe.config import KubernetesConfig, TaintConfig
+from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.node import NodeEffects
+from gpuprobe.effects.taints import TAINT_KEY
 from gpuprobe.kube.api import Access, KubeApi, KubeError
-from gpuprobe.kube.publisher import NodePublisher, PublishLoop
-from gpuprobe.kube.taints import TAINT_KEY
 from gpuprobe.report import CheckResult, NodeReport
 from kube_standin import KubeStandIn, Rule, manifest_rules, running
 
@@ -31,9 +32,9 @@ def standin(tmp_path: Path) -> Iterator[KubeStandIn]:
         yield stand_in
 
 
-def publisher(standin: KubeStandIn, config: KubernetesConfig = TAINTING) -> NodePublisher:
+def publisher(standin: KubeStandIn, config: KubernetesConfig = TAINTING) -> NodeEffects:
     api = KubeApi(Access(kubeconfig=str(standin.kubeconfig())), timeout=2)
-    return NodePublisher(api, NODE, config, run="run1")
+    return NodeEffects(api, NODE, config, run="run1")
 
 
 def ours(standin: KubeStandIn) -> dict[str, tuple[str, str, str]]:
@@ -229,7 +230,7 @@ def test_the_loop_counts_errors_backs_off_and_reports_unreachable_after_5_minute
 ) -> None:
     clock = [1000.0]
     own: list[CheckResult] = []
-    loop = PublishLoop(
+    loop = EffectsLoop(
         publisher(standin, KubernetesConfig()),
         own.append,
         KubernetesConfig(),
@@ -325,7 +326,7 @@ def test_a_bug_in_one_attempt_does_not_end_publishing(standin: KubeStandIn) -> N
         real(report, at)
 
     p.publish = publish_once_broken  # type: ignore[method-assign]
-    loop = PublishLoop(p, lambda _: None, KubernetesConfig(), rng=random.Random(1))
+    loop = EffectsLoop(p, lambda _: None, KubernetesConfig(), rng=random.Random(1))
     loop.offer(report(("gpus", GPU_LOST)))
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)

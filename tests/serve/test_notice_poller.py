@@ -16,9 +16,9 @@ from conftest import snapshot
 from gpuprobe.checks.lifecycle import LifecycleConfig
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig, TaintConfig
+from gpuprobe.effects.terminating import TERMINATING_KEY
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.metadata import LiveMetadata
-from gpuprobe.kube.terminating import TERMINATING_KEY
 from gpuprobe.serve.agent import Agent, ServeOptions
 from gpuprobe.serve.notices import NoticePoller
 from kube_standin import KubeStandIn

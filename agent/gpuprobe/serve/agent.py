@@ -27,13 +27,13 @@ from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
+from gpuprobe.effects.daemon import EffectsLink, wanted
 from gpuprobe.errors import UsageError
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
 from gpuprobe.gpu.kernel_sources import boot_id
 from gpuprobe.host import Host
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
-from gpuprobe.kube.daemon import KubeLink, wanted
 from gpuprobe.pipeline import Sink
 from gpuprobe.report import CheckResult, now
 from gpuprobe.serve import grpc_server
@@ -257,12 +257,12 @@ class Agent:
         signals.add_source("kernel-log", kernel_log_source(follower, signals.stop_read))
         return signals
 
-    def _kube_link(self, kubeconfig: str | None, rng: random.Random) -> KubeLink | None:
+    def _kube_link(self, kubeconfig: str | None, rng: random.Random) -> EffectsLink | None:
         """Node conditions, events and taints, when `kubernetes.enabled` says so."""
         if not wanted(self.config.kubernetes, kubeconfig):
             return None
         try:
-            return KubeLink(
+            return EffectsLink(
                 self.host.node_name,
                 self.config.kubernetes,
                 Access(kubeconfig=kubeconfig),

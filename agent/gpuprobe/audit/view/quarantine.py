@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuprobe.audit.view.nodes import NodeFacts
-from gpuprobe.kube.dra import ours
+from gpuprobe.effects.dra import ours
 from gpuprobe.report import Status
 
 # The node-pool labels of the managed clusters and Karpenter, first found first.

@@ -40,9 +40,9 @@ from gpuprobe.audit.view.pods import (
 from gpuprobe.audit.view.quarantine import Rule, SliceDevice, slice_devices
 from gpuprobe.audit.view.quarantine import rule as taint_rule
 from gpuprobe.config import KubernetesConfig
+from gpuprobe.effects.conditions import groups
+from gpuprobe.effects.readback import NodeSignals, signals
 from gpuprobe.kube.api import KubeError, selects
-from gpuprobe.kube.conditions import groups
-from gpuprobe.kube.once import NodeSignals, signals
 from gpuprobe.kube.reader import ClusterReader, Kind
 
 # What the view keeps of long lists: the first this many waiting GPU pods (the rest only

@@ -7,7 +7,7 @@ a DRA driver's `gpu-<minor>` need not follow NVML's index), and the MIG devices 
 by their `parentUUID`. Everything here is pure: what the slices publish (`published`), which
 version serves the rules (`rule_version`), the rules a report wants (`wanted`), what to
 create and delete (`plan`), and the brake counting the fleet's quarantined GPUs (`brake`).
-`kube.device_taints` applies it.
+`effects.device_taints` applies it.
 """
 
 from __future__ import annotations

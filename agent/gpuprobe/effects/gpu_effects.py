@@ -1,24 +1,28 @@
 """Acting on one GPU, not the node: device taints and evictions, told everywhere.
 
-`GpuEffects` is the thin wiring the publisher calls each attempt: the device taints
-(`kube.device_taints`, when `kubernetes.device_taints.enabled`) first, whose standing rules
-tell the node taint which GPU faults it need not cover; then the evictions (`kube.evictor`,
-when `remediation.evict_pods`); then the Events on the node and on the pods for what was
-done, the agent's own findings (`DEVICE_TAINT_WITHHELD`, `EVICTION_WITHHELD`) and the facts
-its `kubernetes` result carries (`data.device_taints`, `data.evictions`).
+`GpuEffects` holds one node's device taints (`effects.device_taints`, when
+`kubernetes.device_taints.enabled`) and evictions (`effects.evictor`, when
+`remediation.evict_pods`), and gives `node.NodeEffects` three appliers (`Lane.ORDINARY`): the
+device taints first (their standing rules tell the node taint's applier which GPU faults it
+need not cover: `covered`), the evictions after the taints, and last the Events on the node
+and on the pods for what was done. It also says what was not (`DEVICE_TAINT_WITHHELD`,
+`EVICTION_WITHHELD`) and what was (`data.device_taints`, `data.evictions` of the agent's
+`kubernetes` result).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
 from gpuprobe.config import KubernetesConfig, RemediationConfig
-from gpuprobe.kube import device_taints, evictor
-from gpuprobe.kube.device_taints import DeviceTaints, RuleChange
-from gpuprobe.kube.events import effect_body
-from gpuprobe.kube.evictions import gpu_index
-from gpuprobe.kube.evictor import Done, Evictor
+from gpuprobe.effects import device_taints, evictor
+from gpuprobe.effects.budget import Lane
+from gpuprobe.effects.device_taints import DeviceTaints, RuleChange
+from gpuprobe.effects.events import effect_body
+from gpuprobe.effects.evictions import gpu_index
+from gpuprobe.effects.evictor import Done, Evictor
 from gpuprobe.report import Action, Finding, NodeReport, PodRef, Severity
 
 
@@ -26,6 +30,19 @@ class Api(device_taints.Api, evictor.Api, Protocol):
     """What acting on GPUs needs of the API, and the events it writes."""
 
     def create_event(self, event: dict[str, Any]) -> None: ...
+
+
+class _Step:
+    """One of GpuEffects' steps as an applier of the room (`effects.appliers.Applier`)."""
+
+    lane = Lane.ORDINARY
+
+    def __init__(self, step: Callable[[NodeReport, datetime], None]) -> None:
+        self._step = step
+
+    def apply(self, report: NodeReport, at: datetime) -> None:
+        """Run the step; raises KubeError on a failed call."""
+        self._step(report, at)
 
 
 class GpuEffects:
@@ -51,14 +68,26 @@ class GpuEffects:
             else None
         )
 
-    def apply_taints(self, report: NodeReport, at: datetime) -> set[str]:
-        """The device taints; the GPU resources whose rules stand (no node taint for them)."""
+        self.covered: set[str] = set()  # GPU resources whose device taints stand
+
+    def appliers(self) -> tuple[list[_Step], list[_Step], list[_Step]]:
+        """The appliers to run before the node's own (the device taints), after the node
+        taint (the evictions), and last (the events of what was done)."""
+        first = [_Step(self.apply_taints)] if self.taints is not None else []
+        after = [_Step(self.apply_evictions)] if self.evictor is not None else []
+        last = [_Step(lambda _, at: self.announce(at))] if first or after else []
+        return first, after, last
+
+    def apply_taints(self, report: NodeReport, at: datetime) -> None:
+        """The device taints; `covered` the GPU resources whose rules stand (no node taint
+        for them)."""
         if self.taints is None:
-            return set()
+            return
         try:
-            return self.taints.apply(report, at)
+            self.covered = self.taints.apply(report, at)
         except Exception:
             self.taints.forget()
+            self.covered = set()
             raise
 
     def apply_evictions(self, report: NodeReport, at: datetime) -> None:

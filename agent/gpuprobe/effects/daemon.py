@@ -1,5 +1,6 @@
-"""The daemon's side of the Kubernetes feature: whether it is on, and the loop and metrics that
-`gpuprobe serve` wires in (the wiring itself stays in serve/agent.py)."""
+"""The daemon's side of the effects: the loop on its own thread and its metrics, which
+`gpuprobe serve` wires in (whether the feature is on is `gpuprobe.kube.api.wanted`; the wiring
+itself stays in serve/agent.py)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,22 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gpuprobe.config import DEVICE_TAINT_EFFECTS, KubernetesConfig, RemediationConfig
+from gpuprobe.effects.evictor import OUTCOMES
+from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.node import NodeEffects
 from gpuprobe.kube.api import Access, KubeApi, wanted
-from gpuprobe.kube.evictor import OUTCOMES
-from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from gpuprobe.report import CheckResult
 from gpuprobe.threads import start_thread
 
-__all__ = ["KubeCollector", "KubeLink", "wanted"]  # wanted: the serve face asks it here
+__all__ = ["EffectsLink", "KubeCollector", "wanted"]  # wanted: the serve face asks it here
 
 
 class KubeCollector(Collector):
-    """`gpuprobe_kubernetes_up` and `gpuprobe_kubernetes_errors_total{verb,code}`."""
+    """`gpuprobe_kubernetes_up`, `gpuprobe_kubernetes_errors_total{verb,code}`, and with
+    device taints or evictions on, `gpuprobe_device_taints{effect}` and
+    `gpuprobe_evictions_total{outcome}`."""
 
-    def __init__(self, loop: PublishLoop) -> None:
+    def __init__(self, loop: EffectsLoop) -> None:
         self.loop = loop
 
     def collect(self) -> Iterator[Metric]:
@@ -43,7 +47,7 @@ class KubeCollector(Collector):
         for (verb, code), count in sorted(dict(self.loop.errors).items()):
             errors.add_metric([verb, code], count)
         yield errors
-        gpus = self.loop.publisher.gpus
+        gpus = self.loop.effects.gpus
         if gpus.taints is not None:
             taints = GaugeMetricFamily(
                 "gpuprobe_device_taints",
@@ -67,8 +71,8 @@ class KubeCollector(Collector):
             yield evicted
 
 
-class KubeLink:
-    """The publisher, its loop on its own thread, and its metrics, for one agent."""
+class EffectsLink:
+    """The node's effects, their loop on its own thread, and its metrics, for one agent."""
 
     def __init__(
         self,
@@ -81,22 +85,20 @@ class KubeLink:
         boot_id: str | None = None,
     ) -> None:
         self.api = KubeApi(access, config.timeout_seconds)
-        publisher = NodePublisher(
-            self.api, node, config, uuid.uuid4().hex[:12], remediation, boot_id
-        )
-        self.loop = PublishLoop(publisher, report_own, config, rng=rng)
+        effects = NodeEffects(self.api, node, config, uuid.uuid4().hex[:12], remediation, boot_id)
+        self.loop = EffectsLoop(effects, report_own, config, rng=rng)
         self.collector = KubeCollector(self.loop)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> bool:
-        """Start publishing (after the jittered first wait); False when the system refused
+        """Start the loop (after the jittered first wait); False when the system refused
         the thread."""
         self._thread = start_thread(self.loop.run, "kubernetes", (self._stop,))
         return self._thread is not None
 
     def stop(self, grace: float = 1.0) -> None:
-        """Stop publishing; a call in flight is left to its own timeout."""
+        """Stop the loop; a call in flight is left to its own timeout."""
         self._stop.set()
         self.loop.offer(None)
         if self._thread is not None:

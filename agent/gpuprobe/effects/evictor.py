@@ -1,6 +1,6 @@
 """Evicting the pods that hold a failed GPU: the applier (docs/kubernetes.md, "Eviction").
 
-`Evictor.apply` reads the node's pods when the report changed, plans (`kube.evictions`), and
+`Evictor.apply` reads the node's pods when the report changed, plans (`effects.evictions`), and
 asks the Eviction API (policy/v1) for each pod whose turn has come: a 201 evicted it (the
 per-GPU count goes up, in a state file that survives restarts, per boot; the Node's record
 that the fleet's breaker reads gets the time), a 429 (the PodDisruptionBudget allows no
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuprobe.config import RemediationConfig
+from gpuprobe.effects import evictions
+from gpuprobe.effects.dra import gpu_faults
+from gpuprobe.effects.evictions import PodFacts, PodKey, Target
 from gpuprobe.host import state_files
-from gpuprobe.kube import evictions
 from gpuprobe.kube.api import KubeError
-from gpuprobe.kube.dra import gpu_faults
-from gpuprobe.kube.evictions import PodFacts, PodKey, Target
 from gpuprobe.report import NodeReport
 
 log = logging.getLogger("gpuprobe.kube")

@@ -1,13 +1,13 @@
 """Evicting the pods that hold a failed GPU: the pure planner and the fleet's breaker
 (docs/kubernetes.md, "Eviction").
 
-Only the pods attribution names on a GPU fault (`kube.dra.gpu_faults`: CRITICAL, on a GPU,
+Only the pods attribution names on a GPU fault (`effects.dra.gpu_faults`: CRITICAL, on a GPU,
 asking for a repair of it) are evicted, never a DaemonSet's pod (it would come straight back,
 and the agent is one), never gpuprobe's own, never a pod that has ended or is already going.
 Everything here is pure: which pods to evict (`targets`), the pace of retries while a
 PodDisruptionBudget refuses (`retry_after`), and the breaker that counts the fleet's recent
 evictions from the record each agent keeps on its Node (`fleet_evictions`, `record`).
-`kube.evictor` applies it.
+`effects.evictor` applies it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuprobe.kube.dra import gpu_faults, gpu_uuid
+from gpuprobe.effects.dra import gpu_faults, gpu_uuid
 from gpuprobe.report import NodeReport, format_time, parse_time
 
 # Each agent's recent evictions, on its own Node: the times, space-separated (RFC 3339).

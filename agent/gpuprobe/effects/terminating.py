@@ -1,13 +1,15 @@
 """The taint `gpuprobe.io/terminating=<kind>:NoSchedule` of a node the cloud is taking away.
 
 Pure: `wanted` reads the report's `lifecycle` result, `decide` the node's new taint list (or
-None to leave it be). Unlike `gpuprobe.io/unhealthy` it stands outside the fleet brake: the
-brake is there so that a wrong verdict of the agent (a bad release, a driver update read
-wrong) cannot take a whole fleet out of scheduling; a provider's notice is no verdict of
-the agent but the provider's own word that this node goes, and when many spot nodes are
-reclaimed at once, keeping new pods off every one of them is exactly what is wanted. It is
-removed as soon as the notice is gone (a check that could not ask keeps it: an unknown is no
-"gone"), with no clear delay: the node is not broken, it was going away.
+None to leave it be), `urgent` whether the change is a notice that goes before the node's
+other updates (`gpuprobe.effects.budget.Lane.NOTICE`: adding or changing it). Unlike
+`gpuprobe.io/unhealthy` it stands outside the fleet brake: the brake is there so that a wrong
+verdict of the agent (a bad release, a driver update read wrong) cannot take a whole fleet out
+of scheduling; a provider's notice is no verdict of the agent but the provider's own word that
+this node goes, and when many spot nodes are reclaimed at once, keeping new pods off every one
+of them is exactly what is wanted. It is removed at the node's next update once the notice is
+gone (a check that could not ask keeps it: an unknown is no "gone"), with no clear delay: the
+node is not broken, it was going away.
 """
 
 from __future__ import annotations
@@ -65,3 +67,12 @@ def decide(
     if mine is None:
         return [dict(t) for t in taints] + [made]
     return [made if t is mine else dict(t) for t in taints]
+
+
+def urgent(taints: Sequence[Mapping[str, Any]] | None, kind: str | Keep | None) -> bool:
+    """Whether the report asks for the taint to be added or changed on a node whose taints
+    are `taints` (None: not known since the last failed write): a notice, which goes before
+    the node's other updates. Taking the taint back is no notice and waits its turn."""
+    if not isinstance(kind, str):
+        return False
+    return taints is None or decide(taints, kind) is not None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuprobe.kube.conditions import camel, describe
+from gpuprobe.effects.conditions import camel, describe
 from gpuprobe.report import Finding, NodeReport, Severity
 
 REPORTING_CONTROLLER = "gpuprobe.io/agent"

@@ -1,6 +1,6 @@
 """DeviceTaintRules for failed GPUs: the applier (docs/kubernetes.md, "Device taints").
 
-`DeviceTaints.apply` brings this node's rules to what a report wants (`kube.dra` plans): it
+`DeviceTaints.apply` brings this node's rules to what a report wants (`effects.dra` plans): it
 asks discovery once which version serves DeviceTaintRules (v1, else v1beta2; neither: it
 writes nothing to resource.k8s.io and covers no GPU, so the node taint stays as before),
 reads this node's ResourceSlices, lists gpuprobe's rules of this node at start (and after any
@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from gpuprobe.config import DeviceTaintConfig
-from gpuprobe.kube import dra
+from gpuprobe.effects import dra
 from gpuprobe.kube.api import KubeError
 from gpuprobe.report import Finding, NodeReport, PodRef
 
