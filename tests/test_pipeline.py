@@ -21,6 +21,7 @@ from gpuprobe.cli import check as check_command
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig
 from gpuprobe.effects import once
 from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.told import tell_report
 from gpuprobe.report import CheckResult, Finding, NodeReport, Severity
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.metrics_http import MetricsPage
@@ -90,8 +91,8 @@ def test_the_post_passes_run_once_each_in_their_order(monkeypatch: pytest.Monkey
     assert (report.node, report.time) == ("node-a", T)
 
 
-def test_attribution_is_the_post_pass_today() -> None:
-    assert (attribute_report,) == pipeline.POST_PASSES
+def test_the_post_passes_are_attribution_then_what_the_effects_did() -> None:
+    assert (attribute_report, tell_report) == pipeline.POST_PASSES
 
 
 def test_feed_gives_every_sink_the_item_in_order() -> None:

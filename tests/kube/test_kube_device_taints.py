@@ -21,7 +21,7 @@ from gpuprobe.effects.loop import EffectsLoop
 from gpuprobe.effects.node import NodeEffects
 from gpuprobe.host import snapshot_host
 from gpuprobe.kube.api import Access, KubeApi
-from gpuprobe.pipeline import run_checks
+from gpuprobe.pipeline import assemble, run_checks
 from gpuprobe.report import CheckResult, NodeReport, PodRef
 from kube_dra import DraStandIn, nvidia_slice
 from kube_standin import manifest_rules
@@ -352,3 +352,20 @@ def test_events_go_to_the_pods_on_the_gpu_and_the_metric_counts_rules(
             "effect": "NoSchedule",
         }
     ]
+
+
+def test_the_finding_says_what_was_done(standin: DraStandIn) -> None:
+    """The loop's own result carries the rules; the pipeline's post-pass tells each in the
+    finding it stands for."""
+    own: list[CheckResult] = []
+    effects = publisher(standin, config())
+    loop = EffectsLoop(effects, own.append, config())
+    report = remap_failure()
+    loop.offer(report)
+    loop.step()
+    told = assemble(NODE, report.time, [*report.checks, own[-1]])
+    assert told.checks[0].findings[0].message == (
+        f"{report.checks[0].findings[0].message}; quarantined: its DRA device gpu-7 carries "
+        f"gpuprobe.io/unhealthy=ROW_REMAP_FAILURE:NoSchedule (DeviceTaintRule {RULE})"
+    )
+    assert own[-1].name == "kubernetes" and own[-1].findings == []

@@ -24,7 +24,7 @@ from gpuprobe.effects.loop import EffectsLoop
 from gpuprobe.effects.node import NodeEffects
 from gpuprobe.host import snapshot_host
 from gpuprobe.kube.api import Access, KubeApi
-from gpuprobe.pipeline import run_checks
+from gpuprobe.pipeline import assemble, run_checks
 from gpuprobe.report import CheckResult, Finding, NodeReport, PodRef
 from kube_dra import PDB_MESSAGE, DraStandIn
 from kube_standin import manifest_rules
@@ -320,3 +320,16 @@ def test_the_metric_counts_outcomes(standin: DraStandIn, tmp_path: Path) -> None
         if s.name.endswith("_total")
     }
     assert samples == {"evicted": 1, "blocked": 0, "gone": 0, "withheld": 0, "failed": 0}
+
+
+def test_the_finding_names_the_pod_evicted(standin: DraStandIn, tmp_path: Path) -> None:
+    own: list[CheckResult] = []
+    effects = publisher(standin, tmp_path)
+    loop = EffectsLoop(effects, own.append, KubernetesConfig())
+    report = ecc_report()
+    loop.offer(report)
+    loop.step()
+    told = assemble(NODE, report.time, [*report.checks, own[-1]])
+    ecc = told.checks[0].findings[0]
+    assert ecc.message.endswith("; evicted: pod ml-team/llama-pretrain-0")
+    assert own[-1].data["evictions"]["evicted"][0]["pod"] == "ml-team/llama-pretrain-0"

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from gpuprobe.config import RemediationConfig
 from gpuprobe.effects import evictions
-from gpuprobe.effects.dra import gpu_faults
+from gpuprobe.effects.dra import gpu_faults, gpu_uuid
 from gpuprobe.effects.evictions import PodFacts, PodKey, Target
 from gpuprobe.host import state_files
 from gpuprobe.kube.api import KubeError
@@ -36,6 +36,7 @@ LEDGER_FORMAT = 1
 MAX_PODS = 500
 # The fleet is listed for the breaker at most this often while it holds.
 BREAKER_RECHECK_SECONDS = 120.0
+MAX_TOLD = 32  # evictions the agent's own result lists (the latest)
 OUTCOMES = ("evicted", "blocked", "gone", "withheld", "failed")
 
 
@@ -145,6 +146,8 @@ class Evictor:
         self.spared: list[evictions.Spared] = []
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.done: list[Done] = []  # since the caller last took them
+        self.evicted: list[tuple[Target, datetime]] = []  # the latest, MAX_TOLD at most
+        self.faulty: set[str] = set()  # the GPUs (UUIDs) at fault in the latest report
         self._report: NodeReport | None = None
         self._breaker: evictions.FleetBreaker | None = None
         self._breaker_at: datetime | None = None
@@ -153,6 +156,8 @@ class Evictor:
         """Plan against `report` (the node's pods read again when it changed) and make the
         evictions whose turn has come. Raises KubeError on a failed call other than the
         Eviction API's answers it handles (201, 429, 404)."""
+        if report is not self._report:
+            self.faulty = {gpu_uuid(f.resource) or "" for f in gpu_faults(report)}
         if report is not self._report or self._recheck_due(at):
             if not gpu_faults(report) and not self.pending:
                 self._report, self.withheld, self.spared = report, {}, []
@@ -264,6 +269,7 @@ class Evictor:
             raise
         del self.pending[key]
         self.ledger.add(target.uuid)
+        self.evicted = [*self.evicted, (target, at)][-MAX_TOLD:]
         self._count(Done(target, "evicted", f"it held GPU {evictions.gpu_index(target.resource)}"))
         log.warning("pod evicted", extra={"pod": f"{target.namespace}/{target.pod}"})
         node = self.api.get_node(self.node)

@@ -23,7 +23,7 @@ from gpuprobe.effects.device_taints import DeviceTaints, RuleChange
 from gpuprobe.effects.events import effect_body
 from gpuprobe.effects.evictions import gpu_index
 from gpuprobe.effects.evictor import Done, Evictor
-from gpuprobe.report import Action, Finding, NodeReport, PodRef, Severity
+from gpuprobe.report import Action, Finding, NodeReport, PodRef, Severity, format_time
 
 
 class Api(device_taints.Api, evictor.Api, Protocol):
@@ -243,9 +243,19 @@ class GpuEffects:
                 ],
             }
         if self.evictor is not None:
+            live = self.evictor.faulty  # evictions told while their GPU is still at fault
             facts["evictions"] = {
                 "outcomes": dict(self.evictor.outcomes),
                 "evicted_per_gpu": dict(self.evictor.ledger.counts),
+                "evicted": [
+                    {
+                        "pod": f"{t.namespace}/{t.pod}",
+                        "resource": t.resource,
+                        "time": format_time(at),
+                    }
+                    for t, at in self.evictor.evicted
+                    if t.uuid in live
+                ],
                 "pending": [f"{ns}/{pod}" for ns, pod in sorted(self.evictor.pending)],
                 "spared": [
                     {"pod": f"{s.namespace}/{s.pod}", "resource": s.resource, "why": s.why}
