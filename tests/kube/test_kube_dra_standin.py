@@ -181,7 +181,8 @@ def test_the_eviction_registrys_answers(standin: DraStandIn) -> None:
             "causes": [
                 {
                     "reason": "DisruptionBudget",
-                    "message": "The disruption budget llama needs 1 healthy pods and has 1 currently",
+                    "message": "The disruption budget llama needs 1 healthy pods and has 1 "
+                    "currently",
                 }
             ]
         },
