@@ -369,3 +369,14 @@ def test_the_finding_says_what_was_done(standin: DraStandIn) -> None:
         f"gpuprobe.io/unhealthy=ROW_REMAP_FAILURE:NoSchedule (DeviceTaintRule {RULE})"
     )
     assert own[-1].name == "kubernetes" and own[-1].findings == []
+
+
+def test_a_foreign_rule_under_our_name_is_never_taken_for_ours(standin: DraStandIn) -> None:
+    squatter = foreign(RULE, {"team": "ops"})
+    standin.add_rule(squatter)
+    p = publisher(standin, config(clear=0))
+    p.publish(remap_failure(), later(0))
+    p.publish(healthy(), later(10))
+    p.publish(healthy(), later(20))
+    assert standin.taint_rules[RULE]["metadata"]["labels"] == {"team": "ops"}
+    assert [w[0] for w in standin.rule_writes] == ["create"]  # refused 409, never a delete

@@ -194,9 +194,14 @@ class DeviceTaints:
         try:
             made = self.api.create_object(self._path(), rule.body)
         except KubeError as exc:
-            if exc.code != "409":  # already there: an earlier try did land
+            if exc.code != "409":
                 raise
-            made = rule.body
+            # A rule of that name is there: an earlier try of ours landed, or (never assumed)
+            # someone else's has the name. Ours are listed again; another's is left alone.
+            self._known = self._list_own()
+            if not any(r["metadata"]["name"] == rule.name for r in self._known):
+                log.warning("device taint name taken", extra={"rule": rule.name})
+            return
         assert self._known is not None
         self._known = [r for r in self._known if r["metadata"]["name"] != rule.name] + [made]
         log.warning(
