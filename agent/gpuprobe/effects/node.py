@@ -10,10 +10,10 @@ attempt (`Lane.NOTICE`) runs the notice's applier alone.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from gpuprobe.config import KubernetesConfig, RemediationConfig
-from gpuprobe.effects import conditions
+from gpuprobe.effects import conditions, gpu_effects
 from gpuprobe.effects.appliers import (
     Applier,
     ConditionApplier,
@@ -29,13 +29,17 @@ from gpuprobe.kube.api import KubeError
 from gpuprobe.report import Finding, NodeReport
 
 
+class EffectsApi(Api, gpu_effects.Api, Protocol):
+    """What every applier needs of the API (`gpuprobe.kube.api.KubeApi`)."""
+
+
 class NodeEffects:
     """Writes one node's conditions, events and taints from its reports, remembering what the
     node already says so that an unchanged round costs no request."""
 
     def __init__(
         self,
-        api: Api,
+        api: EffectsApi,
         node: str,
         config: KubernetesConfig,
         run: str,
@@ -48,7 +52,7 @@ class NodeEffects:
         self.brake = FleetBrake(api, node, config.taint)
         # Device taints and evictions (docs/kubernetes.md, "Acting on one GPU"): off unless
         # configured; the device taints go first, the node taint covers what they do not.
-        self.gpus = GpuEffects(api, node, config, remediation or RemediationConfig(), boot_id)  # type: ignore[arg-type]
+        self.gpus = GpuEffects(api, node, config, remediation or RemediationConfig(), boot_id)
         first, after, last = self.gpus.appliers()
         self.notices: TerminatingApplier | None = None
         self.appliers: list[Applier] = [*first, ConditionApplier(self.view, config)]

@@ -187,12 +187,14 @@ class KubeApi:
         found: dict[str, list[str]] = {}
         for entry in document.get("versions") or []:
             version = str(entry.get("version") or "")
-            if not version:
-                continue
-            path = f"/apis/{group}/{version}"
-            listed = self._call("get", lambda path=path: self._json("GET", path))  # type: ignore[misc]
-            found[version] = [str(r.get("name")) for r in listed.get("resources") or []]
+            if version:
+                found[version] = self._resources(f"/apis/{group}/{version}")
         return found
+
+    def _resources(self, path: str) -> list[str]:
+        """The resources a group version's discovery document lists."""
+        listed = self._call("get", lambda: self._json("GET", path))
+        return [str(r.get("name")) for r in listed.get("resources") or []]
 
     def list_objects(
         self, path: str, labels: str | None = None, fields: str | None = None, most: int = 5000

@@ -358,22 +358,24 @@ def _taint_rules(reader: ClusterReader, facts: ClusterFacts) -> None:
         )
         return
     for version in versions:
-        kind = Kind("resource.k8s.io", version, "devicetaintrules", "DeviceTaintRule", False)
         facts.taint_rules.clear()
-        _guarded(
-            facts,
-            "devicetaintrules",
-            kind,
-            "list",
-            lambda kind=kind: _each(  # type: ignore[misc]
-                reader, kind, lambda o: facts.taint_rules.append(taint_rule(o))
-            ),
-        )
+        _rules_at(reader, facts, version)
         if facts.state("devicetaintrules") != "not installed":
             return
         del facts.sources["devicetaintrules"]  # try the next version
     facts.sources["devicetaintrules"] = Source(
         "devicetaintrules", "not installed", "no served version lists DeviceTaintRules"
+    )
+
+
+def _rules_at(reader: ClusterReader, facts: ClusterFacts, version: str) -> None:
+    kind = Kind("resource.k8s.io", version, "devicetaintrules", "DeviceTaintRule", False)
+    _guarded(
+        facts,
+        "devicetaintrules",
+        kind,
+        "list",
+        lambda: _each(reader, kind, lambda o: facts.taint_rules.append(taint_rule(o))),
     )
 
 
