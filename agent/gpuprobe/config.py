@@ -258,6 +258,9 @@ class RemediationConfig:
     evict_pods: bool = False
     # Pods evicted from one GPU per boot of the node, at most (kept across agent restarts).
     max_evictions_per_gpu: int = 3
+    # Eviction requests for the pods of one GPU per boot, at most, whatever their answer (a
+    # PodDisruptionBudget that refuses for good ends in a finding, not endless retries).
+    max_eviction_requests_per_gpu: int = 30
     # The fleet's circuit breaker: no eviction while the GPU nodes together show this many
     # evictions by gpuprobe within the window.
     fleet_max_evictions: int = 10
@@ -269,6 +272,11 @@ class RemediationConfig:
         if not 1 <= self.max_evictions_per_gpu <= 100:
             raise ConfigError(
                 f"max_evictions_per_gpu: {self.max_evictions_per_gpu} is not between 1 and 100"
+            )
+        if not 1 <= self.max_eviction_requests_per_gpu <= 10000:
+            raise ConfigError(
+                f"max_eviction_requests_per_gpu: {self.max_eviction_requests_per_gpu} is not "
+                "between 1 and 10000"
             )
         if not 1 <= self.fleet_max_evictions <= 100000:
             raise ConfigError(

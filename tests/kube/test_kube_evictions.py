@@ -132,7 +132,8 @@ def test_an_ecc_fault_evicts_the_pod_holding_the_gpu_and_only_it(
     # The Node records it, for the fleet's breaker.
     assert standin.nodes[NODE]["metadata"]["annotations"]["gpuprobe.io/evictions"]
     ledger = json.loads((tmp_path / "evictions.json").read_text())
-    assert ledger == {"format": 1, "boot_id": BOOT, "gpus": {FAILED.split(":")[2]: 1}}
+    uuid = FAILED.split(":")[2]
+    assert ledger == {"format": 1, "boot_id": BOOT, "gpus": {uuid: 1}, "tries": {uuid: 1}}
     p.publish(report, later(30))  # the pod is gone: nothing more
     assert len(standin.evictions) == 1
 
@@ -333,3 +334,25 @@ def test_the_finding_names_the_pod_evicted(standin: DraStandIn, tmp_path: Path) 
     ecc = told.checks[0].findings[0]
     assert ecc.message.endswith("; evicted: pod ml-team/llama-pretrain-0")
     assert own[-1].data["evictions"]["evicted"][0]["pod"] == "ml-team/llama-pretrain-0"
+
+
+def test_a_budget_refusing_for_good_ends_in_a_finding_not_endless_retries(
+    standin: DraStandIn, tmp_path: Path
+) -> None:
+    standin.add_pdb(pdb("llama", "ml-team", 0, app="llama"))
+    report = ecc_report()
+    p = publisher(standin, tmp_path, max_eviction_requests_per_gpu=4)
+    for second in range(0, 600, 5):
+        p.publish(report, later(second))
+    assert len(standin.evictions) == 4
+    (finding,) = p.findings()
+    assert finding.message.startswith(
+        "pod ml-team/llama-pretrain-0 holds failed GPU 2 and is not evicted: 4 eviction "
+        "requests were made for GPU 2 this boot (remediation.max_eviction_requests_per_gpu: 4); "
+        f"the last refusal: {PDB_MESSAGE}"
+    )
+    assert p.gpus.next_due() is None  # nothing left to wake for
+    restarted = publisher(standin, tmp_path, max_eviction_requests_per_gpu=4)
+    restarted.publish(report, later(700))
+    assert len(standin.evictions) == 4
+    assert [f.code for f in restarted.findings()] == ["EVICTION_WITHHELD"]

@@ -51,13 +51,15 @@ class Api(Protocol):
 
 
 class Ledger:
-    """Pods evicted per GPU during this boot, kept in a state file across agent restarts (a
-    new boot starts it afresh: the GPU was reset with the node)."""
+    """Per GPU during this boot: the pods evicted from it and the eviction requests made for
+    it, kept in a state file across agent restarts (a new boot starts afresh: the GPU was
+    reset with the node)."""
 
     def __init__(self, directory: str, boot_id: str | None) -> None:
         self.path = Path(directory) / LEDGER_FILE
         self.boot_id = boot_id
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, int] = {}  # pods evicted
+        self.tries: dict[str, int] = {}  # eviction requests, whatever their answer
         self.error: str | None = None
         try:
             raw = json.loads(self.path.read_text(encoding="utf-8"))
@@ -72,16 +74,27 @@ class Ledger:
             and raw.get("format") == LEDGER_FORMAT
             and raw.get("boot_id") == boot_id
             and boot_id is not None
-            and isinstance(raw.get("gpus"), dict)
         ):
-            self.counts = {
-                str(k): int(v) for k, v in raw["gpus"].items() if isinstance(v, int) and v > 0
-            }
+            self.counts = _counts(raw.get("gpus"))
+            self.tries = _counts(raw.get("tries"))
 
     def add(self, uuid: str) -> None:
         """One more pod evicted from this GPU; written at once."""
         self.counts[uuid] = self.counts.get(uuid, 0) + 1
-        document = {"format": LEDGER_FORMAT, "boot_id": self.boot_id, "gpus": self.counts}
+        self._save()
+
+    def tried(self, uuid: str) -> None:
+        """One more eviction request for a pod on this GPU; written at once."""
+        self.tries[uuid] = self.tries.get(uuid, 0) + 1
+        self._save()
+
+    def _save(self) -> None:
+        document = {
+            "format": LEDGER_FORMAT,
+            "boot_id": self.boot_id,
+            "gpus": self.counts,
+            "tries": self.tries,
+        }
         try:
             fd, tmp = tempfile.mkstemp(prefix=".evictions-", dir=self.path.parent)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -94,6 +107,12 @@ class Ledger:
             return
         self.error = None
         state_files.saved(str(self.path), None)
+
+
+def _counts(value: object) -> dict[str, int]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, int) and v > 0}
 
 
 @dataclass
@@ -220,6 +239,14 @@ class Evictor:
 
     def _cap(self, target: Target) -> str:
         done = self.ledger.counts.get(target.uuid, 0)
+        tried = self.ledger.tries.get(target.uuid, 0)
+        if tried >= self.config.max_eviction_requests_per_gpu:
+            return (
+                f"{tried} eviction requests were already made for GPU "
+                f"{evictions.gpu_index(target.resource)} this boot "
+                f"(remediation.max_eviction_requests_per_gpu: "
+                f"{self.config.max_eviction_requests_per_gpu})"
+            )
         if done < self.config.max_evictions_per_gpu:
             return ""
         return (
@@ -246,7 +273,22 @@ class Evictor:
 
     def _try(self, key: PodKey, pending: Pending, at: datetime) -> None:
         target = pending.target
+        tried = self.ledger.tries.get(target.uuid, 0)
+        if tried >= self.config.max_eviction_requests_per_gpu:
+            del self.pending[key]
+            why = (
+                f"{tried} eviction requests were made for GPU "
+                f"{evictions.gpu_index(target.resource)} this boot "
+                f"(remediation.max_eviction_requests_per_gpu: "
+                f"{self.config.max_eviction_requests_per_gpu}); the last refusal: "
+                f"{pending.refused or 'none'}"
+            )
+            self.withheld[key] = Withheld(target, why)
+            self._count(Done(target, "withheld", why))
+            log.warning("eviction given up", extra={"pod": f"{target.namespace}/{target.pod}"})
+            return
         pending.tries.append(at)
+        self.ledger.tried(target.uuid)
         try:
             self.api.evict(target.namespace, target.pod)
         except KubeError as exc:
