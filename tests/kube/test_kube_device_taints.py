@@ -20,7 +20,7 @@ from gpuprobe.effects.daemon import KubeCollector
 from gpuprobe.effects.loop import EffectsLoop
 from gpuprobe.effects.node import NodeEffects
 from gpuprobe.host import snapshot_host
-from gpuprobe.kube.api import Access, KubeApi
+from gpuprobe.kube.api import Access, KubeApi, KubeError
 from gpuprobe.pipeline import assemble, run_checks
 from gpuprobe.report import CheckResult, NodeReport, PodRef
 from kube_dra import DraStandIn, nvidia_slice
@@ -380,3 +380,21 @@ def test_a_foreign_rule_under_our_name_is_never_taken_for_ours(standin: DraStand
     p.publish(healthy(), later(20))
     assert standin.taint_rules[RULE]["metadata"]["labels"] == {"team": "ops"}
     assert [w[0] for w in standin.rule_writes] == ["create"]  # refused 409, never a delete
+
+
+def test_an_event_that_failed_is_sent_at_the_next_attempt(standin: DraStandIn) -> None:
+    p = publisher(standin, config())
+    real = p.gpus.api.create_event
+    failures = [KubeError("create", "500", "etcd leader changed")]
+
+    def flaky(event: dict[str, Any]) -> None:
+        if event["reason"] == "DeviceTainted" and failures:
+            raise failures.pop()
+        real(event)
+
+    p.gpus.api.create_event = flaky  # type: ignore[method-assign]
+    with pytest.raises(KubeError):
+        p.publish(remap_failure(), later(0))
+    assert not [e for e in standin.node_events(NODE) if e["reason"] == "DeviceTainted"]
+    p.publish(remap_failure(), later(5))
+    assert [e["reason"] for e in standin.node_events(NODE)].count("DeviceTainted") == 1

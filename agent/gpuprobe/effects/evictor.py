@@ -142,6 +142,7 @@ class Done:
     target: Target
     outcome: str  # evicted, blocked, gone, withheld
     detail: str
+    first: bool = True  # a refusal: the first of a run (the one an event tells)
 
 
 class Evictor:
@@ -297,7 +298,7 @@ class Evictor:
                 pending.refused = exc.message
                 wait = evictions.retry_after(pending.refusals)
                 pending.next_at = at + timedelta(seconds=wait)
-                self._count(Done(target, "blocked", exc.message))
+                self._count(Done(target, "blocked", exc.message, pending.refusals == 1))
                 log.warning(
                     "eviction refused",
                     extra={"pod": f"{target.namespace}/{target.pod}", "why": exc.message},

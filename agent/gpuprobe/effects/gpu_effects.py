@@ -25,6 +25,9 @@ from gpuprobe.effects.evictions import gpu_index
 from gpuprobe.effects.evictor import Done, Evictor
 from gpuprobe.report import Action, Finding, NodeReport, PodRef, Severity, format_time
 
+# Acts whose events wait to be sent, at most (the API server down for long: the oldest go).
+MAX_UNTOLD = 256
+
 
 class Api(device_taints.Api, evictor.Api, Protocol):
     """What acting on GPUs needs of the API, and the events it writes."""
@@ -69,6 +72,7 @@ class GpuEffects:
         )
 
         self.covered: set[str] = set()  # GPU resources whose device taints stand
+        self._untold: list[RuleChange | Done] = []  # acts whose events are still to send
 
     def appliers(self) -> tuple[list[_Step], list[_Step], list[_Step]]:
         """The appliers to run before the node's own (the device taints), after the node
@@ -112,10 +116,15 @@ class GpuEffects:
         done = self.evictor.take_done() if self.evictor is not None else []
         if not self.events:
             return
-        for change in changes:
-            self._rule_events(change, at)
-        for outcome in done:
-            self._eviction_events(outcome, at)
+        # Told in order; one whose event failed stays first in line for the next attempt.
+        self._untold = [*self._untold, *changes, *done][-MAX_UNTOLD:]
+        while self._untold:
+            item = self._untold[0]
+            if isinstance(item, RuleChange):
+                self._rule_events(item, at)
+            else:
+                self._eviction_events(item, at)
+            self._untold.pop(0)
 
     def _send(
         self,
@@ -164,8 +173,7 @@ class GpuEffects:
             reason, action = "GpuPodEvicted", "Evicted"
             note = f"pod {name} evicted: it held GPU {gpu} ({target.resource}), {target.code}"
         elif done.outcome == "blocked":
-            pending = self.evictor.pending.get(target.key) if self.evictor else None
-            if pending is not None and pending.refusals > 1:
+            if not done.first:
                 return  # one event when the refusals start, not one per retry
             reason, action = "EvictionBlocked", "Evicting"
             note = f"pod {name} on failed GPU {gpu} not evicted yet: {done.detail}"
