@@ -398,3 +398,28 @@ def test_an_event_that_failed_is_sent_at_the_next_attempt(standin: DraStandIn) -
     assert not [e for e in standin.node_events(NODE) if e["reason"] == "DeviceTainted"]
     p.publish(remap_failure(), later(5))
     assert [e["reason"] for e in standin.node_events(NODE)].count("DeviceTainted") == 1
+
+
+def test_a_device_taint_refused_leaves_the_node_its_conditions_and_taint(tmp_path: Path) -> None:
+    """An overlay that took the devicetaintrules grant away while the feature is on: 403. The
+    conditions and the node taint are written as without device taints, the agent says why,
+    and the loop counts the refusal and tries again within 30 s."""
+    rules = [r for r in manifest_rules() if "devicetaintrules" not in r.resources]
+    standin = DraStandIn(tmp_path, rules)
+    standin.add_node(NODE, {"nvidia.com/gpu.present": "true"})
+    standin.add_slice(nvidia_slice(NODE, published(remap_failure())))
+    standin.start()
+    try:
+        p = publisher(standin, config())
+        loop = EffectsLoop(p, lambda _: None, config(), wall=lambda: later(0))
+        loop.offer(remap_failure())
+        delay = loop.step()
+        assert standin.conditions(NODE)["GPUHardwareReady"]["reason"] == "RowRemapFailure"
+        assert standin.taints(NODE)[0]["value"] == "ROW_REMAP_FAILURE"
+        (finding,) = p.findings()
+        assert finding.code == "DEVICE_TAINT_WITHHELD"
+        assert finding.message.startswith("device taints not brought up to date: list 403: ")
+        assert loop.errors == {("list", "403"): 1}
+        assert delay == 30.0
+    finally:
+        standin.stop()

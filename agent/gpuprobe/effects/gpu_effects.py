@@ -12,8 +12,9 @@ and on the pods for what was done. It also says what was not (`DEVICE_TAINT_WITH
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from gpuprobe.config import KubernetesConfig, RemediationConfig
@@ -23,7 +24,12 @@ from gpuprobe.effects.device_taints import DeviceTaints, RuleChange
 from gpuprobe.effects.events import effect_body
 from gpuprobe.effects.evictions import gpu_index
 from gpuprobe.effects.evictor import Done, Evictor
+from gpuprobe.kube.api import KubeError
 from gpuprobe.report import Action, Finding, NodeReport, PodRef, Severity, format_time
+
+log = logging.getLogger("gpuprobe.kube")
+# A failed device taint is tried again this soon, whatever the rounds do.
+TAINT_RETRY_SECONDS = 30.0
 
 # Acts whose events wait to be sent, at most (the API server down for long: the oldest go).
 MAX_UNTOLD = 256
@@ -58,6 +64,7 @@ class GpuEffects:
         config: KubernetesConfig,
         remediation: RemediationConfig,
         boot_id: str | None,
+        handled: list[KubeError] | None = None,
     ) -> None:
         self.api = api
         self.node = node
@@ -73,6 +80,9 @@ class GpuEffects:
 
         self.covered: set[str] = set()  # GPU resources whose device taints stand
         self._untold: list[RuleChange | Done] = []  # acts whose events are still to send
+        self.handled = handled if handled is not None else []  # counted by the loop
+        self.taint_error: KubeError | None = None
+        self._retry_at: datetime | None = None
 
     def appliers(self) -> tuple[list[_Step], list[_Step], list[_Step]]:
         """The appliers to run before the node's own (the device taints), after the node
@@ -84,15 +94,24 @@ class GpuEffects:
 
     def apply_taints(self, report: NodeReport, at: datetime) -> None:
         """The device taints; `covered` the GPU resources whose rules stand (no node taint
-        for them)."""
+        for them). A failed call does not stop the node's own effects: it is counted, said
+        (`DEVICE_TAINT_WITHHELD`), covers nothing (the node taint, where enabled, stands in)
+        and is tried again within `TAINT_RETRY_SECONDS`."""
         if self.taints is None:
             return
         try:
             self.covered = self.taints.apply(report, at)
-        except Exception:
+        except KubeError as exc:
             self.taints.forget()
             self.covered = set()
-            raise
+            self.taint_error, self._retry_at = exc, at + timedelta(seconds=TAINT_RETRY_SECONDS)
+            self.handled.append(exc)
+            log.warning(
+                "device taints failed",
+                extra={"verb": exc.verb, "code": exc.code, "error": exc.message},
+            )
+        else:
+            self.taint_error, self._retry_at = None, None
 
     def apply_evictions(self, report: NodeReport, at: datetime) -> None:
         """The evictions whose turn has come."""
@@ -105,8 +124,12 @@ class GpuEffects:
             self.taints.forget()
 
     def next_due(self) -> datetime | None:
-        """When a refused eviction is next tried (the loop wakes for it)."""
-        return self.evictor.next_due() if self.evictor is not None else None
+        """When a refused eviction or a failed device taint is next tried (the loop wakes
+        for it)."""
+        times = [t for t in (self._retry_at,) if t is not None]
+        if self.evictor is not None and (due := self.evictor.next_due()) is not None:
+            times.append(due)
+        return min(times, default=None)
 
     # -- telling ------------------------------------------------------------------------------
     def announce(self, at: datetime) -> None:
@@ -136,7 +159,6 @@ class GpuEffects:
         at: datetime,
         what: str,
     ) -> None:
-        from gpuprobe.kube.api import KubeError
 
         body = effect_body(self.node, regarding, reason, action, note, warning, at, what)
         try:
@@ -192,7 +214,18 @@ class GpuEffects:
         """DEVICE_TAINT_WITHHELD while the brake holds a rule back; EVICTION_WITHHELD for each
         pod on a failed GPU that is not evicted (a PDB refuses, the cap, the breaker)."""
         found: list[Finding] = []
-        if self.taints is not None and self.taints.withheld is not None:
+        if self.taint_error is not None:
+            e = self.taint_error
+            found.append(
+                Finding(
+                    "DEVICE_TAINT_WITHHELD",
+                    Severity.WARNING,
+                    f"device taints not brought up to date: {e.verb} {e.code}: {e.message}; "
+                    "the node taint, where enabled, stands in for the GPU faults meanwhile",
+                    Action.NONE,
+                )
+            )
+        elif self.taints is not None and self.taints.withheld is not None:
             found.append(
                 Finding(
                     "DEVICE_TAINT_WITHHELD",

@@ -52,7 +52,9 @@ class NodeEffects:
         self.brake = FleetBrake(api, node, config.taint)
         # Device taints and evictions (docs/kubernetes.md, "Acting on one GPU"): off unless
         # configured; the device taints go first, the node taint covers what they do not.
-        self.gpus = GpuEffects(api, node, config, remediation or RemediationConfig(), boot_id)
+        self.gpus = GpuEffects(
+            api, node, config, remediation or RemediationConfig(), boot_id, self.view.handled
+        )
         first, after, last = self.gpus.appliers()
         self.notices: TerminatingApplier | None = None
         self.appliers: list[Applier] = [*first, ConditionApplier(self.view, config)]
