@@ -356,3 +356,27 @@ def test_a_budget_refusing_for_good_ends_in_a_finding_not_endless_retries(
     restarted.publish(report, later(700))
     assert len(standin.evictions) == 4
     assert [f.code for f in restarted.findings()] == ["EVICTION_WITHHELD"]
+
+
+def test_an_eviction_refused_by_rbac_is_said_and_the_events_still_go(tmp_path: Path) -> None:
+    rules = [r for r in manifest_rules() if "pods/eviction" not in r.resources]
+    standin = DraStandIn(tmp_path, rules)
+    standin.add_node(NODE, {"nvidia.com/gpu.present": "true"})
+    standin.add_pod(pod("ml-team", "llama-pretrain-0", "StatefulSet", app="llama"))
+    standin.start()
+    try:
+        p = publisher(standin, tmp_path)
+        loop = EffectsLoop(p, lambda _: None, KubernetesConfig(), wall=lambda: later(0))
+        loop.offer(ecc_report())
+        loop.step()
+        assert loop.errors == {("create", "403"): 1} and loop.up
+        assert "EccUncorrectable" in {e["reason"] for e in standin.node_events(NODE)}
+        (finding,) = p.findings()
+        assert finding.message.startswith(
+            "pod ml-team/llama-pretrain-0 holds failed GPU 2 and is not evicted yet: the API "
+            'server refused (403: pods "llama-pretrain-0" is forbidden'
+        )
+        assert p.gpus.eviction_outcomes()["failed"] == 1
+        assert p.gpus.next_due() == later(1)
+    finally:
+        standin.stop()

@@ -308,7 +308,12 @@ class Evictor:
                 del self.pending[key]
                 self._count(Done(target, "gone", "the pod was already gone"))
                 return
-            self._count(Done(target, "failed", f"{exc.code}: {exc.message}"))
+            # Any other failure (a 403 where the grant was taken away, a 5xx, a timeout):
+            # said like a refusal, tried again at the same pace, and surfaced to be counted.
+            pending.refusals += 1
+            pending.refused = f"{exc.code}: {exc.message}"
+            pending.next_at = at + timedelta(seconds=evictions.retry_after(pending.refusals))
+            self._count(Done(target, "failed", pending.refused, pending.refusals == 1))
             raise
         del self.pending[key]
         self.ledger.add(target.uuid)

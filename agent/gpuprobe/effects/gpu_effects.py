@@ -83,6 +83,7 @@ class GpuEffects:
         self.handled = handled if handled is not None else []  # counted by the loop
         self.taint_error: KubeError | None = None
         self._retry_at: datetime | None = None
+        self._eviction_retry: datetime | None = None
 
     def appliers(self) -> tuple[list[_Step], list[_Step], list[_Step]]:
         """The appliers to run before the node's own (the device taints), after the node
@@ -114,9 +115,21 @@ class GpuEffects:
             self.taint_error, self._retry_at = None, None
 
     def apply_evictions(self, report: NodeReport, at: datetime) -> None:
-        """The evictions whose turn has come."""
-        if self.evictor is not None:
+        """The evictions whose turn has come. A failed call (not the Eviction API's refusal,
+        which the evictor paces) is counted and tried again within `TAINT_RETRY_SECONDS`;
+        it does not stop the events."""
+        if self.evictor is None:
+            return
+        try:
             self.evictor.apply(report, at)
+        except KubeError as exc:
+            self.handled.append(exc)
+            self._eviction_retry = at + timedelta(seconds=TAINT_RETRY_SECONDS)
+            log.warning(
+                "evictions failed", extra={"verb": exc.verb, "code": exc.code, "error": exc.message}
+            )
+        else:
+            self._eviction_retry = None
 
     def forget(self) -> None:
         """Read the rules again before the next write."""
@@ -126,7 +139,7 @@ class GpuEffects:
     def next_due(self) -> datetime | None:
         """When a refused eviction or a failed device taint is next tried (the loop wakes
         for it)."""
-        times = [t for t in (self._retry_at,) if t is not None]
+        times = [t for t in (self._retry_at, self._eviction_retry) if t is not None]
         if self.evictor is not None and (due := self.evictor.next_due()) is not None:
             times.append(due)
         return min(times, default=None)
