@@ -12,10 +12,10 @@ quarantined only while the brake (the fleet's GPUs quarantined by gpuprobe) allo
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from gpuprobe.config import DeviceTaintConfig
 from gpuprobe.effects import dra
@@ -23,6 +23,7 @@ from gpuprobe.kube.api import KubeError
 from gpuprobe.report import Finding, NodeReport, PodRef
 
 log = logging.getLogger("gpuprobe.kube")
+T = TypeVar("T")
 
 # Discovery is asked again this often (a cluster upgraded from 1.36 to 1.37 serves v1).
 REDISCOVER_SECONDS = 600.0
@@ -40,6 +41,14 @@ class Api(Protocol):
     def list_objects(
         self, path: str, labels: str | None = None, fields: str | None = None, most: int = 5000
     ) -> list[dict[str, Any]]: ...
+    def each_object(
+        self,
+        path: str,
+        keep: Callable[[dict[str, Any]], T],
+        labels: str | None = None,
+        fields: str | None = None,
+        most: int = 5000,
+    ) -> list[T]: ...
     def create_object(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
     def delete_object(self, path: str) -> None: ...
 
@@ -172,13 +181,13 @@ class DeviceTaints:
         since = (at - self._braked_at).total_seconds() if self._braked_at else None
         if self.withheld is not None and since is not None and since < BRAKE_RECHECK_SECONDS:
             return True
-        slices = self.api.list_objects(
-            f"/apis/{dra.GROUP}/{self.slice_version}/resourceslices", most=MOST
+        gpus = self.api.each_object(
+            f"/apis/{dra.GROUP}/{self.slice_version}/resourceslices", dra.slice_gpus, most=MOST
         )
         rules = self.api.list_objects(
             self._path(), labels=f"{dra.MANAGED_BY}={dra.OURS}", most=MOST
         )
-        brake = dra.brake(slices, rules, self.config.max_quarantined_fraction)
+        brake = dra.brake(gpus, rules, self.config.max_quarantined_fraction)
         self._braked_at = at
         self.withheld = brake if brake.engaged else None
         if brake.engaged:

@@ -274,19 +274,24 @@ class QuarantineBrake:
         )
 
 
+def slice_gpus(piece: Mapping[str, Any]) -> frozenset[str]:
+    """The GPUs (UUIDs) a ResourceSlice publishes, a GPU once with its MIG devices."""
+    found = set()
+    for device in (piece.get("spec") or {}).get("devices") or []:
+        uuid = _attribute(device, "parentUUID") or _attribute(device, "uuid")
+        if uuid is not None:
+            found.add(uuid)
+    return frozenset(found)
+
+
 def brake(
-    slices: Iterable[Mapping[str, Any]], rules: Iterable[Mapping[str, Any]], fraction: float
+    gpus: Iterable[frozenset[str]], rules: Iterable[Mapping[str, Any]], fraction: float
 ) -> QuarantineBrake:
-    """The brake over every node's published GPUs (a GPU counted once, with its MIG devices)
-    and gpuprobe's rules (a GPU counted once, whatever its causes and devices)."""
-    gpus: set[str] = set()
-    for piece in slices:
-        for device in (piece.get("spec") or {}).get("devices") or []:
-            uuid = _attribute(device, "parentUUID") or _attribute(device, "uuid")
-            if uuid is not None:
-                gpus.add(uuid)
+    """The brake over every slice's GPUs (`slice_gpus`: a GPU counted once) and gpuprobe's
+    rules (a GPU counted once, whatever its causes and devices)."""
+    published = set().union(*gpus)
     held = {_quarantined(r) for r in rules if ours(r)}
-    return QuarantineBrake(len(gpus), len(held), fraction)
+    return QuarantineBrake(len(published), len(held), fraction)
 
 
 def _quarantined(rule: Mapping[str, Any]) -> str:

@@ -201,22 +201,34 @@ class KubeApi:
     ) -> list[dict[str, Any]]:
         """The objects of a collection (`/apis/GROUP/VERSION/PLURAL`) the selectors pick, read
         in pages; at most `most` of them."""
+        return self.each_object(path, _same, labels, fields, most)
 
-        def listing() -> list[dict[str, Any]]:
+    def each_object(
+        self,
+        path: str,
+        keep: Callable[[dict[str, Any]], T],
+        labels: str | None = None,
+        fields: str | None = None,
+        most: int = 5000,
+    ) -> list[T]:
+        """As `list_objects`, each object passed through `keep` as its page comes (a page is
+        held at a time, never the whole list: the fleet's ResourceSlices are big)."""
+
+        def listing() -> list[T]:
             params = {"limit": str(PAGE)}
             if labels:
                 params["labelSelector"] = labels
             if fields:
                 params["fieldSelector"] = fields
-            found: list[dict[str, Any]] = []
-            while len(found) < most:
+            kept: list[T] = []
+            while len(kept) < most:
                 answer = self._json("GET", path, params)
-                found += [i for i in answer.get("items") or [] if isinstance(i, dict)]
+                kept += [keep(i) for i in answer.get("items") or [] if isinstance(i, dict)]
                 more = (answer.get("metadata") or {}).get("continue")
                 if not more:
                     break
                 params["continue"] = str(more)
-            return found[:most]
+            return kept[:most]
 
         return self._call("list", listing)
 
@@ -276,6 +288,10 @@ class KubeApi:
                 raise
             text = " ".join(f"{exc} {_causes(exc)}".split())[:300] or type(exc).__name__
             raise KubeError(verb, code, text) from None
+
+
+def _same(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
 
 
 def _causes(exc: Exception) -> str:
