@@ -69,5 +69,5 @@ class NodeEffects:
         self.view.forget()
 
     def findings(self) -> list[Finding]:
-        """The agent's own findings about its effects (TAINT_WITHHELD)."""
-        return self.brake.findings()
+        """The agent's own findings about its effects (TAINT_WITHHELD), each applier's."""
+        return [f for applier in self.appliers for f in applier.findings()]
