@@ -181,7 +181,7 @@ class Agent:
         self.tls = "mtls" if mtls else "tls" if credentials is not None else "none"
 
     def start(self) -> None:
-        """Serve, and start the first round of checks (and the Kubernetes publisher when it
+        """Serve, and start the first round of checks (and the effects loop when it
         is on); raises UsageError when the system refuses the threads (a pids limit below what
         the agent needs to start)."""
         try:
@@ -282,7 +282,7 @@ class Agent:
 
     def _sinks(self) -> list[Sink[AgentState]]:
         """Where each new state of the report goes, in order: the metric families, the
-        `/metrics` page, the Kubernetes publisher, the gRPC answers, and the health state
+        `/metrics` page, the effects loop, the gRPC answers, and the health state
         (SERVING once the answers hold the first report)."""
         sinks: list[Sink[AgentState]] = [self.collector.update, self.metrics_page.invalidate]
         if self.kube is not None:
