@@ -9,7 +9,7 @@ One-shot `check` (and `capture`) gets its report from `run_checks` and feeds its
 printed report and `--publish`'s Kubernetes write (`gpuprobe.cli.check`). The daemon's store
 (`gpuprobe.serve.state.ReportStore`) assembles the merged latest result of each check on every
 update and feeds its sinks the new state: the metrics collector and page, the gRPC service,
-the health state and the Kubernetes publisher (listed in `gpuprobe.serve.agent`).
+the health state and the effects loop (listed in `gpuprobe.serve.agent`).
 
 A new post-pass (a remediation plan) is one more entry in `POST_PASSES`; a new sink is one
 more entry in the face's list of sinks.

@@ -36,7 +36,7 @@ MACHINERY = {
     "pods_bounds",
 }
 # Config's own sections, which belong to no one check: how checks run, the daemon, the
-# bandwidth tests it serves, and its Kubernetes publisher (and the checks' sections by name).
+# bandwidth tests it serves, and its effects on the cluster (and the checks' sections by name).
 SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes"}
 # The node conditions the records group their checks into, as docs/kubernetes.md lists them.
 DEFAULT_CONDITIONS = {

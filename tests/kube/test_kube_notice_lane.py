@@ -149,3 +149,29 @@ def test_a_flapping_notice_is_held_to_the_notice_lane_bucket(
     allowed = NOTICE_BURST + NOTICE_PER_MINUTE / 60 * elapsed
     assert NOTICE_BURST <= len(taint_writes) <= allowed + 1
     assert loop.attempts - 1 == len(taint_writes)
+
+
+def test_a_notice_does_not_wait_for_the_jittered_start(standin: KubeStandIn) -> None:
+    """A restarted agent spreads its first writes over `start_jitter_seconds` (a fleet
+    restarting at once must not write every node at once); a notice goes at once all the
+    same, and the rest waits for the jitter."""
+    config = KubernetesConfig(start_jitter_seconds=3600, taint=TaintConfig(enabled=True))
+    api = KubeApi(Access(kubeconfig=str(standin.kubeconfig())), timeout=5)
+    loop = EffectsLoop(NodeEffects(api, NODE, config, run="run1"), lambda _: None, config)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        loop.offer(report())
+        time.sleep(0.5)
+        assert (loop.attempts, standin.writes) == (0, [])  # within the jitter: nothing yet
+        loop.offer(with_lifecycle(PREEMPTION))
+        assert wait_for(lambda: taint("preemption") in standin.taints(NODE)) < 2.0
+        assert [w[1] for w in standin.writes] == ["nodes"]  # the taint alone
+        assert "GPUHardwareReady" not in standin.conditions(NODE)
+    finally:
+        stop.set()
+        loop.offer(None)
+        thread.join(5)
+        api.close()
+    assert not thread.is_alive()

@@ -1,4 +1,4 @@
-"""The taint `gpuprobe.io/terminating=<kind>:NoSchedule`: pure decisions, and the publisher
+"""The taint `gpuprobe.io/terminating=<kind>:NoSchedule`: pure decisions, and the effects
 with the real client library against the strict API stand-in, brake or no brake."""
 
 from __future__ import annotations

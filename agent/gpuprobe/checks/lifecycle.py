@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import NotRequired, TypedDict
 
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.record import Check
+from gpuprobe.checks.record import Check, Poll
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
 from gpuprobe.families import Family
@@ -312,6 +312,15 @@ def notice_sense(host: Host, config: Config) -> Callable[[], Hashable] | None:
     return sense
 
 
+def notice_poll(host: Host, config: Config) -> Poll | None:
+    """The record's `poll`: the notices compared every `lifecycle.poll_seconds` between
+    rounds (None where no provider gives notices)."""
+    sense = notice_sense(host, config)
+    if sense is None:
+        return None
+    return Poll(sense, config.section(NAME, LifecycleConfig).poll_seconds, "cloud notice")
+
+
 def families(data: LifecycleData) -> Iterator[Family]:
     """`gpuprobe_node_termination_timestamp_seconds` (only with a notice that gives a time)
     and `gpuprobe_node_notice_info{provider,kind}` (one per kind of notice)."""
@@ -346,4 +355,10 @@ CHECK: Check[LifecycleData] = Check(
         MOST_REQUESTS * config.section(NAME, LifecycleConfig).timeout_seconds + 2.0
     ),
     metrics=families,
+    poll=notice_poll,
+    notices=(
+        ("NODE_PREEMPTION_NOTICE", "preemption"),
+        ("NODE_MAINTENANCE_SCHEDULED", "maintenance"),
+        ("NODE_REBALANCE_RECOMMENDED", "rebalance"),
+    ),
 )

@@ -26,8 +26,7 @@ def add_parser(commands: Commands) -> None:
 def run(args: argparse.Namespace) -> int:
     """Clear, and say how many in one line."""
     # Loaded when the command runs, not to build the parser (see gpuprobe.cli).
-    from gpuprobe.checks.registry import sections
-    from gpuprobe.checks.xid import clear
+    from gpuprobe.checks.registry import clear, sections
     from gpuprobe.cli.prepare import node_host
     from gpuprobe.config import load_config
 

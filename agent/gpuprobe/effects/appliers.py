@@ -39,6 +39,9 @@ class Applier(Protocol):
     def apply(self, report: NodeReport, at: datetime) -> None:
         """Write what `report` calls for and the node does not say yet; raises KubeError."""
 
+    def findings(self) -> list[Finding]:
+        """The agent's own findings about this effect now (a taint withheld, ...)."""
+
 
 class ConditionApplier:
     """The node conditions gpuprobe owns, re-asserted at least every `HEARTBEAT_SECONDS`."""
@@ -61,6 +64,10 @@ class ConditionApplier:
         if heartbeat:
             self._beat = at
 
+    def findings(self) -> list[Finding]:
+        """None of its own."""
+        return []
+
 
 class TerminatingApplier:
     """`gpuprobe.io/terminating`, as the lifecycle check's notices say: the notice lane."""
@@ -81,6 +88,10 @@ class TerminatingApplier:
             return
         if self.view.patch_taints(lambda current: terminating.decide(current, kind)) is not None:
             log.warning("terminating taint", extra={"node": self.view.node, "kind": kind})
+
+    def findings(self) -> list[Finding]:
+        """None of its own."""
+        return []
 
 
 class TaintApplier:
@@ -133,6 +144,10 @@ class TaintApplier:
         else:
             log.info("taint removed", extra={"node": self.view.node})
 
+    def findings(self) -> list[Finding]:
+        """TAINT_WITHHELD while the fleet brake holds a due taint back."""
+        return self.brake.findings()
+
 
 class EventApplier:
     """An event when a CRITICAL or WARNING finding appears or clears, one series per
@@ -169,3 +184,7 @@ class EventApplier:
                 self._told[key] = after[key]
             else:
                 self._told.pop(key, None)
+
+    def findings(self) -> list[Finding]:
+        """None of its own."""
+        return []

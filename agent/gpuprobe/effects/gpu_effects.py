@@ -46,12 +46,21 @@ class _Step:
 
     lane = Lane.ORDINARY
 
-    def __init__(self, step: Callable[[NodeReport, datetime], None]) -> None:
+    def __init__(
+        self,
+        step: Callable[[NodeReport, datetime], None],
+        told: Callable[[], list[Finding]] = list,
+    ) -> None:
         self._step = step
+        self._told = told
 
     def apply(self, report: NodeReport, at: datetime) -> None:
         """Run the step; raises KubeError on a failed call."""
         self._step(report, at)
+
+    def findings(self) -> list[Finding]:
+        """The agent's own findings about this step now."""
+        return self._told()
 
 
 class GpuEffects:
@@ -88,8 +97,8 @@ class GpuEffects:
     def appliers(self) -> tuple[list[_Step], list[_Step], list[_Step]]:
         """The appliers to run before the node's own (the device taints), after the node
         taint (the evictions), and last (the events of what was done)."""
-        first = [_Step(self.apply_taints)] if self.taints is not None else []
-        after = [_Step(self.apply_evictions)] if self.evictor is not None else []
+        first = [_Step(self.apply_taints, self.taint_findings)] if self.taints else []
+        after = [_Step(self.apply_evictions, self.eviction_findings)] if self.evictor else []
         last = [_Step(lambda _, at: self.announce(at))] if first or after else []
         return first, after, last
 
@@ -226,6 +235,10 @@ class GpuEffects:
     def findings(self) -> list[Finding]:
         """DEVICE_TAINT_WITHHELD while the brake holds a rule back; EVICTION_WITHHELD for each
         pod on a failed GPU that is not evicted (a PDB refuses, the cap, the breaker)."""
+        return self.taint_findings() + self.eviction_findings()
+
+    def taint_findings(self) -> list[Finding]:
+        """DEVICE_TAINT_WITHHELD while the brake holds a rule back or the calls fail."""
         found: list[Finding] = []
         if self.taint_error is not None:
             e = self.taint_error
@@ -247,6 +260,11 @@ class GpuEffects:
                     Action.NONE,
                 )
             )
+        return found
+
+    def eviction_findings(self) -> list[Finding]:
+        """EVICTION_WITHHELD for each pod on a failed GPU that is not evicted."""
+        found: list[Finding] = []
         if self.evictor is None:
             return found
         for _, pending in sorted(self.evictor.pending.items()):

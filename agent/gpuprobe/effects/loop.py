@@ -2,11 +2,11 @@
 
 `EffectsLoop` takes the latest report from the agent's store (`offer`, which never blocks) and
 brings the node up to date on its own thread: the checks, gRPC and `/metrics` never wait on
-the API server. Its first write comes at a random moment within
-`kubernetes.start_jitter_seconds`; each attempt takes a token of its lane
-(`gpuprobe.effects.budget`): a report that brings a provider's notice goes at once in the
-notice lane (the terminating taint alone), everything else in the ordinary lane within
-`kubernetes.update_burst` and `kubernetes.updates_per_minute`. Failures back off
+the API server. Each attempt takes a token of its lane (`gpuprobe.effects.budget`): a report
+that brings a provider's notice goes at once in the notice lane (the terminating taint alone),
+everything else in the ordinary lane within `kubernetes.update_burst` and
+`kubernetes.updates_per_minute`, the first of them at a random moment within
+`kubernetes.start_jitter_seconds` (a notice does not wait for it). Failures back off
 exponentially with jitter (a new report does not cut a backoff short), and while updates fail
 for more than 5 minutes the agent says so in its own result (`kubernetes`), which joins the
 report through `report_own`.
@@ -67,6 +67,7 @@ class EffectsLoop:
         self._lock = threading.Lock()
         self.budget = PriorityBudget(config.update_burst, config.updates_per_minute, clock)
         self.attempts = 0
+        self._ordinary_from = float("-inf")  # no ordinary attempt before (`run` sets it)
 
     def offer(self, report: NodeReport | None) -> None:
         """A new report (from the agent's store, after each round): publish it soon. Never
@@ -161,16 +162,19 @@ class EffectsLoop:
             notice_wait = self.budget.take(Lane.NOTICE)
             if notice_wait == 0:
                 return Lane.NOTICE
-        wait = self.budget.take(Lane.ORDINARY)
-        if wait == 0:
-            return Lane.ORDINARY
+        wait = self._ordinary_from - self.clock()  # the jittered start
+        if wait <= 0:
+            wait = self.budget.take(Lane.ORDINARY)
+            if wait == 0:
+                return Lane.ORDINARY
         return wait if notice_wait is None else min(wait, notice_wait)
 
     def run(self, stop: threading.Event) -> None:
-        """Publish until `stop` is set: after a jittered start, a notice at once, after each
-        round, at least every heartbeat, and after each failure once its backoff has passed."""
-        if stop.wait(self.rng.uniform(0, self.config.start_jitter_seconds)):
-            return
+        """Publish until `stop` is set: a notice at once (even within the jittered start),
+        the rest after the jittered start, after each round, at least every heartbeat, and
+        after each failure once its backoff has passed."""
+        jitter = self.rng.uniform(0, self.config.start_jitter_seconds)
+        self._ordinary_from = self.clock() + jitter
         while not stop.is_set():
             if self._report is None:  # nothing to write yet: no token spent on it
                 self._wake.wait(HEARTBEAT_SECONDS)

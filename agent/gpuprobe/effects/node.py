@@ -94,8 +94,8 @@ class NodeEffects:
 
     def findings(self) -> list[Finding]:
         """The agent's own findings about its effects (TAINT_WITHHELD, DEVICE_TAINT_WITHHELD,
-        EVICTION_WITHHELD)."""
-        return self.brake.findings() + self.gpus.findings()
+        EVICTION_WITHHELD), each applier's."""
+        return [f for applier in self.appliers for f in applier.findings()]
 
     def data(self) -> dict[str, Any]:
         """What the effects did, for the agent's own result's data (empty unless device

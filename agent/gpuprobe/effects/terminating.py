@@ -1,15 +1,16 @@
 """The taint `gpuprobe.io/terminating=<kind>:NoSchedule` of a node the cloud is taking away.
 
-Pure: `wanted` reads the report's `lifecycle` result, `decide` the node's new taint list (or
-None to leave it be), `urgent` whether the change is a notice that goes before the node's
-other updates (`gpuprobe.effects.budget.Lane.NOTICE`: adding or changing it). Unlike
-`gpuprobe.io/unhealthy` it stands outside the fleet brake: the brake is there so that a wrong
-verdict of the agent (a bad release, a driver update read wrong) cannot take a whole fleet out
-of scheduling; a provider's notice is no verdict of the agent but the provider's own word that
-this node goes, and when many spot nodes are reclaimed at once, keeping new pods off every one
-of them is exactly what is wanted. It is removed at the node's next update once the notice is
-gone (a check that could not ask keeps it: an unknown is no "gone"), with no clear delay: the
-node is not broken, it was going away.
+Pure: `wanted` reads the results of the checks whose records announce the node's end
+(`notices`: the lifecycle check's), `decide` the node's new taint list (or None to leave it
+be), `urgent` whether the change is a notice that goes before the node's other updates
+(`gpuprobe.effects.budget.Lane.NOTICE`: adding or changing it). Unlike `gpuprobe.io/unhealthy`
+it stands outside the fleet brake: the brake is there so that a wrong verdict of the agent (a
+bad release, a driver update read wrong) cannot take a whole fleet out of scheduling; a
+provider's notice is no verdict of the agent but the provider's own word that this node goes,
+and when many spot nodes are reclaimed at once, keeping new pods off every one of them is
+exactly what is wanted. It is removed at the node's next update once the notice is gone (a
+check that could not ask keeps it: an unknown is no "gone"), with no clear delay: the node is
+not broken, it was going away.
 """
 
 from __future__ import annotations
@@ -17,16 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuprobe.checks import registry
 from gpuprobe.report import NodeReport, Status
 
 TERMINATING_KEY = "gpuprobe.io/terminating"
-LIFECYCLE = "lifecycle"
-# The notice kinds by finding code, the most urgent first (the taint names the first present).
-KINDS = (
-    ("NODE_PREEMPTION_NOTICE", "preemption"),
-    ("NODE_MAINTENANCE_SCHEDULED", "maintenance"),
-    ("NODE_REBALANCE_RECOMMENDED", "rebalance"),
-)
 EFFECT = "NoSchedule"
 
 
@@ -38,12 +33,19 @@ KEEP = Keep()
 
 
 def wanted(report: NodeReport) -> str | Keep | None:
-    """The kind the taint should name (None: no taint), or KEEP when the report cannot say."""
-    result = report.check(LIFECYCLE)
-    if result is None or result.status is Status.UNKNOWN:
-        return KEEP
-    codes = {f.code for f in result.findings}
-    return next((kind for code, kind in KINDS if code in codes), None)
+    """The kind the taint should name (None: no taint), or KEEP when the report cannot say.
+
+    The codes announcing the node's end and their kinds are the checks' records' (`notices`:
+    the lifecycle check's, the most urgent first); the taint names the first present. A
+    check that announces them and is UNKNOWN, or not in the report, keeps the taint."""
+    announced = registry.notices()
+    codes: set[str] = set()
+    for name in dict.fromkeys(check for check, _, _ in announced):
+        result = report.check(name)
+        if result is None or result.status is Status.UNKNOWN:
+            return KEEP
+        codes |= {f.code for f in result.findings}
+    return next((kind for _, code, kind in announced if code in codes), None)
 
 
 def ours(taints: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

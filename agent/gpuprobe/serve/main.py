@@ -17,7 +17,7 @@ from gpuprobe import __version__, cleanup
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.serve import logs
-from gpuprobe.serve.agent import Agent, ServeOptions, xid_clearer
+from gpuprobe.serve.agent import Agent, ServeOptions, sticky_clearer
 
 # How long the orderly stop may take before the watchdog ends the process.
 STOP_GRACE_SECONDS = 2.0
@@ -39,7 +39,7 @@ def serve(host: Host, config: Config, names: list[str], options: ServeOptions) -
     # Before the agent exists: a SIGTERM while it starts up still ends in an orderly stop.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    agent = Agent(host, config, names, options, clear_xid=xid_clearer(host, config))
+    agent = Agent(host, config, names, options, clear_xid=sticky_clearer(host, config))
     agent.start()
     log.info(
         "listening",

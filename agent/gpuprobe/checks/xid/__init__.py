@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.record import Check
+from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS, Check
 from gpuprobe.checks.xid import aer, amdgpu, sxid
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.clearing import clear
@@ -148,5 +148,11 @@ def metric_families(data: XidData) -> Iterator[Family]:
 
 
 CHECK: Check[XidData] = Check(
-    NAME, run, section=XidConfig, metrics=metric_families, condition="GPUHardwareReady"
+    NAME,
+    run,
+    section=XidConfig,
+    metrics=metric_families,
+    condition="GPUHardwareReady",
+    wakes=(WAKE_NVML_EVENTS, WAKE_KERNEL_LOG),
+    clear=clear,
 )

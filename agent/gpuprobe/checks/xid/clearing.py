@@ -1,21 +1,21 @@
-"""Clearing sticky XIDs: what `gpuprobe clear-xid` and the agent's ClearXid RPC do."""
+"""Clearing sticky XIDs: the xid record's `clear` (`gpuprobe clear-xid`, gRPC ClearFindings)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from gpuprobe.checks import record
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid import sxid
 from gpuprobe.checks.xid.model import NAME
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import state_dir
 from gpuprobe.config import Config
-from gpuprobe.errors import UsageError
 from gpuprobe.gpu.node_gpus import nvidia_pci_gpus
 from gpuprobe.host import Host
 
 
-class NoSuchGpu(UsageError):
+class NoSuchGpu(record.NoSuchGpu):
     """The GPU index to clear names no GPU of this node: clearing nothing there would read as
     done, and the operator's intended GPU stays reported."""
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuprobe.errors import UsageError
+from gpuprobe.checks.record import ClearStateError
 
 STATE_FILE = "xid-state.json"
 FORMAT = 1
@@ -32,7 +32,7 @@ FORMAT = 1
 LOCK = threading.RLock()
 
 
-class StateError(UsageError):
+class StateError(ClearStateError):
     """The XID state directory is missing or read-only, or its state file is unreadable."""
 
 

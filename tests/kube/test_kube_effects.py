@@ -1,5 +1,5 @@
-"""The publisher with the real client library (lightkube) against the strict API stand-in:
-conditions, events, taints, the brake, conflicts, faults and RBAC."""
+"""The node's effects (NodeEffects, EffectsLoop) with the real client library (lightkube)
+against the strict API stand-in: conditions, events, taints, the brake, conflicts, faults, RBAC."""
 
 from __future__ import annotations
 
