@@ -5,12 +5,13 @@ loop writes the rule for the failed GPU's device and evicts the pod holding it, 
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import yaml
 from test_kube_evictions import pod
 
-from conftest import snapshot
+from conftest import require_tool, snapshot
 from kube_dra import DraStandIn, nvidia_slice
 from kube_standin import manifest_rules
 from serving import serve_process, wait_for
@@ -60,5 +61,13 @@ def test_the_daemon_taints_the_failed_gpus_device_and_evicts_its_pod(tmp_path: P
             page = wait_for(lambda: (m := served.metrics()) and 'outcome="evicted"} 1.0' in m and m)
             assert 'gpuprobe_device_taints{effect="NoSchedule"} 1.0' in page
             assert 'gpuprobe_evictions_total{outcome="evicted"} 1.0' in page
+            linted = subprocess.run(
+                [require_tool("promtool"), "check", "metrics"],
+                input=page,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert linted.returncode == 0, linted.stdout + linted.stderr
     finally:
         standin.stop()
