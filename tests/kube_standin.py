@@ -22,7 +22,8 @@ HTTPS server instead. It is as strict as the real one where gpuprobe's features 
   server writes it (items without `kind`/`apiVersion`), every pod validated on the way in;
 - (tests/kube_workloads.py extends it with the NCCL mesh's Jobs, Services, ConfigMaps,
   MPIJobs, pods' logs and Roles' RBAC, validated by tests/kube_validation.py;
-  tests/kube_control_plane.py acts on them);
+  tests/kube_control_plane.py acts on them; tests/kube_dra.py with resource.k8s.io's
+  ResourceSlices and DeviceTaintRules, PodDisruptionBudgets and the Eviction API);
 - it serves what the audit's cluster view reads: discovery (`/api`, `/apis`, `/apis/GROUP`,
   `/version`, open to every authenticated user as the `system:discovery` role makes them),
   nodes in pages, core/v1 Events (with the event registry's selectable fields),
