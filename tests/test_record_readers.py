@@ -59,11 +59,7 @@ def named(path: Path) -> set[str]:
 
 def test_the_effects_and_the_daemons_wiring_name_no_check_and_no_code() -> None:
     found = {str(p.relative_to(ROOT)): named(p) for p in READERS}
-    assert {path: names for path, names in found.items() if names} == {
-        # the workloads check's data is the one attribution reads (what its record does not
-        # say yet)
-        "agent/gpuprobe/checks/attribution.py": {"workloads"},
-    }
+    assert {path: names for path, names in found.items() if names} == {}
 
 
 def test_a_named_check_or_code_is_found(tmp_path: Path) -> None:
