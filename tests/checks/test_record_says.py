@@ -60,6 +60,7 @@ def test_the_records_say_what_wakes_xid_and_lifecycle_and_what_they_announce_and
         ("lifecycle", "NODE_REBALANCE_RECOMMENDED", "rebalance"),
     )
     assert registry.clearable(everyone) == ["xid"]
+    assert registry.pod_attribution() == "workloads"
 
 
 def test_the_lifecycle_record_polls_only_where_a_cloud_gives_notices() -> None:

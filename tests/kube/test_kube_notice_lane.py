@@ -24,7 +24,7 @@ from gpuprobe.effects.node import NodeEffects
 from gpuprobe.effects.terminating import KEEP, TERMINATING_KEY, urgent
 from gpuprobe.kube.api import Access, KubeApi
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity
-from kube_standin import KubeStandIn, running
+from kube_standin import KubeStandIn, manifest_rules, running
 
 NODE = "gpu-node-17"
 FOREIGN = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -175,3 +175,29 @@ def test_a_notice_does_not_wait_for_the_jittered_start(standin: KubeStandIn) -> 
         thread.join(5)
         api.close()
     assert not thread.is_alive()
+
+
+def test_a_notice_written_does_not_hide_that_the_other_updates_fail(tmp_path: Path) -> None:
+    """Without `patch nodes/status` (a ClusterRole cut short) the conditions fail on every
+    ordinary attempt while the notice's taint goes on: the ordinary lane keeps backing off
+    longer and longer and the agent stays down, as if no notice had been written between."""
+    rules = [r for r in manifest_rules() if "nodes/status" not in r.resources]
+    config = KubernetesConfig(start_jitter_seconds=0, taint=TaintConfig(enabled=True))
+    with running(tmp_path, rules) as standin:
+        api = KubeApi(Access(kubeconfig=str(standin.kubeconfig())), timeout=5)
+        loop = EffectsLoop(NodeEffects(api, NODE, config, run="run1"), lambda _: None, config)
+        stop = threading.Event()
+        thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+        loop.offer(with_lifecycle(PREEMPTION))
+        thread.start()
+        try:
+            wait_for(lambda: taint("preemption") in standin.taints(NODE))
+            wait_for(lambda: loop.failures >= 2, timeout=15)  # backoff 0.5-1 s, then 1-2 s
+            assert not loop.up
+            assert loop.failing_since is not None
+            assert loop.errors[("patch", "403")] == loop.failures
+        finally:
+            stop.set()
+            loop.offer(None)
+            thread.join(5)
+            api.close()

@@ -1,4 +1,5 @@
-"""Names the pods each GPU finding affects, from the `workloads` check's attribution.
+"""Names the pods each GPU finding affects, from the attribution of the check whose record
+says its data names them (`attributes_pods`: the `workloads` check).
 
 Runs after the checks, on the whole report: every finding on a `gpu:<index>:<uuid>` or
 `mig:<gpu>:<gi>:<ci>` resource gets the pods that hold or use that device in its `pods` list,
@@ -19,8 +20,6 @@ from typing import Any
 from gpuprobe.checks import registry
 from gpuprobe.report import CheckResult, Finding, NodeReport, PodRef
 
-WORKLOADS = "workloads"
-
 
 def node_ends() -> frozenset[str]:
     """The node findings that end every GPU pod on the node: the codes the checks' records
@@ -31,7 +30,8 @@ def node_ends() -> frozenset[str]:
 def attribute_findings(results: list[CheckResult]) -> list[CheckResult]:
     """The results with every other check's GPU findings naming their pods (new objects;
     the results given are left unchanged)."""
-    workloads = next((r for r in results if r.name == WORKLOADS), None)
+    source = registry.pod_attribution()
+    workloads = next((r for r in results if r.name == source), None)
     if workloads is None:
         return results
     pods = PodsByDevice(workloads.data.get("devices") or [])

@@ -91,6 +91,10 @@ class Check(Generic[D]):
     # the kind the node's taint `gpuprobe.io/terminating=<kind>` names; such a finding on the
     # node affects every pod on its GPUs (attribution).
     notices: tuple[tuple[str, str], ...] = ()
+    # Its data's `devices` name the pods on each GPU and MIG device (`resource`, `gpu`,
+    # `mig`, `holders`, `processes`): attribution names the pods of every check's GPU findings
+    # from the report's result of the one record that says so.
+    attributes_pods: bool = False
     # How an operator clears its sticky findings (`gpuprobe clear-xid`, gRPC ClearFindings):
     # `clear(host, config, gpu)` forgets those of GPU index `gpu` (every GPU's when None) and
     # returns how many; None: it keeps none.

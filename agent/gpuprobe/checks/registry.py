@@ -120,6 +120,12 @@ def notices() -> tuple[tuple[str, str, str], ...]:
     return tuple((c.name, code, kind) for c in CHECKS.values() for code, kind in c.notices)
 
 
+def pod_attribution() -> str | None:
+    """The check whose data names the pods on each GPU (its record's `attributes_pods`: the
+    workloads check), if any."""
+    return next((c.name for c in CHECKS.values() if c.attributes_pods), None)
+
+
 def clearable(names: Iterable[str]) -> list[str]:
     """Those of the named checks whose sticky findings an operator may clear (a record with
     `clear`), in report order."""

@@ -405,6 +405,7 @@ CHECK: Check[WorkloadsData] = Check(
     section=WorkloadsConfig,
     metrics=metric_families,
     condition="GPURuntimeReady",
+    attributes_pods=True,
     # The audit's usage totals (gpuprobe.audit.usage): whether the kubelet answered, and the
     # node's usage digest (a dozen numbers, not every device's holders).
     summary_keys={

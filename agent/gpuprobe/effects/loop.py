@@ -107,9 +107,10 @@ class EffectsLoop:
                     extra={"verb": exc.verb, "code": exc.code, "error": exc.message},
                 )
                 delay = backoff(self.failures, self.rng)
-            else:
-                with self._lock:
-                    self.up, self.failures, self.failing_since = True, 0, None
+            else:  # a notice's write alone does not say the node's other updates go through
+                if lane is Lane.ORDINARY:
+                    with self._lock:
+                        self.up, self.failures, self.failing_since = True, 0, None
         with self._lock:
             for handled in self.effects.handled:
                 key = (handled.verb, handled.code)
@@ -184,6 +185,7 @@ class EffectsLoop:
                 self._notice.wait(lane)  # a notice as soon as its lane has one
                 continue
             self.attempts += 1
+            failures = self.failures
             try:
                 delay = self.step(lane)
             except Exception:  # a bug must not end publishing for the agent's lifetime
@@ -192,7 +194,7 @@ class EffectsLoop:
                     self.up = False
                     self.failures += 1
                 delay = backoff(self.failures, self.rng)
-            if self.failures:
+            if self.failures > failures:  # this attempt failed
                 stop.wait(delay)  # a new round does not cut a backoff short
             elif lane is Lane.ORDINARY:
                 self._wake.wait(delay)
