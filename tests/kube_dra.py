@@ -38,6 +38,7 @@ name, devices `gpu-<minor>` and `gpu-<minor>-mig-<profile id>-<start>-<size>`, a
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -449,3 +450,32 @@ def nvidia_slice(
             "devices": [gpu(*g) for g in gpus] + [mig(*m) for m in migs],
         },
     }
+
+
+def _template() -> dict[str, Any]:
+    """A running GPU pod as `kubectl get pod -o json` printed it (tests/fixtures/pods)."""
+    path = Path(__file__).parent / "fixtures/pods/gpu-node-17.json"
+    found: dict[str, Any] = json.loads(path.read_text())["items"][0]
+    return found
+
+
+def gpu_pod(
+    namespace: str, name: str, owner: str | None, node: str = "gpu-node-17", **labels: str
+) -> dict[str, Any]:
+    """A running GPU pod as kubectl prints it (the fixture's shape), owned by `owner`."""
+    made = copy.deepcopy(_template())
+    made["metadata"].update(name=name, namespace=namespace, uid=f"uid-{namespace}-{name}")
+    made["metadata"]["labels"] = dict(labels)
+    made["spec"]["nodeName"] = node
+    if owner is not None:
+        made["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "apps/v1",
+                "kind": owner,
+                "name": f"{name}-owner",
+                "uid": f"uid-{name}-owner",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return made

@@ -9,10 +9,9 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from test_kube_evictions import pod
 
 from conftest import require_tool, snapshot
-from kube_dra import DraStandIn, nvidia_slice
+from kube_dra import DraStandIn, gpu_pod, nvidia_slice
 from kube_standin import manifest_rules
 from serving import serve_process, wait_for
 
@@ -27,7 +26,7 @@ def test_the_daemon_taints_the_failed_gpus_device_and_evicts_its_pod(tmp_path: P
     standin = DraStandIn(tmp_path, manifest_rules())
     standin.add_node(NODE, {"nvidia.com/gpu.present": "true"})
     standin.add_slice(nvidia_slice(NODE, GPUS))
-    standin.add_pod(pod("ml-team", "llama-pretrain-0", "StatefulSet", app="llama"))
+    standin.add_pod(gpu_pod("ml-team", "llama-pretrain-0", "StatefulSet", app="llama"))
     state = tmp_path / "state"
     state.mkdir()
     config = tmp_path / "config.yaml"

@@ -6,7 +6,6 @@ the per-GPU cap survives restarts within a boot; the fleet's breaker with many a
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import threading
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 from kube_reports import later
 
-from conftest import ROOT, snapshot
+from conftest import snapshot
 from gpuprobe.config import Config, KubernetesConfig, RemediationConfig
 from gpuprobe.effects.daemon import KubeCollector
 from gpuprobe.effects.loop import EffectsLoop
@@ -27,34 +26,12 @@ from gpuprobe.kube.api import Access, KubeApi
 from gpuprobe.pipeline import assemble, run_checks
 from gpuprobe.report import CheckResult, Finding, NodeReport, PodRef
 from kube_dra import PDB_MESSAGE, DraStandIn
+from kube_dra import gpu_pod as pod
 from kube_standin import manifest_rules
 
 NODE = "gpu-node-17"
 FAILED = "gpu:2:GPU-5f1c0002-8e2b-4c1d-9a7e-000000000002"  # the ECC snapshot's GPU 2
-TEMPLATE = json.loads((ROOT / "tests/fixtures/pods/gpu-node-17.json").read_text())["items"][0]
 BOOT = "f3c5a1d2-6e7b-4c8d-9a0b-1c2d3e4f5a6b"
-
-
-def pod(
-    namespace: str, name: str, owner: str | None, node: str = NODE, **labels: str
-) -> dict[str, Any]:
-    """A running GPU pod as kubectl prints it (the fixture's shape), owned by `owner`."""
-    made = copy.deepcopy(TEMPLATE)
-    made["metadata"].update(name=name, namespace=namespace, uid=f"uid-{namespace}-{name}")
-    made["metadata"]["labels"] = dict(labels)
-    made["spec"]["nodeName"] = node
-    if owner is not None:
-        made["metadata"]["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": owner,
-                "name": f"{name}-owner",
-                "uid": f"uid-{name}-owner",
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-    return made
 
 
 def ecc_report(node: str = NODE) -> NodeReport:
