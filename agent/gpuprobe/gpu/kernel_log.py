@@ -35,6 +35,12 @@ Only the current boot counts (a reboot clears what an XID left behind): a log's 
 its last `Linux version` line belong to earlier boots, and so do lines stamped (with a time
 zone) before the boot time. Syslog's traditional stamps (`Nov 29 20:58:01`) carry no year and
 no zone: the year is inferred from the boot time (else from now) and the zone taken as UTC.
+
+Only the kernel's lines count. A syslog file (`syslog`, `messages`) holds every program's
+lines, each under its tag (`Nov 29 20:58:01 gpu-node-17 myapp[4242]: ...`); a line counts only
+when its tag is `kernel` (`is_kernel_line`), so no program can log an XID or a boot marker
+that reads as the kernel's. Lines without a syslog header (`dmesg` output, `/dev/kmsg`'s
+records) are the kernel's.
 """
 
 from __future__ import annotations
@@ -70,6 +76,17 @@ _SXID = re.compile(
 _SXID_LINK = re.compile(r"\bLink (\d+)\b")
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9A-Fa-f-]+)")
 _BOOT = re.compile(r"kernel: (?:\[\s*\d+\.\d+\] )?Linux version \d")
+# A syslog line's header: its stamp (RFC 3339 as rsyslog and `journalctl -o short-iso` write
+# it, or the traditional `Nov 29 20:58:01`, `.123456` with `-o short-precise`), then the host
+# and the tag (`kernel:`, `myapp[4242]:`); `/dev/kmsg`'s lines carry no host.
+_HEADER = re.compile(
+    r"^(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)"
+    r"\s+(?P<first>\S+)(?:\s+(?P<second>\S+))?"
+)
+# A syslog tag with its process id (`myapp[4242]:`) opening a line without a stamp.
+_PID_TAG = re.compile(r"[^\s\[\]]+\[\d+\]:")
+KERNEL_TAG = "kernel:"
 _RFC3339 = re.compile(
     r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s"
 )
@@ -147,6 +164,8 @@ def read_stream(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
         for line in text.splitlines():
             if "NVRM" not in line and "SXid" not in line and "Linux version" not in line:
                 continue  # the cheap test first: kernel logs are long
+            if not is_kernel_line(line):
+                continue  # another program's line in syslog: not the kernel's
             if _BOOT.search(line):
                 log, falling = KernelLog([], {}), None
                 continue
@@ -172,6 +191,20 @@ def read_stream(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
     numbered = {(x.pci, x.xid) for x in log.xids if x.logged_xid}
     log.xids = [x for x in log.xids if x.logged_xid or (x.pci, x.xid) not in numbered]
     return log
+
+
+def is_kernel_line(line: str) -> bool:
+    """Whether a log line is the kernel's: its syslog tag is `kernel` (after the stamp, with
+    or without a host), or it has no syslog header (dmesg's lines, kmsg's records) and opens
+    with no process's tag."""
+    header = _HEADER.match(line)
+    if header is None:
+        words = line.split(maxsplit=1)
+        return not (words and _PID_TAG.fullmatch(words[0]))
+    first, second = header.group("first"), header.group("second")
+    if first == KERNEL_TAG:
+        return True
+    return not first.endswith(":") and second == KERNEL_TAG
 
 
 def _read_line(line: str, log: KernelLog, boot: datetime | None, now: datetime) -> None:

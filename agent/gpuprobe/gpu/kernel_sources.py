@@ -16,12 +16,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import NotRequired, TypedDict
 
-from gpuprobe.gpu import kernel_log
+from gpuprobe.gpu import kernel_log, log_tail
 from gpuprobe.gpu.amd import faults
-from gpuprobe.gpu.kmsg import KmsgLog
+from gpuprobe.gpu.kmsg import KmsgLog, since_boot
+from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, Tail
 from gpuprobe.host import Host
 from gpuprobe.host.kmsg import KMSG
 from gpuprobe.report import format_time
@@ -36,8 +37,9 @@ class KernelSource(TypedDict):
     """One kernel-log source as read: the device or file, its kind (`kmsg` | `file`), since
     when it holds this boot's records (its first record or line's time; null when unknown),
     and for `/dev/kmsg` the first record's sequence number, the records kept and the records
-    lost (overwritten in the ring before they were read), or why it could not be read
-    (`absent`, `EPERM`, ...)."""
+    lost (overwritten in the ring before they were read, or lines too long to be records), or
+    why it could not be read (`absent`, `EPERM`, ...); a file's `lost`, when any, counts the
+    lines passed over as too long to be the kernel's."""
 
     source: str
     kind: str
@@ -105,8 +107,9 @@ def read_kernel_log(
         else:
             streams.append(LogStream("kmsg", ("\n".join(view.lines),)))
             opened.append(KMSG)
-            if boot is not None and view.first_usec is not None:
-                entry["since"] = format_time(boot + timedelta(microseconds=view.first_usec))
+            first = since_boot(boot, view.first_usec) if view.first_usec is not None else None
+            if first is not None:
+                entry["since"] = format_time(first)
             entry["first_sequence"] = view.first_sequence
             entry["records"] = view.records
             entry["lost"] = view.lost
@@ -114,12 +117,16 @@ def read_kernel_log(
     for group in rotation_streams(paths):
         texts = []
         for path in group:
-            content = tail_log(host, path, max_bytes)
-            if content is not None:
+            tail = tail_log(host, path, max_bytes)
+            if tail is not None:
+                content = tail.data.decode("utf-8", errors="replace")
                 texts.append(content)
                 opened.append(path)
                 since = _first_time(content, boot, now)
-                described.append({"source": path, "kind": "file", "since": since})
+                file_entry: KernelSource = {"source": path, "kind": "file", "since": since}
+                if tail.skipped:
+                    file_entry["lost"] = tail.skipped  # lines too long to be the kernel's
+                described.append(file_entry)
         streams.append(LogStream("file", tuple(texts)))
     return KernelLogRead(boot, now, tuple(streams), tuple(opened), tuple(described))
 
@@ -164,15 +171,14 @@ def _rotation(path: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def tail_log(host: Host, path: str, max_bytes: int) -> str | None:
-    """A log file's last `max_bytes`, without the partial line it starts with when cut."""
+def tail_log(host: Host, path: str, max_bytes: int) -> Tail | None:
+    """A log file's last `max_bytes` by whole lines, lines longer than any kernel line passed
+    over (`gpuprobe.gpu.log_tail`); None when it cannot be read."""
     try:
-        data = host.fs.read_tail(path, max_bytes)
+        with host.fs.open_binary(path) as f:
+            return log_tail.read_tail(f, max_bytes, MAX_LINE_BYTES, MAX_SCAN_BYTES)
     except OSError:
         return None
-    if len(data) >= max_bytes:
-        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
-    return data.decode("utf-8", errors="replace")
 
 
 def _first_time(text: str, boot: datetime | None, now: datetime) -> str | None:

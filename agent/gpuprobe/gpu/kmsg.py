@@ -17,13 +17,17 @@ Only kernel records (facility 0) are read as the kernel's: a process writing to 
 (systemd, a container's init) is given the user facility by the kernel, so no process can plant
 an `NVRM: Xid` line that reads as the driver's.
 
-`KmsgLog` follows one reader: records at or below the last sequence number it kept are
-dropped (a snapshot file read again from its start), a jump in the sequence numbers is records
-the ring overwrote before they were read, and what it kept is bounded.
+`KmsgLog` follows one reader: a record whose sequence number it already read is dropped (a
+snapshot file read again from its start), a jump in the sequence numbers is records the ring
+overwrote before they were read, and what it kept is bounded. The numbers read are kept as
+ranges (`SeenSequences`), not as "the highest so far": a forged record with a huge number in a
+snapshot's file must not hide the records after it. The kernel's sequence numbers and time
+stamps are unsigned 64-bit: a larger one is no record.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -33,6 +37,17 @@ from gpuprobe.host.kmsg import KmsgReader
 from gpuprobe.report import format_time
 
 KERNEL_FACILITY = 0
+# The kernel's sequence numbers and time stamps are u64.
+U64_MAX = 2**64 - 1
+# Reads of the reader in one `read()`/`follow()` at most (each bounded by READ_BYTES): the
+# kernel's largest ring (32 MiB) in one go; a device that never runs dry stops there.
+MAX_READS = 8
+# A jump in the sequence numbers larger than this is no overrun (the ring holds far fewer
+# records than this): not counted as lost.
+MAX_GAP = 2**32
+# Ranges of sequence numbers kept at most (a followed ring is one range; each forged or
+# damaged number adds one): past it the lowest ranges are forgotten.
+MAX_RANGES = 4096
 
 
 @dataclass(frozen=True)
@@ -66,7 +81,7 @@ def parse_record(text: str) -> KmsgRecord | None:
         priority, sequence, usec = int(fields[0]), int(fields[1]), int(fields[2])
     except ValueError:
         return None
-    if priority < 0 or sequence < 0 or usec < 0:
+    if not (0 <= priority <= U64_MAX and 0 <= sequence <= U64_MAX and 0 <= usec <= U64_MAX):
         return None
     dictionary: dict[str, str] = {}
     for line in rest:
@@ -80,10 +95,56 @@ def log_line(record: KmsgRecord, boot: datetime | None) -> str:
     """The record as a kernel log file's line: stamped with its time (boot time plus its
     monotonic stamp, RFC 3339) when the boot time is known, else with its seconds since boot
     as dmesg prints them."""
-    if boot is None:
+    at = since_boot(boot, record.usec)
+    if at is None:
         return f"kernel: [{record.usec / 1e6:12.6f}] {record.message}"
-    stamp = format_time(boot + timedelta(microseconds=record.usec))
-    return f"{stamp} kernel: {record.message}"
+    return f"{format_time(at)} kernel: {record.message}"
+
+
+def since_boot(boot: datetime | None, usec: int) -> datetime | None:
+    """The time `usec` microseconds after the boot; None when the boot is unknown or the
+    time lies past any calendar (a forged stamp)."""
+    if boot is None:
+        return None
+    try:
+        return boot + timedelta(microseconds=usec)
+    except OverflowError:
+        return None
+
+
+class SeenSequences:
+    """The sequence numbers read so far, as sorted disjoint ranges `[start, end]`."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def __contains__(self, number: int) -> bool:
+        i = bisect.bisect_right(self._starts, number) - 1
+        return i >= 0 and number <= self._ends[i]
+
+    def add(self, number: int) -> None:
+        """Note one number (not yet seen)."""
+        i = bisect.bisect_right(self._starts, number)  # ranges before i start at or below it
+        joins_left = i > 0 and self._ends[i - 1] == number - 1
+        joins_right = i < len(self._starts) and self._starts[i] == number + 1
+        if joins_left and joins_right:
+            self._ends[i - 1] = self._ends[i]
+            del self._starts[i], self._ends[i]
+        elif joins_left:
+            self._ends[i - 1] = number
+        elif joins_right:
+            self._starts[i] = number
+        else:
+            self._starts.insert(i, number)
+            self._ends.insert(i, number)
+            if len(self._starts) > MAX_RANGES:
+                del self._starts[0], self._ends[0]
+
+    @property
+    def ranges(self) -> int:
+        """How many ranges are kept."""
+        return len(self._starts)
 
 
 @dataclass
@@ -109,6 +170,7 @@ class KmsgLog:
     def __init__(self, reader: KmsgReader, max_records: int = 65_536) -> None:
         self.reader = reader
         self._records: deque[KmsgRecord] = deque(maxlen=max_records)
+        self._seen = SeenSequences()
         self._last: int | None = None
         self._first: KmsgRecord | None = None
         self._kept = 0
@@ -137,25 +199,39 @@ class KmsgLog:
             return self._take()
 
     def _take(self) -> list[KmsgRecord]:
-        batch = self.reader.read()
-        self._error = batch.error
         new: list[KmsgRecord] = []
-        for text in batch.records:
-            record = parse_record(text)
-            if record is None or (self._last is not None and record.sequence <= self._last):
-                continue
-            if self._last is not None and record.sequence > self._last + 1:
-                self._lost += record.sequence - self._last - 1  # overwritten in the ring
-            self._last = record.sequence
-            if not record.kernel:
-                continue
-            if self._first is None:
-                self._first = record
-            if len(self._records) == self._records.maxlen:
-                self._lost += 1
-            self._records.append(record)
-            self._kept += 1
-            new.append(record)
-        if batch.overruns and self._last is None:
-            self._lost += batch.overruns  # an overrun before the first record: count unknown
+        for _ in range(MAX_READS):
+            batch = self.reader.read()
+            self._error = batch.error
+            for text in batch.records:
+                record = parse_record(text)
+                if record is not None and self._fresh(record):
+                    self._keep(record, new)
+            if batch.overruns and self._last is None:
+                self._lost += batch.overruns  # an overrun before the first record: count unknown
+            if not batch.more:
+                break
         return new
+
+    def _fresh(self, record: KmsgRecord) -> bool:
+        """Whether a record is new (its number not read before), counting the gap before it
+        as lost when it jumps ahead of the last one read by a plausible count."""
+        if record.sequence in self._seen:
+            return False
+        self._seen.add(record.sequence)
+        if self._last is not None and self._last + 1 < record.sequence <= self._last + MAX_GAP:
+            self._lost += record.sequence - self._last - 1  # overwritten in the ring
+        if self._last is None or record.sequence > self._last:
+            self._last = record.sequence
+        return True
+
+    def _keep(self, record: KmsgRecord, new: list[KmsgRecord]) -> None:
+        if not record.kernel:
+            return
+        if self._first is None:
+            self._first = record
+        if len(self._records) == self._records.maxlen:
+            self._lost += 1
+        self._records.append(record)
+        self._kept += 1
+        new.append(record)

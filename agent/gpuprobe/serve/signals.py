@@ -177,6 +177,7 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int) -> Source:
 
     def follow(wake: Wake, stop: threading.Event) -> None:
         follower.start()
+        lost = 0
         try:
             while not stop.is_set():
                 follower.wait(SAFETY_POLL_SECONDS, stop_fd)
@@ -185,6 +186,9 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int) -> Source:
                 hits = [line for line in follower.new_lines() if concerns_xid(line)]
                 if hits:
                     wake([XID], f"kernel log: {hits[0].strip()[:160]}")
+                if follower.lost > lost:  # lines too long to be the kernel's: passed over
+                    log.warning("kernel log lines passed over", extra={"lost": follower.lost})
+                    lost = follower.lost
         finally:
             follower.close()
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from gpuprobe.gpu.kernel_log import line_time
+from gpuprobe.gpu.kernel_log import is_kernel_line, line_time
 
 RING_TIMEOUT = "ring_timeout"
 GPU_RESET = "gpu_reset"
@@ -91,6 +91,8 @@ _PROCESS_LINE = re.compile(
     r"(?:Process information: process|\bProcess|\bin process) (?P<process>\S*) pid (?P<pid>\d+)"
 )
 _BOOT = re.compile(r"(?:kernel: )?(?:\[\s*\d+\.\d+\] )?Linux version \d")
+# What a line this reads holds (a fault, its device, its process, a boot): the cheap test.
+_MARKERS = ("amdgpu", "GPU reset", "GPU Recovery", "Linux version", "rocess")
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,8 @@ def read_faults(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
     faults: list[AmdgpuFault] = []
     for text in texts:
         for line in text.splitlines():
+            if not any(marker in line for marker in _MARKERS) or not is_kernel_line(line):
+                continue  # no line this reads, or another program's line in syslog
             if "Linux version" in line and _BOOT.search(line):
                 faults = []
                 continue
