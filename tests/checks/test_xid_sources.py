@@ -51,7 +51,6 @@ def test_one_source_read_is_enough_to_say_none(tmp_path: Path) -> None:
     assert result.data["sources"]["kernel_logs"] == ["/var/log/kern.log"]
 
 
-
 def test_nvml_events_alone_claim_only_the_time_they_cover(tmp_path: Path) -> None:
     """No kernel log could be read (no /dev/kmsg, no log file): NVML's event set holds only
     what happened since it was registered, so "no XID errors this boot" would claim the boot

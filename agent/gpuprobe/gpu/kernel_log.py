@@ -87,6 +87,8 @@ _HEADER = re.compile(
 # A syslog tag with its process id (`myapp[4242]:`) opening a line without a stamp.
 _PID_TAG = re.compile(r"[^\s\[\]]+\[\d+\]:")
 KERNEL_TAG = "kernel:"
+# dmesg's stamp opening a message: `[ 6002.511207]`, `[Sun Nov 29 09:40:02 2026]`.
+_LEADING_STAMP = re.compile(r"^\s*\[(?:\s*\d+\.\d+|\w{3} \w{3} +\d{1,2} [\d:]{8} \d{4})\]\s*")
 _RFC3339 = re.compile(
     r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s"
 )
@@ -205,6 +207,14 @@ def is_kernel_line(line: str) -> bool:
     if first == KERNEL_TAG:
         return True
     return not first.endswith(":") and second == KERNEL_TAG
+
+
+def kernel_text(line: str) -> str:
+    """A kernel line's message without its stamps, host and tag: the same record read from
+    kern.log, syslog and /dev/kmsg gives the same text."""
+    _, tag, rest = line.partition(KERNEL_TAG + " ")
+    text = rest if tag else line
+    return _LEADING_STAMP.sub("", text, count=1).strip()
 
 
 def _read_line(line: str, log: KernelLog, boot: datetime | None, now: datetime) -> None:

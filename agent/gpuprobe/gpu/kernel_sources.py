@@ -1,7 +1,8 @@
 """The kernel log of this boot, read once a run: `/dev/kmsg` and the host's log files.
 
 Every parser of kernel lines (NVIDIA's XIDs, SXids and XID-less faults in
-`gpuprobe.gpu.kernel_log`, amdgpu's faults in `gpuprobe.gpu.amd.faults`) reads the texts one
+`gpuprobe.gpu.kernel_log`, amdgpu's faults in `gpuprobe.gpu.amd.faults`, both from every
+stream, `/dev/kmsg`'s among them) reads the texts one
 `read_kernel_log` gave, so the xid check's run reads each source once whatever vendors the
 node has (the pods check, which ties pod failures to XIDs, reads it in its own run).
 
@@ -79,14 +80,13 @@ class KernelLogRead:
             for stream in self.streams
         ]
 
-    def amdgpu_faults(self) -> list[faults.AmdgpuFault]:
-        """amdgpu's faults in the log files (`/dev/kmsg` holds the same lines, stamped
-        otherwise: its records are left to the files), each file's faults in log order."""
-        found: list[faults.AmdgpuFault] = []
+    def amdgpu_faults(self) -> list[list[faults.AmdgpuFault]]:
+        """amdgpu's faults of each stream (`/dev/kmsg`'s records too: on a journald-only host
+        they are the only kernel log), each stream's in log order."""
+        found: list[list[faults.AmdgpuFault]] = []
         for stream in self.streams:
-            if stream.kind == "file":
-                texts = [text for text in stream.texts if text]
-                found += faults.read_faults(texts, boot=self.boot, now=self.now)
+            texts = [text for text in stream.texts if text]
+            found.append(faults.read_faults(texts, boot=self.boot, now=self.now))
         return found
 
 
