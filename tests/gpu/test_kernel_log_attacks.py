@@ -28,7 +28,7 @@ from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
-from gpuprobe.gpu.kmsg import KmsgLog, SeenSequences
+from gpuprobe.gpu.kmsg import KmsgLog, KmsgRecord, SeenRecords
 from gpuprobe.host import recording_host, snapshot_host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.kmsg import READ_BYTES, KmsgReader
@@ -352,17 +352,28 @@ def test_a_forged_huge_sequence_number_hides_no_later_record(tmp_path: Path) -> 
     assert (kmsg["records"], kmsg["lost"]) == (6, 0)
 
 
-def test_seen_sequences_keep_ranges() -> None:
-    seen = SeenSequences()
-    for number in [0, 1, 2, 10, 4, 3, 2**64 - 1, 5]:
-        seen.add(number)
-    assert [n in seen for n in (0, 5, 6, 9, 10, 2**64 - 1, 2**64 - 2)] == [
-        True,
-        True,
+def test_another_record_under_a_number_already_read_is_not_hidden(tmp_path: Path) -> None:
+    """A damaged copy of the XID record (cut short, same number) before the record itself:
+    both are records; the intact one is still read. The same record read again is not."""
+    ring = tmp_path / "dev" / "kmsg"
+    xid = FALLEN_RECORD.format(seq=3).split("\n")[0]
+    write_ring(ring, [*RING, xid[:60], xid])
+    log = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True)))
+    assert [line.endswith("GPU has fallen off the bus.") for line in log.read(BOOT).lines] == [
+        False,
+        False,
         False,
         False,
         True,
-        True,
-        False,
     ]
-    assert seen.ranges == 3
+    write_ring(ring, [*RING, xid[:60], xid])  # the same file again, a new inode
+    assert log.follow() == []
+
+
+def test_seen_records_are_bounded() -> None:
+    seen = SeenRecords(limit=3)
+    records = [KmsgRecord(0, 6, n, n, "-", f"m{n}") for n in range(5)]
+    assert [seen.add(r) for r in records] == [True] * 5
+    assert len(seen) == 3
+    assert not seen.add(records[4])  # among the last three: known
+    assert seen.add(records[0])  # forgotten past the bound

@@ -157,9 +157,12 @@ def pci_prefix(address: str) -> str:
         return address.strip().lower()
 
 
-def read_stream(texts: Iterable[str], *, boot: datetime | None, now: datetime) -> KernelLog:
+def read_stream(
+    texts: Iterable[str], *, boot: datetime | None, now: datetime, boots: bool = True
+) -> KernelLog:
     """The current boot's XIDs and SXids in one log, given oldest part first (`kern.log.1`,
-    `kern.log`)."""
+    `kern.log`). `boots` False: the log is one boot's by its nature (`/dev/kmsg`'s ring), a
+    `Linux version` line in it begins nothing."""
     log = KernelLog([], {})
     falling: tuple[str, int, str] | None = None  # (pci, lines since its start, its lines)
     for text in texts:
@@ -168,7 +171,7 @@ def read_stream(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
                 continue  # the cheap test first: kernel logs are long
             if not is_kernel_line(line):
                 continue  # another program's line in syslog: not the kernel's
-            if _BOOT.search(line):
+            if boots and _BOOT.search(line):
                 log, falling = KernelLog([], {}), None
                 continue
             if _zoned(line) and _before_boot(line_time(line, boot=boot, now=now), boot):

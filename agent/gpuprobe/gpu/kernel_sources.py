@@ -76,7 +76,9 @@ class KernelLogRead:
     def nvidia_logs(self) -> list[kernel_log.KernelLog]:
         """NVIDIA's lines of each stream (XIDs, SXids, GPUs' UUIDs), one `KernelLog` a stream."""
         return [
-            kernel_log.read_stream(stream.texts, boot=self.boot, now=self.now)
+            kernel_log.read_stream(
+                stream.texts, boot=self.boot, now=self.now, boots=stream.kind != "kmsg"
+            )
             for stream in self.streams
         ]
 
@@ -86,7 +88,10 @@ class KernelLogRead:
         found: list[list[faults.AmdgpuFault]] = []
         for stream in self.streams:
             texts = [text for text in stream.texts if text]
-            found.append(faults.read_faults(texts, boot=self.boot, now=self.now))
+            one_boot = stream.kind == "kmsg"  # the ring is this boot's: no boot line in it
+            found.append(
+                faults.read_faults(texts, boot=self.boot, now=self.now, boots=not one_boot)
+            )
         return found
 
 

@@ -17,17 +17,16 @@ Only kernel records (facility 0) are read as the kernel's: a process writing to 
 (systemd, a container's init) is given the user facility by the kernel, so no process can plant
 an `NVRM: Xid` line that reads as the driver's.
 
-`KmsgLog` follows one reader: a record whose sequence number it already read is dropped (a
-snapshot file read again from its start), a jump in the sequence numbers is records the ring
-overwrote before they were read, and what it kept is bounded. The numbers read are kept as
-ranges (`SeenSequences`), not as "the highest so far": a forged record with a huge number in a
-snapshot's file must not hide the records after it. The kernel's sequence numbers and time
-stamps are unsigned 64-bit: a larger one is no record.
+`KmsgLog` follows one reader: a record it already read is dropped (a snapshot file read again
+from its start), a jump in the sequence numbers is records the ring overwrote before they were
+read, and what it kept is bounded. A record is known by its whole content (`SeenRecords`), not
+by "a number at or below the highest so far": a forged record with a huge number, or another
+record under a number already read, in a snapshot's file must not hide the records after it.
+The kernel's sequence numbers and time stamps are unsigned 64-bit: a larger one is no record.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -45,9 +44,9 @@ MAX_READS = 8
 # A jump in the sequence numbers larger than this is no overrun (the ring holds far fewer
 # records than this): not counted as lost.
 MAX_GAP = 2**32
-# Ranges of sequence numbers kept at most (a followed ring is one range; each forged or
-# damaged number adds one): past it the lowest ranges are forgotten.
-MAX_RANGES = 4096
+# Records known by fingerprint, beyond those kept: a file read again from its start holds
+# the whole ring (its records beyond what is kept, up to the ring's size, are known too).
+SEEN_SLACK = 65_536
 
 
 @dataclass(frozen=True)
@@ -112,39 +111,30 @@ def since_boot(boot: datetime | None, usec: int) -> datetime | None:
         return None
 
 
-class SeenSequences:
-    """The sequence numbers read so far, as sorted disjoint ranges `[start, end]`."""
+class SeenRecords:
+    """The records read so far, by fingerprint (sequence number, stamp, facility, level and
+    message), the most recent `limit` of them: a record read again (a snapshot's file read
+    again from its start) is known; another record under a number already read (a forged
+    or damaged one) is not hidden by it."""
 
-    def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._ends: list[int] = []
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._order: deque[int] = deque()
+        self._set: set[int] = set()
 
-    def __contains__(self, number: int) -> bool:
-        i = bisect.bisect_right(self._starts, number) - 1
-        return i >= 0 and number <= self._ends[i]
+    def add(self, record: KmsgRecord) -> bool:
+        """Note a record; False when it was read before."""
+        mark = hash((record.sequence, record.usec, record.facility, record.level, record.message))
+        if mark in self._set:
+            return False
+        self._set.add(mark)
+        self._order.append(mark)
+        if len(self._order) > self.limit:
+            self._set.discard(self._order.popleft())
+        return True
 
-    def add(self, number: int) -> None:
-        """Note one number (not yet seen)."""
-        i = bisect.bisect_right(self._starts, number)  # ranges before i start at or below it
-        joins_left = i > 0 and self._ends[i - 1] == number - 1
-        joins_right = i < len(self._starts) and self._starts[i] == number + 1
-        if joins_left and joins_right:
-            self._ends[i - 1] = self._ends[i]
-            del self._starts[i], self._ends[i]
-        elif joins_left:
-            self._ends[i - 1] = number
-        elif joins_right:
-            self._starts[i] = number
-        else:
-            self._starts.insert(i, number)
-            self._ends.insert(i, number)
-            if len(self._starts) > MAX_RANGES:
-                del self._starts[0], self._ends[0]
-
-    @property
-    def ranges(self) -> int:
-        """How many ranges are kept."""
-        return len(self._starts)
+    def __len__(self) -> int:
+        return len(self._order)
 
 
 @dataclass
@@ -170,7 +160,7 @@ class KmsgLog:
     def __init__(self, reader: KmsgReader, max_records: int = 65_536) -> None:
         self.reader = reader
         self._records: deque[KmsgRecord] = deque(maxlen=max_records)
-        self._seen = SeenSequences()
+        self._seen = SeenRecords(max_records + SEEN_SLACK)
         self._last: int | None = None
         self._first: KmsgRecord | None = None
         self._kept = 0
@@ -214,11 +204,10 @@ class KmsgLog:
         return new
 
     def _fresh(self, record: KmsgRecord) -> bool:
-        """Whether a record is new (its number not read before), counting the gap before it
-        as lost when it jumps ahead of the last one read by a plausible count."""
-        if record.sequence in self._seen:
+        """Whether a record is new (not read before), counting the gap before it as lost
+        when it jumps ahead of the last one read by a plausible count."""
+        if not self._seen.add(record):
             return False
-        self._seen.add(record.sequence)
         if self._last is not None and self._last + 1 < record.sequence <= self._last + MAX_GAP:
             self._lost += record.sequence - self._last - 1  # overwritten in the ring
         if self._last is None or record.sequence > self._last:

@@ -167,9 +167,12 @@ def _classify(line: str) -> tuple[str | None, str]:
     return None, ""
 
 
-def read_faults(texts: Iterable[str], *, boot: datetime | None, now: datetime) -> list[AmdgpuFault]:
+def read_faults(
+    texts: Iterable[str], *, boot: datetime | None, now: datetime, boots: bool = True
+) -> list[AmdgpuFault]:
     """This boot's amdgpu faults in one log, given oldest part first: what a log held
-    before its last `Linux version` line belongs to earlier boots. A fault line without a
+    before its last `Linux version` line belongs to earlier boots (`boots` False: the log is
+    one boot's by its nature, `/dev/kmsg`'s ring). A fault line without a
     device (the older DRM-prefixed ones) takes the device of the next line that names one
     within the same burst (the driver logs the reset of that GPU right after), else the
     device of the fault before it (`GPU Recovery Failed` follows its device's lines). A reset
@@ -182,7 +185,7 @@ def read_faults(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
                 faults += resets.moved_on(line)
             if not any(marker in line for marker in _MARKERS) or not is_kernel_line(line):
                 continue  # no line this reads, or another program's line in syslog
-            if "Linux version" in line and _BOOT.search(line):
+            if boots and "Linux version" in line and _BOOT.search(line):
                 faults, resets = [], _Resets(boot, now)
                 continue
             fault = parse_fault(line, boot=boot, now=now)
