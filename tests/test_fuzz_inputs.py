@@ -424,11 +424,18 @@ def cdi_spec_with(edit: dict[str, Any]) -> bytes:
         ("nccl-tests output", NCCL_FIXTURE.read_bytes().replace(b"dgx1", b"dgx\xff", 1)),
         # Issue 41's kmsg replay: a forged huge sequence number before the XID hid it (a false
         # OK), a stamp past the calendar raised OverflowError, and a copy of the XID record cut
-        # short under its number hid the record itself.
+        # short under its number (reading Xid 7) hid the record itself.
         ("kmsg records", b"4,18446744073709551615,5,-;forged\n" + KMSG_RING),
         ("kmsg records", b"4,999999999999999999999999,5,-;past u64\n" + KMSG_RING),
         ("kmsg records", KMSG_RING + b"4,7,18446744073709551615,-;NVRM: stamped past 9999\n"),
-        ("kmsg records", KMSG_RING.replace(KMSG_XID, KMSG_XID[:50] + b"\n" + KMSG_XID)),
+        (
+            "kmsg records",
+            b"\n".join(
+                KMSG_XID.split(b"9,")[0] + b"\n" + line if line == KMSG_XID else line
+                for line in KMSG_RING.split(b"\n")
+                if not line.startswith(b"3,5,")  # the driver's XID-less line for the fault
+            ),
+        ),
         # A "Linux version" record after the XID: the ring is one boot's, it begins nothing.
         ("kmsg records", KMSG_RING + b"5,9,46690000000,-;Linux version 6.8.0-49-generic\n"),
     ],
