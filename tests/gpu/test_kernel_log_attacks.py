@@ -205,7 +205,7 @@ def test_a_100_mb_line_is_passed_over_and_said_and_the_xids_around_it_are_given(
             fb.write(XID_LINE.replace("79,", "48,").encode())
         tracemalloc.start()
         lines: list[str] = []
-        for _ in range(5):  # the event path calls again at once while behind
+        for _ in range(20):  # the event path calls again at once while behind
             lines += follower.new_lines()
             if not follower.behind:
                 break
@@ -377,3 +377,21 @@ def test_seen_records_are_bounded() -> None:
     assert len(seen) == 3
     assert not seen.add(records[4])  # among the last three: known
     assert seen.add(records[0])  # forgotten past the bound
+
+
+def test_with_markers_the_follower_gives_only_the_lines_holding_one(tmp_path: Path) -> None:
+    log = tmp_path / "var" / "log" / "kern.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("")
+    fs = HostFS(tmp_path, snapshot=True)
+    follower = KernelLogFollower(fs, ["/var/log/kern.log"], False, markers=("NVRM: ",))
+    follower.start()
+    try:
+        with open(log, "a") as f:
+            f.write(NOISE * 3 + XID_LINE + NOISE)
+        assert follower.new_lines() == [XID_LINE.rstrip("\n")]
+        with open(log, "a") as f:
+            f.write(NOISE * 3)
+        assert follower.new_lines() == []
+    finally:
+        follower.close()

@@ -38,7 +38,7 @@ from gpuprobe.host.kmsg import KMSG, KmsgReader
 READ_BYTES = 4 * 1024 * 1024
 # The most of the files read in one `new_lines` call: past it the caller is `behind` and calls
 # again without waiting (a burst never holds the lines after it for a wait).
-MAX_CALL_BYTES = 64 * 1024 * 1024
+MAX_CALL_BYTES = 16 * 1024 * 1024
 # Without inotify, how often the files are looked at (the 2 s target of the event path).
 POLL_SECONDS = 1.0
 # With inotify, still look this often (a watch can miss what a remote filesystem did).
@@ -53,10 +53,15 @@ class _Position:
 
 
 class KernelLogFollower:
-    """The log files `paths` (host paths) and, when `kmsg`, `/dev/kmsg`, followed from now."""
+    """The log files `paths` (host paths) and, when `kmsg`, `/dev/kmsg`, followed from now;
+    with `markers`, only the files' lines holding one of them are given (a burst of others
+    is passed over without being decoded)."""
 
-    def __init__(self, fs: HostFS, paths: Sequence[str], kmsg: bool) -> None:
+    def __init__(
+        self, fs: HostFS, paths: Sequence[str], kmsg: bool, markers: Sequence[str] = ()
+    ) -> None:
         self.fs = fs
+        self.markers = tuple(m.encode() for m in markers)
         self.paths = list(dict.fromkeys(paths))
         self._positions = {path: _Position() for path in self.paths}
         self._kmsg = KmsgLog(KmsgReader(fs), max_records=1024) if kmsg else None
@@ -181,19 +186,23 @@ class KernelLogFollower:
         else:
             position.offset += end
         if end > start:
-            lines += _kernel_lines(data[start : end - 1], self)
+            lines += self._kernel_lines(data[start : end - 1])
         return more, len(data)
 
-
-def _kernel_lines(data: bytes, follower: KernelLogFollower) -> list[str]:
-    """The kernel's lines among `data`'s lines (others', and lines past any kernel line's
-    length, left out; the latter counted lost)."""
-    found: list[str] = []
-    for raw in data.split(b"\n"):
-        if len(raw) > MAX_LINE_BYTES:
-            follower.lost += 1
-            continue
-        line = raw.decode("utf-8", errors="replace")
-        if is_kernel_line(line):
-            found.append(line)
-    return found
+    def _kernel_lines(self, data: bytes) -> list[str]:
+        """The kernel's lines among `data`'s lines that hold a marker (others', and lines
+        past any kernel line's length, left out; the latter counted lost)."""
+        if self.markers and not any(m in data for m in self.markers):
+            self.lost += sum(1 for raw in data.split(b"\n") if len(raw) > MAX_LINE_BYTES)
+            return []
+        found: list[str] = []
+        for raw in data.split(b"\n"):
+            if len(raw) > MAX_LINE_BYTES:
+                self.lost += 1
+                continue
+            if self.markers and not any(m in raw for m in self.markers):
+                continue
+            line = raw.decode("utf-8", errors="replace")
+            if is_kernel_line(line):
+                found.append(line)
+        return found

@@ -44,7 +44,7 @@ from gpuprobe.serve.notices import NoticePoller
 from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
-from gpuprobe.serve.signals import Signals, kernel_log_source, nvml_source
+from gpuprobe.serve.signals import KERNEL_MARKERS, Signals, kernel_log_source, nvml_source
 from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
@@ -252,6 +252,7 @@ class Agent:
             self.host.fs,
             xid_settings(self.config).kernel_logs,
             kmsg=xid_settings(self.config).kmsg,
+            markers=KERNEL_MARKERS,
         )
         signals.add_source("kernel-log", kernel_log_source(follower, signals.stop_read))
         return signals
