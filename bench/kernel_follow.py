@@ -56,7 +56,7 @@ def child(case: str, limit: float) -> dict[str, Any]:
         log.write_text(NOISE)
         fs, paths = HostFS(tmp, snapshot=True), ["/var/log/kern.log"]
         try:  # as the daemon's event path makes it (a before-tree may take no markers)
-            follower = KernelLogFollower(fs, paths, False, markers=KERNEL_MARKERS)
+            follower = KernelLogFollower(fs, paths, None, markers=KERNEL_MARKERS)
         except TypeError:
             follower = KernelLogFollower(fs, paths, False)
         follower.start()

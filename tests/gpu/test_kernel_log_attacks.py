@@ -143,7 +143,7 @@ def test_the_follower_reads_its_files_inside_the_root(tmp_path: Path) -> None:
     root = tmp_path / "root"
     (root / "var" / "log").mkdir(parents=True)
     (root / "var" / "log" / "kern.log").symlink_to(outside)
-    follower = KernelLogFollower(HostFS(root, snapshot=True), ["/var/log/kern.log"], kmsg=False)
+    follower = KernelLogFollower(HostFS(root, snapshot=True), ["/var/log/kern.log"], kmsg=None)
     follower.start()
     try:
         with open(outside, "a") as f:
@@ -160,7 +160,7 @@ def followed(tmp_path: Path) -> tuple[KernelLogFollower, Path]:
     log = tmp_path / "var" / "log" / "kern.log"
     log.parent.mkdir(parents=True)
     log.write_text(NOISE)
-    follower = KernelLogFollower(HostFS(tmp_path, snapshot=True), ["/var/log/kern.log"], False)
+    follower = KernelLogFollower(HostFS(tmp_path, snapshot=True), ["/var/log/kern.log"], None)
     follower.start()
     return follower, log
 
@@ -384,7 +384,7 @@ def test_with_markers_the_follower_gives_only_the_lines_holding_one(tmp_path: Pa
     log.parent.mkdir(parents=True)
     log.write_text("")
     fs = HostFS(tmp_path, snapshot=True)
-    follower = KernelLogFollower(fs, ["/var/log/kern.log"], False, markers=("NVRM: ",))
+    follower = KernelLogFollower(fs, ["/var/log/kern.log"], None, markers=("NVRM: ",))
     follower.start()
     try:
         with open(log, "a") as f:

@@ -4,8 +4,10 @@
 The files are followed by position: a file whose inode changed (rotated: `kern.log` renamed to
 `kern.log.1` and a new one created) is read from its start, one that shrank (truncated,
 `copytruncate`) from its start too. `/dev/kmsg` is followed by sequence number
-(`gpuprobe.gpu.kmsg`). What is already there when following starts is not given: the checks'
-own rounds read it. Every path is resolved inside the root as a chroot would (`HostFS.tree`).
+(`gpuprobe.gpu.kmsg`): the host's one followed ring (`kernel_sources.followed_kmsg`), so a
+record the follower takes is kept for the checks' rounds and never read from the device twice.
+What is already there when following starts is not given: the checks' own rounds read it.
+Every path is resolved inside the root as a chroot would (`HostFS.tree`).
 
 A burst is read to its end before waiting again (`behind`: `wait` returns at once), so the line
 after a burst of megabytes is given within the same wake-up. What one read takes is bounded
@@ -32,7 +34,7 @@ from gpuprobe.gpu.kmsg import KmsgLog
 from gpuprobe.gpu.log_tail import MAX_LINE_BYTES
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.inotify import Inotify, open_inotify
-from gpuprobe.host.kmsg import KMSG, KmsgReader
+from gpuprobe.host.kmsg import KMSG
 
 # The most of a followed file read in one go (the rest of a burst comes in the next go).
 READ_BYTES = 4 * 1024 * 1024
@@ -53,18 +55,25 @@ class _Position:
 
 
 class KernelLogFollower:
-    """The log files `paths` (host paths) and, when `kmsg`, `/dev/kmsg`, followed from now;
+    """The log files `paths` (host paths) and, given the host's followed `/dev/kmsg`, its
+    records, followed from now;
     with `markers`, only the files' lines holding one of them are given (a burst of others
     is passed over without being decoded)."""
 
     def __init__(
-        self, fs: HostFS, paths: Sequence[str], kmsg: bool, markers: Sequence[str] = ()
+        self,
+        fs: HostFS,
+        paths: Sequence[str],
+        kmsg: KmsgLog | None,
+        markers: Sequence[str] = (),
     ) -> None:
         self.fs = fs
         self.markers = tuple(m.encode() for m in markers)
         self.paths = list(dict.fromkeys(paths))
         self._positions = {path: _Position() for path in self.paths}
-        self._kmsg = KmsgLog(KmsgReader(fs), max_records=1024) if kmsg else None
+        # The host's one followed /dev/kmsg (`kernel_sources.followed_kmsg`): what the
+        # follower takes is kept there for the checks' rounds, read once.
+        self._kmsg = kmsg
         self._inotify: Inotify | None = None
         self.watching = False
         # Whether the last `new_lines` stopped with more to read (a burst): read on at once.

@@ -87,6 +87,10 @@ _HEADER = re.compile(
 # A syslog tag with its process id (`myapp[4242]:`) opening a line without a stamp.
 _PID_TAG = re.compile(r"[^\s\[\]]+\[\d+\]:")
 KERNEL_TAG = "kernel:"
+# The kinds of event this reads, by the text each kind's lines bear (`gpu.kernel_events`):
+# every line of NVIDIA's driver (XIDs, XID-less faults, GPUs' UUIDs), NVSwitch SXids, and
+# the kernel's boot line.
+EVENTS = {"nvrm": "NVRM: ", "sxid": "SXid", "boot": "Linux version"}
 # dmesg's stamp opening a message: `[ 6002.511207]`, `[Sun Nov 29 09:40:02 2026]`.
 _LEADING_STAMP = re.compile(r"^\s*\[(?:\s*\d+\.\d+|\w{3} \w{3} +\d{1,2} [\d:]{8} \d{4})\]\s*")
 _RFC3339 = re.compile(

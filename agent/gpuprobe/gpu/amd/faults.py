@@ -108,6 +108,8 @@ _PROCESS_LINE = re.compile(
     r"(?:Process information: process|\bProcess|\bin process) (?P<process>\S*) pid (?P<pid>\d+)"
 )
 _BOOT = re.compile(r"(?:kernel: )?(?:\[\s*\d+\.\d+\] )?Linux version \d")
+# The kind of event this reads, by the text its lines bear (`gpu.kernel_events`).
+EVENTS = {"amdgpu_fault": "amdgpu"}
 # What a line this reads holds (a fault, its device, its process, a boot): the cheap test.
 _MARKERS = ("amdgpu", "GPU reset", "GPU Recovery", "Linux version", "rocess")
 
