@@ -161,6 +161,11 @@ class KmsgLog:
         self.reader = reader
         self._records: deque[KmsgRecord] = deque(maxlen=max_records)
         self._seen = SeenRecords(max_records + SEEN_SLACK)
+        # The kept records' lines, made once each (`_lines_of`), for the boot time they
+        # were made with; `_formatted`: how many of the records kept so far have one.
+        self._lines: deque[str] = deque(maxlen=max_records)
+        self._lines_boot: datetime | None = None
+        self._formatted = 0
         self._last: int | None = None
         self._first: KmsgRecord | None = None
         self._kept = 0
@@ -172,7 +177,7 @@ class KmsgLog:
         """Read what arrived and return everything kept, as log lines."""
         with self._lock:
             self._take()
-            lines = [log_line(r, boot) for r in self._records]
+            lines = self._lines_of(boot)
             first = self._first
             return KmsgView(
                 lines,
@@ -187,6 +192,18 @@ class KmsgLog:
         """The kernel records that arrived since the last read (kept, too)."""
         with self._lock:
             return self._take()
+
+    def _lines_of(self, boot: datetime | None) -> list[str]:
+        """The kept records as lines, each record's line made once (again only when the boot
+        time read changed): a full ring is not formatted anew every run."""
+        missing = self._kept - self._formatted  # the newest records have no line yet
+        if boot != self._lines_boot or missing >= len(self._records):
+            self._lines = deque((log_line(r, boot) for r in self._records), self._records.maxlen)
+            self._lines_boot = boot
+        else:
+            self._lines.extend(log_line(self._records[i], boot) for i in range(-missing, 0))
+        self._formatted = self._kept
+        return list(self._lines)
 
     def _take(self) -> list[KmsgRecord]:
         new: list[KmsgRecord] = []
