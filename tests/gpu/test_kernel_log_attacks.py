@@ -13,6 +13,7 @@ records follow Documentation/ABI/testing/dev-kmsg.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import time
@@ -31,7 +32,7 @@ from gpuprobe.gpu.kernel_follow import KernelLogFollower
 from gpuprobe.gpu.kmsg import KmsgLog, KmsgRecord, SeenRecords
 from gpuprobe.host import recording_host, snapshot_host
 from gpuprobe.host.fs import HostFS
-from gpuprobe.host.kmsg import READ_BYTES, KmsgReader
+from gpuprobe.host.kmsg import MAX_OVERRUNS, READ_BYTES, KmsgReader
 from gpuprobe.host.nvml import RecordingNvml, ReplayNvml, load_record
 from gpuprobe.pipeline import run_checks
 from helpers import codes, config
@@ -395,3 +396,26 @@ def test_with_markers_the_follower_gives_only_the_lines_holding_one(tmp_path: Pa
         assert follower.new_lines() == []
     finally:
         follower.close()
+
+
+def test_a_device_that_only_ever_overruns_ends_each_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A character device that answers every read with EPIPE (the ring overran this reader)
+    must not hold the reader for ever: a read takes a bounded number of overruns."""
+    reader = KmsgReader(HostFS("/"), path="/dev/null")  # a character device anyone can open
+    real_read = os.read
+
+    def overrun(fd: int, size: int) -> bytes:
+        if fd == device:
+            raise OSError(errno.EPIPE, "Broken pipe")
+        return real_read(fd, size)
+
+    reader.read()  # opens it (it reads empty: no record)
+    device = reader.fileno()
+    monkeypatch.setattr(os, "read", overrun)
+    try:
+        batch = reader.read()
+        view = KmsgLog(reader).read(BOOT)
+    finally:
+        reader.close()
+    assert batch.more and batch.overruns == MAX_OVERRUNS and batch.records == []
+    assert view.records == 0 and view.error is None

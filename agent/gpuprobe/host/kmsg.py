@@ -42,6 +42,8 @@ RECORD_MAX = 8192
 # read: the device keeps this reader's place, a file its offset). The kernel's largest ring
 # (CONFIG_LOG_BUF_SHIFT 25) is 32 MiB: `gpuprobe.gpu.kmsg` reads it in a few goes.
 READ_BYTES = 4 * 1024 * 1024
+# Overruns (EPIPE) one read takes at most: the kernel answers one and moves the reader on.
+MAX_OVERRUNS = 1024
 # A file's line longer than this is no record (a record with its dictionary is at most
 # RECORD_MAX; escaped, each byte may read as four): passed over, to its end.
 RECORD_LINE_MAX = 4 * RECORD_MAX
@@ -52,8 +54,8 @@ MAX_RECORDED = 200_000
 @dataclass
 class KmsgBatch:
     """What one read gave: the records' raw text (as the device gave each, without its last
-        newline), how many times the ring overran this reader since the last read (`EPIPE`), and
-        the error that stopped the read (None when it ran dry), whether it stopped at its bound with
+    newline), how many times the ring overran this reader since the last read (`EPIPE`), the
+    error that stopped the read (None when it ran dry), whether it stopped at its bound with
     more to read, and how many over-long file lines it passed over."""
 
     records: list[str] = field(default_factory=list)
@@ -146,6 +148,9 @@ class KmsgReader:
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # overwritten before we read them: go on
                     batch.overruns += 1
+                    if batch.overruns >= MAX_OVERRUNS:  # one that only ever overruns: stop
+                        batch.more = True
+                        break
                     continue
                 batch.error = _name(exc)
                 break
