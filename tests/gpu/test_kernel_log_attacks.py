@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import time
 import tracemalloc
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import snapshot
+from conftest import require_root, snapshot
 from gpuprobe.capture import prepare_target, write_snapshot
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
@@ -95,14 +96,51 @@ def test_a_kmsg_linked_out_of_the_root_reads_nothing_of_the_agents_files(
     assert inside.error is None and [r.split(",")[1] for r in inside.records] == ["3"]
 
 
-def test_a_kmsg_linked_to_dev_zero_costs_a_bounded_read(tmp_path: Path) -> None:
-    """Under a root, the link leads to the root's /dev/zero (absent here); the device itself,
-    read where it is the node's own (`/`), never runs dry: one read takes READ_BYTES, the
-    log's read a bounded number of those, and the memory stays near one read's."""
+def test_a_kmsg_linked_to_dev_zero_is_not_read(tmp_path: Path) -> None:
+    """Under a root the link leads to the root's /dev/zero (absent here); where it is there
+    (the DaemonSet's /host/dev), a character device that is not the kernel's log device
+    (1:11) is not read at all."""
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "kmsg").symlink_to("/dev/zero")
     assert KmsgReader(HostFS(tmp_path)).read().error == "absent"
-    reader = KmsgReader(HostFS("/"), path="/dev/zero")
+    zero = KmsgReader(HostFS("/"), path="/dev/zero")
+    assert zero.read().error == "not the kernel's log device (char 1:5)"
+    assert zero.fileno() is None
+
+
+def endless(monkeypatch: pytest.MonkeyPatch, answer: Exception | bytes) -> KmsgReader:
+    """A reader of the kernel's log device whose every read gives `answer` (played through
+    os.read on a device opened for it: /dev/null stands in for /dev/kmsg's numbers)."""
+    real_fstat, real_read = os.fstat, os.read
+    opened: list[int] = []
+
+    def fstat(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        if not opened:
+            opened.append(fd)
+            fields = list(st)
+            fields[6] = os.makedev(1, 11)  # st_rdev
+            return os.stat_result(fields, {"st_rdev": os.makedev(1, 11)})
+        return st
+
+    def read(fd: int, size: int) -> bytes:
+        if opened and fd == opened[0]:
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "fstat", fstat)
+    monkeypatch.setattr(os, "read", read)
+    return KmsgReader(HostFS("/"), path="/dev/null")
+
+
+def test_a_device_that_never_runs_dry_costs_a_bounded_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel's log device answering without end (as /dev/zero would): one read takes
+    READ_BYTES, the log's read a bounded number of those, and memory stays near one read's."""
+    reader = endless(monkeypatch, b"\0" * 8192)
     try:
         batch = reader.read()
         assert batch.more and sum(len(r) for r in batch.records) <= READ_BYTES + 8192
@@ -115,6 +153,19 @@ def test_a_kmsg_linked_to_dev_zero_costs_a_bounded_read(tmp_path: Path) -> None:
         reader.close()
     assert view.records == 0 and view.lines == []  # zeros are no records
     assert peak < 3 * READ_BYTES
+
+
+def test_a_device_that_only_ever_overruns_ends_each_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device answering every read with EPIPE (the ring overran this reader) must not
+    hold the reader for ever: a read takes a bounded number of overruns."""
+    reader = endless(monkeypatch, OSError(errno.EPIPE, "Broken pipe"))
+    try:
+        batch = reader.read()
+        view = KmsgLog(reader).read(BOOT)
+    finally:
+        reader.close()
+    assert batch.more and batch.overruns == MAX_OVERRUNS and batch.records == []
+    assert view.records == 0 and view.error is None
 
 
 def test_capture_under_root_keeps_no_kmsg_from_outside_it(short_tmp: Path) -> None:
@@ -150,6 +201,30 @@ def test_the_follower_reads_its_files_inside_the_root(tmp_path: Path) -> None:
         with open(outside, "a") as f:
             f.write(XID_LINE)
         assert follower.new_lines() == []
+    finally:
+        follower.close()
+
+
+@pytest.mark.parametrize("kind", ["zero device", "fifo"])
+def test_a_log_that_is_no_regular_file_is_not_read(tmp_path: Path, kind: str) -> None:
+    """A device (/dev/zero's numbers, as under the DaemonSet's /host/dev) or a FIFO in
+    kern.log's place: the check does not read it (a device has no end, a FIFO would hold the
+    reader) and the follower passes it over."""
+    dest = node(tmp_path)
+    kern = dest / "rootfs" / "var" / "log" / "kern.log"
+    kern.unlink()
+    if kind == "fifo":
+        os.mkfifo(kern)
+    else:
+        require_root()
+        os.mknod(kern, stat.S_IFCHR | 0o600, os.makedev(1, 5))
+    result = run_checks(snapshot_host(str(dest)), config(), ["xid"]).checks[0]
+    assert "/var/log/kern.log" not in result.data["sources"]["kernel_logs"]
+    fs = HostFS(dest / "rootfs", snapshot=True)
+    follower = KernelLogFollower(fs, ["/var/log/kern.log"], None)
+    follower.start()
+    try:
+        assert follower.new_lines() == [] and not follower.behind
     finally:
         follower.close()
 
@@ -396,26 +471,3 @@ def test_with_markers_the_follower_gives_only_the_lines_holding_one(tmp_path: Pa
         assert follower.new_lines() == []
     finally:
         follower.close()
-
-
-def test_a_device_that_only_ever_overruns_ends_each_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A character device that answers every read with EPIPE (the ring overran this reader)
-    must not hold the reader for ever: a read takes a bounded number of overruns."""
-    reader = KmsgReader(HostFS("/"), path="/dev/null")  # a character device anyone can open
-    real_read = os.read
-
-    def overrun(fd: int, size: int) -> bytes:
-        if fd == device:
-            raise OSError(errno.EPIPE, "Broken pipe")
-        return real_read(fd, size)
-
-    reader.read()  # opens it (it reads empty: no record)
-    device = reader.fileno()
-    monkeypatch.setattr(os, "read", overrun)
-    try:
-        batch = reader.read()
-        view = KmsgLog(reader).read(BOOT)
-    finally:
-        reader.close()
-    assert batch.more and batch.overruns == MAX_OVERRUNS and batch.records == []
-    assert view.records == 0 and view.error is None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import select
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -167,6 +168,8 @@ class KernelLogFollower:
             return False, 0
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return False, 0  # a device or FIFO in a log's place: nothing to follow
             inode = (st.st_dev, st.st_ino)
             if inode != position.inode or st.st_size < position.offset:
                 position.inode, position.offset = inode, 0  # rotated or truncated

@@ -14,7 +14,9 @@ and keeps the rest. A log file is read from its last `max_bytes`; the rotated fi
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -178,9 +180,11 @@ def _rotation(path: str) -> int:
 
 def tail_log(host: Host, path: str, max_bytes: int) -> Tail | None:
     """A log file's last `max_bytes` by whole lines, lines longer than any kernel line passed
-    over (`gpuprobe.gpu.log_tail`); None when it cannot be read."""
+    over (`gpuprobe.gpu.log_tail`); None when it cannot be read or is no regular file."""
     try:
         with host.fs.open_binary(path) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None  # a device or FIFO in a log's place (/dev/zero): no log
             return log_tail.read_tail(f, max_bytes, MAX_LINE_BYTES, MAX_SCAN_BYTES)
     except OSError:
         return None

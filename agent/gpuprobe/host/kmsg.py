@@ -16,10 +16,11 @@ the records it already had by their sequence numbers.
 
 The path is resolved inside the root as a chroot would (`HostFS.tree`, like every host path):
 a snapshot's `rootfs/dev/kmsg` planted as a link out of the tree never reads the agent's own
-files. What one read takes is bounded (`READ_BYTES`; `more` says the rest is there for the
-next read): a "device" that never runs dry (a link to `/dev/zero`) costs that much, no more. A
-file line longer than the kernel's longest record is no record: it is skipped to its end
-(`skipped`), and the lines after it are read.
+files, and a character device there is read only when it is the kernel's log device (1:11,
+not a `/dev/zero` linked in its place). What one read takes is bounded (`READ_BYTES`; `more`
+says the rest is there for the next read): a device that never runs dry costs that much, no
+more. A file line longer than the kernel's longest record is no record: it is skipped to its
+end (`skipped`), and the lines after it are read.
 
 `capture` keeps what the device gave (`recorded`), and writes it as the snapshot's file.
 """
@@ -35,6 +36,9 @@ from dataclasses import dataclass, field
 from gpuprobe.host.fs import HostFS
 
 KMSG = "/dev/kmsg"
+# The kernel's log device, char 1:11 (Documentation/admin-guide/devices.txt): any other
+# character device found at the path (a link to /dev/zero) is not read.
+KMSG_DEVICE = (1, 11)
 # The kernel's longest record with its dictionary (CONSOLE_EXT_LOG_MAX): a smaller read buffer
 # makes the device answer EINVAL.
 RECORD_MAX = 8192
@@ -110,6 +114,11 @@ class KmsgReader:
         try:
             st = os.fstat(fd)
             if stat.S_ISCHR(st.st_mode) and not self.fs.snapshot:
+                device = (os.major(st.st_rdev), os.minor(st.st_rdev))
+                if device != KMSG_DEVICE:  # /dev/zero planted as kmsg: never read
+                    return KmsgBatch(
+                        error=f"not the kernel's log device (char {device[0]}:{device[1]})"
+                    )
                 self._fd, self._device, fd = fd, True, -1
                 return self._read_device(self._fd)
             if stat.S_ISREG(st.st_mode):
