@@ -21,6 +21,10 @@ chroot "$root" env PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_D
     /opt/gpuprobe/bin/python "$pip" install --quiet --no-deps --no-compile $wheels
 # The locked set is complete: every installed distribution's requirements are installed.
 chroot "$root" env PIP_DISABLE_PIP_VERSION_CHECK=1 /opt/gpuprobe/bin/python "$pip" check
+# Every extension module finds its shared libraries among Debian's (grpcio needs libstdc++).
+chroot "$root" /opt/gpuprobe/bin/python -c 'import grpc, grpc_health.v1.health, psutil, yaml
+import google.protobuf.message, msgspec, pyroute2, prometheus_client, pynvml, lightkube
+import gpuprobe.cli'
 # Byte code once, now: the root filesystem is read-only where the agent runs. Hash-based and
 # unchecked: no source timestamps in it, nothing to compare at import.
 chroot "$root" /opt/gpuprobe/bin/python -m compileall -q -j 1 \
