@@ -53,8 +53,11 @@ def workdir() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def image(workdir: Path) -> Built:
     require_root()
-    for tool in ("mmdebstrap", "umoci", "skopeo", "runc"):
-        require_tool(tool)
+    require_tool("mmdebstrap")
+    require_tool("umoci")
+    require_tool("skopeo")
+    require_tool("runc")
+    require_tool("ip")
     out = workdir / "first"
     out.mkdir()
     built = build(out)
