@@ -32,10 +32,15 @@ RUN python -m venv /opt/gpuprobe \
 # Final stage: the same slim base (the environment's python links to it), and the environment.
 FROM python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
 ARG VERSION=0.1.0
+# docker build --build-arg REVISION="$(git rev-parse HEAD)" --build-arg SOURCE=<your repository>
+ARG REVISION=unknown
+ARG SOURCE=https://gpuprobe.example/source
 LABEL org.opencontainers.image.title="gpuprobe" \
       org.opencontainers.image.description="Node-level GPU diagnostics agent for Kubernetes GPU clusters" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.base.name="docker.io/library/python:3.11-slim-bookworm" \
       org.opencontainers.image.base.digest="sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91"
 COPY --from=build /opt/gpuprobe /opt/gpuprobe

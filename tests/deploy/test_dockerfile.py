@@ -151,7 +151,7 @@ def test_oci_labels_name_the_version_of_the_package() -> None:
     _, final = stages()
     labels = " ".join(rest for k, rest in final if k == "LABEL")
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    for key in ("title", "description", "version", "licenses", "base.name"):
+    for key in ("title", "description", "version", "licenses", "revision", "source", "base.name"):
         assert f"org.opencontainers.image.{key}=" in labels, key
     assert ("ARG", f"VERSION={version}") in final
 

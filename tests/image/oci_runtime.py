@@ -194,6 +194,10 @@ def process(pod: dict[str, Any], container: dict[str, Any], image: dict[str, Any
     if pod_sc.get("runAsNonRoot") and uid == 0:
         raise Untranslated("runAsNonRoot with uid 0: the kubelet refuses to start it")
     privileged = bool(sc.get("privileged"))
+    if "seccompProfile" in pod_sc and not privileged:
+        # a privileged container runs unconfined whatever the profile says; any other would
+        # need the runtime's default filter, which this translation does not carry
+        raise Untranslated("seccompProfile of a container that is not privileged")
     caps = current_capabilities() if privileged else list(DEFAULT_CAPABILITIES)
     for cap in sc.get("capabilities", {}).get("add", []):
         name = "CAP_" + cap.removeprefix("CAP_")

@@ -134,6 +134,9 @@ DRIFTS: dict[str, Any] = {
         procMount="Unmasked"
     ),
     "runAsNonRoot as root": lambda p: p["securityContext"].update(runAsNonRoot=True),
+    "seccomp without privileged": lambda p: p["containers"][0]["securityContext"].update(
+        privileged=False
+    ),
     "a required Secret": lambda p: next(v for v in p["volumes"] if v["name"] == "token")[
         "secret"
     ].update(optional=False),
