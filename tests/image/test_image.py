@@ -143,6 +143,14 @@ def test_small_and_nothing_to_install_or_compile_with(rootfs: Path) -> None:
 def test_the_sbom_lists_every_package_with_its_version(image: Built, rootfs: Path) -> None:
     sbom = json.loads(image.sbom.read_text())
     assert (sbom["bomFormat"], sbom["specVersion"]) == ("CycloneDX", "1.5")
+    # valid by CycloneDX's own schema (strict: no field it does not define)
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    validator = JsonStrictValidator(SchemaVersion.V1_5)
+    assert validator.validate_str(image.sbom.read_text()) is None
+    broken = dict(sbom, components=[{**sbom["components"][0], "version": 3}])
+    assert validator.validate_str(json.dumps(broken)) is not None  # it would see a fault
     assert sbom["metadata"]["component"]["hashes"] == [
         {"alg": "SHA-256", "content": image.digest.split(":", 1)[1]}
     ]
