@@ -61,7 +61,7 @@ class EffectsLoop:
         self.failing_since: float | None = None
         self.last_error: KubeError | None = None
         self._wake = threading.Event()  # a new report: the ordinary lane has work
-        self._notice = threading.Event()  # a new report with a notice: the notice lane has
+        self._notice = threading.Event()  # a report with a notice: the notice lane has work
         self._own: list[Finding] | None = None
         self._own_data: dict[str, Any] | None = None
         self._lock = threading.Lock()

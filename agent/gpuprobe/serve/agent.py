@@ -32,7 +32,7 @@ from gpuprobe.credentials import TokenFile, check_key_pair
 from gpuprobe.effects.daemon import EffectsLink, wanted
 from gpuprobe.errors import UsageError
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
-from gpuprobe.gpu.kernel_sources import boot_id
+from gpuprobe.gpu.kernel_sources import boot_id, followed_kmsg
 from gpuprobe.host import Host
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
@@ -47,7 +47,7 @@ from gpuprobe.serve.notices import NoticePoller
 from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
-from gpuprobe.serve.signals import Signals, kernel_log_source, nvml_source
+from gpuprobe.serve.signals import KERNEL_MARKERS, Signals, kernel_log_source, nvml_source
 from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
@@ -253,10 +253,12 @@ class Agent:
             signals.add_source(WAKE_NVML_EVENTS, nvml_source(relay, woken))
         woken = woken_by(WAKE_KERNEL_LOG, self.names)
         if woken:
+            settings = xid_settings(self.config)
             follower = KernelLogFollower(
                 self.host.fs,
-                xid_settings(self.config).kernel_logs,
-                kmsg=xid_settings(self.config).kmsg,
+                settings.kernel_logs,
+                kmsg=followed_kmsg(self.host) if settings.kmsg else None,
+                markers=KERNEL_MARKERS,
             )
             source = kernel_log_source(follower, signals.stop_read, woken)
             signals.add_source(WAKE_KERNEL_LOG, source)
