@@ -425,3 +425,41 @@ def copy_node(standin: KubeStandIn, i: int) -> dict[str, Any]:
     found = node(f"cpu-{i:04d}")
     found["metadata"]["resourceVersion"] = "1"
     return found
+
+
+def test_a_wrong_typed_object_is_one_counted_problem_naming_it(standin: KubeStandIn) -> None:
+    """Issue 41: a ClusterPolicy whose `status` is the string "ready" (not an object) gave
+    AttributeError, exit 1 and truncated JSON. It is one object the view could not read,
+    counted and named; the rest of the view stands."""
+    standin.add_node("gpu-node-18", GFD, status=gpu_status("8"))
+    standin.install("nvidia.com", ["v1"])
+    policy = {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": {"driver": {"enabled": True}},
+        "status": "ready",
+    }
+    standin.add_object(policy)
+    standin.add_object(
+        {**policy, "metadata": {"name": "second-policy"}, "status": {"state": "ready"}}
+    )
+    report = audit_json(standin)
+    cluster = report["cluster"]
+    sources = {s["source"]: s for s in cluster["sources"]}
+    assert sources["clusterpolicies"]["state"] == "read"
+    assert sources["clusterpolicies"]["unreadable"] == 1
+    assert sources["clusterpolicies"]["unreadable_objects"] == [
+        "cluster-policy: a field of the wrong type or value (AttributeError: 'str' object has "
+        "no attribute 'get')"
+    ]
+    (finding,) = by_code(cluster)["API_OBJECT_UNREADABLE"]
+    assert finding["severity"] == "UNKNOWN"
+    assert finding["message"].startswith(
+        "1 object(s) of clusterpolicies could not be read and were skipped: cluster-policy: "
+    )
+    stack = item(cluster, "device_stack")
+    assert stack["facts"]["cluster_policies"] == [{"name": "second-policy", "state": "ready"}]
+    # The nodes were read whole: the items that read only them keep their verdicts.
+    assert item(cluster, "gpu_resources")["status"] == "OK"
+    assert stack["status"] != "OK"

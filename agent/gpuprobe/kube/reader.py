@@ -100,11 +100,11 @@ class ClusterReader:
             params["fieldSelector"] = fields
         while True:
             answer = self._call("list", lambda: self._get(kind.path(), params))
-            yield from answer.get("items") or []
-            more = (answer.get("metadata") or {}).get("continue")
+            items, more = _page(kind, answer, page)
+            yield from items
             if not more:
                 return
-            params["continue"] = str(more)
+            params["continue"] = more
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any]:
         """One object by name."""
@@ -146,3 +146,24 @@ class ClusterReader:
             if code is None:
                 raise
             raise KubeError(verb, code, str(exc) or type(exc).__name__) from None
+
+
+def _page(kind: Kind, answer: Mapping[str, Any], limit: int) -> tuple[list[Any], str]:
+    """A list page's items and its `continue` token ("" on the last page); KubeError
+    (`invalid`) for a page of the wrong shape, or with more items than the `limit` asked (a
+    server that ignores it would have the view hold a whole list of any size)."""
+    items = answer.get("items") or []
+    meta = answer.get("metadata") or {}
+    more = meta.get("continue") if isinstance(meta, Mapping) else None
+    what = f"{kind.plural}: the list's"
+    if not isinstance(items, list):
+        raise KubeError("list", "invalid", f"{what} items are a {type(items).__name__}")
+    if not isinstance(meta, Mapping) or not isinstance(more, str | None):
+        raise KubeError("list", "invalid", f"{what} metadata is not an object with a token")
+    if len(items) > limit:
+        raise KubeError(
+            "list",
+            "invalid",
+            f"{what} page holds {len(items)} items where at most {limit} were asked: not read",
+        )
+    return items, more or ""

@@ -3,6 +3,7 @@ gang and age; an agent pod's node and address. Nothing else of a pod is kept."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -138,8 +139,13 @@ def agent_pod(pod: Mapping[str, Any]) -> AgentPod:
     port = AGENT_PORT
     for container in spec.get("containers") or []:
         for p in container.get("ports") or []:
-            if p.get("name") == "grpc" and isinstance(p.get("containerPort"), int):
-                port = p["containerPort"]
-    return AgentPod(
-        str(spec.get("nodeName", "")), str(status.get("podIP", "")), port, str(status.get("phase"))
-    )
+            if p.get("name") == "grpc":
+                port = p.get("containerPort")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"its grpc containerPort {port!r} is no port")
+    ip = status.get("podIP") or ""
+    if not isinstance(ip, str):
+        raise TypeError(f"status.podIP is a {type(ip).__name__}, not text")
+    if ip:
+        ipaddress.ip_address(ip)  # ValueError for anything but an address
+    return AgentPod(str(spec.get("nodeName", "")), ip, port, str(status.get("phase")))
