@@ -463,3 +463,43 @@ def test_a_wrong_typed_object_is_one_counted_problem_naming_it(standin: KubeStan
     # The nodes were read whole: the items that read only them keep their verdicts.
     assert item(cluster, "gpu_resources")["status"] == "OK"
     assert stack["status"] != "OK"
+
+
+def test_an_api_that_answers_404_to_everything_is_unknown_never_absent(
+    standin: KubeStandIn,
+) -> None:
+    """Issue 40: a wrong server URL or proxy path answers 404 to every request (a Status, as a
+    kube-apiserver behind a path prefix does for a path it does not serve). Nodes and pods
+    are built-in kinds: a 404 for them is no proof of absence. The view was "agents OK 0 of
+    0", spot OK, pending OK; it is UNKNOWN with the reason, and no item is OK."""
+    from kube_standin import RawAnswer
+
+    status = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "the server could not find the requested resource",
+        "reason": "NotFound",
+        "details": {},
+        "code": 404,
+    }
+    json_type = {"Content-Type": "application/json"}
+    standin.faults.raw = [RawAnswer(404, json_type, json.dumps(status).encode())] * 200
+    done = gpuprobe(
+        "audit", "--kubeconfig", str(standin.kubeconfig(TOKEN)), "--deadline", "5", "--json"
+    )
+    assert done.returncode == 3, done.stderr
+    cluster = json.loads(done.stdout)["cluster"]
+    assert cluster["status"] == "UNKNOWN"
+    assert [i["item"] for i in cluster["checklist"] if i["status"] == "OK"] == []
+    sources = {s["source"]: s for s in cluster["sources"]}
+    for built_in in ("discovery", "agent pods", "nodes", "pending pods", "daemonsets"):
+        assert sources[built_in]["state"] == "failed", sources[built_in]
+    assert sources["nodes"]["detail"].startswith(
+        "404: the API server answered that /api/v1/nodes does not exist, and it is a built-in "
+        "kind every API server serves (a wrong server URL or proxy path?)"
+    )
+    assert item(cluster, "agents")["summary"].startswith("not read: nodes: 404: ")
+    # Nothing read says what is installed: the custom resources are not "not installed" either.
+    assert "not installed" not in {s["state"] for s in cluster["sources"]}

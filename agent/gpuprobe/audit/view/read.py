@@ -177,6 +177,23 @@ def take_each(
             unreadable(facts, source, obj, index, exc)
 
 
+BUILT_IN_GROUPS = ("", "apps", "storage.k8s.io")
+
+
+def _absent(facts: ClusterFacts, kind: Kind | None) -> bool:
+    """Whether a 404 means the kind is not installed: only for a custom resource (or an
+    opt-in API group), and only when discovery was read (a server that answers 404 to
+    everything, a wrong URL or proxy path, says nothing of what is installed). A built-in
+    kind (nodes, pods) or discovery itself answering 404 is a failure, never "absent"."""
+    if kind is None or kind.group in BUILT_IN_GROUPS:
+        return False
+    return facts.state("discovery") == "read"
+
+
+def _path(kind: Kind | None) -> str:
+    return kind.path() if kind else "discovery (/api, /apis)"
+
+
 def _guarded(
     facts: ClusterFacts, name: str, kind: Kind | None, verb: str, read: Callable[[], None]
 ) -> None:
@@ -185,8 +202,16 @@ def _guarded(
     try:
         read()
     except KubeError as exc:
-        if exc.code == "404":
+        if exc.code == "404" and _absent(facts, kind):
             facts.sources[name] = Source(name, "not installed", exc.message)
+        elif exc.code == "404":
+            facts.sources[name] = Source(
+                name,
+                "failed",
+                f"404: the API server answered that {_path(kind)} does not exist, and it is a "
+                "built-in kind every API server serves (a wrong server URL or proxy path?): "
+                + exc.message,
+            )
         elif exc.code == "403":
             missing = missing_permission(verb, kind) if kind else ""
             facts.sources[name] = Source(name, "forbidden", exc.message, missing)
@@ -477,7 +502,9 @@ def _autoscaler(reader: ClusterReader, facts: ClusterFacts) -> None:
     try:
         found = reader.get(kinds.CONFIG_MAPS, name, namespace)
     except KubeError as exc:
-        if exc.code != "404":
+        # The API server's own 404 for a missing object names it (`configmaps "x" not
+        # found`); any other 404 (a proxy's, a wrong path) is a failure.
+        if exc.code != "404" or f'"{name}" not found' not in exc.message:
             raise
         facts.sources["cluster-autoscaler status"] = Source(
             "cluster-autoscaler status", "read", "no status ConfigMap"
