@@ -34,6 +34,8 @@ def render_cluster(report: ClusterReport, colour: bool = False, width: int | Non
         f"cluster {report.status.value}  {counted(t.nodes, 'target')}: "
         f"{t.reachable_nodes} reachable, {t.nodes - t.reachable_nodes} unreachable, "
         f"{t.healthy_nodes} healthy"
+        if t.nodes
+        else f"cluster {report.status.value}  0 targets: {_why_no_targets(report)}"
     )
     first, *rest = wrap(head, CAUSE_INDENT, width, first=0)
     # The status is the header's second word: whole on the first line, painted there.
@@ -80,6 +82,22 @@ def render_cluster(report: ClusterReport, colour: bool = False, width: int | Non
     if report.view is not None:
         lines += render_view(report.view, colour, width)
     return "\n".join(lines) + "\n"
+
+
+def _why_no_targets(report: ClusterReport) -> str:
+    """Why an audit has no agent to ask."""
+    if report.view is None:
+        return "no target given"
+    source = next((s for s in report.view.sources if s.name == "agent pods"), None)
+    if source is None:
+        return "the agents' pods were never asked for"
+    if source.state in ("forbidden", "failed"):
+        why = f"needs {source.missing}" if source.missing else source.detail
+        return f"the agents' pods could not be read from the API server ({why})"
+    return (
+        "no gpuprobe agent pod with an address runs in the cluster (label selector "
+        "app.kubernetes.io/name=gpuprobe,app.kubernetes.io/component=node-agent)"
+    )
 
 
 def _row(tag: str, row: str, summary: str, width: int | None) -> list[str]:
@@ -150,19 +168,32 @@ def render_view(view: ClusterView, colour: bool = False, width: int | None = Non
     version = f" (API server {view.version})" if view.version else ""
     lines = ["", f"cluster view {paint(view.status, view.status.value)}{version}"]
     name_width = max(len(i.name) for i in view.items) if view.items else 0
+    unread: dict[str, list[str]] = {}  # the sources not read, by why (one line a cause)
+    for source in view.sources:
+        if source.state in ("forbidden", "failed"):
+            why = f"needs {source.missing}" if source.missing else source.detail
+            unread.setdefault(why, []).append(source.name)
     for item in view.items:
         status = paint(item.status, f"{item.status.value:<{STATUS_WIDTH}}")
         head = f"  {item.name:<{name_width}}  {status}  "
         indent = 2 + name_width + 2 + STATUS_WIDTH + 2
-        lines += wrap(head + item.summary, indent, width, first=0)
+        lines += wrap(head + _unread_said_below(item.summary, unread), indent, width, first=0)
     for finding in sorted(view.findings, key=lambda f: -f.severity.status.rank):
         head = f"{finding.code} on {finding.resource}, action {finding.action.value}"
         lines += finding_lines(finding.severity, head, finding.message, paint, width)
-    unread = [s for s in view.sources if s.state in ("forbidden", "failed")]
-    for source in unread:
-        why = f"needs {source.missing}" if source.missing else source.detail
-        lines += wrap(f"  not read: {source.name}: {why}", 4, width, first=0)
+    for why, sources in unread.items():
+        lines += wrap(f"  not read ({why}): {', '.join(sources)}", 4, width, first=0)
     return lines
+
+
+def _unread_said_below(summary: str, unread: dict[str, list[str]]) -> str:
+    """An item's `not read: SOURCE: WHY` as `not read: SOURCE` when the view's closing lines
+    say why (one line a cause, not one an item)."""
+    for why, sources in unread.items():
+        for source in sources:
+            if summary == f"not read: {source}: {why}":
+                return f"not read: {source} (below)"
+    return summary
 
 
 def _usage(usage: Usage, price: float | None) -> list[str]:

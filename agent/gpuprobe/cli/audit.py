@@ -150,10 +150,9 @@ def run(args: argparse.Namespace) -> int:
     if reading is not None:
         reading.join()
     kube = read[0] if read else None
-    if report.view is not None:
-        kube = (report.view.signals, None)
-        if report.view.signals_error is not None:  # the view's deadline ran out first
-            kube = kube_signals(args)()
+    if report.view is not None:  # the view's pass over the nodes, or why it had none
+        error = report.view.signals_error
+        kube = (report.view.signals, None) if error is None else ([], error)
     if args.json:
         chunks = report.json_chunks()
         if kube is not None:
