@@ -10,6 +10,7 @@ from gpuprobe.audit.facts import Counts, driver_needed, ranked_images
 from gpuprobe.audit.usage import Usage
 from gpuprobe.audit.view.model import ClusterView
 from gpuprobe.causes import Cause, gpu_list, group, same_on_every_node, worst_first
+from gpuprobe.printable import screen
 from gpuprobe.render import (
     CAUSE_INDENT,
     MIN_TEXT_WIDTH,
@@ -81,7 +82,7 @@ def render_cluster(report: ClusterReport, colour: bool = False, width: int | Non
         lines += wrap(line, 4, width, first=0) if line else [line]
     if report.view is not None:
         lines += render_view(report.view, colour, width)
-    return "\n".join(lines) + "\n"
+    return screen(lines)
 
 
 def _why_no_targets(report: ClusterReport) -> str:

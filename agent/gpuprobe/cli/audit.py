@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuprobe.config import load_config
     from gpuprobe.kube.api import Access, in_cluster_available
     from gpuprobe.kube.once import render_signals
+    from gpuprobe.printable import screen
     from gpuprobe.targets import parse_targets
 
     # The cluster view is read with a kubeconfig, or in a pod with a service account.
@@ -164,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
         if kube is not None:
             found, error = kube
             sys.stdout.write(
-                render_signals(found) if error is None else f"\nkubernetes  not read: {error}\n"
+                render_signals(found)
+                if error is None
+                else screen(["", f"kubernetes  not read: {error}"])
             )
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuprobe.kube.api import KubeError
     from gpuprobe.kube.once import publish_once
     from gpuprobe.pipeline import Sink, feed, run_checks
+    from gpuprobe.printable import printable
     from gpuprobe.render import render_report
 
     config, names = prepare(args)
@@ -99,6 +100,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         feed(report, sinks)
     except KubeError as exc:
-        print(f"gpuprobe: publishing to Kubernetes failed: {exc}", file=sys.stderr)
+        print(f"gpuprobe: publishing to Kubernetes failed: {printable(str(exc))}", file=sys.stderr)
         return status or exit_status(Status.UNKNOWN)  # an OK run that Kubernetes did not hear
     return status
