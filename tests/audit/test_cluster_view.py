@@ -503,3 +503,81 @@ def test_an_api_that_answers_404_to_everything_is_unknown_never_absent(
     assert item(cluster, "agents")["summary"].startswith("not read: nodes: 404: ")
     # Nothing read says what is installed: the custom resources are not "not installed" either.
     assert "not installed" not in {s["state"] for s in cluster["sources"]}
+
+
+def test_volcanos_wording_decodes_into_causes() -> None:
+    """Issue 40: Volcano's scheduler says "unavailable" where kube-scheduler says "available"
+    (volcano-sh/volcano pkg/scheduler/api/unschedule_info.go, FitErrors.Error: `0/%v nodes
+    are unavailable: %v.`, reasons sorted, joined by ", "); its message was left as cause
+    "other"."""
+    fit = decode(
+        "0/5 nodes are unavailable: 2 node(s) had untolerated taint "
+        "{nvidia.com/gpu: present}, 3 Insufficient nvidia.com/gpu."
+    )
+    assert fit.decoded and fit.nodes == 5
+    assert [(r.nodes, r.cause, r.subject) for r in fit.reasons] == [
+        (2, "taint", "nvidia.com/gpu=present"),
+        (3, "insufficient", "nvidia.com/gpu"),
+    ]
+    fit = decode("all nodes are unavailable: 3 Insufficient nvidia.com/gpu.")
+    assert fit.nodes == 3
+    assert [(r.cause, r.subject) for r in fit.reasons] == [("insufficient", "nvidia.com/gpu")]
+
+
+def test_the_views_words_agents_under_another_name_allocation_and_ruled_out_causes(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: an agent that answered under another node name (its NODE_NAME the host's
+    name, the Node the cloud's) was AGENT_MISSING "did not answer"; with agents answering
+    the view said "allocation unknown (no agent answered)"; and AGENT_MISSING listed "no
+    DaemonSet" as a cause with the gpuprobe DaemonSet in sight."""
+    from cluster_objects import (
+        GFD,
+        GPU_NODE,
+        daemon_set,
+        gpu_node_status,
+        healthy_gpu_cluster,
+        now,
+        started,
+    )
+
+    with in_process_agent("synthetic-h100-8gpu-healthy", node_name="ip-10-0-1-5") as agent:
+        standin = started(tmp_path)
+        try:
+            healthy_gpu_cluster(standin, agent.grpc_port, now())
+            standin.add_object(daemon_set("gpuprobe", "gpuprobe", 1, 2))
+            taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+            standin.add_node("gpu-node-2", GFD, status=gpu_node_status("8"), taints=[taint])
+            report = audit_json(standin)
+        finally:
+            standin.stop()
+    cluster = report["cluster"]
+    agents = item(cluster, "agents")
+    assert agents["facts"]["answering_as"] == {GPU_NODE: "ip-10-0-1-5"}
+    assert agents["facts"]["missing"] == ["gpu-node-2"]
+    assert agents["summary"] == (
+        "gpuprobe answers on 1 of 2 GPU node(s); missing: gpu-node-2; answering under another "
+        f"node name: {GPU_NODE} as ip-10-0-1-5"
+    )
+    (missing,) = by_code(cluster)["AGENT_MISSING"]
+    assert missing["message"] == (
+        "GPU node gpu-node-2 has no gpuprobe agent answering: no gpuprobe agent pod runs there: "
+        "the DaemonSet gpuprobe/gpuprobe (1/2 ready) may not tolerate its taints "
+        "nvidia.com/gpu=present:NoSchedule; its GPUs are not checked"
+    )
+    # The snapshot's agent has no kubelet to ask: it answered, without allocations.
+    assert item(cluster, "gpu_resources")["summary"] == (
+        "2 GPU node(s) offer 16 nvidia.com/gpu, allocation unknown (1 agent(s) answered, none "
+        "with the workloads check's allocations from the kubelet); NVIDIA-H100-80GB-HBM3 on 2"
+    )
+
+
+def test_agent_missing_with_no_daemonset_says_so_alone(standin: KubeStandIn) -> None:
+    standin.add_node("gpu-node-18", GFD, status=gpu_status("8"))
+    cluster = audit_json(standin)["cluster"]
+    messages = {f["resource"]: f["message"] for f in by_code(cluster)["AGENT_MISSING"]}
+    assert messages["node:gpu-node-18"] == (
+        "GPU node gpu-node-18 has no gpuprobe agent answering: no gpuprobe DaemonSet is "
+        "installed (none among the cluster's DaemonSets, and no agent pod anywhere); its GPUs "
+        "are not checked"
+    )

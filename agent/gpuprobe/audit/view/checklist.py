@@ -161,11 +161,16 @@ def gpu_resources(facts: ClusterFacts, agents: Mapping[str, AuditedNode]) -> Jud
             out,
         ), []
     offered = ", ".join(f"{allocatable[k]} {k}" for k in sorted(allocatable)) or "nothing"
-    used = (
-        f", {out['allocated']:g} allocated on the {len(allocated)} nodes with agents"
-        if allocated
-        else ", allocation unknown (no agent answered)"
-    )
+    answered = [n for n in gpu_nodes if n.name in agents and agents[n.name].reachable]
+    if allocated:
+        used = f", {out['allocated']:g} allocated on the {len(allocated)} nodes with agents"
+    elif answered:
+        used = (
+            f", allocation unknown ({len(answered)} agent(s) answered, none with the "
+            "workloads check's allocations from the kubelet)"
+        )
+    else:
+        used = ", allocation unknown (no agent answered)"
     products_text = (
         "; ".join(f"{p} on {n}" for p, n in products.most_common()) or "no GFD product labels"
     )
@@ -483,6 +488,42 @@ def autoscaling(
     return Item("autoscaling", Status.WARNING if idle else Status.OK, text, out), findings
 
 
+def _no_agent_pod(facts: ClusterFacts, node: NodeFacts) -> str:
+    """Why no agent pod runs on a GPU node, naming only the causes the view has not ruled
+    out: no gpuprobe DaemonSet at all; the node's taints; the DaemonSet's node selector."""
+    if facts.state("daemonsets") == "read":
+        ours = [d for d in facts.daemon_sets if d.role == "gpuprobe"]
+        if not ours and not facts.agents:
+            return (
+                "no gpuprobe DaemonSet is installed (none among the cluster's DaemonSets, "
+                "and no agent pod anywhere)"
+            )
+        taints = [
+            f"{t['key']}" + (f"={t['value']}" if t["value"] else "") + f":{t['effect']}"
+            for t in node.taints
+            if t["effect"] in ("NoSchedule", "NoExecute")
+        ]
+        where = (
+            f"the DaemonSet {ours[0].namespace}/{ours[0].name} "
+            f"({ours[0].ready}/{ours[0].desired} ready)"
+            if ours
+            else "the agents' DaemonSet"
+        )
+        if taints:
+            return (
+                f"no gpuprobe agent pod runs there: {where} may not tolerate its taints "
+                + ", ".join(taints)
+            )
+        return (
+            f"no gpuprobe agent pod runs there: the node has no taint to keep it out, so "
+            f"{where} leaves it out by its node selector or affinity"
+        )
+    return (
+        "no gpuprobe agent pod runs there (a taint it does not tolerate, a node selector, or no "
+        f"DaemonSet: the DaemonSets were not read, {_why(facts, 'daemonsets')})"
+    )
+
+
 def agents_item(
     facts: ClusterFacts, agents: Mapping[str, AuditedNode], found_by_api: bool
 ) -> Judged:
@@ -492,14 +533,14 @@ def agents_item(
     gpu_nodes = [n.name for n in facts.nodes if n.is_gpu_node]
     missing = [n for n in gpu_nodes if not (n in agents and agents[n].reachable)]
     pods = {a.node: a for a in facts.agents}
+    by_name = {n.name: n for n in facts.nodes}
     findings = []
     for name in missing:
         pod = pods.get(name)
         why = (
             f"its agent pod ({pod.target or 'no address'}, {pod.phase}) did not answer"
             if pod is not None
-            else "no gpuprobe agent pod runs there (a taint it does not tolerate, a node "
-            "selector, or no DaemonSet)"
+            else _no_agent_pod(facts, by_name[name])
             if found_by_api
             else "no target named in --targets answered for it"
         )
@@ -512,15 +553,27 @@ def agents_item(
                 f"node:{name}",
             )
         )
+    renamed = {
+        n: agents[n].node or ""
+        for n in gpu_nodes
+        if n in agents and agents[n].reachable and agents[n].node != n
+    }
     out = {
         "gpu_nodes": len(gpu_nodes),
         "answering": len(gpu_nodes) - len(missing),
         "missing": missing,
         "agent_pods": len(facts.agents),
         "found_by": "api" if found_by_api else "targets",
+        "answering_as": renamed,
     }
     text = (
         f"gpuprobe answers on {len(gpu_nodes) - len(missing)} of {len(gpu_nodes)} GPU node(s)"
         + (f"; missing: {names(missing)}" if missing else "")
+        + (
+            "; answering under another node name: "
+            + names([f"{n} as {a}" for n, a in sorted(renamed.items())])
+            if renamed
+            else ""
+        )
     )
     return Item("agents", Status.WARNING if missing else Status.OK, text, out), findings

@@ -36,6 +36,13 @@ def judge(
 ) -> ClusterView:
     """The view: each checklist item with its facts and verdict, and every finding."""
     agents = {n.node: n for n in nodes if n.node}
+    # An agent that answers under another name than its pod's node (its NODE_NAME is the
+    # host name, the Node is the cloud's name) answers for that node all the same.
+    by_target = {n.target: n for n in nodes if n.reachable}
+    for pod in facts.agents:
+        answered = by_target.get(pod.target)
+        if pod.node and pod.node not in agents and answered is not None:
+            agents[pod.node] = answered
     judged = [
         checklist.control_plane(facts),
         checklist.agents_item(facts, agents, found_by_api),
