@@ -488,6 +488,12 @@ def autoscaling(
     return Item("autoscaling", Status.WARNING if idle else Status.OK, text, out), findings
 
 
+# AGENT_MISSING's message (the audit's screen groups the nodes that share a `why`).
+AGENT_MISSING_WORDS = (
+    "GPU node {node} has no gpuprobe agent answering: {why}; its GPUs are not checked"
+)
+
+
 def _no_agent_pod(facts: ClusterFacts, node: NodeFacts) -> str:
     """Why no agent pod runs on a GPU node, naming only the causes the view has not ruled
     out: no gpuprobe DaemonSet at all; the node's taints; the DaemonSet's node selector."""
@@ -548,7 +554,7 @@ def agents_item(
             Finding(
                 "AGENT_MISSING",
                 Severity.WARNING,
-                f"GPU node {name} has no gpuprobe agent answering: {why}; its GPUs are not checked",
+                AGENT_MISSING_WORDS.format(node=name, why=why),
                 Action.FIX_CONFIG,
                 f"node:{name}",
             )
