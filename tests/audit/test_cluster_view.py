@@ -300,12 +300,14 @@ def test_a_cluster_with_waiting_gpu_pods_gangs_and_no_shared_storage(
     assert sorted(codes) == [
         "AGENT_MISSING",
         "GANG_PARTIALLY_SCHEDULED",
+        "GPU_NODE_IDLE",  # gpu-node-18: no agent, no GPU pod since it joined (issue 40)
         "GPU_NODE_NOT_ADVERTISING",
         "GPU_POD_PENDING",
         "NO_GANG_SCHEDULING",
         "NO_SHARED_STORAGE",
         "SPOT_DRAIN_UNHANDLED",
     ]
+    assert [f["resource"] for f in codes["GPU_NODE_IDLE"]] == ["node:gpu-node-18"]
     assert [f["resource"] for f in codes["GPU_NODE_NOT_ADVERTISING"]] == ["node:gpu-node-19"]
     assert codes["GPU_NODE_NOT_ADVERTISING"][0]["severity"] == "CRITICAL"
     assert report["status"] == "CRITICAL" and cluster["status"] == "CRITICAL"
@@ -581,3 +583,72 @@ def test_agent_missing_with_no_daemonset_says_so_alone(standin: KubeStandIn) -> 
         "installed (none among the cluster's DaemonSets, and no agent pod anywhere); its GPUs "
         "are not checked"
     )
+
+
+def test_idle_gpu_nodes_without_agents_from_the_pods_the_api_lists(
+    standin: KubeStandIn,
+) -> None:
+    """Issue 40: a GPU node with no GPU pod for 7 hours and
+    `cluster-autoscaler.kubernetes.io/scale-down-disabled=true` was not reported when no agent
+    runs. The view reads the pods of each GPU node without an agent (field selector
+    `spec.nodeName`) and says since when it held no GPU pod, as far as the API shows."""
+    from datetime import UTC, datetime, timedelta
+
+    def ago(hours: float) -> str:
+        return (datetime.now(UTC) - timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    blocked = {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}
+    for name in ("gpu-idle", "gpu-busy", "gpu-new"):
+        standin.add_node(
+            name,
+            GFD,
+            status=gpu_status("8"),
+            annotations=blocked if name == "gpu-idle" else None,
+        )
+    standin.nodes["gpu-new"]["metadata"]["creationTimestamp"] = ago(0.5)
+    # A finished job's pod, as the API lists it until it is deleted (kubelet 1.31's shape).
+    done = pod("finetune-0", {"nvidia.com/gpu": "8"}, "Succeeded", node="gpu-idle")
+    done["status"]["startTime"] = ago(9)
+    done["status"]["containerStatuses"] = [
+        {
+            "name": "main",
+            "image": "nvcr.io/nvidia/pytorch:24.10-py3",
+            "imageID": "nvcr.io/nvidia/pytorch@sha256:" + "a" * 64,
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": ago(9),
+                    "finishedAt": ago(7),
+                }
+            },
+        }
+    ]
+    standin.add_pod(done)
+    standin.add_pod(pod("cpu-agent", {}, "Running", node="gpu-idle", namespace="kube-system"))
+    standin.add_pod(pod("serve-0", {"nvidia.com/gpu": "8"}, "Running", node="gpu-busy"))
+    from cluster_objects import recording
+
+    with recording(standin) as answered:
+        cluster = audit_json(standin)["cluster"]
+    idle = by_code(cluster)["GPU_NODE_IDLE"]
+    # gpu-node-17 (the stand-in's own) offers no GPU: not advertising, never idle.
+    assert [f["resource"] for f in idle] == ["node:gpu-idle"]
+    assert idle[0]["message"].startswith(
+        "GPU node gpu-idle has held no GPU pod for 7.0 h as far as the API server shows (its "
+        "last GPU pod the API still lists ended "
+    )
+    assert "kept by cluster-autoscaler.kubernetes.io/scale-down-disabled=true" in idle[0]["message"]
+    (entry,) = item(cluster, "autoscaling")["facts"]["idle_gpu_nodes"]
+    assert entry["node"] == "gpu-idle" and entry["by"] == "api"
+    assert 7 * 3600 - 120 <= entry["idle_seconds"] <= 7 * 3600 + 120
+    # One list a GPU node without an agent, by field selector (never every pod).
+    pods = sorted(k for k in answered if k.startswith("/api/v1/pods?fieldSelector=spec."))
+    assert pods == [
+        f"/api/v1/pods?fieldSelector=spec.nodeName={n}"
+        for n in ("gpu-busy", "gpu-idle", "gpu-new", "gpu-node-17")
+    ]
+    assert "/api/v1/pods" not in answered

@@ -443,6 +443,12 @@ def autoscaling(
     findings, idle = [], []
     for node in facts.nodes:
         agent = agents.get(node.name)
+        if node.is_gpu_node and (agent is None or agent.usage is None):
+            found = _idle_by_api(facts, node, now, window, scalers)
+            if found is not None:
+                idle.append(found[0])
+                findings.append(found[1])
+            continue
         if (
             not node.is_gpu_node
             or agent is None
@@ -480,11 +486,17 @@ def autoscaling(
         "node_pools": facts.node_pools,
         "cluster_autoscaler": facts.autoscaler_status,
         "idle_gpu_nodes": idle,
+        "gpu_nodes_not_examined": facts.unwatched_unread,
     }
     text = (
         f"autoscaling: {', '.join(scalers) or 'none found'}; "
         f"{len(idle)} GPU node(s) idle past the window"
     )
+    if facts.unwatched_unread:
+        text += (
+            f" ({facts.unwatched_unread} GPU node(s) without an agent not examined: "
+            "their pods were not read)"
+        )
     return Item("autoscaling", Status.WARNING if idle else Status.OK, text, out), findings
 
 
@@ -528,6 +540,57 @@ def _no_agent_pod(facts: ClusterFacts, node: NodeFacts) -> str:
         "no gpuprobe agent pod runs there (a taint it does not tolerate, a node selector, or no "
         f"DaemonSet: the DaemonSets were not read, {_why(facts, 'daemonsets')})"
     )
+
+
+def _idle_by_api(
+    facts: ClusterFacts, node: NodeFacts, now: datetime, window: float, scalers: list[str]
+) -> tuple[dict[str, Any], Finding] | None:
+    """A GPU node no agent counts, idle past the window as far as the API server shows: no
+    pod that asks for GPUs on it now, none ended (of those the API still lists) or the node
+    joined within the window."""
+    pods = facts.node_gpu_pods.get(node.name)
+    if pods is None or pods.holding or node.gpu_offered == 0:
+        return None  # a node that offers no GPU is GPU_NODE_NOT_ADVERTISING, not idle
+    joined = parse_time(node.created)
+    ended = parse_time(pods.last_end)
+    since = max((t for t in (joined, ended) if t is not None), default=None)
+    if since is None:
+        return None
+    counted = (now - since).total_seconds()
+    if counted < window:
+        return None
+    blockers = list(node.blockers)
+    if not scalers:
+        blockers.append("no autoscaler (cluster-autoscaler or Karpenter) found")
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = (
+        f"its last GPU pod the API still lists ended {stamp}"
+        if since == ended
+        else f"no GPU pod listed on it since it joined {stamp}"
+    )
+    keeps = (
+        "; kept by " + ", ".join(blockers)
+        if blockers
+        else "; nothing found that keeps it (pods that block eviction are not read)"
+    )
+    entry = {
+        "node": node.name,
+        "idle_seconds": round(counted),
+        "blocked_by": blockers,
+        "by": "api",
+        "since": stamp,
+    }
+    finding = Finding(
+        "GPU_NODE_IDLE",
+        Severity.WARNING,
+        f"GPU node {node.name} has held no GPU pod for {counted / 3600:.1f} h as far as the API "
+        f"server shows ({when}; no agent counts its allocations, and the API forgets deleted "
+        f"pods), {node.gpu_offered} GPU resource(s) offered{keeps}: an idle GPU node is cost "
+        "without work; scale it down",
+        Action.FIX_CONFIG,
+        f"node:{node.name}",
+    )
+    return entry, finding
 
 
 def agents_item(

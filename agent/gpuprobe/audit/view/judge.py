@@ -92,7 +92,12 @@ ITEM_SOURCES = {
     "nccl_mesh": ("discovery", "nodes"),
     "shared_storage": ("storageclasses", "csidrivers", "persistentvolumeclaims"),
     "spot": ("nodes", "daemonsets", "agent pods"),
-    "autoscaling": ("nodes", "nodepools", "cluster-autoscaler status"),
+    "autoscaling": (
+        "nodes",
+        "nodepools",
+        "cluster-autoscaler status",
+        "pods on GPU nodes without agents",
+    ),
     "pending_gpu_pods": (
         "pending pods",
         "scheduling events",

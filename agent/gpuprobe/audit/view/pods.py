@@ -149,3 +149,28 @@ def agent_pod(pod: Mapping[str, Any]) -> AgentPod:
     if ip:
         ipaddress.ip_address(ip)  # ValueError for anything but an address
     return AgentPod(str(spec.get("nodeName", "")), ip, port, str(status.get("phase")))
+
+
+@dataclass(frozen=True)
+class NodeGpuPods:
+    """What the API server shows of a node's GPU pods (for a node no agent counts): how many
+    hold GPUs now (Pending bound, or Running), and the latest time one ended (RFC 3339, ""
+    when none is listed: the API keeps finished pods only until they are deleted)."""
+
+    holding: int = 0
+    last_end: str = ""
+
+    def with_pod(self, pod: Mapping[str, Any]) -> NodeGpuPods:
+        """These facts with one more of the node's pods (GPU pods only count)."""
+        if not gpu_requests(pod.get("spec") or {}):
+            return self
+        status = pod.get("status") or {}
+        phase = status.get("phase")
+        if phase in ("Pending", "Running", "Unknown", None):
+            return NodeGpuPods(self.holding + 1, self.last_end)
+        ends = [
+            str(((c.get("state") or {}).get("terminated") or {}).get("finishedAt") or "")
+            for c in status.get("containerStatuses") or []
+        ]
+        ended = max([e for e in ends if e] or [str(status.get("startTime") or "")])
+        return NodeGpuPods(self.holding, max(self.last_end, ended))

@@ -34,6 +34,7 @@ from gpuprobe.audit.view.pods import (
     AGENT_LABELS,
     AgentPod,
     Gang,
+    NodeGpuPods,
     WaitingPod,
     agent_pod,
     waiting_gpu_pod,
@@ -48,6 +49,8 @@ from gpuprobe.kube.reader import ClusterReader, Kind
 # counted), and the gangs whose running pods it counts.
 MOST_WAITING = 2000
 MOST_GANGS = 100
+# GPU nodes with no agent pod whose pods are read (a field selector each) to tell idle ones.
+MOST_UNWATCHED_NODES = 200
 # The unreadable objects each source names (the rest only counted).
 NAMED_UNREADABLE = 5
 # What reading an object of the wrong shape raises (a string where an object belongs, a
@@ -109,6 +112,10 @@ class ClusterFacts:
     storage_classes: list[tuple[str, str, bool]] = field(default_factory=list)
     csi_drivers: list[str] = field(default_factory=list)
     rwx_claims: dict[str, int] = field(default_factory=dict)  # by StorageClass
+    # The GPU pods the API shows on GPU nodes with no agent pod, by node (the first
+    # MOST_UNWATCHED_NODES; `unwatched_unread` counts the rest).
+    node_gpu_pods: dict[str, NodeGpuPods] = field(default_factory=dict)
+    unwatched_unread: int = 0
     node_pools: list[str] = field(default_factory=list)
     autoscaler_status: str | None = None  # the status ConfigMap's first line, when found
     sources: dict[str, Source] = field(default_factory=dict)
@@ -254,6 +261,14 @@ def read_rest(reader: ClusterReader, facts: ClusterFacts) -> None:
     """Every other source, in the order the checklist needs them most."""
     _guarded(facts, "nodes", kinds.NODES, "list", lambda: _nodes(reader, facts))
     _guarded(facts, "pending pods", kinds.PODS, "list", lambda: _waiting(reader, facts))
+    if facts.state("nodes") == "read" and facts.state("agent pods") == "read":
+        _guarded(
+            facts,
+            "pods on GPU nodes without agents",
+            kinds.PODS,
+            "list",
+            lambda: _unwatched(reader, facts),
+        )
     if facts.waiting:
         _guarded(facts, "scheduling events", kinds.EVENTS, "list", lambda: _events(reader, facts))
         _guarded(facts, "gang pods", kinds.PODS, "list", lambda: _gangs(reader, facts))
@@ -412,6 +427,23 @@ def _waiting(reader: ClusterReader, facts: ClusterFacts) -> None:
             facts.waiting_unkept += 1
 
     take_each(facts, "pending pods", reader.each(kinds.PODS, fields="status.phase=Pending"), take)
+
+
+def _unwatched(reader: ClusterReader, facts: ClusterFacts) -> None:
+    """The pods of each GPU node that no agent pod runs on (a field selector per node, the
+    first MOST_UNWATCHED_NODES): whether one holds GPUs, and when the last one ended."""
+    watched = {a.node for a in facts.agents}
+    unwatched = [n.name for n in facts.nodes if n.is_gpu_node and n.name not in watched]
+    facts.unwatched_unread = max(0, len(unwatched) - MOST_UNWATCHED_NODES)
+    for name in unwatched[:MOST_UNWATCHED_NODES]:
+        found = [NodeGpuPods()]
+
+        def take(pod: Mapping[str, Any], found: list[NodeGpuPods] = found) -> None:
+            found[0] = found[0].with_pod(pod)
+
+        pods = reader.each(kinds.PODS, fields=f"spec.nodeName={name}")
+        take_each(facts, "pods on GPU nodes without agents", pods, take)
+        facts.node_gpu_pods[name] = found[0]
 
 
 def _events(reader: ClusterReader, facts: ClusterFacts) -> None:
