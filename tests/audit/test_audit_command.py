@@ -24,7 +24,7 @@ from gpuprobe.client import Client
 from gpuprobe.config import Config, ServeConfig
 from gpuprobe.report import format_time
 from grpc_standins import hangs, report_of, standin, wants_token
-from serving import in_process_agent, serve_process
+from serving import PASSIVE, in_process_agent, serve_process
 
 DEADLINE = 1.0
 TOKEN = "s3cret-audit-token"
@@ -87,8 +87,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "synthetic-gpu-lost",
             ]
         }
+        # The passive checks only: an active check's first round falls at a random point of
+        # its jitter window, now and then within these tests' seconds.
         served = stack.enter_context(
-            serve_process("--snapshot", snapshot("synthetic-driver-too-old"), "--interval", "3600")
+            serve_process(
+                "--snapshot",
+                snapshot("synthetic-driver-too-old"),
+                "--interval",
+                "3600",
+                "--only",
+                ",".join(PASSIVE),
+            )
         )
         slow = stack.enter_context(standin(hangs(release)))
         proxy = stack.enter_context(
