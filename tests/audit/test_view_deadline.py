@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -154,3 +155,30 @@ def test_a_page_of_a_million_items_is_refused_in_bounded_memory_and_time(
     assert items["gpu_resources"]["status"] == "UNKNOWN"
     assert items["gpu_resources"]["summary"] == f"not read: nodes: {nodes['detail']}"
     assert code == 1  # the view's own WARNINGs stand: no gang scheduler, no shared storage
+
+
+def test_a_list_that_never_ends_is_bounded(standin: KubeStandIn) -> None:
+    """Issue 41: a server that ignores `limit` or hands out a `continue` token forever (the
+    same full page each time) would have the reader hold an unbounded list until the
+    deadline; a list stops at `most` objects, all pages together."""
+    from gpuprobe.audit.view import kinds
+    from gpuprobe.kube.api import Access, KubeError
+    from gpuprobe.kube.reader import MOST_ITEMS, ClusterReader
+
+    items = [{"metadata": {"name": f"n{i}"}} for i in range(500)]
+    page = {"kind": "NodeList", "apiVersion": "v1", "metadata": {"continue": "again"}}
+    standin.faults.served = {"/api/v1/nodes": json.dumps({**page, "items": items}).encode()}
+    reader = ClusterReader(Access(kubeconfig=str(standin.kubeconfig(TOKEN))), time.monotonic() + 20)
+    seen = 0
+    try:
+        with pytest.raises(KubeError) as raised:
+            for _ in reader.each(kinds.NODES, most=2000):
+                seen += 1
+    finally:
+        reader.close()
+    assert seen == 2000 and reader.requests == 5
+    assert (raised.value.code, raised.value.message) == (
+        "too_large",
+        "nodes: more than 2000 objects: not read past",
+    )
+    assert MOST_ITEMS == 100_000

@@ -25,6 +25,10 @@ T = TypeVar("T")
 # Objects per page: big enough that 5,000 nodes take 10 requests, small enough that a page
 # of pods (tens of kilobytes each at worst) stays a few megabytes.
 PAGE = 500
+# Objects one list may hold, all its pages together: 20 times the nodes Kubernetes supports
+# (5,000), so that a server that ignores `limit` or hands out `continue` tokens forever costs
+# a bounded list, never the reader's memory.
+MOST_ITEMS = 100_000
 
 
 @dataclass(frozen=True)
@@ -89,11 +93,14 @@ class ClusterReader:
         labels: str | None = None,
         fields: str | None = None,
         page: int = PAGE,
+        most: int = MOST_ITEMS,
     ) -> Iterator[dict[str, Any]]:
         """Every object of `kind` in every namespace that the selectors pick, a page at a
         time. Raises KubeError (`list`, the status) on an error answer, a timeout or an
-        unreachable server, also midway (the objects before it were yielded)."""
+        unreachable server, also midway (the objects before it were yielded); `too_large`
+        past `most` objects in all."""
         params: dict[str, str] = {"limit": str(page)}
+        seen = 0
         if labels:
             params["labelSelector"] = labels
         if fields:
@@ -101,6 +108,11 @@ class ClusterReader:
         while True:
             answer = self._call("list", lambda: self._get(kind.path(), params))
             items, more = _page(kind, answer, page)
+            seen += len(items)
+            if seen > most:
+                raise KubeError(
+                    "list", "too_large", f"{kind.plural}: more than {most} objects: not read past"
+                )
             yield from items
             if not more:
                 return
