@@ -246,11 +246,27 @@ def render_view(view: ClusterView, colour: bool = False, width: int | None = Non
         if source.state in ("forbidden", "failed"):
             why = f"needs {source.missing}" if source.missing else source.detail
             unread.setdefault(why, []).append(source.name)
+    # Items not read for the same source are one line (the source's why follows below).
+    rows: list[tuple[list[str], Status, str]] = []
+    by_source: dict[str, list[str]] = {}
     for item in view.items:
-        status = paint(item.status, f"{item.status.value:<{STATUS_WIDTH}}")
-        head = f"  {item.name:<{name_width}}  {status}  "
-        indent = 2 + name_width + 2 + STATUS_WIDTH + 2
-        lines += wrap(head + _unread_said_below(item.summary, unread), indent, width, first=0)
+        named = _unread_source(item.summary, unread)
+        if named is None:
+            rows.append(([item.name], item.status, item.summary))
+        elif named in by_source:
+            by_source[named].append(item.name)
+        else:
+            by_source[named] = [item.name]
+            rows.append((by_source[named], item.status, f"not read: {named} (below)"))
+    indent = 2 + name_width + 2 + STATUS_WIDTH + 2
+    for item_names, item_status, summary in rows:
+        status = paint(item_status, f"{item_status.value:<{STATUS_WIDTH}}")
+        if len(item_names) == 1:
+            head = f"  {item_names[0]:<{name_width}}  {status}  "
+            lines += wrap(head + summary, indent, width, first=0)
+        else:
+            lines += wrap(f"  {', '.join(item_names)}", indent, width, first=0)
+            lines += wrap(f"  {'':<{name_width}}  {status}  {summary}", indent, width, first=0)
     missing: dict[str, list[Finding]] = {}  # AGENT_MISSING by why: one entry a cause
     for finding in view.findings:
         if (found := AGENT_MISSING.fullmatch(finding.message)) is not None:
@@ -276,14 +292,14 @@ def render_view(view: ClusterView, colour: bool = False, width: int | None = Non
     return lines
 
 
-def _unread_said_below(summary: str, unread: dict[str, list[str]]) -> str:
-    """An item's `not read: SOURCE: WHY` as `not read: SOURCE` when the view's closing lines
-    say why (one line a cause, not one an item)."""
+def _unread_source(summary: str, unread: dict[str, list[str]]) -> str | None:
+    """The source an item's `not read: SOURCE: WHY` names when the view's closing lines say
+    why (one line a cause, not one an item); None for an item that was read."""
     for why, sources in unread.items():
         for source in sources:
             if summary == f"not read: {source}: {why}":
-                return f"not read: {source} (below)"
-    return summary
+                return source
+    return None
 
 
 def _usage(usage: Usage, price: float | None) -> list[str]:

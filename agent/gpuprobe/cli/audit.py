@@ -164,11 +164,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_cluster(report, colour=colour(), width=terminal_width()))
         if kube is not None:
             found, error = kube
-            sys.stdout.write(
-                render_signals(found)
-                if error is None
-                else screen(["", f"kubernetes  not read: {error}"])
-            )
+            if error is None:
+                sys.stdout.write(render_signals(found))
+            elif report.view is None or error != report.view.signals_error:
+                sys.stdout.write(screen(["", f"kubernetes  not read: {error}"]))
+            # else the view's lines already say why the nodes were not read
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)
 
