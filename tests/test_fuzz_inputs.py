@@ -1,5 +1,6 @@
 """Fuzzing every kind of input a user or an attacker hands gpuprobe: the configuration and each
-file of a snapshot (its JSON files, and host files under rootfs/ that the readers parse).
+file of a snapshot (its JSON files, and host files under rootfs/ that the readers parse), and
+the API objects `audit --kubeconfig` reads (at the end of this file).
 
 Each case mutates one file of a real snapshot (bytes cut, inserted, replaced or repeated; for
 JSON also a value swapped for an odd one: 10^400, deep nesting, a wrong type) and then does what
