@@ -61,13 +61,17 @@ def run(args: argparse.Namespace) -> int:
     from gpuprobe.kube.api import KubeError
     from gpuprobe.kube.once import publish_once
     from gpuprobe.pipeline import Sink, feed, run_checks
-    from gpuprobe.printable import printable
+    from gpuprobe.printable import printable, screen
     from gpuprobe.render import render_report
 
     config, names = prepare(args)
     if args.explain_policy:
         explained = explain_policy(node_host(args), config)
-        text = json.dumps(explained, indent=1) + "\n" if args.json else render_policy(explained)
+        text = (
+            json.dumps(explained, indent=1) + "\n"
+            if args.json
+            else screen(render_policy(explained).splitlines())
+        )
         sys.stdout.write(text)
         return 0
     access = kube_access(args.kubeconfig) if args.publish else None
