@@ -433,10 +433,20 @@ CLUSTER_DEADLINE = 5.0
 
 
 @contextmanager
-def cluster_under_test() -> Iterator[tuple[Any, bytes]]:
-    """The stand-in serving the healthy cluster, its agent answering; (stand-in, the
-    answers the view read, as one JSON document)."""
-    from cluster_objects import GPU_NODE, healthy_gpu_cluster, now, recording, started
+def cluster_under_test(unwatched: bool = False) -> Iterator[tuple[Any, bytes]]:
+    """The stand-in serving the healthy cluster, its agent answering; with `unwatched`, a
+    second GPU node with no agent and a finished GPU pod on it (the view lists its pods);
+    (stand-in, the answers the view read, as one JSON document)."""
+    from cluster_objects import (
+        GFD,
+        GPU_NODE,
+        gpu_node_status,
+        healthy_gpu_cluster,
+        now,
+        pod,
+        recording,
+        started,
+    )
     from serving import in_process_agent
 
     with (
@@ -446,10 +456,16 @@ def cluster_under_test() -> Iterator[tuple[Any, bytes]]:
         standin = started(Path(tmp))
         try:
             healthy_gpu_cluster(standin, agent.grpc_port, now())
+            if unwatched:
+                standin.add_node("gpu-node-2", GFD, status=gpu_node_status("8"))
+                done = pod("etl-0", {"nvidia.com/gpu": "1"}, "2026-12-01T00:00:00Z", "Succeeded")
+                done["spec"]["nodeName"] = "gpu-node-2"
+                standin.add_pod(done)
             with recording(standin) as answered:
                 report = audit_cluster(standin)
             assert report.view is not None
-            assert report.view.status.value == "OK", [
+            assert not unwatched or any("spec.nodeName=gpu-node-2" in k for k in answered)
+            assert unwatched or report.view.status.value == "OK", [
                 (i.name, i.status.value, i.summary) for i in report.view.items
             ] + [f.code for f in report.view.findings]
             yield standin, json.dumps(answered).encode()
@@ -513,9 +529,10 @@ def cluster_mutation(base: bytes) -> st.SearchStrategy[bytes]:
     return st.one_of(json_mutation(base), json_mutation(base), json_mutation(base))
 
 
-def test_mutated_cluster_objects_never_crash() -> None:
+@pytest.mark.parametrize("unwatched", [False, True], ids=["healthy", "node-without-agent"])
+def test_mutated_cluster_objects_never_crash(unwatched: bool) -> None:
     cases: list[int] = []
-    with cluster_under_test() as (standin, base):
+    with cluster_under_test(unwatched) as (standin, base):
 
         @settings(
             max_examples=EXAMPLES,
@@ -530,5 +547,6 @@ def test_mutated_cluster_objects_never_crash() -> None:
             judge_cluster(standin, base, data)
 
         case()
-    print(f"fuzz cluster API objects: {len(cases)} cases, 0 crashes, largest {max(cases)} bytes")
+    kind = "cluster API objects" + (", a node without agent" if unwatched else "")
+    print(f"fuzz {kind}: {len(cases)} cases, 0 crashes, largest {max(cases)} bytes")
     assert len(cases) >= min(EXAMPLES, 8)
