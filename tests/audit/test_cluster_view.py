@@ -652,3 +652,26 @@ def test_idle_gpu_nodes_without_agents_from_the_pods_the_api_lists(
         for n in ("gpu-busy", "gpu-idle", "gpu-new", "gpu-node-17")
     ]
     assert "/api/v1/pods" not in answered
+
+
+def test_a_node_with_wrong_typed_resources_is_unreadable_not_a_node_without_gpus(
+    standin: KubeStandIn,
+) -> None:
+    """A Node whose `status.allocatable` is a list (rewritten on its way by a proxy) was read
+    as offering nothing: GPU_NODE_NOT_ADVERTISING, CRITICAL, for a node nobody looked at. It
+    is one object the view could not read."""
+    standin.add_node("gpu-node-18", GFD, status=gpu_status("8"))
+    broken = json.loads(json.dumps(standin.nodes["gpu-node-18"]))
+    broken["status"]["allocatable"] = [{"nvidia.com/gpu": "8"}]
+    healthy = json.loads(json.dumps(standin.nodes["gpu-node-17"]))
+    page = {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [healthy, broken]}
+    standin.faults.served = {"/api/v1/nodes": json.dumps(page).encode()}
+    cluster = audit_json(standin)["cluster"]
+    silent = by_code(cluster).get("GPU_NODE_NOT_ADVERTISING", [])
+    assert "node:gpu-node-18" not in [f["resource"] for f in silent]
+    nodes = next(s for s in cluster["sources"] if s["source"] == "nodes")
+    assert nodes["unreadable"] == 1
+    assert nodes["unreadable_objects"] == [
+        "gpu-node-18: a field of the wrong type or value (TypeError: resources that are a "
+        "list, not an object)"
+    ]
