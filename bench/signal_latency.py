@@ -5,6 +5,7 @@
     python bench/signal_latency.py --trials 20 --source kmsg
     python bench/signal_latency.py --trials 5 --rounds-only     # the reference: rounds alone
     python bench/signal_latency.py --idle-cpu 600 --reference-agent DIR   # CPU at idle, paired
+    python bench/signal_latency.py --ring-records 65536 ...   # with a full /dev/kmsg ring
 
 Each trial starts `gpuprobe serve` on a fresh copy of the 8-GPU snapshot
 `synthetic-h100-8gpu-healthy`, publishing to the tests' Kubernetes API stand-in
@@ -54,6 +55,10 @@ KMSG_RECORD = (
     "4,{sequence},{usec},-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
     "GPU has fallen off the bus.\n SUBSYSTEM=pci\n DEVICE=+pci:0000:18:00.0\n"
 )
+KMSG_NOISE = (
+    "6,{sequence},{usec},-;mlx5_core 0000:0c:00.0: mlx5_port_module_event:1131:(pid 0): Port "
+    "module event: module 0, Cable unplugged\n"
+)
 KMSG_START = "5,0,0,-;Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP\n"
 FINDING = 'check="xid",code="XID"'
 # How long a trial waits for the fault to show: past a 60 s round with its 10 % jitter.
@@ -70,6 +75,13 @@ def main() -> None:
     parser.add_argument("--reference-agent", help="an agent/ directory to compare with")
     parser.add_argument(
         "--reference-first", action="store_true", help="with --idle-cpu: start it first"
+    )
+    parser.add_argument(
+        "--ring-records",
+        type=int,
+        default=0,
+        metavar="N",
+        help="fill the snapshot's /dev/kmsg with N kernel records first (65536: a full ring)",
     )
     parser.add_argument(
         "--rounds-only",
@@ -94,7 +106,9 @@ def main() -> None:
         ]
         to_node, to_metrics = [], []
         for i in range(args.trials):
-            node, page = trial(Path(tmp) / f"trial-{i}", standin, flags, args.source)
+            node, page = trial(
+                Path(tmp) / f"trial-{i}", standin, flags, args.source, args.ring_records
+            )
             to_node.append(node)
             to_metrics.append(page)
             print(f"trial {i}: node {node:.3f} s, /metrics {page:.3f} s", file=sys.stderr)
@@ -105,6 +119,7 @@ def main() -> None:
                 "event_path": not args.rounds_only,
                 "interval_seconds": args.interval,
                 "trials": args.trials,
+                "ring_records": args.ring_records,
                 "to_node_condition_seconds": summary(to_node),
                 "to_metrics_seconds": summary(to_metrics),
                 "load_average_1m_end": round(os.getloadavg()[0], 2),
@@ -114,15 +129,27 @@ def main() -> None:
     )
 
 
+def fill_ring(directory: Path, records: int) -> int:
+    """Write the snapshot's /dev/kmsg: the boot's first record and `records` - 1 ordinary
+    kernel records after it (a NIC's port events); the next sequence number."""
+    ring = directory / "rootfs/dev/kmsg"
+    ring.parent.mkdir(exist_ok=True)
+    with open(ring, "w") as f:
+        f.write(KMSG_START)
+        for sequence in range(1, records):
+            f.write(KMSG_NOISE.format(sequence=sequence, usec=sequence * 1000))
+    return max(records, 1)
+
+
 def trial(
-    directory: Path, standin: KubeStandIn, flags: list[str], source: str
+    directory: Path, standin: KubeStandIn, flags: list[str], source: str, ring_records: int = 0
 ) -> tuple[float, float]:
     """One agent, one fault: seconds from the line to the condition and to /metrics."""
     shutil.copytree(SNAPSHOT, directory)
     ring = directory / "rootfs/dev/kmsg"
-    if source == "kmsg":
-        ring.parent.mkdir(exist_ok=True)
-        ring.write_text(KMSG_START)
+    sequence = 1
+    if source == "kmsg" or ring_records:
+        sequence = fill_ring(directory, ring_records)
     proc, _, metrics_port = serve(flags, directory)
     try:
         wait(lambda: hardware(standin) == "True", 60)
@@ -140,7 +167,7 @@ def trial(
         if source == "kmsg":
             usec = int(time.monotonic() * 1e6)
             with open(ring, "a") as f:
-                f.write(KMSG_RECORD.format(sequence=1, usec=usec))
+                f.write(KMSG_RECORD.format(sequence=sequence, usec=usec))
         else:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000+00:00", time.gmtime())
             with open(directory / "rootfs/var/log/kern.log", "a") as f:
@@ -207,6 +234,11 @@ def idle_cpu(args: argparse.Namespace) -> dict[str, object]:
     procs: dict[str, tuple[subprocess.Popen[str], int]] = {}
     env_before = os.environ.get("PYTHONPATH")
     order = ["reference", "this"] if args.reference_first else ["this", "reference"]
+    snapshot = SNAPSHOT
+    if args.ring_records:  # both agents serve one copy holding the full ring
+        snapshot = Path(tempfile.mkdtemp(prefix="gpuprobe-ring-")) / "node"
+        shutil.copytree(SNAPSHOT, snapshot)
+        fill_ring(snapshot, args.ring_records)
     try:
         for name in order:
             if name == "reference":
@@ -215,7 +247,7 @@ def idle_cpu(args: argparse.Namespace) -> dict[str, object]:
                 os.environ.pop("PYTHONPATH", None)
             else:
                 os.environ["PYTHONPATH"] = env_before
-            proc, _, port = serve(["--interval", str(args.interval)], SNAPSHOT)
+            proc, _, port = serve(["--interval", str(args.interval)], snapshot)
             procs[name] = (proc, port)
     finally:
         if env_before is None:
@@ -243,6 +275,7 @@ def idle_cpu(args: argparse.Namespace) -> dict[str, object]:
                 "interval_seconds": args.interval,
                 "duration_seconds": round(elapsed, 1),
                 "reference_agent": str(reference),
+                "ring_records": args.ring_records,
                 "started_first": order[0],
                 "load_average_1m_end": round(os.getloadavg()[0], 2),
             }
@@ -250,6 +283,8 @@ def idle_cpu(args: argparse.Namespace) -> dict[str, object]:
     finally:
         for p, _ in procs.values():
             stop(p)
+        if snapshot != SNAPSHOT:
+            shutil.rmtree(snapshot.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from gpuprobe.errors import UsageError
 from gpuprobe.host import snapshot_host
 from gpuprobe.pipeline import run_checks
 from gpuprobe.render import render_report
+from gpuprobe.report import NodeReport, Status
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.state import AgentState
 from serving import PASSIVE
@@ -48,6 +49,14 @@ EXAMPLES = int(os.environ.get("GPUPROBE_FUZZ_EXAMPLES", "8"))
 CONFIG = "config.yaml"  # the kinds that are not snapshot files
 KUBECONFIG = "kubeconfig"
 NCCL_OUTPUT = "all_gather_perf.out"
+KMSG = "rootfs/dev/kmsg"
+# The kmsg kind's XID record (the driver's, facility 0, on GPU 3): while it stands whole on a
+# line of its own, the xid check must report it, whatever was done around it (a false OK).
+KMSG_XID = (
+    b"4,4,46681220311,-;NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, "
+    b"GPU has fallen off the bus."
+)
+KMSG_RING = (Path(snapshot("synthetic-kmsg-journald-only")) / KMSG).read_bytes()
 # A kubeconfig of the shape `kubectl config view --raw` prints (never used to connect).
 KUBECONFIG_TEXT = """apiVersion: v1
 kind: Config
@@ -132,6 +141,7 @@ KINDS = [
     ),
     Kind("kubeconfig", "synthetic-h100-8gpu-healthy", KUBECONFIG, json=False),
     Kind("nccl-tests output", "synthetic-h100-8gpu-healthy", NCCL_OUTPUT, json=False),
+    Kind("kmsg records", "synthetic-kmsg-journald-only", KMSG, json=False),
 ]
 OUTSIDE = {CONFIG, KUBECONFIG, NCCL_OUTPUT}  # written beside the snapshot, not in it
 
@@ -275,7 +285,20 @@ def judge_kind(kind: Kind, directory: Path, config_path: Path) -> None:
     elif kind.path == NCCL_OUTPUT:
         judge_nccl(directory, directory.parent / NCCL_OUTPUT)
     else:
-        judge(directory, config_path)
+        report = judge(directory, config_path)
+        if kind.path == KMSG and report is not None:
+            judge_kmsg_xid((directory / KMSG).read_bytes(), report)
+
+
+def judge_kmsg_xid(ring: bytes, report: NodeReport) -> None:
+    """No false OK: while the XID record stands whole on a line of its own, the xid check
+    reports XID 79 on GPU 3, CRITICAL."""
+    if KMSG_XID not in ring.split(b"\n"):
+        return
+    check = report.check("xid")
+    assert check is not None
+    xids = [(x["gpu"], x["xid"]) for x in check.data["xids"]]
+    assert (3, 79) in xids and check.status == Status.CRITICAL, (check.summary, xids)
 
 
 def judge_kubeconfig(path: Path) -> None:
@@ -305,14 +328,15 @@ def judge_nccl(directory: Path, output: Path) -> None:
     wire.report_to_proto(report, {})
 
 
-def judge(directory: Path, config_path: Path | None) -> None:
-    """Do what `check --snapshot` and the daemon do; assert nothing crashed."""
+def judge(directory: Path, config_path: Path | None) -> NodeReport | None:
+    """Do what `check --snapshot` and the daemon do; assert nothing crashed. The report, or
+    None where the input was refused."""
     try:
         config = load_config(str(config_path) if config_path else None, sections())
         host = snapshot_host(str(directory))
     except UsageError as exc:  # a clear one-line refusal is the right answer
         assert str(exc) and "\n" not in str(exc), repr(exc)
-        return
+        return None
     report = run_checks(host, config, PASSIVE)
     broken = [
         (c.name, f.code, f.message)
@@ -329,6 +353,7 @@ def judge(directory: Path, config_path: Path | None) -> None:
     collector.update(AgentState(report, {}, version=1, change=1))
     generate_latest(registry)
     wire.report_to_proto(report, {})
+    return report
 
 
 def test_the_unmutated_inputs_pass_the_judge() -> None:
@@ -398,6 +423,22 @@ def cdi_spec_with(edit: dict[str, Any]) -> bytes:
         ("kubeconfig", b"- " + KUBECONFIG_TEXT.encode()),
         ("kubeconfig", gzip.compress(KUBECONFIG_TEXT.encode())),
         ("nccl-tests output", NCCL_FIXTURE.read_bytes().replace(b"dgx1", b"dgx\xff", 1)),
+        # Issue 41's kmsg replay: a forged huge sequence number before the XID hid it (a false
+        # OK), a stamp past the calendar raised OverflowError, and a copy of the XID record cut
+        # short under its number (reading Xid 7) hid the record itself.
+        ("kmsg records", b"4,18446744073709551615,5,-;forged\n" + KMSG_RING),
+        ("kmsg records", b"4,999999999999999999999999,5,-;past u64\n" + KMSG_RING),
+        ("kmsg records", KMSG_RING + b"4,7,18446744073709551615,-;NVRM: stamped past 9999\n"),
+        (
+            "kmsg records",
+            b"\n".join(
+                KMSG_XID.split(b"9,")[0] + b"\n" + line if line == KMSG_XID else line
+                for line in KMSG_RING.split(b"\n")
+                if not line.startswith(b"3,5,")  # the driver's XID-less line for the fault
+            ),
+        ),
+        # A "Linux version" record after the XID: the ring is one boot's, it begins nothing.
+        ("kmsg records", KMSG_RING + b"5,9,46690000000,-;Linux version 6.8.0-49-generic\n"),
     ],
     ids=[
         "cdi-hook-name-list",
@@ -414,6 +455,11 @@ def cdi_spec_with(edit: dict[str, Any]) -> bytes:
         "kubeconfig-list",
         "kubeconfig-gzip",
         "nccl-not-utf8",
+        "kmsg-forged-u64-sequence",
+        "kmsg-sequence-past-u64",
+        "kmsg-stamp-past-calendar",
+        "kmsg-cut-copy-same-number",
+        "kmsg-boot-record-after-xid",
     ],
 )
 def test_what_fuzzing_found_stays_fixed(kind_name: str, data: bytes) -> None:

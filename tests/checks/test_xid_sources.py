@@ -4,6 +4,7 @@ and no NVML events would be a false all-clear."""
 from __future__ import annotations
 
 import shutil
+from datetime import datetime
 from pathlib import Path
 
 from gpuprobe.checks import xid
@@ -48,9 +49,26 @@ def test_one_source_read_is_enough_to_say_none(tmp_path: Path) -> None:
     result = xid.run(CheckContext(snapshot_host(str(snap))), Config())
     assert (result.status, result.summary) == (Status.OK, "no XID errors this boot")
     assert result.data["sources"]["kernel_logs"] == ["/var/log/kern.log"]
+
+
+def test_nvml_events_alone_claim_only_the_time_they_cover(tmp_path: Path) -> None:
+    """No kernel log could be read (no /dev/kmsg, no log file): NVML's event set holds only
+    what happened since it was registered, so "no XID errors this boot" would claim the boot
+    unread (issue 40 item 3). The check says what it read and since when, and is UNKNOWN."""
     snap = without("synthetic-h100-8gpu-healthy", tmp_path / "b", "rootfs/var/log/kern.log")
-    result = xid.run(CheckContext(snapshot_host(str(snap))), Config())
-    assert (result.status, result.summary) == (Status.OK, "no XID errors this boot")
+    host = snapshot_host(str(snap))
+    result = xid.run(CheckContext(host), Config())
+    since = host.memory.of("xid")["events_since"]  # the set's first drain: this run
+    drained = datetime.fromisoformat(since)
+    assert abs(drained.timestamp() - host.clock.wall()) < 60
+    assert (result.status, result.summary, result.findings) == (
+        Status.UNKNOWN,
+        f"no XID in NVML's events since {since}; no kernel log could be read (/dev/kmsg "
+        "absent; none of xid.kernel_logs): nothing is known of this boot before then",
+        [],
+    )
+    # A later run (the daemon's) covers the same span, from the first drain on.
+    assert xid.run(CheckContext(host), Config()).summary == result.summary
     assert result.data["sources"] == {
         "nvml_events": "read",
         "kernel_logs": [],

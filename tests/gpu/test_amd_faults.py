@@ -135,6 +135,52 @@ def test_a_fault_keeps_its_time_and_line() -> None:
 def test_every_cause_has_a_severity_and_an_action() -> None:
     assert set(faults.CAUSES) == {
         faults.RING_TIMEOUT, faults.GPU_RESET, faults.GPU_RESET_FAILED,
-        faults.RAS_UNCORRECTABLE, faults.RAS_FATAL, faults.VM_FAULT,
+        faults.GPU_RESET_UNFINISHED, faults.RAS_UNCORRECTABLE, faults.RAS_FATAL, faults.VM_FAULT,
     }  # fmt: skip
     assert {c.severity for c in faults.CAUSES.values()} == {"WARNING", "CRITICAL"}
+
+
+def test_a_reset_that_never_ends_before_the_log_moves_on_is_a_fault() -> None:
+    """NixOS/nixpkgs#176915 (dmesg -T): a ring timeout, the reset begins, and three minutes
+    later the kernel reports blocked tasks; no outcome was ever logged."""
+    log = (
+        "[Wed Jun  8 16:35:32 2022] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 "
+        "timeout, signaled seq=22025769, emitted seq=22025769\n"
+        "[Wed Jun  8 16:35:32 2022] [drm:amdgpu_job_timedout [amdgpu]] *ERROR* Process "
+        "information: process chrome pid 2379 thread chrome:cs0 pid 2391\n"
+        "[Wed Jun  8 16:35:32 2022] amdgpu 0000:03:00.0: amdgpu: GPU reset begin!\n"
+        "[Wed Jun  8 16:38:26 2022] INFO: task InputThread:1375 blocked for more than 122 "
+        "seconds.\n"
+    )
+    now = datetime(2022, 6, 8, 17, 0, tzinfo=UTC)
+    found = read_faults([log], boot=None, now=now)
+    assert [(f.pci, f.cause, f.process) for f in found] == [
+        ("0000:03:00.0", faults.RING_TIMEOUT, "chrome (pid 2379)"),
+        ("0000:03:00.0", faults.GPU_RESET_UNFINISHED, None),
+    ]
+    assert found[1].time == datetime(2022, 6, 8, 16, 35, 32, tzinfo=UTC)
+    assert found[1].line.endswith("GPU reset begin!")
+    # Seconds later, in its own lines, the reset is on its way: no fault yet.
+    assert causes(log.rsplit("\n", 2)[0] + "\n") == [
+        ("0000:03:00.0", faults.RING_TIMEOUT, "gfx_0.0.0", "chrome (pid 2379)")
+    ]
+
+
+def test_a_reset_that_ends_or_begins_again_is_judged_by_its_end() -> None:
+    # dmesg's monotonic stamps (the gfx11 report above): the outcome 2 s after the beginning.
+    begin = "[127035.492304] amdgpu 0000:c5:00.0: amdgpu: GPU reset begin!\n"
+    later = (
+        "[127135.000000] amdgpu 0000:c5:00.0: amdgpu: ring gfx_0.0.0 timeout, signaled seq=1, "
+        "emitted seq=3\n"
+    )
+    done = "[127037.807540] amdgpu 0000:c5:00.0: amdgpu: GPU reset(2) succeeded!\n"
+    assert [c[1] for c in causes(begin + done + later)] == [faults.GPU_RESET, faults.RING_TIMEOUT]
+    assert [c[1] for c in causes(begin + later)] == [
+        faults.GPU_RESET_UNFINISHED,
+        faults.RING_TIMEOUT,
+    ]
+    # The same GPU's next reset begins while the first said nothing: the first hung.
+    assert [c[1] for c in causes(begin + begin + done)] == [
+        faults.GPU_RESET_UNFINISHED,
+        faults.GPU_RESET,
+    ]

@@ -270,3 +270,31 @@ def test_the_journald_only_snapshot_reads_its_fault_from_the_ring() -> None:
         "records": 6,  # the seventh, a process's, is not the kernel's
         "lost": 0,
     }
+
+
+def test_each_record_is_made_a_line_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full ring is not formatted anew every run: each record's line is made once (and
+    again only when the boot time read changes); the lines are the same either way."""
+    from gpuprobe.gpu import kmsg
+
+    ring = tmp_path / "dev" / "kmsg"
+    write_ring(ring, RING)
+    made: list[int] = []
+    real = kmsg.log_line
+
+    def counted(record: kmsg.KmsgRecord, boot: datetime | None) -> str:
+        made.append(record.sequence)
+        return real(record, boot)
+
+    monkeypatch.setattr(kmsg, "log_line", counted)
+    log = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True)), max_records=3)
+    first = log.read(BOOT).lines
+    assert made == [1, 2, 3]  # the ring's last three kept
+    assert log.read(BOOT).lines == first and made == [1, 2, 3]
+    append_ring(ring, [FALLEN])
+    assert log.follow()[0].sequence == 4  # taken by the follower: made a line at the next read
+    view = log.read(BOOT)
+    assert made == [1, 2, 3, 4]
+    assert view.lines == [real(r, BOOT) for r in log._records] and len(view.lines) == 3
+    assert log.read(None).lines[-1].startswith("kernel: [ 4361.822917] NVRM: Xid")
+    assert made == [1, 2, 3, 4, 2, 3, 4]

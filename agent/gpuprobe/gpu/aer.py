@@ -40,6 +40,9 @@ _TOTALS = {
     "nonfatal": "TOTAL_ERR_NONFATAL",
     "fatal": "TOTAL_ERR_FATAL",
 }
+# The kernel's AER lines (`pcieport 0000:17:01.0: AER: ...`) tell that these counters moved:
+# the kind of event they are (`gpu.kernel_events`).
+EVENTS = {"aer": "AER:"}
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 

@@ -35,6 +35,12 @@ Only the current boot counts (a reboot clears what an XID left behind): a log's 
 its last `Linux version` line belong to earlier boots, and so do lines stamped (with a time
 zone) before the boot time. Syslog's traditional stamps (`Nov 29 20:58:01`) carry no year and
 no zone: the year is inferred from the boot time (else from now) and the zone taken as UTC.
+
+Only the kernel's lines count. A syslog file (`syslog`, `messages`) holds every program's
+lines, each under its tag (`Nov 29 20:58:01 gpu-node-17 myapp[4242]: ...`); a line counts only
+when its tag is `kernel` (`is_kernel_line`), so no program can log an XID or a boot marker
+that reads as the kernel's. Lines without a syslog header (`dmesg` output, `/dev/kmsg`'s
+records) are the kernel's.
 """
 
 from __future__ import annotations
@@ -70,6 +76,23 @@ _SXID = re.compile(
 _SXID_LINK = re.compile(r"\bLink (\d+)\b")
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9A-Fa-f-]+)")
 _BOOT = re.compile(r"kernel: (?:\[\s*\d+\.\d+\] )?Linux version \d")
+# A syslog line's header: its stamp (RFC 3339 as rsyslog and `journalctl -o short-iso` write
+# it, or the traditional `Nov 29 20:58:01`, `.123456` with `-o short-precise`), then the host
+# and the tag (`kernel:`, `myapp[4242]:`); `/dev/kmsg`'s lines carry no host.
+_HEADER = re.compile(
+    r"^(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)"
+    r"\s+(?P<first>\S+)(?:\s+(?P<second>\S+))?"
+)
+# A syslog tag with its process id (`myapp[4242]:`) opening a line without a stamp.
+_PID_TAG = re.compile(r"[^\s\[\]]+\[\d+\]:")
+KERNEL_TAG = "kernel:"
+# The kinds of event this reads, by the text each kind's lines bear (`gpu.kernel_events`):
+# every line of NVIDIA's driver (XIDs, XID-less faults, GPUs' UUIDs), NVSwitch SXids, and
+# the kernel's boot line.
+EVENTS = {"nvrm": "NVRM: ", "sxid": "SXid", "boot": "Linux version"}
+# dmesg's stamp opening a message: `[ 6002.511207]`, `[Sun Nov 29 09:40:02 2026]`.
+_LEADING_STAMP = re.compile(r"^\s*\[(?:\s*\d+\.\d+|\w{3} \w{3} +\d{1,2} [\d:]{8} \d{4})\]\s*")
 _RFC3339 = re.compile(
     r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s"
 )
@@ -138,16 +161,21 @@ def pci_prefix(address: str) -> str:
         return address.strip().lower()
 
 
-def read_stream(texts: Iterable[str], *, boot: datetime | None, now: datetime) -> KernelLog:
+def read_stream(
+    texts: Iterable[str], *, boot: datetime | None, now: datetime, boots: bool = True
+) -> KernelLog:
     """The current boot's XIDs and SXids in one log, given oldest part first (`kern.log.1`,
-    `kern.log`)."""
+    `kern.log`). `boots` False: the log is one boot's by its nature (`/dev/kmsg`'s ring), a
+    `Linux version` line in it begins nothing."""
     log = KernelLog([], {})
     falling: tuple[str, int, str] | None = None  # (pci, lines since its start, its lines)
     for text in texts:
         for line in text.splitlines():
             if "NVRM" not in line and "SXid" not in line and "Linux version" not in line:
                 continue  # the cheap test first: kernel logs are long
-            if _BOOT.search(line):
+            if not is_kernel_line(line):
+                continue  # another program's line in syslog: not the kernel's
+            if boots and _BOOT.search(line):
                 log, falling = KernelLog([], {}), None
                 continue
             if _zoned(line) and _before_boot(line_time(line, boot=boot, now=now), boot):
@@ -172,6 +200,28 @@ def read_stream(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
     numbered = {(x.pci, x.xid) for x in log.xids if x.logged_xid}
     log.xids = [x for x in log.xids if x.logged_xid or (x.pci, x.xid) not in numbered]
     return log
+
+
+def is_kernel_line(line: str) -> bool:
+    """Whether a log line is the kernel's: its syslog tag is `kernel` (after the stamp, with
+    or without a host), or it has no syslog header (dmesg's lines, kmsg's records) and opens
+    with no process's tag."""
+    header = _HEADER.match(line)
+    if header is None:
+        words = line.split(maxsplit=1)
+        return not (words and _PID_TAG.fullmatch(words[0]))
+    first, second = header.group("first"), header.group("second")
+    if first == KERNEL_TAG:
+        return True
+    return not first.endswith(":") and second == KERNEL_TAG
+
+
+def kernel_text(line: str) -> str:
+    """A kernel line's message without its stamps, host and tag: the same record read from
+    kern.log, syslog and /dev/kmsg gives the same text."""
+    _, tag, rest = line.partition(KERNEL_TAG + " ")
+    text = rest if tag else line
+    return _LEADING_STAMP.sub("", text, count=1).strip()
 
 
 def _read_line(line: str, log: KernelLog, boot: datetime | None, now: datetime) -> None:

@@ -1,7 +1,8 @@
 """The kernel log of this boot, read once a run: `/dev/kmsg` and the host's log files.
 
 Every parser of kernel lines (NVIDIA's XIDs, SXids and XID-less faults in
-`gpuprobe.gpu.kernel_log`, amdgpu's faults in `gpuprobe.gpu.amd.faults`) reads the texts one
+`gpuprobe.gpu.kernel_log`, amdgpu's faults in `gpuprobe.gpu.amd.faults`, both from every
+stream, `/dev/kmsg`'s among them) reads the texts one
 `read_kernel_log` gave, so the xid check's run reads each source once whatever vendors the
 node has (the pods check, which ties pod failures to XIDs, reads it in its own run).
 
@@ -13,15 +14,18 @@ and keeps the rest. A log file is read from its last `max_bytes`; the rotated fi
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import NotRequired, TypedDict
 
-from gpuprobe.gpu import kernel_log
+from gpuprobe.gpu import kernel_log, log_tail
 from gpuprobe.gpu.amd import faults
-from gpuprobe.gpu.kmsg import KmsgLog
+from gpuprobe.gpu.kmsg import KmsgLog, since_boot
+from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, Tail
 from gpuprobe.host import Host
 from gpuprobe.host.kmsg import KMSG
 from gpuprobe.report import format_time
@@ -36,8 +40,9 @@ class KernelSource(TypedDict):
     """One kernel-log source as read: the device or file, its kind (`kmsg` | `file`), since
     when it holds this boot's records (its first record or line's time; null when unknown),
     and for `/dev/kmsg` the first record's sequence number, the records kept and the records
-    lost (overwritten in the ring before they were read), or why it could not be read
-    (`absent`, `EPERM`, ...)."""
+    lost (overwritten in the ring before they were read, or lines too long to be records), or
+    why it could not be read (`absent`, `EPERM`, ...); a file's `lost`, when any, counts the
+    lines passed over as too long to be the kernel's."""
 
     source: str
     kind: str
@@ -73,18 +78,22 @@ class KernelLogRead:
     def nvidia_logs(self) -> list[kernel_log.KernelLog]:
         """NVIDIA's lines of each stream (XIDs, SXids, GPUs' UUIDs), one `KernelLog` a stream."""
         return [
-            kernel_log.read_stream(stream.texts, boot=self.boot, now=self.now)
+            kernel_log.read_stream(
+                stream.texts, boot=self.boot, now=self.now, boots=stream.kind != "kmsg"
+            )
             for stream in self.streams
         ]
 
-    def amdgpu_faults(self) -> list[faults.AmdgpuFault]:
-        """amdgpu's faults in the log files (`/dev/kmsg` holds the same lines, stamped
-        otherwise: its records are left to the files), each file's faults in log order."""
-        found: list[faults.AmdgpuFault] = []
+    def amdgpu_faults(self) -> list[list[faults.AmdgpuFault]]:
+        """amdgpu's faults of each stream (`/dev/kmsg`'s records too: on a journald-only host
+        they are the only kernel log), each stream's in log order."""
+        found: list[list[faults.AmdgpuFault]] = []
         for stream in self.streams:
-            if stream.kind == "file":
-                texts = [text for text in stream.texts if text]
-                found += faults.read_faults(texts, boot=self.boot, now=self.now)
+            texts = [text for text in stream.texts if text]
+            one_boot = stream.kind == "kmsg"  # the ring is this boot's: no boot line in it
+            found.append(
+                faults.read_faults(texts, boot=self.boot, now=self.now, boots=not one_boot)
+            )
         return found
 
 
@@ -105,8 +114,9 @@ def read_kernel_log(
         else:
             streams.append(LogStream("kmsg", ("\n".join(view.lines),)))
             opened.append(KMSG)
-            if boot is not None and view.first_usec is not None:
-                entry["since"] = format_time(boot + timedelta(microseconds=view.first_usec))
+            first = since_boot(boot, view.first_usec) if view.first_usec is not None else None
+            if first is not None:
+                entry["since"] = format_time(first)
             entry["first_sequence"] = view.first_sequence
             entry["records"] = view.records
             entry["lost"] = view.lost
@@ -114,12 +124,16 @@ def read_kernel_log(
     for group in rotation_streams(paths):
         texts = []
         for path in group:
-            content = tail_log(host, path, max_bytes)
-            if content is not None:
+            tail = tail_log(host, path, max_bytes)
+            if tail is not None:
+                content = tail.data.decode("utf-8", errors="replace")
                 texts.append(content)
                 opened.append(path)
                 since = _first_time(content, boot, now)
-                described.append({"source": path, "kind": "file", "since": since})
+                file_entry: KernelSource = {"source": path, "kind": "file", "since": since}
+                if tail.skipped:
+                    file_entry["lost"] = tail.skipped  # lines too long to be the kernel's
+                described.append(file_entry)
         streams.append(LogStream("file", tuple(texts)))
     return KernelLogRead(boot, now, tuple(streams), tuple(opened), tuple(described))
 
@@ -164,15 +178,16 @@ def _rotation(path: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def tail_log(host: Host, path: str, max_bytes: int) -> str | None:
-    """A log file's last `max_bytes`, without the partial line it starts with when cut."""
+def tail_log(host: Host, path: str, max_bytes: int) -> Tail | None:
+    """A log file's last `max_bytes` by whole lines, lines longer than any kernel line passed
+    over (`gpuprobe.gpu.log_tail`); None when it cannot be read or is no regular file."""
     try:
-        data = host.fs.read_tail(path, max_bytes)
+        with host.fs.open_binary(path) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None  # a device or FIFO in a log's place (/dev/zero): no log
+            return log_tail.read_tail(f, max_bytes, MAX_LINE_BYTES, MAX_SCAN_BYTES)
     except OSError:
         return None
-    if len(data) >= max_bytes:
-        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
-    return data.decode("utf-8", errors="replace")
 
 
 def _first_time(text: str, boot: datetime | None, now: datetime) -> str | None:

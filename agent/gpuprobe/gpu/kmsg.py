@@ -17,9 +17,12 @@ Only kernel records (facility 0) are read as the kernel's: a process writing to 
 (systemd, a container's init) is given the user facility by the kernel, so no process can plant
 an `NVRM: Xid` line that reads as the driver's.
 
-`KmsgLog` follows one reader: records at or below the last sequence number it kept are
-dropped (a snapshot file read again from its start), a jump in the sequence numbers is records
-the ring overwrote before they were read, and what it kept is bounded.
+`KmsgLog` follows one reader: a record it already read is dropped (a snapshot file read again
+from its start), a jump in the sequence numbers is records the ring overwrote before they were
+read, and what it kept is bounded. A record is known by its whole content (`SeenRecords`), not
+by "a number at or below the highest so far": a forged record with a huge number, or another
+record under a number already read, in a snapshot's file must not hide the records after it.
+The kernel's sequence numbers and time stamps are unsigned 64-bit: a larger one is no record.
 """
 
 from __future__ import annotations
@@ -33,6 +36,17 @@ from gpuprobe.host.kmsg import KmsgReader
 from gpuprobe.report import format_time
 
 KERNEL_FACILITY = 0
+# The kernel's sequence numbers and time stamps are u64.
+U64_MAX = 2**64 - 1
+# Reads of the reader in one `read()`/`follow()` at most (each bounded by READ_BYTES): the
+# kernel's largest ring (32 MiB) in one go; a device that never runs dry stops there.
+MAX_READS = 8
+# A jump in the sequence numbers larger than this is no overrun (the ring holds far fewer
+# records than this): not counted as lost.
+MAX_GAP = 2**32
+# Records known by fingerprint, beyond those kept: a file read again from its start holds
+# the whole ring (its records beyond what is kept, up to the ring's size, are known too).
+SEEN_SLACK = 65_536
 
 
 @dataclass(frozen=True)
@@ -66,7 +80,7 @@ def parse_record(text: str) -> KmsgRecord | None:
         priority, sequence, usec = int(fields[0]), int(fields[1]), int(fields[2])
     except ValueError:
         return None
-    if priority < 0 or sequence < 0 or usec < 0:
+    if not (0 <= priority <= U64_MAX and 0 <= sequence <= U64_MAX and 0 <= usec <= U64_MAX):
         return None
     dictionary: dict[str, str] = {}
     for line in rest:
@@ -80,10 +94,47 @@ def log_line(record: KmsgRecord, boot: datetime | None) -> str:
     """The record as a kernel log file's line: stamped with its time (boot time plus its
     monotonic stamp, RFC 3339) when the boot time is known, else with its seconds since boot
     as dmesg prints them."""
-    if boot is None:
+    at = since_boot(boot, record.usec)
+    if at is None:
         return f"kernel: [{record.usec / 1e6:12.6f}] {record.message}"
-    stamp = format_time(boot + timedelta(microseconds=record.usec))
-    return f"{stamp} kernel: {record.message}"
+    return f"{format_time(at)} kernel: {record.message}"
+
+
+def since_boot(boot: datetime | None, usec: int) -> datetime | None:
+    """The time `usec` microseconds after the boot; None when the boot is unknown or the
+    time lies past any calendar (a forged stamp)."""
+    if boot is None:
+        return None
+    try:
+        return boot + timedelta(microseconds=usec)
+    except OverflowError:
+        return None
+
+
+class SeenRecords:
+    """The records read so far, by fingerprint (sequence number, stamp, facility, level and
+    message), the most recent `limit` of them: a record read again (a snapshot's file read
+    again from its start) is known; another record under a number already read (a forged
+    or damaged one) is not hidden by it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._order: deque[int] = deque()
+        self._set: set[int] = set()
+
+    def add(self, record: KmsgRecord) -> bool:
+        """Note a record; False when it was read before."""
+        mark = hash((record.sequence, record.usec, record.facility, record.level, record.message))
+        if mark in self._set:
+            return False
+        self._set.add(mark)
+        self._order.append(mark)
+        if len(self._order) > self.limit:
+            self._set.discard(self._order.popleft())
+        return True
+
+    def __len__(self) -> int:
+        return len(self._order)
 
 
 @dataclass
@@ -109,6 +160,12 @@ class KmsgLog:
     def __init__(self, reader: KmsgReader, max_records: int = 65_536) -> None:
         self.reader = reader
         self._records: deque[KmsgRecord] = deque(maxlen=max_records)
+        self._seen = SeenRecords(max_records + SEEN_SLACK)
+        # The kept records' lines, made once each (`_lines_of`), for the boot time they
+        # were made with; `_formatted`: how many of the records kept so far have one.
+        self._lines: deque[str] = deque(maxlen=max_records)
+        self._lines_boot: datetime | None = None
+        self._formatted = 0
         self._last: int | None = None
         self._first: KmsgRecord | None = None
         self._kept = 0
@@ -120,7 +177,7 @@ class KmsgLog:
         """Read what arrived and return everything kept, as log lines."""
         with self._lock:
             self._take()
-            lines = [log_line(r, boot) for r in self._records]
+            lines = self._lines_of(boot)
             first = self._first
             return KmsgView(
                 lines,
@@ -136,26 +193,51 @@ class KmsgLog:
         with self._lock:
             return self._take()
 
+    def _lines_of(self, boot: datetime | None) -> list[str]:
+        """The kept records as lines, each record's line made once (again only when the boot
+        time read changed): a full ring is not formatted anew every run."""
+        missing = self._kept - self._formatted  # the newest records have no line yet
+        if boot != self._lines_boot or missing >= len(self._records):
+            self._lines = deque((log_line(r, boot) for r in self._records), self._records.maxlen)
+            self._lines_boot = boot
+        else:
+            self._lines.extend(log_line(self._records[i], boot) for i in range(-missing, 0))
+        self._formatted = self._kept
+        return list(self._lines)
+
     def _take(self) -> list[KmsgRecord]:
-        batch = self.reader.read()
-        self._error = batch.error
         new: list[KmsgRecord] = []
-        for text in batch.records:
-            record = parse_record(text)
-            if record is None or (self._last is not None and record.sequence <= self._last):
-                continue
-            if self._last is not None and record.sequence > self._last + 1:
-                self._lost += record.sequence - self._last - 1  # overwritten in the ring
-            self._last = record.sequence
-            if not record.kernel:
-                continue
-            if self._first is None:
-                self._first = record
-            if len(self._records) == self._records.maxlen:
-                self._lost += 1
-            self._records.append(record)
-            self._kept += 1
-            new.append(record)
-        if batch.overruns and self._last is None:
-            self._lost += batch.overruns  # an overrun before the first record: count unknown
+        for _ in range(MAX_READS):
+            batch = self.reader.read()
+            self._error = batch.error
+            for text in batch.records:
+                record = parse_record(text)
+                if record is not None and self._fresh(record):
+                    self._keep(record, new)
+            if batch.overruns and self._last is None:
+                self._lost += batch.overruns  # an overrun before the first record: count unknown
+            if not batch.more:
+                break
         return new
+
+    def _fresh(self, record: KmsgRecord) -> bool:
+        """Whether a record is new (not read before), counting the gap before it as lost
+        when it jumps ahead of the last one read by a plausible count."""
+        if not self._seen.add(record):
+            return False
+        if self._last is not None and self._last + 1 < record.sequence <= self._last + MAX_GAP:
+            self._lost += record.sequence - self._last - 1  # overwritten in the ring
+        if self._last is None or record.sequence > self._last:
+            self._last = record.sequence
+        return True
+
+    def _keep(self, record: KmsgRecord, new: list[KmsgRecord]) -> None:
+        if not record.kernel:
+            return
+        if self._first is None:
+            self._first = record
+        if len(self._records) == self._records.maxlen:
+            self._lost += 1
+        self._records.append(record)
+        self._kept += 1
+        new.append(record)

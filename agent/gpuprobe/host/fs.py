@@ -16,6 +16,7 @@ import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from gpuprobe.host.rootwalk import RootTree
 
@@ -99,6 +100,12 @@ class HostFS:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - max_bytes))
             return f.read(max_bytes)
+
+    def open_binary(self, path: str) -> BinaryIO:
+        """The file at the host path open for reading, to read as the caller needs (a log
+        read from its end by lines); raises OSError."""
+        self._note(path, READ)
+        return os.fdopen(self.tree.open_read(path), "rb")
 
     def exists(self, path: str) -> bool:
         """Whether anything is at the host path."""

@@ -29,6 +29,7 @@ from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
 from gpuprobe.errors import UsageError
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
+from gpuprobe.gpu.kernel_sources import followed_kmsg
 from gpuprobe.host import Host
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
@@ -44,7 +45,7 @@ from gpuprobe.serve.notices import NoticePoller
 from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
-from gpuprobe.serve.signals import Signals, kernel_log_source, nvml_source
+from gpuprobe.serve.signals import KERNEL_MARKERS, Signals, kernel_log_source, nvml_source
 from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
@@ -248,10 +249,12 @@ class Agent:
         relay = EventRelay(self.host.nvml)
         self.host.nvml = relay  # the checks drain what the waiting thread received
         signals.add_source("nvml-events", nvml_source(relay))
+        settings = xid_settings(self.config)
         follower = KernelLogFollower(
             self.host.fs,
-            xid_settings(self.config).kernel_logs,
-            kmsg=xid_settings(self.config).kmsg,
+            settings.kernel_logs,
+            kmsg=followed_kmsg(self.host) if settings.kmsg else None,
+            markers=KERNEL_MARKERS,
         )
         signals.add_source("kernel-log", kernel_log_source(follower, signals.stop_read))
         return signals

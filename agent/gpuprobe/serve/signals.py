@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from gpuprobe.checks.runner import Ran
+from gpuprobe.gpu import kernel_events
 from gpuprobe.gpu.kernel_follow import SAFETY_POLL_SECONDS, KernelLogFollower
 from gpuprobe.host.nvml import NvmlError
 from gpuprobe.host.nvml_relay import EventRelay
@@ -38,9 +39,11 @@ MIN_GAP_SECONDS = 1.0
 NVML_WAIT_SECONDS = 5.0
 # After NVML's event set failed, how long before the thread tries again.
 NVML_RETRY_SECONDS = 60.0
-# Kernel-log lines that wake the `xid` check: the NVIDIA driver's (XIDs, a GPU fallen off the
-# bus, RmInitAdapter), the NVSwitch driver's SXids, PCIe AER and the amdgpu driver's.
-KERNEL_MARKERS = ("NVRM: ", "SXid", "AER:", "amdgpu")
+# The kinds of kernel-log event that wake the `xid` check (`gpu.kernel_events`): the NVIDIA
+# driver's (XIDs, a GPU fallen off the bus, RmInitAdapter), the NVSwitch driver's SXids, PCIe
+# AER and the amdgpu driver's; the texts their lines bear are the parsers' own.
+XID_EVENTS = ("nvrm", "sxid", "aer", "amdgpu_fault")
+KERNEL_MARKERS = kernel_events.markers(XID_EVENTS)
 XID = "xid"
 
 Wake = Callable[[Sequence[str], str], None]
@@ -177,6 +180,7 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int) -> Source:
 
     def follow(wake: Wake, stop: threading.Event) -> None:
         follower.start()
+        lost = 0
         try:
             while not stop.is_set():
                 follower.wait(SAFETY_POLL_SECONDS, stop_fd)
@@ -185,6 +189,9 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int) -> Source:
                 hits = [line for line in follower.new_lines() if concerns_xid(line)]
                 if hits:
                     wake([XID], f"kernel log: {hits[0].strip()[:160]}")
+                if follower.lost > lost:  # lines too long to be the kernel's: passed over
+                    log.warning("kernel log lines passed over", extra={"lost": follower.lost})
+                    lost = follower.lost
         finally:
             follower.close()
 
@@ -192,8 +199,8 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int) -> Source:
 
 
 def concerns_xid(line: str) -> bool:
-    """Whether a kernel-log line is one the `xid` check reads."""
-    return any(marker in line for marker in KERNEL_MARKERS)
+    """Whether a kernel-log line is of a kind the `xid` check reads."""
+    return kernel_events.kind_of(line, XID_EVENTS) is not None
 
 
 def nvml_source(relay: EventRelay) -> Source:

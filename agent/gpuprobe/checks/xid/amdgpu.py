@@ -12,13 +12,13 @@ where the PCI bus shows AMD GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
+from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.amd.sysfs import AmdGpu
 from gpuprobe.gpu.kernel_sources import KernelLogRead
@@ -106,12 +106,26 @@ def read(
     return findings, data
 
 
-def _unique(found: Iterable[faults.AmdgpuFault]) -> list[faults.AmdgpuFault]:
-    """Each logged line once: kern.log and syslog hold the same kernel lines."""
-    seen: dict[str, faults.AmdgpuFault] = {}
-    for fault in found:
-        seen.setdefault(fault.line, fault)
-    return list(seen.values())
+def _unique(streams: list[list[faults.AmdgpuFault]]) -> list[faults.AmdgpuFault]:
+    """Each logged fault once: kern.log, syslog and /dev/kmsg hold the same kernel lines,
+    each stamped its own way. Within a log a line counts once; across logs a fault (its
+    GPU, cause, detail and the kernel's text) counts as often as the log holding it most."""
+    best: dict[tuple[object, ...], list[faults.AmdgpuFault]] = {}
+    for stream in streams:
+        lines: dict[str, faults.AmdgpuFault] = {}
+        for fault in stream:
+            lines.setdefault(fault.line, fault)
+        held: dict[tuple[object, ...], list[faults.AmdgpuFault]] = {}
+        for fault in lines.values():
+            held.setdefault(_key(fault), []).append(fault)
+        for key, found in held.items():
+            if len(found) > len(best.get(key, [])):
+                best[key] = found
+    return [fault for found in best.values() for fault in found]
+
+
+def _key(fault: faults.AmdgpuFault) -> tuple[object, ...]:
+    return (fault.pci, fault.cause, fault.detail, kernel_log.kernel_text(fault.line))
 
 
 def _group(found: list[faults.AmdgpuFault], by_pci: dict[str, AmdGpu]) -> list[_Fault]:
@@ -165,6 +179,7 @@ def _advice(cause: str) -> str:
         faults.RING_TIMEOUT: "Restart the job; if it recurs on this GPU, drain it and reset it",
         faults.GPU_RESET: "Restart the jobs that ran on it; watch for repeats",
         faults.GPU_RESET_FAILED: "Drain the node and reboot it",
+        faults.GPU_RESET_UNFINISHED: "Drain the node and reboot it",
         faults.RAS_UNCORRECTABLE: "Drain the GPU and reset it so the bad pages are retired",
         faults.RAS_FATAL: "Drain the GPU and reset it; reboot if the reset fails",
         faults.VM_FAULT: "Fix or restart the workload named (a bad pointer or freed buffer)",

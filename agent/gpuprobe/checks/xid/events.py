@@ -3,7 +3,8 @@
 XidCriticalError events and the other critical types of `gpuprobe.gpu.nvidia.events`, as
 `gpuprobe.gpu.event_drain` drains them; in the daemon the set is registered from the first run
 on, and a snapshot's `events` are handed to it once. What was drained is kept in the check's
-memory, so an event is not lost between runs.
+memory, so an event is not lost between runs. The set holds only what happened after it was
+registered: when it was first drained is kept (`SINCE`), and is all it covers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Any
 from gpuprobe.checks.xid.model import MAX_TIMES, Gpu, Seen, later, time_text
 from gpuprobe.gpu.event_drain import XID_EVENT, EventDrain
 from gpuprobe.report import format_time
+
+# Where the memory keeps when the event set was first drained: what it covers begins then.
+SINCE = "events_since"
 
 
 def drain(
@@ -30,6 +34,7 @@ def drain(
         sources["nvml_events"] = f"unavailable (NVML {drained.init_error})"
         return _remembered(events)
     sources["nvml_events"] = "read"
+    memory.setdefault(SINCE, format_time(now))  # the set holds events from its first drain on
     for event in drained.events:
         gpu = gpus.get(str(event.device)) or Gpu(event.device, "", None)
         stamp = _event_time(event.time, now)

@@ -166,6 +166,25 @@ def read_nothing(sources: dict[str, Any]) -> str | None:
     return "read no source of XIDs: " + " and ".join(unread or ["no source configured"])
 
 
+def events_only(sources: dict[str, Any], since: str | None) -> str | None:
+    """What the check read, in words, when it read NVML's events but no kernel log: the
+    events cover only the time since the set was first drained (`since`), so "no XID errors
+    this boot" would claim the rest of the boot unread. None when a kernel log was read (or
+    the events were not: `read_nothing` speaks then)."""
+    if _was_read(sources.get("kernel_logs")) or sources.get("nvml_events") != "read":
+        return None
+    unread = [
+        f"{entry['source']} {entry['error']}"
+        for entry in sources.get("kernel") or []
+        if isinstance(entry, dict) and entry.get("error")
+    ]
+    why = "; ".join([*unread, "none of xid.kernel_logs"])
+    return (
+        f"no XID in NVML's events since {since or 'this run'}; no kernel log could be read "
+        f"({why}): nothing is known of this boot before then"
+    )
+
+
 def _was_read(value: object) -> bool:
     """A source's entry says it was read: "read", or the list of files that were opened."""
     return value == "read" or (isinstance(value, list) and bool(value))

@@ -10,7 +10,11 @@ log some lines through DRM without it):
   followed by the process (`Process information: process python3 pid 1234 ...`);
 - a GPU reset: `GPU reset begin!`, then `GPU reset(2) succeeded!`, or `GPU reset(2) failed`,
   `GPU reset end with ret = -110` and (through DRM, without the device) `*ERROR* GPU Recovery
-  Failed: -110`;
+  Failed: -110`; a reset that began and never said how it ended before the log moved on (a
+  line stamped `RESET_SETTLE` later, or the same GPU's next reset) is a fault of its own, the
+  GPU hung in its reset (NixOS/nixpkgs#176915: `amdgpu 0000:03:00.0: amdgpu: GPU reset
+  begin!`, then three minutes later `INFO: task InputThread:1375 blocked for more than 122
+  seconds.`, no outcome);
 - an uncorrectable RAS error: `socket: 0, die: 0 1 uncorrectable hardware errors detected in
   umc block` (or without the socket), and the fatal interrupt
   `{1}uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!`;
@@ -27,13 +31,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from gpuprobe.gpu.kernel_log import line_time
+from gpuprobe.gpu.kernel_log import is_kernel_line, line_time
 
 RING_TIMEOUT = "ring_timeout"
 GPU_RESET = "gpu_reset"
 GPU_RESET_FAILED = "gpu_reset_failed"
+GPU_RESET_UNFINISHED = "gpu_reset_unfinished"
 RAS_UNCORRECTABLE = "ras_uncorrectable"
 RAS_FATAL = "ras_fatal"
 VM_FAULT = "vm_fault"
@@ -58,6 +63,11 @@ CAUSES: dict[str, Cause] = {
         "REBOOT_NODE",
         "the driver's GPU reset failed; the GPU is unusable until a reboot",
     ),
+    GPU_RESET_UNFINISHED: Cause(
+        "CRITICAL",
+        "REBOOT_NODE",
+        "the driver began a GPU reset and never said it ended; the GPU hangs until a reboot",
+    ),
     RAS_UNCORRECTABLE: Cause(
         "CRITICAL", "RESET_GPU", "uncorrectable hardware errors (RAS); a reset retires bad pages"
     ),
@@ -75,6 +85,13 @@ _PCI = r"(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
 _DEVICE = re.compile(r"amdgpu " + _PCI + r": ")
 _RING = re.compile(r"ring (?P<ring>\S+) timeout, signaled seq=(\d+), emitted seq=(\d+)")
 _RESET_DONE = re.compile(r"GPU reset(?:\(\d+\))? succeeded!")
+_RESET_BEGIN = "GPU reset begin!"
+# The reset itself done, the driver resuming the GPU (its outcome line follows).
+_RESET_RESUMING = "GPU reset succeeded, trying to resume"
+# A reset takes seconds (the MODE1 reset, the PSP's resume); one that said nothing of its end
+# this long after it began, while the log went on, hung.
+RESET_SETTLE = timedelta(seconds=60)
+_MONOTONIC = re.compile(r"\[\s*(\d+\.\d+)\]")
 _RESET_FAILED = re.compile(
     r"GPU reset(?:\(\d+\))? failed|GPU reset end with ret = -\d+|GPU Recovery Failed"
 )
@@ -91,6 +108,10 @@ _PROCESS_LINE = re.compile(
     r"(?:Process information: process|\bProcess|\bin process) (?P<process>\S*) pid (?P<pid>\d+)"
 )
 _BOOT = re.compile(r"(?:kernel: )?(?:\[\s*\d+\.\d+\] )?Linux version \d")
+# The kind of event this reads, by the text its lines bear (`gpu.kernel_events`).
+EVENTS = {"amdgpu_fault": "amdgpu"}
+# What a line this reads holds (a fault, its device, its process, a boot): the cheap test.
+_MARKERS = ("amdgpu", "GPU reset", "GPU Recovery", "Linux version", "rocess")
 
 
 @dataclass(frozen=True)
@@ -148,17 +169,26 @@ def _classify(line: str) -> tuple[str | None, str]:
     return None, ""
 
 
-def read_faults(texts: Iterable[str], *, boot: datetime | None, now: datetime) -> list[AmdgpuFault]:
+def read_faults(
+    texts: Iterable[str], *, boot: datetime | None, now: datetime, boots: bool = True
+) -> list[AmdgpuFault]:
     """This boot's amdgpu faults in one log, given oldest part first: what a log held
-    before its last `Linux version` line belongs to earlier boots. A fault line without a
+    before its last `Linux version` line belongs to earlier boots (`boots` False: the log is
+    one boot's by its nature, `/dev/kmsg`'s ring). A fault line without a
     device (the older DRM-prefixed ones) takes the device of the next line that names one
     within the same burst (the driver logs the reset of that GPU right after), else the
-    device of the fault before it (`GPU Recovery Failed` follows its device's lines)."""
+    device of the fault before it (`GPU Recovery Failed` follows its device's lines). A reset
+    that began and said nothing of its end before the log moved on is GPU_RESET_UNFINISHED."""
     faults: list[AmdgpuFault] = []
+    resets = _Resets(boot, now)
     for text in texts:
         for line in text.splitlines():
-            if "Linux version" in line and _BOOT.search(line):
-                faults = []
+            if resets.begun:
+                faults += resets.moved_on(line)
+            if not any(marker in line for marker in _MARKERS) or not is_kernel_line(line):
+                continue  # no line this reads, or another program's line in syslog
+            if boots and "Linux version" in line and _BOOT.search(line):
+                faults, resets = [], _Resets(boot, now)
                 continue
             fault = parse_fault(line, boot=boot, now=now)
             if fault is None:
@@ -166,9 +196,12 @@ def read_faults(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
                 if device:
                     _adopt(faults, device.group("pci").lower())
                 _name_process(faults, line)
+                faults += resets.read(line, device.group("pci").lower() if device else None)
                 continue
             if fault.pci is not None:
                 _adopt(faults, fault.pci)
+            if fault.cause in (GPU_RESET, GPU_RESET_FAILED):
+                resets.ended(fault.pci)
             faults.append(fault)
     for i in range(1, len(faults)):
         if faults[i].pci is None and faults[i - 1].pci is not None:
@@ -177,6 +210,60 @@ def read_faults(texts: Iterable[str], *, boot: datetime | None, now: datetime) -
                 faults[i - 1].pci, old.cause, old.detail, old.process, old.time, old.line
             )
     return faults
+
+
+class _Resets:
+    """The GPU resets a log began and has not said the end of, by device."""
+
+    def __init__(self, boot: datetime | None, now: datetime) -> None:
+        self.boot, self.now = boot, now
+        self.begun: dict[str | None, tuple[datetime | None, float | None, str]] = {}
+
+    def read(self, line: str, pci: str | None) -> list[AmdgpuFault]:
+        """A line of amdgpu's that is no fault: a reset's beginning (a reset of the same GPU
+        still open is unfinished), or its resume (the reset itself done)."""
+        if _RESET_RESUMING in line:
+            self.ended(pci)
+            return []
+        if _RESET_BEGIN not in line:
+            return []
+        unfinished = self._unfinished(pci) if pci in self.begun else []
+        time = line_time(line, boot=self.boot, now=self.now)
+        self.begun[pci] = (time, _monotonic(line), line.strip())
+        return unfinished
+
+    def ended(self, pci: str | None) -> None:
+        """The reset of `pci` said its end (any open one's, for a line naming no device)."""
+        if pci is None:
+            self.begun.clear()
+        else:
+            self.begun.pop(pci, None)
+
+    def moved_on(self, line: str) -> list[AmdgpuFault]:
+        """The resets still open when the log has gone on past RESET_SETTLE (by its wall or
+        monotonic stamps)."""
+        time = line_time(line, boot=self.boot, now=self.now)
+        mono = _monotonic(line)
+        found: list[AmdgpuFault] = []
+        for pci, (began, began_mono, _) in list(self.begun.items()):
+            late = (time is not None and began is not None and time - began >= RESET_SETTLE) or (
+                mono is not None
+                and began_mono is not None
+                and mono - began_mono >= RESET_SETTLE.total_seconds()
+            )
+            if late:
+                found += self._unfinished(pci)
+        return found
+
+    def _unfinished(self, pci: str | None) -> list[AmdgpuFault]:
+        began, _, line = self.begun.pop(pci)
+        return [AmdgpuFault(pci, GPU_RESET_UNFINISHED, "", None, began, line)]
+
+
+def _monotonic(line: str) -> float | None:
+    """A line's seconds since boot (`[37937.169164]`), when it carries them."""
+    match = _MONOTONIC.search(line, 0, 80)
+    return float(match.group(1)) if match else None
 
 
 def _name_process(faults: list[AmdgpuFault], line: str) -> None:
