@@ -76,17 +76,6 @@ class ClusterReader:
         """GET one path (discovery, /version) as JSON."""
         return self._call("get", lambda: self._get(path, {}))
 
-    def groups(self) -> dict[str, list[str]]:
-        """Discovery: every API group the server serves, with its versions (preferred first);
-        the core group as ""."""
-        found: dict[str, list[str]] = {"": list(self.get_path("/api").get("versions") or [])}
-        for group in self.get_path("/apis").get("groups") or []:
-            preferred = (group.get("preferredVersion") or {}).get("version")
-            versions = [v.get("version") for v in group.get("versions") or []]
-            ordered = [preferred] if preferred in versions else []
-            found[str(group.get("name"))] = ordered + [v for v in versions if v != preferred]
-        return found
-
     def each(
         self,
         kind: Kind,
