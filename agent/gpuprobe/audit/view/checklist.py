@@ -652,7 +652,7 @@ def agents_item(
 def gpu_quarantine(facts: ClusterFacts) -> Judged:
     """The GPUs quarantined across the cluster (DeviceTaintRules, gpuprobe's and others',
     and the DRA drivers' own device taints) and the GPUs each node pool loses to them."""
-    if (item := unread("gpu_quarantine", facts, "devicetaintrules")) is not None:
+    if (item := unread("gpu_quarantine", facts, "nodes", "devicetaintrules")) is not None:
         return item, []
     entries = quarantine.quarantined(facts.taint_rules, facts.slice_devices)
     status, text, out = quarantine.judge(entries, facts.nodes, facts.state("devicetaintrules"))
