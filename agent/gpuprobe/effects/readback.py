@@ -11,6 +11,7 @@ from gpuprobe.config import KubernetesConfig
 from gpuprobe.effects.conditions import groups
 from gpuprobe.effects.taints import TAINT_KEY
 from gpuprobe.kube.api import Access, KubeApi
+from gpuprobe.printable import screen
 
 
 @dataclass(frozen=True)
@@ -62,4 +63,4 @@ def render_signals(found: Sequence[NodeSignals]) -> str:
         for c in n.conditions:
             if c["status"] != "True":
                 lines.append(f"      {c['type']} {c['reason']}: {c['message']}")
-    return "\n".join(lines) + "\n"
+    return screen(lines)
