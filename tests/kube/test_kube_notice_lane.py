@@ -201,3 +201,31 @@ def test_a_notice_written_does_not_hide_that_the_other_updates_fail(tmp_path: Pa
             loop.offer(None)
             thread.join(5)
             api.close()
+
+
+def test_the_next_attempt_by_the_clock(standin: KubeStandIn) -> None:
+    """Which lane the loop takes next, and how long it waits for a token when neither has one
+    (the clock stands still unless moved): a notice in its lane while it has tokens, then in
+    the ordinary lane's turn; the wait is the nearer of the two lanes' next tokens."""
+    clock = [100.0]
+    config = KubernetesConfig(update_burst=1, updates_per_minute=6, taint=TaintConfig(enabled=True))
+    api = KubeApi(Access(kubeconfig=str(standin.kubeconfig())), timeout=5)
+    loop = EffectsLoop(
+        NodeEffects(api, NODE, config, run="run1"), lambda _: None, config, clock=lambda: clock[0]
+    )
+    try:
+        loop.offer(report())
+        assert loop.next_lane() is Lane.ORDINARY
+        assert loop.next_lane() == pytest.approx(10.0)  # the ordinary lane's next token: 10 s
+        loop.offer(with_lifecycle(PREEMPTION))  # the node not read yet: a notice
+        assert [loop.next_lane() for _ in range(NOTICE_BURST)] == [Lane.NOTICE] * NOTICE_BURST
+        assert loop.next_lane() == pytest.approx(5.0)  # the notice lane's next token is nearer
+        clock[0] += 5.0
+        assert loop.next_lane() is Lane.NOTICE
+        loop.step(Lane.NOTICE)  # the taint written: no notice left to bring
+        assert taint("preemption") in standin.taints(NODE)
+        assert loop.next_lane() == pytest.approx(5.0)  # the ordinary lane's token, 5 s on
+        clock[0] += 5.0
+        assert loop.next_lane() is Lane.ORDINARY
+    finally:
+        api.close()

@@ -153,7 +153,7 @@ class EffectsLoop:
             summary = "no node update yet"
         self.report_own(CheckResult(CHECK_NAME, summary, found, data=data))
 
-    def _next(self) -> Lane | float:
+    def next_lane(self) -> Lane | float:
         """The lane whose token was just taken for the next attempt, or the seconds to wait
         for one: the notice lane when the latest report brings a notice, else the ordinary."""
         self._notice.clear()
@@ -180,7 +180,7 @@ class EffectsLoop:
             if self._report is None:  # nothing to write yet: no token spent on it
                 self._wake.wait(HEARTBEAT_SECONDS)
                 continue
-            lane = self._next()
+            lane = self.next_lane()
             if not isinstance(lane, Lane):  # over budget: the latest report goes at a token,
                 self._notice.wait(lane)  # a notice as soon as its lane has one
                 continue
