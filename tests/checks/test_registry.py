@@ -28,6 +28,7 @@ MACHINERY = {
     "record",
     "registry",
     "runner",
+    "state",
     "attribution",
     "gpu_health",
     "imex",

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from conftest import gpuprobe, snapshot
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.client import Client
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
@@ -55,7 +56,7 @@ def test_clear_xid_on_a_node_without_gpus_names_none(tmp_path: Path) -> None:
 def test_clear_findings_refuses_a_gpu_the_node_does_not_have(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    clearer = xid_clearer(snapshot_host(snapshot("synthetic-xid-critical")), Config())
+    clearer = xid_clearer(CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))), Config())
     with (
         in_process_agent(
             "synthetic-xid-critical",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.state import Keeps
 from gpuprobe.config import Config
 from gpuprobe.families import Family
 from gpuprobe.report import CheckResult
@@ -51,6 +52,9 @@ class Check(Generic[D]):
     # The facts of its data the report's summary view keeps (`report_view.summary`), which the
     # fleet audit reads; None: the summary view keeps none of its data.
     summary_keys: DataKeys | None = None
+    # What the check keeps between runs (`checks.state`): the runner keeps it, in memory and,
+    # when it must survive a restart, in the state directory; None: it keeps nothing.
+    keeps: Keeps[Any] | None = None
 
     def deadline(self, config: Config) -> float:
         """How long the check may run under `config`, in seconds."""

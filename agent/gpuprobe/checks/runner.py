@@ -30,6 +30,7 @@ from typing import Any
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.state import CheckStates, state_directory
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, now
@@ -63,10 +64,18 @@ class _Flight:
 class CheckRunner:
     """Runs named checks on one host; at most one run of each check in flight."""
 
-    def __init__(self, host: Host, config: Config, checks: Mapping[str, Check[Any]]) -> None:
+    def __init__(
+        self,
+        host: Host,
+        config: Config,
+        checks: Mapping[str, Check[Any]],
+        states: CheckStates | None = None,
+    ) -> None:
         self.host = host
         self.config = config
         self._checks = dict(checks)
+        # What the checks keep between runs: this runner's for its life (`checks_states`).
+        self.states = states if states is not None else checks_states(host, config, checks)
         self._lock = threading.Lock()
         self._flights: dict[str, _Flight] = {}
 
@@ -100,6 +109,11 @@ class CheckRunner:
                 ran.append(Ran(timed_out(flight.check.name, round(waited, 3)), now()))
         return ran
 
+    def context(self) -> CheckContext:
+        """What a check's run is given: the node, and the states this runner keeps (also
+        for work on a check's state between runs, such as clearing sticky XIDs)."""
+        return CheckContext(self.host, self.states)
+
     def in_flight(self) -> list[str]:
         """The checks running now (including stuck ones)."""
         with self._lock:
@@ -123,7 +137,7 @@ class CheckRunner:
     def _fly(self, flight: _Flight) -> None:
         name = flight.check.name
         try:
-            result = flight.check.run(CheckContext(self.host), self.config)
+            result = flight.check.run(self.context(), self.config)
         except Exception as exc:  # one broken check must never break the report or the daemon
             result = failed(name, exc)
         result.duration_seconds = time.monotonic() - flight.started
@@ -135,6 +149,13 @@ class CheckRunner:
         with self._lock:
             self._flights.pop(flight.check.name, None)
         flight.done.set()
+
+
+def checks_states(host: Host, config: Config, checks: Mapping[str, Check[Any]]) -> CheckStates:
+    """Empty states for `checks`, with the state directory of those that survive a restart
+    (`state.state_directory`)."""
+    durable = [c.keeps for c in checks.values() if c.keeps is not None and c.keeps.survives_restart]
+    return CheckStates(state_directory(host, config, durable), resolved=True)
 
 
 def failed(name: str, exc: BaseException) -> CheckResult:

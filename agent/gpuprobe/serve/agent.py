@@ -22,8 +22,10 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gpuprobe import cleanup
 from gpuprobe.checks import lifecycle, rdma, xid
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.registry import CHECKS, active, refuse_unknown_names
 from gpuprobe.checks.runner import CheckRunner, Ran
+from gpuprobe.checks.state import CheckStates
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
@@ -100,6 +102,7 @@ class Agent:
         options: ServeOptions,
         clear_xid: ClearXid | None = None,
         rng: random.Random | None = None,
+        states: CheckStates | None = None,
     ) -> None:
         refuse_unknown_names(config)  # the validation `check` and `capture` make too
         self.host = host
@@ -109,7 +112,7 @@ class Agent:
         active_names = active(self.names)
         passive = [n for n in self.names if n not in active_names]
         self.store = ReportStore(host.node_name, self.names, first=passive)
-        self.executor = CheckRunner(host, config, CHECKS)
+        self.executor = CheckRunner(host, config, CHECKS, states)
         rng = rng or random.Random()
         groups = plan(self.names, config.serve, active_names, time.monotonic(), rng)
         self.scheduler = Scheduler(
@@ -229,7 +232,7 @@ class Agent:
         runs the lifecycle check now (None off any known cloud, or without the check)."""
         if lifecycle.NAME not in self.names:
             return None
-        sense = lifecycle.notice_sense(self.host, self.config)
+        sense = lifecycle.notice_sense(self.executor.context(), self.config)
         if sense is None:
             return None
         settings = self.config.section(lifecycle.NAME, lifecycle.LifecycleConfig)
@@ -326,12 +329,13 @@ class Agent:
         return 200, "\n".join(lines) + "\n"
 
 
-def xid_clearer(host: Host, config: Config) -> ClearXid:
-    """The xid check's `clear(host, config, gpu=None)` bound to this agent's host, so the
-    daemon's memory of sticky XIDs is cleared along with the state file."""
+def xid_clearer(ctx: CheckContext, config: Config) -> ClearXid:
+    """The xid check's `clear(ctx, config, gpu=None)` bound to this agent's context (its host
+    and the states its runner keeps), so the daemon's memory of sticky XIDs is cleared along
+    with the state file."""
 
     def clear_xid(gpu: int | None) -> int:
         """Forget the sticky XIDs of `gpu` (all when None) on this host."""
-        return xid.clear(host, config, gpu=gpu)
+        return xid.clear(ctx, config, gpu=gpu)
 
     return clear_xid

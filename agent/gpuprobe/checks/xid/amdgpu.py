@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
@@ -64,7 +64,7 @@ class _Fault:
 
 
 def read(
-    host: Host, config: Config, log: KernelLogRead
+    host: Host, config: Config, log: KernelLogRead, kept: dict[str, Any]
 ) -> tuple[list[Finding], list[AmdgpuFaultEntry]] | None:
     """This boot's amdgpu faults in the run's read of the kernel log, as findings and data;
     None on a node without AMD GPUs."""
@@ -73,7 +73,7 @@ def read(
         return None
     found = log.amdgpu_faults()
     grouped = _group(_unique(found), {g.pci_address: g for g in gpus})
-    memory: dict[str, tuple[int, float]] = host.memory.of("xid").setdefault(MEMORY, {})
+    memory: dict[str, tuple[int, float]] = kept.setdefault(MEMORY, {})
     wall = host.clock.wall()
     findings: list[Finding] = []
     data: list[AmdgpuFaultEntry] = []

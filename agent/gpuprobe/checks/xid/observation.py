@@ -5,9 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.state import StateDir
 from gpuprobe.checks.xid import events, kernel, policy, recovery, sticky
 from gpuprobe.checks.xid import state as xid_state
-from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
+from gpuprobe.checks.xid.model import Gpu, Observation, Seen, later
+from gpuprobe.checks.xid.persist import KEEPS
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.event_drain import drain_events
@@ -16,12 +19,14 @@ from gpuprobe.gpu.node_gpus import nvidia_driver_version, nvidia_pci_gpus, nvml_
 from gpuprobe.host import Host
 
 
-def observe(host: Host, config: Config, directory: str | None) -> Observation:
-    """Read both sources and the state (in `directory`, this host's `state_dir`), and judge
-    each XID active, cleared or past."""
+def observe(ctx: CheckContext, config: Config, directory: StateDir | None) -> Observation:
+    """Read both sources and the state (the check's memory the runner keeps, and the state
+    file in `directory`, the runner's state directory), and judge each XID active, cleared
+    or past."""
+    host = ctx.host
     now = datetime.fromtimestamp(host.clock.wall(), UTC)
     boot_id = read_boot_id(host)
-    memory = host.memory.of(NAME)
+    memory = ctx.kept(KEEPS)
     if "boot_id" in memory and memory["boot_id"] != boot_id:
         memory.clear()  # rebooted: what the last boot left behind is gone
     memory["boot_id"] = boot_id
