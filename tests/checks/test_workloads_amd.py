@@ -9,7 +9,7 @@ from typing import Any
 from conftest import snapshot
 from gpuprobe.checks import workloads
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.workloads import WorkloadsConfig
+from gpuprobe.checks.rules.sections import WorkloadsConfig
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.pipeline import run_checks

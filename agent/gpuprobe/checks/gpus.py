@@ -5,7 +5,7 @@ expected count against it, and lists each GPU's identity: index, UUID, name, ser
 id, memory, persistence and compute mode (read by `gpuprobe.gpu.nvidia.gpus`). A GPU NVML
 reports lost is named while the others are still reported. Each GPU's health (ECC, remapped
 rows, PCIe, NVLink, fabric, clock event reasons, temperature, power, load, processes) is read
-by `gpuprobe.gpu.nvidia.health` and judged by `gpuprobe.checks.gpu_health`.
+by `gpuprobe.gpu.nvidia.health` and judged by `gpuprobe.checks.rules.gpu_health`.
 
 Idle GPUs: the check remembers (its state, `KEEPS`, kept by the runner) since when each GPU
 has been idle, so the daemon raises GPU_IDLE once one stays idle past
@@ -13,7 +13,7 @@ has been idle, so the daemon raises GPU_IDLE once one stays idle past
 `data`.
 
 AMD GPUs on the bus are listed after NVIDIA's (`vendor: amd`, indexed in PCI order on their
-own) with the amdgpu driver's facts, and judged by `gpuprobe.checks.amd_gpus`.
+own) with the amdgpu driver's facts, and judged by `gpuprobe.checks.rules.amd_gpus`.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from gpuprobe.checks import amd_gpus as amd
-from gpuprobe.checks import imex as imex_check
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.gpu_health import health_findings, idle_finding
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.rules import amd_gpus as amd
+from gpuprobe.checks.rules import imex as imex_check
+from gpuprobe.checks.rules.gpu_health import health_findings, idle_finding
+from gpuprobe.checks.rules.sections import GpusConfig
 from gpuprobe.checks.state import Keeps
-from gpuprobe.config import MAX_INTEGER, Config, brief
-from gpuprobe.errors import ConfigError
+from gpuprobe.config import Config
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
@@ -558,25 +558,6 @@ def metric_families(data: GpusData) -> Iterator[Family]:
             if value is not None:
                 rows.add([*gpu_labels(gpu), cause], value)
     yield from (f for f in (ecc, rows) if f.samples)
-
-
-@dataclass(frozen=True)
-class GpusConfig:
-    """What the `gpus` check expects."""
-
-    # How many GPUs the node should have (`--expect-gpus`); None: as many as the PCI bus shows.
-    expect: int | None = None
-    # In the daemon, a GPU idle (no process, no utilization) for longer than this raises
-    # GPU_IDLE; one-shot `check` has no history and never does.
-    idle_window_seconds: float = 3600.0
-
-    def __post_init__(self) -> None:
-        if self.expect is not None and self.expect < 0:
-            raise ConfigError(f"expect: {self.expect} is negative")
-        if self.expect is not None and self.expect >= MAX_INTEGER:  # --expect-gpus too
-            raise ConfigError(f"expect: {brief(self.expect)} is beyond any sensible count or size")
-        if self.idle_window_seconds <= 0:
-            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
 
 
 CHECK: Check[GpusData] = Check(

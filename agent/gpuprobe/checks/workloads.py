@@ -32,9 +32,9 @@ from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.rules.sections import WorkloadsConfig
 from gpuprobe.checks.state import Keeps
 from gpuprobe.config import Config
-from gpuprobe.errors import ConfigError
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number, text
 from gpuprobe.host import Host
 from gpuprobe.host.podresources import PodResourcesAnswer
@@ -384,38 +384,6 @@ def metric_families(data: WorkloadsData) -> Iterator[Family]:
                 if (value := number(seconds)) is not None:
                     idle.add([*labels_of_gpu, str(namespace)], value)
     yield from (allocated, idle, unallocated)
-
-
-@dataclass(frozen=True)
-class WorkloadsConfig:
-    """Where the `workloads` check asks the kubelet, and when an allocated GPU is idle."""
-
-    # The kubelet's PodResources socket (a host path).
-    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    # Deadline of each PodResources call: a hung kubelet costs this, then ALLOCATION_UNKNOWN.
-    timeout_seconds: float = 2.0
-    # Whether the node must answer PodResources; None: where /var/lib/kubelet/pod-resources
-    # exists (a kubelet's node). False: a missing socket is never a finding.
-    expect_kubelet: bool | None = None
-    # An allocated GPU (or MIG device) with no process and utilization at or below this, for
-    # longer than the window, raises GPU_ALLOCATED_IDLE (in the daemon, which has history).
-    idle_utilization_percent: float = 1.0
-    idle_window_seconds: float = 1800.0
-    # Where the daemon keeps its allocated / idle / unallocated seconds across restarts
-    # (workload-accounting.json); None: in memory only, from zero at each start.
-    state_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.socket.startswith("/"):
-            raise ConfigError(f"socket: {self.socket!r} is not an absolute host path")
-        if not 0 < self.timeout_seconds <= 60:
-            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be in (0, 60]")
-        if not 0 <= self.idle_utilization_percent <= 100:
-            raise ConfigError(
-                f"idle_utilization_percent: {self.idle_utilization_percent:g} must be 0 to 100"
-            )
-        if not self.idle_window_seconds > 0:  # NaN too
-            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
 
 
 CHECK: Check[WorkloadsData] = Check(

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.rules.kernel_reading import read_sources
 from gpuprobe.checks.state import StateDir
 from gpuprobe.checks.xid import events, kernel, policy, recovery, sticky
 from gpuprobe.checks.xid import state as xid_state
@@ -35,7 +36,7 @@ def observe(ctx: CheckContext, config: Config, directory: StateDir | None) -> Ob
     seen: dict[str, Seen] = {}
     for x in events.drain(drain_events(host), gpus, memory, sources, now):
         seen[x.key] = x
-    log = kernel.read_sources(host, config, now)
+    log = read_sources(host, config, now)
     observation = Observation(boot_id, [], log, sources, gpus=gpus, now=now)
     for x in kernel.sightings(
         log, gpus, pci_order, sources, observation.sxids, observation.resets_logged
