@@ -55,6 +55,9 @@ class Check(Generic[D]):
     # What the check keeps between runs (`checks.state`): the runner keeps it, in memory and,
     # when it must survive a restart, in the state directory; None: it keeps nothing.
     keeps: Keeps[Any] | None = None
+    # An active check that loads the GPUs (nccl's all-reduce): the runner runs one such
+    # check at a time, so that two never load the GPUs (and judge them) at once.
+    loads_gpus: bool = False
 
     def deadline(self, config: Config) -> float:
         """How long the check may run under `config`, in seconds."""

@@ -17,6 +17,11 @@ The checks start one after another, each once the one before has finished or has
 STAGGER_SECONDS: a dozen short checks started at once contend for the interpreter and cost
 about three times the CPU of the same checks in turn, while a slow or hung check holds the
 next one back for no longer than the stagger.
+
+Active checks that load the GPUs (`Check.loads_gpus`: nccl's all-reduce) run one at a time:
+a second one waits for the first to end (its wait counts against its own deadline), so two
+never load the GPUs at once and neither measures the GPUs under the other's load. One left
+behind past its deadline still holds the GPUs, and the next waits for it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -78,6 +84,8 @@ class CheckRunner:
         self.states = states if states is not None else checks_states(host, config, checks)
         self._lock = threading.Lock()
         self._flights: dict[str, _Flight] = {}
+        # Held by the one GPU-loading check running now (`Check.loads_gpus`).
+        self._gpus = threading.Lock()
 
     def run(self, names: Sequence[str], within: float | None = None) -> list[Ran]:
         """Run the named checks (in turn, staggered; all at once under a caller's deadline)
@@ -137,11 +145,16 @@ class CheckRunner:
     def _fly(self, flight: _Flight) -> None:
         name = flight.check.name
         try:
-            result = flight.check.run(self.context(), self.config)
+            with self._gpus_for(flight.check):
+                result = flight.check.run(self.context(), self.config)
         except Exception as exc:  # one broken check must never break the report or the daemon
             result = failed(name, exc)
         result.duration_seconds = time.monotonic() - flight.started
         self._land(flight, result)
+
+    def _gpus_for(self, check: Check[Any]) -> AbstractContextManager[object]:
+        """What a check's run holds: the GPUs, for one that loads them; else nothing."""
+        return self._gpus if check.loads_gpus else nullcontext()
 
     def _land(self, flight: _Flight, result: CheckResult) -> None:
         flight.result = result
