@@ -59,7 +59,7 @@ def test_nvml_events_alone_claim_only_the_time_they_cover(tmp_path: Path) -> Non
     host = snapshot_host(str(snap))
     ctx = CheckContext(host)  # one runner's context: its states
     result = xid.run(ctx, Config())
-    since = ctx.kept(xid.KEEPS)["events_since"]  # the set's first drain: this run
+    since = ctx.kept(xid.KEEPS).events_since  # the set's first drain: this run
     drained = datetime.fromisoformat(since)
     assert abs(drained.timestamp() - host.clock.wall()) < 60
     assert (result.status, result.summary, result.findings) == (

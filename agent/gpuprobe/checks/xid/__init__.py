@@ -29,7 +29,7 @@ from typing import Any, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
-from gpuprobe.checks.xid import aer, amdgpu, events, sxid
+from gpuprobe.checks.xid import aer, amdgpu, sxid
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.clearing import clear
 from gpuprobe.checks.xid.findings import events_only, finding, read_nothing, summary
@@ -104,7 +104,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         text += f"; {amdgpu.summary(amd_faults)}"
     blind = read_nothing(seen.sources)
     if blind is None and not seen.xids:
-        blind = events_only(seen.sources, memory.get(events.SINCE))
+        blind = events_only(seen.sources, memory.events_since)
     if blind is not None and not seen.xids:
         return CheckResult(NAME, blind, findings, data, floor=Status.UNKNOWN)
     return CheckResult(NAME, text, findings, data)

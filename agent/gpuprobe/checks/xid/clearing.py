@@ -64,9 +64,9 @@ def clear(ctx: CheckContext, config: Config, gpu: int | None = None) -> int:
         if directory is not None:
             xid_state.save(directory, state)  # first, so a failure changes nothing
         memory = ctx.kept(KEEPS)
-        memory.setdefault("cleared", {}).update(marks)
+        memory.cleared.update(marks)
         for key in marks:
-            memory.setdefault("sticky", {}).pop(key, None)
+            memory.sticky.pop(key, None)
         return len(marks)
 
 

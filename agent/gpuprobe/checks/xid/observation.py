@@ -28,9 +28,9 @@ def observe(ctx: CheckContext, config: Config, directory: StateDir | None) -> Ob
     now = datetime.fromtimestamp(host.clock.wall(), UTC)
     boot_id = read_boot_id(host)
     memory = ctx.kept(KEEPS)
-    if "boot_id" in memory and memory["boot_id"] != boot_id:
-        memory.clear()  # rebooted: what the last boot left behind is gone
-    memory["boot_id"] = boot_id
+    if memory.booted and memory.boot_id != boot_id:
+        memory = ctx.forget(KEEPS)  # rebooted: what the last boot left behind is gone
+    memory.boot_id, memory.booted = boot_id, True
     gpus, pci_order = _gpus(host)
     sources: dict[str, Any] = {}
     seen: dict[str, Seen] = {}
@@ -48,7 +48,7 @@ def observe(ctx: CheckContext, config: Config, directory: StateDir | None) -> Ob
         observation.state_error = str(exc)
     state = observation.state
     same_boot = state is not None and state.boot_id == boot_id
-    remembered = [*memory.get("sticky", {}).values()]
+    remembered = [*memory.sticky.values()]
     if same_boot and state is not None:
         remembered += list(state.sticky.values())
     for entry in remembered:
@@ -60,7 +60,7 @@ def observe(ctx: CheckContext, config: Config, directory: StateDir | None) -> Ob
         if x.is_xid:
             x.override = policy.find(config, "xid", x.xid, driver)
     saved = dict(state.cleared) if same_boot and state is not None else {}
-    cleared = observation.cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
+    cleared = observation.cleared = sticky.newest_clearings(saved, memory.cleared)
     nvml_seen = recovery.observe_gpus(host, gpus, memory, now)
     recovery.apply(list(seen.values()), observation.resets_logged, nvml_seen, cleared, memory, now)
     sticky.judge(list(seen.values()), cleared, memory, config, now)

@@ -3,10 +3,9 @@ file in the runner's state directory), and what the live daemon writes there eac
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuprobe.checks.state import DEFAULT_STATE_DIR, Keeps, StateDir
 from gpuprobe.checks.xid import state as xid_state
+from gpuprobe.checks.xid.memory import XidMemory
 from gpuprobe.checks.xid.model import Observation
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
@@ -20,12 +19,9 @@ def _configured_dir(config: Config) -> str | None:
     return xid_settings(config).state_dir
 
 
-# The check's memory between runs, by key: what the NVML event set showed (`events`, and
-# `events_since`), the sticky XIDs and clearings of this boot (`sticky`, `cleared`), when each
-# fault last grew (`grew`, `sxid_grew`), the GPUs' recovery fields and losses (`recovery_field`,
-# `reset_asked_at`, `lost`), the AER counters' history and amdgpu's faults; `boot_id` voids it
-# all at a reboot. The sticky XIDs and clearings survive a restart in `xid-state.json`.
-KEEPS: Keeps[dict[str, Any]] = Keeps(dict, survives_restart=True, configured_dir=_configured_dir)
+# The check's memory of this boot (`memory.XidMemory`); its sticky XIDs and clearings survive
+# a restart in `xid-state.json`.
+KEEPS: Keeps[XidMemory] = Keeps(XidMemory, survives_restart=True, configured_dir=_configured_dir)
 
 
 def save_sticky(host: Host, seen: Observation, directory: StateDir | None) -> str | None:
