@@ -10,7 +10,11 @@
 - the Helm chart's copies of what the base holds (daemonset/chart/files/: the agent's
   configuration, the dashboard, the rules file, the auditor's ClusterRole; a chart cannot read
   files outside its directory), and the chart's README with the table of its values, from
-  values.yaml and the descriptions in values.schema.json.
+  values.yaml and the descriptions in values.schema.json;
+- the schema of the chart's `config` value in values.schema.json, from the agent's own
+  configuration classes (gpuprobe.config and each check's section): every key the agent's
+  loader knows, with its type, and no other, so `helm template` refuses a misspelt key
+  instead of rendering a configuration the agent refuses at start.
 
 Run `python scripts/build_deploy.py` after changing either source; a test fails when the
 committed files differ from what this writes.
@@ -18,9 +22,12 @@ committed files differ from what this writes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,10 @@ from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus as prom_model
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "agent"))
+from gpuprobe.checks.registry import sections  # noqa: E402
+from gpuprobe.config import Config  # noqa: E402
+
 DASHBOARD = ROOT / "daemonset" / "base" / "dashboards" / "gpuprobe-node-health.json"
 PROMETHEUS_RULE = ROOT / "daemonset" / "base" / "prometheusrule.yaml"
 RULES_FILE = ROOT / "daemonset" / "overlays" / "no-prometheus-operator" / "gpuprobe.rules.yml"
@@ -598,6 +609,65 @@ def _schema_leaves(
     return found
 
 
+VALUES_SCHEMA = CHART / "values.schema.json"
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of the agent's configuration file: the `Config` dataclass and each
+    check's section, key by key, as gpuprobe.config's loader reads them (an unknown key is an
+    error there, `additionalProperties: false` here)."""
+    hints = typing.get_type_hints(Config)
+    properties = {
+        f.name: _type_schema(hints[f.name])
+        for f in dataclasses.fields(Config)
+        if f.metadata.get("key", True)
+    }
+    properties.update({name: _type_schema(kind) for name, kind in sorted(sections().items())})
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+def _type_schema(hint: Any) -> dict[str, Any]:
+    """One setting's type as JSON Schema (the loader's _convert, type by type)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        members = [_type_schema(a) for a in args if a is not type(None)]
+        if type(None) in args:
+            members.append({"type": "null"})
+        return members[0] if len(members) == 1 else {"anyOf": members}
+    if dataclasses.is_dataclass(hint):
+        own = typing.get_type_hints(hint)
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                f.name: _type_schema(own[f.name])
+                for f in dataclasses.fields(hint)
+                if f.metadata.get("key", True)
+            },
+        }
+    if origin is tuple:
+        return {"type": "array", "items": _type_schema(args[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _type_schema(args[1])}
+    scalar = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    if hint in scalar:
+        return {"type": scalar[hint]}
+    raise TypeError(f"no JSON Schema for the setting type {hint!r}")
+
+
+def values_schema_text() -> str:
+    """values.schema.json with its `config` value's schema written from the agent's classes
+    (the rest kept as written)."""
+    schema = json.loads(VALUES_SCHEMA.read_text())
+    config = schema["properties"]["config"]
+    schema["properties"]["config"] = {
+        "type": "object",
+        "description": config["description"],
+        **{k: v for k, v in config_schema().items() if k != "type"},
+    }
+    return json.dumps(schema, indent=2) + "\n"
+
+
 def main(argv: list[str]) -> int:
     """Write the generated files (or, with --check, say whether they are current)."""
     outputs = {
@@ -607,6 +677,7 @@ def main(argv: list[str]) -> int:
     }
     for copy, source in CHART_FILES.items():
         outputs[copy] = outputs.get(source) or source.read_text()
+    outputs[VALUES_SCHEMA] = values_schema_text()
     outputs[CHART_README] = chart_readme_text()
     if "--check" in argv:
         stale = [str(p.relative_to(ROOT)) for p, text in outputs.items() if _read(p) != text]

@@ -164,6 +164,12 @@ PLURALS = {kind: plural for (_, plural), kind in SERVED.items()}
 AUDITOR = "system:serviceaccount:gpuprobe:gpuprobe-auditor"
 
 
+def served_key(path: str, query: dict[str, list[str]]) -> str:
+    """The key of `Faults.served` for a request: its path and selectors (not its page)."""
+    picked = [f"{k}={query[k][0]}" for k in ("labelSelector", "fieldSelector") if k in query]
+    return path + ("?" + "&".join(picked) if picked else "")
+
+
 def _group_document(group: str, versions: list[str]) -> dict[str, Any]:
     """One APIGroup of the discovery document."""
     listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
@@ -436,6 +442,10 @@ class Faults:
     # Answers a broken or hostile server (or a proxy in front of one) gives, sent as they are
     # for the next requests, after authentication: see `RawAnswer`.
     raw: list[RawAnswer] = field(default_factory=list)
+    # Documents answered as they are (200, JSON) to every authenticated GET of a path,
+    # whatever the query: what a broken controller, a conversion webhook or a proxy in front
+    # of the API server can hand a client that trusts the schema.
+    served: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -667,6 +677,8 @@ class KubeStandIn:
         if not auth.startswith("Bearer ") or auth[len("Bearer ") :] not in self.tokens:
             raise ApiFailure(401, "Unauthorized", "Unauthorized")
         token = auth[len("Bearer ") :]
+        if method == "GET" and (key := served_key(path, query)) in self.faults.served:
+            return 200, self.faults.served[key]
         user, rules = self.users.get(token, (SERVICE_ACCOUNT, self.rules))
         if method == "GET" and (found := self._discovery(path)) is not None:
             return 200, found  # system:discovery grants these to every authenticated user
@@ -1142,7 +1154,11 @@ class _Handler(BaseHTTPRequestHandler):
         # A pod's log is plain text (pods/log); everything else JSON.
         text = isinstance(answer, PlainText)
         data = (
-            answer.text.encode() if isinstance(answer, PlainText) else json.dumps(answer).encode()
+            answer.text.encode()
+            if isinstance(answer, PlainText)
+            else answer
+            if isinstance(answer, bytes)  # a served document's bytes, as they are
+            else json.dumps(answer).encode()
         )
         with state._lock:
             state.requests.append((arrived, self.command, url.path, code))

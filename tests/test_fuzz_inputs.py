@@ -1,5 +1,6 @@
 """Fuzzing every kind of input a user or an attacker hands gpuprobe: the configuration and each
-file of a snapshot (its JSON files, and host files under rootfs/ that the readers parse).
+file of a snapshot (its JSON files, and host files under rootfs/ that the readers parse), and
+the API objects `audit --kubeconfig` reads (at the end of this file).
 
 Each case mutates one file of a real snapshot (bytes cut, inserted, replaced or repeated; for
 JSON also a value swapped for an odd one: 10^400, deep nesting, a wrong type) and then does what
@@ -465,3 +466,133 @@ def test_what_fuzzing_found_stays_fixed(kind_name: str, data: bytes) -> None:
     kind = next(k for k in KINDS if k.name == kind_name)
     with mutated(kind, data) as (directory, config):
         judge_kind(kind, directory, config)
+
+
+# -- the cluster view's API objects ------------------------------------------------------------
+# What `audit --kubeconfig` reads: every answer the API server gave for a healthy GPU cluster
+# (tests/cluster_objects.py), one document by request (path and selectors), mutated as one
+# JSON document and then answered by the stand-in as it is, instead of the real objects. The
+# judge: the audit ends (within its deadline and the view's grace: no hang) with a report it
+# can write as JSON and text (no crash), and whatever could not be read (a source failed, an
+# object skipped) leaves the view short of OK (no false OK).
+CLUSTER_DEADLINE = 5.0
+
+
+@contextmanager
+def cluster_under_test(unwatched: bool = False) -> Iterator[tuple[Any, bytes]]:
+    """The stand-in serving the healthy cluster, its agent answering; with `unwatched`, a
+    second GPU node with no agent and a finished GPU pod on it (the view lists its pods);
+    (stand-in, the answers the view read, as one JSON document)."""
+    from cluster_objects import (
+        GFD,
+        GPU_NODE,
+        gpu_node_status,
+        healthy_gpu_cluster,
+        now,
+        pod,
+        recording,
+        started,
+    )
+    from serving import in_process_agent
+
+    with (
+        tempfile.TemporaryDirectory(prefix="gpuprobe-fuzz-") as tmp,
+        in_process_agent("synthetic-h100-8gpu-healthy", node_name=GPU_NODE) as agent,
+    ):
+        standin = started(Path(tmp))
+        try:
+            healthy_gpu_cluster(standin, agent.grpc_port, now())
+            if unwatched:
+                standin.add_node("gpu-node-2", GFD, status=gpu_node_status("8"))
+                done = pod("etl-0", {"nvidia.com/gpu": "1"}, "2026-12-01T00:00:00Z", "Succeeded")
+                done["spec"]["nodeName"] = "gpu-node-2"
+                standin.add_pod(done)
+            with recording(standin) as answered:
+                report = audit_cluster(standin)
+            assert report.view is not None
+            assert not unwatched or any("spec.nodeName=gpu-node-2" in k for k in answered)
+            assert unwatched or report.view.status.value == "OK", [
+                (i.name, i.status.value, i.summary) for i in report.view.items
+            ] + [f.code for f in report.view.findings]
+            yield standin, json.dumps(answered).encode()
+        finally:
+            standin.stop()
+
+
+def audit_cluster(standin: Any) -> Any:
+    """`audit --kubeconfig` in process, within the deadline and the view's grace."""
+    import time
+
+    from cluster_objects import TOKEN
+    from gpuprobe.audit.run import VIEW_GRACE_SECONDS, AuditOptions, audit
+    from gpuprobe.kube.api import Access
+
+    start = time.monotonic()
+    access = Access(kubeconfig=str(standin.kubeconfig(TOKEN)))
+    report = audit(AuditOptions(targets=[], deadline=CLUSTER_DEADLINE, kube=access))
+    took = time.monotonic() - start
+    assert took < CLUSTER_DEADLINE + VIEW_GRACE_SECONDS + 1, f"a hang: {took:.1f} s"
+    return report
+
+
+def judge_cluster(standin: Any, base: bytes, data: bytes) -> None:
+    """Serve the mutated answers (the bytes at every path when they are no longer one JSON
+    object of answers) and audit."""
+    from gpuprobe.audit.render import render_cluster
+    from gpuprobe.report import Status
+
+    keys = list(json.loads(base))
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, dict) and set(doc) == set(keys):
+        standin.faults.served = {k: json.dumps(v).encode() for k, v in doc.items()}
+    else:
+        standin.faults.served = dict.fromkeys(keys, data)
+    try:
+        report = audit_cluster(standin)
+    finally:
+        standin.faults.served = {}
+    view = report.view
+    assert view is not None
+    json.loads("".join(report.json_chunks()))
+    render_cluster(report, colour=False, width=80)
+    short = [
+        s.to_dict()
+        for s in view.sources
+        if s.state in ("failed", "forbidden") or s.unreadable or s.name == "view"
+    ]
+    if short:  # never a false OK
+        assert view.status != Status.OK and report.status != Status.OK, short
+        unreadable = [s for s in view.sources if s.unreadable]
+        named = [f.message for f in view.findings if f.code == "API_OBJECT_UNREADABLE"]
+        assert len(named) == len(unreadable), (named, unreadable)
+
+
+def cluster_mutation(base: bytes) -> st.SearchStrategy[bytes]:
+    """One answer's value swapped (mostly: what a wrong-typed object is), or the bytes cut."""
+    return st.one_of(json_mutation(base), json_mutation(base), json_mutation(base))
+
+
+@pytest.mark.parametrize("unwatched", [False, True], ids=["healthy", "node-without-agent"])
+def test_mutated_cluster_objects_never_crash(unwatched: bool) -> None:
+    cases: list[int] = []
+    with cluster_under_test(unwatched) as (standin, base):
+
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            derandomize="GPUPROBE_FUZZ_EXAMPLES" not in os.environ,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
+        @given(data=cluster_mutation(base))
+        def case(data: bytes) -> None:
+            cases.append(len(data))
+            judge_cluster(standin, base, data)
+
+        case()
+    kind = "cluster API objects" + (", a node without agent" if unwatched else "")
+    print(f"fuzz {kind}: {len(cases)} cases, 0 crashes, largest {max(cases)} bytes")
+    assert len(cases) >= min(EXAMPLES, 8)

@@ -74,6 +74,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.errors",
             "gpuprobe.families",
             "gpuprobe.files",  # bounded reads of regular files
+            "gpuprobe.printable",  # text from nodes made safe for a terminal
             "gpuprobe.threads",  # thread starts the system may refuse
             "gpuprobe.cores",  # the cores this process may use
             "gpuprobe.v1",  # the generated wire types

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuprobe.causes import Cause, gpu_index, gpu_list, group
+from gpuprobe.printable import printable, screen
 from gpuprobe.report import Action, CheckResult, NodeReport, Severity, Status
 
 _COLOURS = {
@@ -76,6 +77,7 @@ def wrap(text: str, indent: int, width: int | None, first: int | None = None) ->
     than a whole line (a path, a log excerpt) is broken inside the hanging indent rather
     than pushed past the edge."""
     lead = " " * (indent if first is None else first)
+    text = printable(text, painted=True)  # escaped before it is measured
     if width is None:
         return [(lead + text).replace(NO_BREAK, " ")]
     lines = textwrap.wrap(
@@ -195,7 +197,7 @@ def render_report(
             lines += _beside(f"{NOT_RUN:<{STATUS_WIDTH}}", f"{check.name}: {check.summary}", width)
         if not ok and not not_run:
             lines.pop()
-    return "\n".join(lines) + "\n"
+    return screen(lines)
 
 
 def _all_clear(ok: int, not_run: int) -> str:

@@ -198,3 +198,30 @@ def test_the_streamed_json_is_the_report_with_a_node_on_each_line() -> None:
     ]
     empty = "".join(build([]).json_chunks())
     assert json.loads(empty) == build([]).to_dict()
+
+
+def test_driver_versions_are_compared_within_a_vendor() -> None:
+    """Issue 40: in a cluster of NVIDIA and AMD nodes the skew table held an NVIDIA driver's
+    version against an AMD node's amdgpu version (an in-tree driver's is the kernel release):
+    `driver_version` is compared per vendor there, as `driver_version:nvidia` and
+    `driver_version:amd`. The snapshots' real reports, replayed."""
+    from conftest import snapshot
+    from gpuprobe.config import Config
+    from gpuprobe.host import snapshot_host
+    from gpuprobe.pipeline import run_checks
+
+    def fetched(name: str, node: str) -> Fetched:
+        report = run_checks(snapshot_host(snapshot(name), node), Config(), ["driver", "gpus"])
+        return Fetched(target=f"{node}:50051", report=report)
+
+    nvidia = [fetched("synthetic-h100-8gpu-healthy", f"h100-{i}") for i in range(2)]
+    amd = [fetched("synthetic-amd-mi300x-8gpu-healthy", f"mi300x-{i}") for i in range(3)]
+    cluster = build([*nvidia, *amd])
+    fields = {s.field: s for s in cluster.skew}
+    assert "driver_version" not in fields
+    assert fields["driver_version:nvidia"].nodes == 2
+    assert fields["driver_version:amd"].nodes == 3
+    assert not fields["driver_version:nvidia"].outliers
+    assert not fields["driver_version:amd"].outliers
+    # One vendor alone: the field keeps its name.
+    assert "driver_version" in {s.field for s in build(nvidia).skew}

@@ -300,12 +300,14 @@ def test_a_cluster_with_waiting_gpu_pods_gangs_and_no_shared_storage(
     assert sorted(codes) == [
         "AGENT_MISSING",
         "GANG_PARTIALLY_SCHEDULED",
+        "GPU_NODE_IDLE",  # gpu-node-18: no agent, no GPU pod since it joined (issue 40)
         "GPU_NODE_NOT_ADVERTISING",
         "GPU_POD_PENDING",
         "NO_GANG_SCHEDULING",
         "NO_SHARED_STORAGE",
         "SPOT_DRAIN_UNHANDLED",
     ]
+    assert [f["resource"] for f in codes["GPU_NODE_IDLE"]] == ["node:gpu-node-18"]
     assert [f["resource"] for f in codes["GPU_NODE_NOT_ADVERTISING"]] == ["node:gpu-node-19"]
     assert codes["GPU_NODE_NOT_ADVERTISING"][0]["severity"] == "CRITICAL"
     assert report["status"] == "CRITICAL" and cluster["status"] == "CRITICAL"
@@ -425,3 +427,251 @@ def copy_node(standin: KubeStandIn, i: int) -> dict[str, Any]:
     found = node(f"cpu-{i:04d}")
     found["metadata"]["resourceVersion"] = "1"
     return found
+
+
+def test_a_wrong_typed_object_is_one_counted_problem_naming_it(standin: KubeStandIn) -> None:
+    """Issue 41: a ClusterPolicy whose `status` is the string "ready" (not an object) gave
+    AttributeError, exit 1 and truncated JSON. It is one object the view could not read,
+    counted and named; the rest of the view stands."""
+    standin.add_node("gpu-node-18", GFD, status=gpu_status("8"))
+    standin.install("nvidia.com", ["v1"])
+    policy = {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": {"driver": {"enabled": True}},
+        "status": "ready",
+    }
+    standin.add_object(policy)
+    standin.add_object(
+        {**policy, "metadata": {"name": "second-policy"}, "status": {"state": "ready"}}
+    )
+    report = audit_json(standin)
+    cluster = report["cluster"]
+    sources = {s["source"]: s for s in cluster["sources"]}
+    assert sources["clusterpolicies"]["state"] == "read"
+    assert sources["clusterpolicies"]["unreadable"] == 1
+    assert sources["clusterpolicies"]["unreadable_objects"] == [
+        "cluster-policy: a field of the wrong type or value (AttributeError: 'str' object has "
+        "no attribute 'get')"
+    ]
+    (finding,) = by_code(cluster)["API_OBJECT_UNREADABLE"]
+    assert finding["severity"] == "UNKNOWN"
+    assert finding["message"].startswith(
+        "1 object(s) of clusterpolicies could not be read and were skipped: cluster-policy: "
+    )
+    stack = item(cluster, "device_stack")
+    assert stack["facts"]["cluster_policies"] == [{"name": "second-policy", "state": "ready"}]
+    # The nodes were read whole: the items that read only them keep their verdicts.
+    assert item(cluster, "gpu_resources")["status"] == "OK"
+    assert stack["status"] != "OK"
+
+
+def test_an_api_that_answers_404_to_everything_is_unknown_never_absent(
+    standin: KubeStandIn,
+) -> None:
+    """Issue 40: a wrong server URL or proxy path answers 404 to every request (a Status, as a
+    kube-apiserver behind a path prefix does for a path it does not serve). Nodes and pods
+    are built-in kinds: a 404 for them is no proof of absence. The view was "agents OK 0 of
+    0", spot OK, pending OK; it is UNKNOWN with the reason, and no item is OK."""
+    from kube_standin import RawAnswer
+
+    status = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "the server could not find the requested resource",
+        "reason": "NotFound",
+        "details": {},
+        "code": 404,
+    }
+    json_type = {"Content-Type": "application/json"}
+    standin.faults.raw = [RawAnswer(404, json_type, json.dumps(status).encode())] * 200
+    done = gpuprobe(
+        "audit", "--kubeconfig", str(standin.kubeconfig(TOKEN)), "--deadline", "5", "--json"
+    )
+    assert done.returncode == 3, done.stderr
+    cluster = json.loads(done.stdout)["cluster"]
+    assert cluster["status"] == "UNKNOWN"
+    assert [i["item"] for i in cluster["checklist"] if i["status"] == "OK"] == []
+    sources = {s["source"]: s for s in cluster["sources"]}
+    for built_in in ("discovery", "agent pods", "nodes", "pending pods", "daemonsets"):
+        assert sources[built_in]["state"] == "failed", sources[built_in]
+    assert sources["nodes"]["detail"].startswith(
+        "404: the API server answered that /api/v1/nodes does not exist, and it is a built-in "
+        "kind every API server serves (a wrong server URL or proxy path?)"
+    )
+    assert item(cluster, "agents")["summary"].startswith("not read: nodes: 404: ")
+    # Nothing read says what is installed: the custom resources are not "not installed" either.
+    assert "not installed" not in {s["state"] for s in cluster["sources"]}
+
+
+def test_volcanos_wording_decodes_into_causes() -> None:
+    """Issue 40: Volcano's scheduler says "unavailable" where kube-scheduler says "available"
+    (volcano-sh/volcano pkg/scheduler/api/unschedule_info.go, FitErrors.Error: `0/%v nodes
+    are unavailable: %v.`, reasons sorted, joined by ", "); its message was left as cause
+    "other"."""
+    fit = decode(
+        "0/5 nodes are unavailable: 2 node(s) had untolerated taint "
+        "{nvidia.com/gpu: present}, 3 Insufficient nvidia.com/gpu."
+    )
+    assert fit.decoded and fit.nodes == 5
+    assert [(r.nodes, r.cause, r.subject) for r in fit.reasons] == [
+        (2, "taint", "nvidia.com/gpu=present"),
+        (3, "insufficient", "nvidia.com/gpu"),
+    ]
+    fit = decode("all nodes are unavailable: 3 Insufficient nvidia.com/gpu.")
+    assert fit.nodes == 3
+    assert [(r.cause, r.subject) for r in fit.reasons] == [("insufficient", "nvidia.com/gpu")]
+
+
+def test_the_views_words_agents_under_another_name_allocation_and_ruled_out_causes(
+    tmp_path: Path,
+) -> None:
+    """Issue 40: an agent that answered under another node name (its NODE_NAME the host's
+    name, the Node the cloud's) was AGENT_MISSING "did not answer"; with agents answering
+    the view said "allocation unknown (no agent answered)"; and AGENT_MISSING listed "no
+    DaemonSet" as a cause with the gpuprobe DaemonSet in sight."""
+    from cluster_objects import (
+        GFD,
+        GPU_NODE,
+        daemon_set,
+        gpu_node_status,
+        healthy_gpu_cluster,
+        now,
+        started,
+    )
+
+    with in_process_agent("synthetic-h100-8gpu-healthy", node_name="ip-10-0-1-5") as agent:
+        standin = started(tmp_path)
+        try:
+            healthy_gpu_cluster(standin, agent.grpc_port, now())
+            standin.add_object(daemon_set("gpuprobe", "gpuprobe", 1, 2))
+            taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+            standin.add_node("gpu-node-2", GFD, status=gpu_node_status("8"), taints=[taint])
+            report = audit_json(standin)
+        finally:
+            standin.stop()
+    cluster = report["cluster"]
+    agents = item(cluster, "agents")
+    assert agents["facts"]["answering_as"] == {GPU_NODE: "ip-10-0-1-5"}
+    assert agents["facts"]["missing"] == ["gpu-node-2"]
+    assert agents["summary"] == (
+        "gpuprobe answers on 1 of 2 GPU node(s); missing: gpu-node-2; answering under another "
+        f"node name: {GPU_NODE} as ip-10-0-1-5"
+    )
+    (missing,) = by_code(cluster)["AGENT_MISSING"]
+    assert missing["message"] == (
+        "GPU node gpu-node-2 has no gpuprobe agent answering: no gpuprobe agent pod runs there: "
+        "the DaemonSet gpuprobe/gpuprobe (1/2 ready) may not tolerate its taints "
+        "nvidia.com/gpu=present:NoSchedule; its GPUs are not checked"
+    )
+    # The snapshot's agent has no kubelet to ask: it answered, without allocations.
+    assert item(cluster, "gpu_resources")["summary"] == (
+        "2 GPU node(s) offer 16 nvidia.com/gpu, allocation unknown (1 agent(s) answered, none "
+        "with the workloads check's allocations from the kubelet); NVIDIA-H100-80GB-HBM3 on 2"
+    )
+
+
+def test_agent_missing_with_no_daemonset_says_so_alone(standin: KubeStandIn) -> None:
+    standin.add_node("gpu-node-18", GFD, status=gpu_status("8"))
+    cluster = audit_json(standin)["cluster"]
+    messages = {f["resource"]: f["message"] for f in by_code(cluster)["AGENT_MISSING"]}
+    assert messages["node:gpu-node-18"] == (
+        "GPU node gpu-node-18 has no gpuprobe agent answering: no gpuprobe DaemonSet is "
+        "installed (none among the cluster's DaemonSets, and no agent pod anywhere); its GPUs "
+        "are not checked"
+    )
+
+
+def test_idle_gpu_nodes_without_agents_from_the_pods_the_api_lists(
+    standin: KubeStandIn,
+) -> None:
+    """Issue 40: a GPU node with no GPU pod for 7 hours and
+    `cluster-autoscaler.kubernetes.io/scale-down-disabled=true` was not reported when no agent
+    runs. The view reads the pods of each GPU node without an agent (field selector
+    `spec.nodeName`) and says since when it held no GPU pod, as far as the API shows."""
+    from datetime import UTC, datetime, timedelta
+
+    def ago(hours: float) -> str:
+        return (datetime.now(UTC) - timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    blocked = {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}
+    for name in ("gpu-idle", "gpu-busy", "gpu-new"):
+        standin.add_node(
+            name,
+            GFD,
+            status=gpu_status("8"),
+            annotations=blocked if name == "gpu-idle" else None,
+        )
+    standin.nodes["gpu-new"]["metadata"]["creationTimestamp"] = ago(0.5)
+    # A finished job's pod, as the API lists it until it is deleted (kubelet 1.31's shape).
+    done = pod("finetune-0", {"nvidia.com/gpu": "8"}, "Succeeded", node="gpu-idle")
+    done["status"]["startTime"] = ago(9)
+    done["status"]["containerStatuses"] = [
+        {
+            "name": "main",
+            "image": "nvcr.io/nvidia/pytorch:24.10-py3",
+            "imageID": "nvcr.io/nvidia/pytorch@sha256:" + "a" * 64,
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": ago(9),
+                    "finishedAt": ago(7),
+                }
+            },
+        }
+    ]
+    standin.add_pod(done)
+    standin.add_pod(pod("cpu-agent", {}, "Running", node="gpu-idle", namespace="kube-system"))
+    standin.add_pod(pod("serve-0", {"nvidia.com/gpu": "8"}, "Running", node="gpu-busy"))
+    from cluster_objects import recording
+
+    with recording(standin) as answered:
+        cluster = audit_json(standin)["cluster"]
+    idle = by_code(cluster)["GPU_NODE_IDLE"]
+    # gpu-node-17 (the stand-in's own) offers no GPU: not advertising, never idle.
+    assert [f["resource"] for f in idle] == ["node:gpu-idle"]
+    assert idle[0]["message"].startswith(
+        "GPU node gpu-idle has held no GPU pod for 7.0 h as far as the API server shows (its "
+        "last GPU pod the API still lists ended "
+    )
+    assert "kept by cluster-autoscaler.kubernetes.io/scale-down-disabled=true" in idle[0]["message"]
+    (entry,) = item(cluster, "autoscaling")["facts"]["idle_gpu_nodes"]
+    assert entry["node"] == "gpu-idle" and entry["by"] == "api"
+    assert 7 * 3600 - 120 <= entry["idle_seconds"] <= 7 * 3600 + 120
+    # One list a GPU node without an agent, by field selector (never every pod).
+    pods = sorted(k for k in answered if k.startswith("/api/v1/pods?fieldSelector=spec."))
+    assert pods == [
+        f"/api/v1/pods?fieldSelector=spec.nodeName={n}"
+        for n in ("gpu-busy", "gpu-idle", "gpu-new", "gpu-node-17")
+    ]
+    assert "/api/v1/pods" not in answered
+
+
+def test_a_node_with_wrong_typed_resources_is_unreadable_not_a_node_without_gpus(
+    standin: KubeStandIn,
+) -> None:
+    """A Node whose `status.allocatable` is a list (rewritten on its way by a proxy) was read
+    as offering nothing: GPU_NODE_NOT_ADVERTISING, CRITICAL, for a node nobody looked at. It
+    is one object the view could not read."""
+    standin.add_node("gpu-node-18", GFD, status=gpu_status("8"))
+    broken = json.loads(json.dumps(standin.nodes["gpu-node-18"]))
+    broken["status"]["allocatable"] = [{"nvidia.com/gpu": "8"}]
+    healthy = json.loads(json.dumps(standin.nodes["gpu-node-17"]))
+    page = {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [healthy, broken]}
+    standin.faults.served = {"/api/v1/nodes": json.dumps(page).encode()}
+    cluster = audit_json(standin)["cluster"]
+    silent = by_code(cluster).get("GPU_NODE_NOT_ADVERTISING", [])
+    assert "node:gpu-node-18" not in [f["resource"] for f in silent]
+    nodes = next(s for s in cluster["sources"] if s["source"] == "nodes")
+    assert nodes["unreadable"] == 1
+    assert nodes["unreadable_objects"] == [
+        "gpu-node-18: a field of the wrong type or value (TypeError: resources that are a "
+        "list, not an object)"
+    ]

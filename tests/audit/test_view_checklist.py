@@ -248,12 +248,10 @@ def test_the_view_as_text_one_line_an_item_then_the_findings() -> None:
         "  control_plane     OK        managed (GKE): server version v1.31.1-gke.1678000, "
         "provider IDs gce://",
     ]
-    assert (
-        "  shared_storage    UNKNOWN   not read: storageclasses: needs list "
-        "storageclasses.storage.k8s.io" in lines
-    )
+    # Why a source was not read is said once, below, one line a cause (issue 40).
+    assert "  shared_storage    UNKNOWN   not read: storageclasses (below)" in lines
     assert "          WARNING SPOT_DRAIN_UNHANDLED on cluster, action FIX_CONFIG" in lines
-    assert lines[-1] == "  not read: storageclasses: needs list storageclasses.storage.k8s.io"
+    assert lines[-1] == "  not read (needs list storageclasses.storage.k8s.io): storageclasses"
 
 
 def test_a_gang_starting_up_is_not_partly_scheduled_until_the_window_passes() -> None:
@@ -288,3 +286,48 @@ def test_a_gang_starting_up_is_not_partly_scheduled_until_the_window_passes() ->
     assert [(f.code, f.resource) for f in late.findings if f.code.startswith("GANG")] == [
         ("GANG_PARTIALLY_SCHEDULED", "gang:JobSet:ml/llama-ft")
     ]
+
+
+def test_a_pod_asking_more_gpus_than_any_node_has_is_not_short_of_free_ones() -> None:
+    """Issue 40: a pod asking 16 GPUs of 8-GPU nodes was 'not enough free GPUs' (wait, or add
+    capacity): the view knew no node could ever hold it."""
+    from gpuprobe.audit.view.pods import waiting_gpu_pod
+
+    found = facts(node("a3-1", GKE_A3, "8"), node("a3-2", GKE_A3, "8"))
+    message = (
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are "
+        "available: 2 No preemption victims found for incoming pod."
+    )
+    waiting = waiting_gpu_pod(
+        {
+            "metadata": {
+                "name": "llama-70b",
+                "namespace": "ml",
+                "creationTimestamp": "2026-12-02T10:00:00Z",
+            },
+            "spec": {
+                "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "16"}}}]
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                ],
+            },
+        }
+    )
+    assert waiting is not None
+    found.waiting = [waiting]
+    view = judge(found, [], NOW)
+    (pending,) = [f for f in view.findings if f.code == "GPU_POD_PENDING"]
+    assert pending.message.startswith(
+        "pod ml/llama-70b (asks 16 nvidia.com/gpu) has been Pending 120 min: it asks 16 "
+        "nvidia.com/gpu and no node offers more than 8: it can never be scheduled as asked"
+    )
+    assert pending.action.value == "FIX_CONFIG"
+    assert [c["cause"] for c in view.waiting[0]["causes"]] == ["too_large"]

@@ -1,7 +1,9 @@
 """The Helm chart (daemonset/chart), rendered with Helm's own engine (helm-python-sdk, Helm
 v4's Go SDK): its default render is daemonset/base object by object, its values do what the
-overlays do, every object it can render is valid for Kubernetes 1.31-1.35, lint and checkov
-find nothing unjustified, and the schema refuses values of the wrong type."""
+overlays do, every object it can render is valid for every Kubernetes version from the chart's
+kubeVersion (as low as the objects allow) to 1.35, lint and checkov find nothing unjustified,
+and the schema refuses values of the wrong type, the agent's configuration included (its
+schema is the agent's own configuration classes)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,18 @@ from gpuprobe.config import load_config
 sys.path.insert(0, str(ROOT / "scripts"))
 import build_deploy
 
-KUBERNETES_VERSIONS = ["1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0"]
+
+def lowest_kubernetes() -> str:
+    """The version in Chart.yaml's kubeVersion (`>=1.30.0-0` -> `1.30.0`)."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    found = re.fullmatch(r">=(\d+\.\d+\.\d+)-0", chart["kubeVersion"])
+    assert found, chart["kubeVersion"]
+    return found[1]
+
+
+KUBERNETES_VERSIONS = [
+    f"1.{minor}.0" for minor in range(int(lowest_kubernetes().split(".")[1]), 36)
+]
 CUSTOM = {"ServiceMonitor", "PrometheusRule"}
 # Values that turn on what the overlays and the other options do, each a render to check.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -185,7 +198,8 @@ def test_placement_resources_and_priority_come_from_values() -> None:
             "requests": {"cpu": "50m", "memory": "128Mi"},
             "limits": {"cpu": None, "memory": "1Gi"},
         },
-        "nodeSelector": {"nvidia.com/gpu.present": None, "node-role.example.com/gpu": "true"},
+        "nodeSelector": {"node-role.example.com/gpu": "true"},
+        "affinity": None,
         "tolerations": [{"operator": "Exists"}],
         "priorityClassName": "system-node-critical",
         "priorityClass": {"create": False},
@@ -197,6 +211,7 @@ def test_placement_resources_and_priority_come_from_values() -> None:
         "limits": {"memory": "1Gi"},
     }
     assert spec["nodeSelector"] == {"node-role.example.com/gpu": "true"}
+    assert "affinity" not in spec
     assert spec["tolerations"] == values["tolerations"]
     assert spec["priorityClassName"] == "system-node-critical"
     assert not [d for d in docs if d["kind"] == "PriorityClass"]
@@ -276,6 +291,24 @@ def test_the_operators_objects_validate_against_the_operators_schemas() -> None:
         ),
         ({"image": {"digest": "latest"}}, "at '/image/digest'"),
         ({"rdma": {"enable": True}}, "additional properties 'enable' not allowed"),
+        # the agent's configuration, key by key as its loader reads it
+        ({"config": {"storag": {}}}, "at '/config': additional properties 'storag' not allowed"),
+        (
+            {"config": {"storage": {"path": ["/scratch"]}}},
+            "at '/config/storage': additional properties 'path' not allowed",
+        ),
+        (
+            {"config": {"serve": {"interval_seconds": "fast"}}},
+            "at '/config/serve/interval_seconds': got string, want number",
+        ),
+        (
+            {"config": {"kubernetes": {"taint": {"enabled": "yes"}}}},
+            "at '/config/kubernetes/taint/enabled': got string, want boolean",
+        ),
+        (
+            {"hostMount": {"recursiveReadOnly": "Always"}},
+            "at '/hostMount/recursiveReadOnly'",
+        ),
     ],
 )
 def test_values_of_the_wrong_type_are_refused_with_a_clear_message(
@@ -347,3 +380,75 @@ def test_checkov_over_the_rendered_chart_finds_nothing_unjustified(tmp_path: Pat
     justified = justified_checks()
     assert sorted(failed - set(justified)) == []
     assert sorted(set(justified) - failed) == [], "the chart no longer fails these"
+
+
+def test_the_config_schema_is_every_key_the_agents_loader_reads() -> None:
+    """values.schema.json's `config` is the agent's configuration classes (written by
+    scripts/build_deploy.py, held current by tests/deploy/test_generated.py): every section,
+    the checks' own included, and the shipped configuration passes it."""
+    import jsonschema
+
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == {"checks", "serve", "kubernetes", "bandwidth"} | set(
+        sections()
+    )
+    shipped = yaml.safe_load((ROOT / "daemonset" / "base" / "config.yaml").read_text())
+    jsonschema.Draft7Validator(schema).validate(shipped)
+    # what the agent loads, the chart renders; what the chart refuses, the agent refuses
+    assert build_deploy.config_schema() == {k: v for k, v in schema.items() if k != "description"}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"storage": {"paths": ["/var/lib/gpuprobe/scratch"], "size_bytes": 268435456}},
+        {"serve": {"interval_seconds": 30, "intervals": {"xid": 10}}},
+        {"kubernetes": {"taint": {"enabled": True}}},
+    ],
+)
+def test_a_valid_config_renders_and_the_agent_loads_it(
+    config: dict[str, Any], tmp_path: Path
+) -> None:
+    text = config_text(chart_objects({"config": config}))
+    (tmp_path / "config.yaml").write_text(text)
+    load_config(str(tmp_path / "config.yaml"), sections())
+
+
+def test_the_auditors_verbs_are_the_ones_its_description_names() -> None:
+    """The chart's schema (and so its README) names the verbs the auditor's ClusterRole
+    grants, no more and no fewer."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    description = schema["properties"]["auditor"]["properties"]["enabled"]["description"]
+    verbs = r"\b(get|list|watch|create|update|patch|delete|deletecollection)\b"
+    named = set(re.findall(verbs, description))
+    role = yaml.safe_load((DAEMONSET / "auditor" / "clusterrole.yaml").read_text())
+    granted = {verb for rule in role["rules"] for verb in rule["verbs"]}
+    assert named == granted
+    readme = (CHART / "README.md").read_text()
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `auditor.enabled`")]
+    assert set(re.findall(verbs, row)) == granted
+
+
+def test_kube_version_is_as_low_as_the_objects_allow() -> None:
+    """Every variant validates at the chart's lowest version; at the one before, some object
+    does not (so the floor is the objects', not a guess)."""
+    kv = kubernetes_validate()
+    lowest = lowest_kubernetes()
+    major, minor, _ = lowest.split(".")
+    before = f"{major}.{int(minor) - 1}.0"
+    refused = []
+    for values in VARIANTS.values():
+        for doc in chart_objects(values):
+            if doc["kind"] in CUSTOM:
+                continue
+            kv.validate(doc, lowest, strict=True)
+            try:
+                kv.validate(doc, before, strict=True)
+            except kv.ValidationError:
+                refused.append(doc["kind"])
+    assert refused
+    # with the host mount's recursiveReadOnly off, the default objects go lower still
+    for doc in chart_objects({"hostMount": {"recursiveReadOnly": "Disabled"}}):
+        if doc["kind"] not in CUSTOM:
+            kv.validate(doc, before, strict=True)

@@ -27,6 +27,7 @@ from deployment import (
     objects,
     render,
 )
+from gpuprobe.audit.view.nodes import GPU_PRESENT_LABELS
 from gpuprobe.checks.registry import sections
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config, load_config
@@ -144,7 +145,15 @@ def test_the_agent_runs_serve_as_agreed() -> None:
 
 def test_the_pod_is_placed_and_privileged_as_documented() -> None:
     spec = pod()
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    # NVIDIA's and AMD's GPU nodes, by the labels that make the audit expect an agent there
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]}
+        if v is not None
+        else {"matchExpressions": [{"key": k, "operator": "Exists"}]}
+        for k, v in GPU_PRESENT_LABELS.items()
+    ]
+    assert "nodeSelector" not in spec
     assert {"key": "nvidia.com/gpu", "operator": "Exists"} in spec["tolerations"]
     assert "runtimeClassName" not in spec  # see test_the_pod_needs_no_gpu_runtime
     assert spec["hostPID"] is True
@@ -164,8 +173,10 @@ def test_volumes_give_the_host_read_only_and_the_state_and_scratch_writable() ->
     mounts = {m["name"]: m for m in agent()["volumeMounts"]}
     assert volumes["host"]["hostPath"] == {"path": "/", "type": "Directory"}
     assert mounts["host"]["mountPath"] == "/host" and mounts["host"]["readOnly"] is True
-    # /host/sys & co. too, or no pod: IfPossible fell back to writable submounts unseen.
-    assert mounts["host"]["recursiveReadOnly"] == "Enabled"
+    # /host/sys & co. too where the node can; a plain read-only mount where it cannot (before
+    # Kubernetes 1.33, containerd 2.0): the agent runs on the clusters people rent today, and
+    # Enabled is one value away (docs/deploy.md, "Recursive read-only")
+    assert mounts["host"]["recursiveReadOnly"] == "IfPossible"
     assert "mountPropagation" not in mounts["host"]  # recursive read-only needs None
     assert volumes["state"]["hostPath"]["path"] == "/var/lib/gpuprobe"
     assert mounts["state"]["mountPath"] == "/var/lib/gpuprobe" and "readOnly" not in mounts["state"]
@@ -462,3 +473,17 @@ def test_the_tls_overlay_serves_grpc_over_tls_from_the_secret() -> None:
     # The kubelet's gRPC probe has no TLS: readiness comes from /readyz instead.
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert container["livenessProbe"] == agent()["livenessProbe"]
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_each_kustomization_applied_alone_creates_its_namespace(kustomization: str) -> None:
+    """`kubectl apply -k daemonset/auditor` (or mesh-nccl) on a cluster without the base:
+    every namespace its objects live in is among its objects, and it is the one Namespace
+    every kustomization renders (applying them in any order relabels nothing)."""
+    docs = objects(kustomization)
+    namespaces = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
+    used = {d["metadata"]["namespace"] for d in docs if "namespace" in d["metadata"]}
+    assert used <= namespaces, f"{kustomization}: {sorted(used - namespaces)} not created"
+    for doc in docs:
+        if doc["kind"] == "Namespace":
+            assert doc == find(objects("base"), "Namespace")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpuprobe.audit.facts import SKEW_FIELDS, Counts, counts, skew_values
+from gpuprobe.audit.facts import SKEW_FIELDS, Counts, counts, driver_vendor, skew_values
 from gpuprobe.audit.skew import Skew, find_all_skew
 from gpuprobe.audit.usage import Usage, cluster_usage, usage
 from gpuprobe.client import Fetched
@@ -42,6 +42,7 @@ class AuditedNode:
     unreachable: Unreachable | None = None
     usage: Usage | None = None  # from the workloads check, when it ran
     checks: tuple[str, ...] = ()  # the checks the agent ran (the cluster view reads them)
+    driver_vendor: str | None = None  # whose driver `facts.driver_version` is
 
     @property
     def reachable(self) -> bool:
@@ -192,6 +193,7 @@ def audited(fetched: Fetched) -> AuditedNode:
         time=report.time,
         usage=usage(report),
         checks=tuple(c.name for c in report.checks),
+        driver_vendor=driver_vendor(report),
     )
 
 
@@ -203,6 +205,33 @@ def unresolved(failure: DnsFailure) -> AuditedNode:
         Status.UNKNOWN,
         unreachable=Unreachable(Failure.DNS, failure.reason),
     )
+
+
+# Fields whose values mean something only within one vendor's drivers: a cluster that mixes
+# vendors compares them per vendor, as `field:vendor` (an NVIDIA driver's version against an
+# AMD node's kernel release says nothing).
+PER_VENDOR = ("driver_version",)
+
+
+def _compared(node: AuditedNode) -> tuple[str, dict[str, str | None]]:
+    """A node's skew values as compared: the per-vendor fields under `field:vendor`."""
+    values = dict(node.facts or {})
+    for name in PER_VENDOR:
+        if node.driver_vendor is not None and values.get(name) is not None:
+            values[f"{name}:{node.driver_vendor}"] = values[name]
+    return node.node or node.target, values
+
+
+def _skew_fields(nodes: Sequence[AuditedNode]) -> list[str]:
+    """The fields compared: per vendor where the nodes mix vendors."""
+    vendors = sorted({n.driver_vendor for n in nodes if n.driver_vendor is not None})
+    fields = []
+    for name in SKEW_FIELDS:
+        if name in PER_VENDOR and len(vendors) > 1:
+            fields += [f"{name}:{vendor}" for vendor in vendors]
+        else:
+            fields.append(name)
+    return fields
 
 
 def build(
@@ -224,9 +253,7 @@ def build_from(
     names that gave no address."""
     nodes = [*audited_nodes, *(unresolved(d) for d in dns_failures)]
     reachable = [n for n in nodes if n.reachable]
-    skew = find_all_skew(
-        list(SKEW_FIELDS), [(n.node or n.target, n.facts or {}) for n in reachable]
-    )
+    skew = find_all_skew(_skew_fields(reachable), [_compared(n) for n in reachable])
     total = Counts()
     for n in reachable:
         total += n.counts or Counts()

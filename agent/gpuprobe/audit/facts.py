@@ -85,6 +85,16 @@ def driver_version(report: NodeReport) -> str | None:
     return _text(data["driver_version"] if "driver_version" in data else None)
 
 
+def driver_vendor(report: NodeReport) -> str | None:
+    """Whose driver `driver_version` is: `nvidia` (NVML's), `amd` (amdgpu's, on a node with
+    only AMD GPUs: an in-tree driver's is the kernel release), from `driver.data.vendors`."""
+    data = _driver(report)
+    vendors = _list(data["vendors"] if "vendors" in data else None)
+    if "nvidia" in vendors:
+        return "nvidia"
+    return "amd" if "amd" in vendors else None
+
+
 def cuda_driver_version(report: NodeReport) -> str | None:
     """The CUDA version the driver supports (`driver.data.cuda_driver_version`)."""
     data = _driver(report)

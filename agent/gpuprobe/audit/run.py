@@ -48,26 +48,29 @@ class AuditOptions:
 
 def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterReport:
     """Resolve the targets, ask every agent for its report, and build the cluster report.
-    Takes at most one deadline for DNS (or the API server's agent pods) plus one for the
-    agents, however many; the rest of the cluster view is read meanwhile, within the
-    first."""
+    Without Kubernetes: at most one deadline for DNS plus one for the agents, however many.
+    With it, the deadline bounds the whole audit: the API server's agent pods (or DNS), the
+    agents and the rest of the cluster view (read meanwhile) share it, so an API server that
+    accepts and never answers, or drips its answers, costs the deadline and no more."""
     if options.kube is None:
         found = discover(options.targets, options.deadline, resolver)
+        end = time.monotonic() + options.deadline
         return build_from(
-            _ask(found.addresses, options), found.failures, options.price_per_gpu_hour
+            _ask(found.addresses, options, end), found.failures, options.price_per_gpu_hour
         )
     reader = ClusterReader(options.kube, time.monotonic() + options.deadline)
     try:
         facts = ClusterFacts(signal_config=options.signals)
         read_agents(reader, facts)
         if options.targets:
-            found = discover(options.targets, options.deadline, resolver)
+            left = max(0.1, reader.end - time.monotonic())
+            found = discover(options.targets, left, resolver)
         else:
             addresses = list(dict.fromkeys(a.target for a in facts.agents if a.ip))
             found = Discovery(addresses, [])
         rest = threading.Thread(target=read_rest, args=(reader, facts), daemon=True)
         rest.start()
-        nodes = _ask(found.addresses, options)
+        nodes = _ask(found.addresses, options, reader.end)
         rest.join(max(0.0, reader.end - time.monotonic()) + VIEW_GRACE_SECONDS)
         if rest.is_alive():  # never expected: every request is bounded by the deadline
             facts.sources["view"] = Source("view", "failed", "not read within the deadline")
@@ -78,13 +81,13 @@ def audit(options: AuditOptions, resolver: Resolver | None = None) -> ClusterRep
     return replace(report, view=view)
 
 
-def _ask(addresses: Sequence[str], options: AuditOptions) -> list[AuditedNode]:
-    """Every agent's summary view, digested as it comes (the audit holds no whole report);
-    a fleet of thousands split over processes (gpuprobe.audit.shards)."""
+def _ask(addresses: Sequence[str], options: AuditOptions, end: float) -> list[AuditedNode]:
+    """Every agent's summary view by `end`, digested as it comes (the audit holds no whole
+    report); a fleet of thousands split over processes (gpuprobe.audit.shards)."""
     asking = Asking(
         options.credentials,
         options.deadline,
-        time.monotonic() + options.deadline,
+        end,
         options.concurrency,
         data_keys(),
         pb.REPORT_VIEW_SUMMARY,

@@ -329,6 +329,7 @@ CHECK: Check[DriverData] = Check(
     summary_keys={
         "driver_version": None,
         "cuda_driver_version": None,
+        "vendors": None,  # whose driver `driver_version` is: the audit's skew per vendor
         "amd": {"amdgpu_version": None, "rocm_version": None},
     },
 )

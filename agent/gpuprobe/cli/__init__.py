@@ -17,6 +17,7 @@ from gpuprobe import __version__, cleanup
 from gpuprobe.cli import audit, capture, check, clear_xid, mesh, serve
 from gpuprobe.cli.flags import USAGE_ERROR, Parser
 from gpuprobe.errors import UsageError
+from gpuprobe.printable import printable
 
 __all__ = ["build_parser", "main"]
 
@@ -52,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         # As argparse's own errors (flags.Parser.error): one line, pointing at the command's
         # help, whatever found the error.
-        print(f"gpuprobe: {exc} (see gpuprobe {args.command} --help)", file=sys.stderr)
+        said = printable(str(exc))  # a path or a server's words: shown, never obeyed
+        print(f"gpuprobe: {said} (see gpuprobe {args.command} --help)", file=sys.stderr)
         return USAGE_ERROR
     finally:
         cleanup.remove_all()

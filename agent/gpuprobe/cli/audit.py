@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuprobe.config import load_config
     from gpuprobe.kube.api import Access, in_cluster_available
     from gpuprobe.kube.once import render_signals
+    from gpuprobe.printable import screen
     from gpuprobe.targets import parse_targets
 
     # The cluster view is read with a kubeconfig, or in a pod with a service account.
@@ -150,10 +151,9 @@ def run(args: argparse.Namespace) -> int:
     if reading is not None:
         reading.join()
     kube = read[0] if read else None
-    if report.view is not None:
-        kube = (report.view.signals, None)
-        if report.view.signals_error is not None:  # the view's deadline ran out first
-            kube = kube_signals(args)()
+    if report.view is not None:  # the view's pass over the nodes, or why it had none
+        error = report.view.signals_error
+        kube = (report.view.signals, None) if error is None else ([], error)
     if args.json:
         chunks = report.json_chunks()
         if kube is not None:
@@ -164,9 +164,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_cluster(report, colour=colour(), width=terminal_width()))
         if kube is not None:
             found, error = kube
-            sys.stdout.write(
-                render_signals(found) if error is None else f"\nkubernetes  not read: {error}\n"
-            )
+            if error is None:
+                sys.stdout.write(render_signals(found))
+            elif report.view is None or error != report.view.signals_error:
+                sys.stdout.write(screen(["", f"kubernetes  not read: {error}"]))
+            # else the view's lines already say why the nodes were not read
     sys.stdout.flush()
     return report.exit_status(Status(args.fail_on) if args.fail_on else None)
 

@@ -61,12 +61,17 @@ def run(args: argparse.Namespace) -> int:
     from gpuprobe.kube.api import KubeError
     from gpuprobe.kube.once import publish_once
     from gpuprobe.pipeline import Sink, feed, run_checks
+    from gpuprobe.printable import printable, screen
     from gpuprobe.render import render_report
 
     config, names = prepare(args)
     if args.explain_policy:
         explained = explain_policy(node_host(args), config)
-        text = json.dumps(explained, indent=1) + "\n" if args.json else render_policy(explained)
+        text = (
+            json.dumps(explained, indent=1) + "\n"
+            if args.json
+            else screen(render_policy(explained).splitlines())
+        )
         sys.stdout.write(text)
         return 0
     access = kube_access(args.kubeconfig) if args.publish else None
@@ -99,6 +104,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         feed(report, sinks)
     except KubeError as exc:
-        print(f"gpuprobe: publishing to Kubernetes failed: {exc}", file=sys.stderr)
+        print(f"gpuprobe: publishing to Kubernetes failed: {printable(str(exc))}", file=sys.stderr)
         return status or exit_status(Status.UNKNOWN)  # an OK run that Kubernetes did not hear
     return status

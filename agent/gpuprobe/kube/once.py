@@ -15,6 +15,7 @@ from gpuprobe.kube.api import Access, KubeApi, KubeError
 from gpuprobe.kube.conditions import groups
 from gpuprobe.kube.publisher import NodePublisher, backoff
 from gpuprobe.kube.taints import TAINT_KEY
+from gpuprobe.printable import screen
 from gpuprobe.report import NodeReport, now
 
 ATTEMPTS = 4
@@ -94,4 +95,4 @@ def render_signals(found: Sequence[NodeSignals]) -> str:
         for c in n.conditions:
             if c["status"] != "True":
                 lines.append(f"      {c['type']} {c['reason']}: {c['message']}")
-    return "\n".join(lines) + "\n"
+    return screen(lines)

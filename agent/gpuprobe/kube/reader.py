@@ -25,6 +25,10 @@ T = TypeVar("T")
 # Objects per page: big enough that 5,000 nodes take 10 requests, small enough that a page
 # of pods (tens of kilobytes each at worst) stays a few megabytes.
 PAGE = 500
+# Objects one list may hold, all its pages together: 20 times the nodes Kubernetes supports
+# (5,000), so that a server that ignores `limit` or hands out `continue` tokens forever costs
+# a bounded list, never the reader's memory.
+MOST_ITEMS = 100_000
 
 
 @dataclass(frozen=True)
@@ -72,39 +76,36 @@ class ClusterReader:
         """GET one path (discovery, /version) as JSON."""
         return self._call("get", lambda: self._get(path, {}))
 
-    def groups(self) -> dict[str, list[str]]:
-        """Discovery: every API group the server serves, with its versions (preferred first);
-        the core group as ""."""
-        found: dict[str, list[str]] = {"": list(self.get_path("/api").get("versions") or [])}
-        for group in self.get_path("/apis").get("groups") or []:
-            preferred = (group.get("preferredVersion") or {}).get("version")
-            versions = [v.get("version") for v in group.get("versions") or []]
-            ordered = [preferred] if preferred in versions else []
-            found[str(group.get("name"))] = ordered + [v for v in versions if v != preferred]
-        return found
-
     def each(
         self,
         kind: Kind,
         labels: str | None = None,
         fields: str | None = None,
         page: int = PAGE,
+        most: int = MOST_ITEMS,
     ) -> Iterator[dict[str, Any]]:
         """Every object of `kind` in every namespace that the selectors pick, a page at a
         time. Raises KubeError (`list`, the status) on an error answer, a timeout or an
-        unreachable server, also midway (the objects before it were yielded)."""
+        unreachable server, also midway (the objects before it were yielded); `too_large`
+        past `most` objects in all."""
         params: dict[str, str] = {"limit": str(page)}
+        seen = 0
         if labels:
             params["labelSelector"] = labels
         if fields:
             params["fieldSelector"] = fields
         while True:
             answer = self._call("list", lambda: self._get(kind.path(), params))
-            yield from answer.get("items") or []
-            more = (answer.get("metadata") or {}).get("continue")
+            items, more = _page(kind, answer, page)
+            seen += len(items)
+            if seen > most:
+                raise KubeError(
+                    "list", "too_large", f"{kind.plural}: more than {most} objects: not read past"
+                )
+            yield from items
             if not more:
                 return
-            params["continue"] = str(more)
+            params["continue"] = more
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any]:
         """One object by name."""
@@ -146,3 +147,24 @@ class ClusterReader:
             if code is None:
                 raise
             raise KubeError(verb, code, str(exc) or type(exc).__name__) from None
+
+
+def _page(kind: Kind, answer: Mapping[str, Any], limit: int) -> tuple[list[Any], str]:
+    """A list page's items and its `continue` token ("" on the last page); KubeError
+    (`invalid`) for a page of the wrong shape, or with more items than the `limit` asked (a
+    server that ignores it would have the view hold a whole list of any size)."""
+    items = answer.get("items") or []
+    meta = answer.get("metadata") or {}
+    more = meta.get("continue") if isinstance(meta, Mapping) else None
+    what = f"{kind.plural}: the list's"
+    if not isinstance(items, list):
+        raise KubeError("list", "invalid", f"{what} items are a {type(items).__name__}")
+    if not isinstance(meta, Mapping) or not isinstance(more, str | None):
+        raise KubeError("list", "invalid", f"{what} metadata is not an object with a token")
+    if len(items) > limit:
+        raise KubeError(
+            "list",
+            "invalid",
+            f"{what} page holds {len(items)} items where at most {limit} were asked: not read",
+        )
+    return items, more or ""

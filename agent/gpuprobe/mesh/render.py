@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuprobe.mesh.run import MeshResult
 from gpuprobe.mesh.verdict import FAILED, LOW
+from gpuprobe.printable import screen
 from gpuprobe.render import wrap
 
 MARKS = {LOW: " LOW", FAILED: "FAILED"}
@@ -47,4 +48,4 @@ def render_mesh(result: MeshResult, width: int | None = None) -> str:
         lines += wrap(f"{finding.severity.value} {finding.code} on {finding.resource}", 4, width, 2)
         lines += wrap(finding.message, 4, width)
         lines += wrap(f"action: {finding.action.value}", 4, width)
-    return "\n".join(lines) + "\n"
+    return screen(lines)

@@ -161,11 +161,16 @@ def gpu_resources(facts: ClusterFacts, agents: Mapping[str, AuditedNode]) -> Jud
             out,
         ), []
     offered = ", ".join(f"{allocatable[k]} {k}" for k in sorted(allocatable)) or "nothing"
-    used = (
-        f", {out['allocated']:g} allocated on the {len(allocated)} nodes with agents"
-        if allocated
-        else ", allocation unknown (no agent answered)"
-    )
+    answered = [n for n in gpu_nodes if n.name in agents and agents[n.name].reachable]
+    if allocated:
+        used = f", {out['allocated']:g} allocated on the {len(allocated)} nodes with agents"
+    elif answered:
+        used = (
+            f", allocation unknown ({len(answered)} agent(s) answered, none with the "
+            "workloads check's allocations from the kubelet)"
+        )
+    else:
+        used = ", allocation unknown (no agent answered)"
     products_text = (
         "; ".join(f"{p} on {n}" for p, n in products.most_common()) or "no GFD product labels"
     )
@@ -438,6 +443,12 @@ def autoscaling(
     findings, idle = [], []
     for node in facts.nodes:
         agent = agents.get(node.name)
+        if node.is_gpu_node and (agent is None or agent.usage is None):
+            found = _idle_by_api(facts, node, now, window, scalers)
+            if found is not None:
+                idle.append(found[0])
+                findings.append(found[1])
+            continue
         if (
             not node.is_gpu_node
             or agent is None
@@ -475,12 +486,111 @@ def autoscaling(
         "node_pools": facts.node_pools,
         "cluster_autoscaler": facts.autoscaler_status,
         "idle_gpu_nodes": idle,
+        "gpu_nodes_not_examined": facts.unwatched_unread,
     }
     text = (
         f"autoscaling: {', '.join(scalers) or 'none found'}; "
         f"{len(idle)} GPU node(s) idle past the window"
     )
+    if facts.unwatched_unread:
+        text += (
+            f" ({facts.unwatched_unread} GPU node(s) without an agent not examined: "
+            "their pods were not read)"
+        )
     return Item("autoscaling", Status.WARNING if idle else Status.OK, text, out), findings
+
+
+# AGENT_MISSING's message (the audit's screen groups the nodes that share a `why`).
+AGENT_MISSING_WORDS = (
+    "GPU node {node} has no gpuprobe agent answering: {why}; its GPUs are not checked"
+)
+
+
+def _no_agent_pod(facts: ClusterFacts, node: NodeFacts) -> str:
+    """Why no agent pod runs on a GPU node, naming only the causes the view has not ruled
+    out: no gpuprobe DaemonSet at all; the node's taints; the DaemonSet's node selector."""
+    if facts.state("daemonsets") == "read":
+        ours = [d for d in facts.daemon_sets if d.role == "gpuprobe"]
+        if not ours and not facts.agents:
+            return (
+                "no gpuprobe DaemonSet is installed (none among the cluster's DaemonSets, "
+                "and no agent pod anywhere)"
+            )
+        taints = [
+            f"{t['key']}" + (f"={t['value']}" if t["value"] else "") + f":{t['effect']}"
+            for t in node.taints
+            if t["effect"] in ("NoSchedule", "NoExecute")
+        ]
+        where = (
+            f"the DaemonSet {ours[0].namespace}/{ours[0].name} "
+            f"({ours[0].ready}/{ours[0].desired} ready)"
+            if ours
+            else "the agents' DaemonSet"
+        )
+        if taints:
+            return (
+                f"no gpuprobe agent pod runs there: {where} may not tolerate its taints "
+                + ", ".join(taints)
+            )
+        return (
+            f"no gpuprobe agent pod runs there: the node has no taint to keep it out, so "
+            f"{where} leaves it out by its node selector or affinity"
+        )
+    return (
+        "no gpuprobe agent pod runs there (a taint it does not tolerate, a node selector, or no "
+        f"DaemonSet: the DaemonSets were not read, {_why(facts, 'daemonsets')})"
+    )
+
+
+def _idle_by_api(
+    facts: ClusterFacts, node: NodeFacts, now: datetime, window: float, scalers: list[str]
+) -> tuple[dict[str, Any], Finding] | None:
+    """A GPU node no agent counts, idle past the window as far as the API server shows: no
+    pod that asks for GPUs on it now, none ended (of those the API still lists) or the node
+    joined within the window."""
+    pods = facts.node_gpu_pods.get(node.name)
+    if pods is None or pods.holding or node.gpu_offered == 0:
+        return None  # a node that offers no GPU is GPU_NODE_NOT_ADVERTISING, not idle
+    joined = parse_time(node.created)
+    ended = parse_time(pods.last_end)
+    since = max((t for t in (joined, ended) if t is not None), default=None)
+    if since is None:
+        return None
+    counted = (now - since).total_seconds()
+    if counted < window:
+        return None
+    blockers = list(node.blockers)
+    if not scalers:
+        blockers.append("no autoscaler (cluster-autoscaler or Karpenter) found")
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = (
+        f"its last GPU pod the API still lists ended {stamp}"
+        if since == ended
+        else f"no GPU pod listed on it since it joined {stamp}"
+    )
+    keeps = (
+        "; kept by " + ", ".join(blockers)
+        if blockers
+        else "; nothing found that keeps it (pods that block eviction are not read)"
+    )
+    entry = {
+        "node": node.name,
+        "idle_seconds": round(counted),
+        "blocked_by": blockers,
+        "by": "api",
+        "since": stamp,
+    }
+    finding = Finding(
+        "GPU_NODE_IDLE",
+        Severity.WARNING,
+        f"GPU node {node.name} has held no GPU pod for {counted / 3600:.1f} h as far as the API "
+        f"server shows ({when}; no agent counts its allocations, and the API forgets deleted "
+        f"pods), {node.gpu_offered} GPU resource(s) offered{keeps}: an idle GPU node is cost "
+        "without work; scale it down",
+        Action.FIX_CONFIG,
+        f"node:{node.name}",
+    )
+    return entry, finding
 
 
 def agents_item(
@@ -492,14 +602,14 @@ def agents_item(
     gpu_nodes = [n.name for n in facts.nodes if n.is_gpu_node]
     missing = [n for n in gpu_nodes if not (n in agents and agents[n].reachable)]
     pods = {a.node: a for a in facts.agents}
+    by_name = {n.name: n for n in facts.nodes}
     findings = []
     for name in missing:
         pod = pods.get(name)
         why = (
             f"its agent pod ({pod.target or 'no address'}, {pod.phase}) did not answer"
             if pod is not None
-            else "no gpuprobe agent pod runs there (a taint it does not tolerate, a node "
-            "selector, or no DaemonSet)"
+            else _no_agent_pod(facts, by_name[name])
             if found_by_api
             else "no target named in --targets answered for it"
         )
@@ -507,20 +617,32 @@ def agents_item(
             Finding(
                 "AGENT_MISSING",
                 Severity.WARNING,
-                f"GPU node {name} has no gpuprobe agent answering: {why}; its GPUs are not checked",
+                AGENT_MISSING_WORDS.format(node=name, why=why),
                 Action.FIX_CONFIG,
                 f"node:{name}",
             )
         )
+    renamed = {
+        n: agents[n].node or ""
+        for n in gpu_nodes
+        if n in agents and agents[n].reachable and agents[n].node != n
+    }
     out = {
         "gpu_nodes": len(gpu_nodes),
         "answering": len(gpu_nodes) - len(missing),
         "missing": missing,
         "agent_pods": len(facts.agents),
         "found_by": "api" if found_by_api else "targets",
+        "answering_as": renamed,
     }
     text = (
         f"gpuprobe answers on {len(gpu_nodes) - len(missing)} of {len(gpu_nodes)} GPU node(s)"
         + (f"; missing: {names(missing)}" if missing else "")
+        + (
+            "; answering under another node name: "
+            + names([f"{n} as {a}" for n, a in sorted(renamed.items())])
+            if renamed
+            else ""
+        )
     )
     return Item("agents", Status.WARNING if missing else Status.OK, text, out), findings

@@ -104,7 +104,11 @@ def is_gpu_resource(name: str) -> bool:
 
 
 def _count(value: Any) -> int:
-    """A resource quantity or count label as a whole number (0 when unreadable)."""
+    """A resource quantity or count label as a whole number (0 for text that is no whole
+    number: `1k` RDMA devices); TypeError for a value of no quantity's type (a list, an
+    object, a boolean): the object is unreadable, not the resource absent."""
+    if isinstance(value, bool) or not isinstance(value, int | str | None):
+        raise TypeError(f"a quantity that is a {type(value).__name__}")
     if isinstance(value, int):
         return max(0, value)
     if isinstance(value, str) and value.isdecimal():
@@ -113,8 +117,10 @@ def _count(value: Any) -> int:
 
 
 def _kept_resources(resources: Any) -> dict[str, int]:
-    if not isinstance(resources, Mapping):
+    if resources is None:
         return {}
+    if not isinstance(resources, Mapping):
+        raise TypeError(f"resources that are a {type(resources).__name__}, not an object")
     return {
         str(k): _count(v)
         for k, v in resources.items()
@@ -172,8 +178,7 @@ def digest(node: Mapping[str, Any]) -> NodeFacts:
                 "value": str(t.get("value", "")),
                 "effect": str(t.get("effect", "")),
             }
-            for t in spec.get("taints") or []
-            if isinstance(t, Mapping)
+            for t in _objects(spec.get("taints"), "spec.taints")
         ],
         provider_id=str(spec.get("providerID", "")),
         kubelet_version=str((status.get("nodeInfo") or {}).get("kubeletVersion", "")),
@@ -184,6 +189,14 @@ def digest(node: Mapping[str, Any]) -> NodeFacts:
         control_plane=any(k in all_labels for k in CONTROL_PLANE_LABELS),
         images=_workload_images(status.get("images")),
     )
+
+
+def _objects(value: Any, where: str) -> list[Mapping[str, Any]]:
+    """A list of objects (none when absent); TypeError for anything else in its place."""
+    listed = value or []
+    if not isinstance(listed, list) or not all(isinstance(v, Mapping) for v in listed):
+        raise TypeError(f"{where} is not a list of objects")
+    return listed
 
 
 def _workload_images(images: Any) -> tuple[str, ...]:

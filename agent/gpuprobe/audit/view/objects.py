@@ -56,6 +56,14 @@ class DaemonSetFacts:
     ready: int
 
 
+def name_of(obj: Mapping[str, Any]) -> str:
+    """An object's `metadata.name` (TypeError when it is not text)."""
+    name = (obj.get("metadata") or {}).get("name", "")
+    if not isinstance(name, str):
+        raise TypeError(f"metadata.name is a {type(name).__name__}, not text")
+    return name
+
+
 def daemon_set(obj: Mapping[str, Any]) -> DaemonSetFacts | None:
     """The DaemonSet's facts if it is a device plugin, a termination handler or gpuprobe."""
     meta = obj.get("metadata") or {}

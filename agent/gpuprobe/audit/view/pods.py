@@ -3,6 +3,7 @@ gang and age; an agent pod's node and address. Nothing else of a pod is kept."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -138,8 +139,38 @@ def agent_pod(pod: Mapping[str, Any]) -> AgentPod:
     port = AGENT_PORT
     for container in spec.get("containers") or []:
         for p in container.get("ports") or []:
-            if p.get("name") == "grpc" and isinstance(p.get("containerPort"), int):
-                port = p["containerPort"]
-    return AgentPod(
-        str(spec.get("nodeName", "")), str(status.get("podIP", "")), port, str(status.get("phase"))
-    )
+            if p.get("name") == "grpc":
+                port = p.get("containerPort")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"its grpc containerPort {port!r} is no port")
+    ip = status.get("podIP") or ""
+    if not isinstance(ip, str):
+        raise TypeError(f"status.podIP is a {type(ip).__name__}, not text")
+    if ip:
+        ipaddress.ip_address(ip)  # ValueError for anything but an address
+    return AgentPod(str(spec.get("nodeName", "")), ip, port, str(status.get("phase")))
+
+
+@dataclass(frozen=True)
+class NodeGpuPods:
+    """What the API server shows of a node's GPU pods (for a node no agent counts): how many
+    hold GPUs now (Pending bound, or Running), and the latest time one ended (RFC 3339, ""
+    when none is listed: the API keeps finished pods only until they are deleted)."""
+
+    holding: int = 0
+    last_end: str = ""
+
+    def with_pod(self, pod: Mapping[str, Any]) -> NodeGpuPods:
+        """These facts with one more of the node's pods (GPU pods only count)."""
+        if not gpu_requests(pod.get("spec") or {}):
+            return self
+        status = pod.get("status") or {}
+        phase = status.get("phase")
+        if phase in ("Pending", "Running", "Unknown", None):
+            return NodeGpuPods(self.holding + 1, self.last_end)
+        ends = [
+            str(((c.get("state") or {}).get("terminated") or {}).get("finishedAt") or "")
+            for c in status.get("containerStatuses") or []
+        ]
+        ended = max([e for e in ends if e] or [str(status.get("startTime") or "")])
+        return NodeGpuPods(self.holding, max(self.last_end, ended))

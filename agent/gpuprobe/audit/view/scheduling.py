@@ -13,6 +13,10 @@ pod didn't tolerate` before), `node(s) didn't match Pod's node affinity/selector
 (nodeaffinity; `node(s) didn't match node selector` before 1.24), `node(s) were
 unschedulable`, and the volume, affinity and DRA plugins' own. What no rule here knows stays
 `other`, with the scheduler's words.
+
+Volcano's scheduler words its FitErrors alike but "unavailable" (volcano-sh/volcano,
+pkg/scheduler/api/unschedule_info.go: `0/%v nodes are unavailable: %v.`, the same histogram;
+`all nodes are unavailable: ...` when it does not count them): decoded the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-HEAD = re.compile(r"0/(\d+) nodes are available:\s*(.*)", re.S)
+HEAD = re.compile(r"(?:0/(\d+)|all) nodes are (?:un)?available:\s*(.*)", re.S)
 CLAUSE_SPLIT = re.compile(r",\s+(?=\d+ )")
 COUNTED = re.compile(r"(\d+) (.+)", re.S)
 TAINT = re.compile(r"node\(s\) had (?:untolerated )?taint \{([^:}]*): ?([^}]*)\}")
@@ -100,7 +104,10 @@ def decode(message: str) -> FitError:
         return FitError(None, (Reason(None, "other", "", text),) if text else (), "")
     body = match.group(2).rstrip().removesuffix(".")
     reasons = tuple(_reason(c.strip()) for c in CLAUSE_SPLIT.split(body) if c.strip())
-    return FitError(int(match.group(1)), reasons, preemption.strip())
+    if match.group(1) is not None:
+        return FitError(int(match.group(1)), reasons, preemption.strip())
+    # "all nodes are unavailable": as many as the reasons count.
+    return FitError(sum(r.nodes or 0 for r in reasons), reasons, preemption.strip())
 
 
 def _reason(clause: str) -> Reason:

@@ -72,6 +72,10 @@ class Held:
             self._texts[resource] = self._held(resource)
         return not self._texts[resource].startswith("0 ")
 
+    def most(self, resource: str) -> int:
+        """The most of a resource any one node offers."""
+        return max((n.allocatable.get(resource, 0) for n in self.nodes), default=0)
+
     def __call__(self, resource: str) -> str:
         """How many are allocatable, and allocated on which nodes (the fullest first)."""
         if resource not in self._texts:
@@ -189,9 +193,27 @@ def pod_causes(pod: WaitingPod, message: str, held: Held | None) -> list[Cause]:
             )
         ]
     fit = decode(message)
-    causes = [explain(r, held) for r in fit.reasons]
-    rank = {"not_offered": 0, "insufficient": 1}
+    causes = [_beyond_any_node(explain(r, held), pod, held) for r in fit.reasons]
+    rank = {"too_large": 0, "not_offered": 0, "insufficient": 1}
     return sorted(causes, key=lambda c: (-(c.nodes or 0), rank.get(c.cause, 2)))
+
+
+def _beyond_any_node(cause: Cause, pod: WaitingPod, held: Held | None) -> Cause:
+    """ "Not enough free GPUs" is ruled out for a pod that asks more of a GPU resource than
+    any one node offers: no freed GPU will ever let it in (`too_large`)."""
+    if cause.cause != "insufficient" or held is None or not is_gpu_resource(cause.subject):
+        return cause
+    asked, most = pod.requests.get(cause.subject, 0), held.most(cause.subject)
+    if asked <= most:
+        return cause
+    return Cause(
+        "too_large",
+        cause.nodes,
+        cause.subject,
+        cause.text,
+        f"it asks {asked} {cause.subject} and no node offers more than {most}: it can never "
+        "be scheduled as asked; split it over pods (a gang) or add nodes with more GPUs",
+    )
 
 
 ACTIONS = {
