@@ -168,6 +168,7 @@ def test_the_summary_view_keeps_what_each_record_names() -> None:
     assert keys["driver"] == {
         "driver_version": None,
         "cuda_driver_version": None,
+        "vendors": None,
         "amd": {"amdgpu_version": None, "rocm_version": None},
     }
 
