@@ -15,7 +15,7 @@ from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS, Check, Poll
 from gpuprobe.config import Config
 from gpuprobe.effects.terminating import KEEP, wanted
-from gpuprobe.host import Host, snapshot_host
+from gpuprobe.host import snapshot_host
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity, Status, now
 
 NOTICE = Finding("THROWAWAY_NODE_GOES", Severity.CRITICAL, "the rack powers off", Action.DRAIN_NODE)
@@ -25,7 +25,7 @@ def nothing(context: CheckContext, config: Config) -> CheckResult:
     return CheckResult("throwaway", "nothing", [])
 
 
-def cleared_two(host: Host, config: Config, gpu: int | None) -> int:
+def cleared_two(ctx: CheckContext, config: Config, gpu: int | None) -> int:
     return 2
 
 
@@ -104,4 +104,4 @@ def test_a_new_record_wakes_announces_and_clears_through_the_registry(
     # clearing: every record's `clear`, summed; the named checks' only when names are given
     assert registry.clearable(["throwaway", "driver"]) == ["throwaway"]
     host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"), "gpu-node-17")
-    assert registry.clear(host, Config(), None, ["throwaway"]) == 2
+    assert registry.clear(CheckContext(host), Config(), None, ["throwaway"]) == 2

@@ -18,23 +18,24 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.state import Keeps, StateError
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
 from gpuprobe.families import Family
-from gpuprobe.host import Host
 from gpuprobe.report import CheckResult
 from gpuprobe.report_view import DataKeys
 
 CheckFn = Callable[[CheckContext, Config], CheckResult]
-Clear = Callable[[Host, Config, int | None], int]
+Clear = Callable[[CheckContext, Config, int | None], int]
 
 
 class NoSuchGpu(UsageError):
     """A clearing named a GPU index the node does not have (gRPC: INVALID_ARGUMENT)."""
 
 
-class ClearStateError(UsageError):
-    """A clearing could not read or write the state it keeps (gRPC: FAILED_PRECONDITION)."""
+# A clearing could not read or write the state it keeps (gRPC: FAILED_PRECONDITION): the
+# runner's state directory is missing or read-only, or a state file in it is unreadable.
+ClearStateError = StateError
 
 
 # The daemon's event sources a record's `wakes` names.
@@ -85,8 +86,9 @@ class Check(Generic[D]):
     # `WAKE_NVML_EVENTS`, `WAKE_KERNEL_LOG`; none: only its own `poll`, or its interval.
     wakes: tuple[str, ...] = ()
     # A source of its own the daemon polls between rounds (the cloud's notices), under a
-    # configuration and on a host; None (or None returned): nothing to poll.
-    poll: Callable[[Host, Config], Poll | None] | None = None
+    # configuration and in the check's context (its host, its state); None (or None
+    # returned): nothing to poll.
+    poll: Callable[[CheckContext, Config], Poll | None] | None = None
     # The finding codes by which it announces the node's end, the most urgent first, each with
     # the kind the node's taint `gpuprobe.io/terminating=<kind>` names; such a finding on the
     # node affects every pod on its GPUs (attribution).
@@ -96,9 +98,15 @@ class Check(Generic[D]):
     # from the report's result of the one record that says so.
     attributes_pods: bool = False
     # How an operator clears its sticky findings (`gpuprobe clear-xid`, gRPC ClearFindings):
-    # `clear(host, config, gpu)` forgets those of GPU index `gpu` (every GPU's when None) and
+    # `clear(ctx, config, gpu)` forgets those of GPU index `gpu` (every GPU's when None) and
     # returns how many; None: it keeps none.
     clear: Clear | None = None
+    # What the check keeps between runs (`checks.state`): the runner keeps it, in memory and,
+    # when it must survive a restart, in the state directory; None: it keeps nothing.
+    keeps: Keeps[Any] | None = None
+    # An active check that loads the GPUs (nccl's all-reduce): the runner runs one such
+    # check at a time, so that two never load the GPUs (and judge them) at once.
+    loads_gpus: bool = False
 
     def deadline(self, config: Config) -> float:
         """How long the check may run under `config`, in seconds."""

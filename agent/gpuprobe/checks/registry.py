@@ -26,10 +26,10 @@ from gpuprobe.checks import (
     workloads,
     xid,
 )
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
-from gpuprobe.host import Host
 from gpuprobe.report_view import DataKeys
 
 # The report order.
@@ -133,7 +133,9 @@ def clearable(names: Iterable[str]) -> list[str]:
     return [c.name for c in CHECKS.values() if c.name in named and c.clear is not None]
 
 
-def clear(host: Host, config: Config, gpu: int | None, names: Iterable[str] | None = None) -> int:
+def clear(
+    ctx: CheckContext, config: Config, gpu: int | None, names: Iterable[str] | None = None
+) -> int:
     """Forget the sticky findings of GPU index `gpu` (every GPU's when None) of the named
     checks (all), as `gpuprobe clear-xid` and ClearFindings do; how many were forgotten.
     Raises NoSuchGpu or ClearStateError (`gpuprobe.checks.record`)."""
@@ -141,5 +143,5 @@ def clear(host: Host, config: Config, gpu: int | None, names: Iterable[str] | No
     for name in clearable(CHECKS if names is None else names):
         clearing = CHECKS[name].clear
         assert clearing is not None
-        cleared += clearing(host, config, gpu)
+        cleared += clearing(ctx, config, gpu)
     return cleared

@@ -23,9 +23,11 @@ from prometheus_client.process_collector import ProcessCollector
 
 from gpuprobe import cleanup
 from gpuprobe.checks import rdma
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS
 from gpuprobe.checks.registry import CHECKS, active, clear, refuse_unknown_names, woken_by
 from gpuprobe.checks.runner import CheckRunner, Ran
+from gpuprobe.checks.state import CheckStates
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
@@ -102,6 +104,7 @@ class Agent:
         options: ServeOptions,
         clear_xid: ClearXid | None = None,
         rng: random.Random | None = None,
+        states: CheckStates | None = None,
     ) -> None:
         refuse_unknown_names(config)  # the validation `check` and `capture` make too
         self.host = host
@@ -111,7 +114,7 @@ class Agent:
         active_names = active(self.names)
         passive = [n for n in self.names if n not in active_names]
         self.store = ReportStore(host.node_name, self.names, first=passive)
-        self.executor = CheckRunner(host, config, CHECKS)
+        self.executor = CheckRunner(host, config, CHECKS, states)
         rng = rng or random.Random()
         groups = plan(self.names, config.serve, active_names, time.monotonic(), rng)
         self.scheduler = Scheduler(
@@ -233,7 +236,7 @@ class Agent:
         pollers = []
         for name in self.names:
             poll = CHECKS[name].poll
-            found = poll(self.host, self.config) if poll is not None else None
+            found = poll(self.executor.context(), self.config) if poll is not None else None
             if found is not None:
                 wake = functools.partial(self.signals.wake, [name], found.reason)
                 pollers.append(NoticePoller(found.sense, wake, found.seconds))
@@ -333,13 +336,13 @@ class Agent:
         return 200, "\n".join(lines) + "\n"
 
 
-def sticky_clearer(host: Host, config: Config) -> ClearXid:
+def sticky_clearer(ctx: CheckContext, config: Config) -> ClearXid:
     """The checks' clearing (`registry.clear`: each record's `clear`, the xid check's) bound
-    to this agent's host, so the daemon's memory of sticky findings is cleared along with
-    their state files."""
+    to this agent's context (its host and the states its runner keeps), so the daemon's
+    memory of sticky findings is cleared along with their state files."""
 
     def clear_sticky(gpu: int | None) -> int:
         """Forget the sticky findings of `gpu` (all when None) on this host."""
-        return clear(host, config, gpu)
+        return clear(ctx, config, gpu)
 
     return clear_sticky
