@@ -7,23 +7,27 @@ import json
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.audit.cluster import build
+from gpuprobe.checks.registry import CHECKS
+from gpuprobe.checks.runner import CheckRunner
 from gpuprobe.client import Fetched
 from gpuprobe.config import Config, ServeConfig
 from gpuprobe.host import snapshot_host
-from gpuprobe.pipeline import run_checks
-from gpuprobe.report import NodeReport
+from gpuprobe.pipeline import assemble, run_checks
+from gpuprobe.report import NodeReport, now
 from helpers import FakeClock
 from serving import in_process_agent
 
 
 def counted(name: str, node: str) -> NodeReport:
-    """The node's report after two rounds an hour apart (its agent's accounting)."""
+    """The node's report after two rounds an hour apart (its agent's accounting: one runner,
+    which keeps the check's state between its rounds)."""
     host = snapshot_host(snapshot(name), node)
     host.clock = clock = FakeClock()
-    report = run_checks(host, Config(), ["workloads"])
+    runner = CheckRunner(host, Config(), CHECKS)
+    runner.run(["workloads"])
     clock.advance(3600)
-    report = run_checks(host, Config(), ["workloads"])
-    return report
+    started = now()
+    return assemble(host.node_name, started, [r.result for r in runner.run(["workloads"])])
 
 
 def test_totals_over_nodes_with_gpu_hours_by_namespace_and_cost() -> None:

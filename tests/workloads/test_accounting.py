@@ -42,10 +42,13 @@ def totals(result: Any) -> dict[int, tuple[float, float, dict[str, float], float
 def rounds(name: str, times: list[float], cfg: Config) -> list[Any]:
     host = snapshot_host(snapshot(name))
     host.clock = clock = FakeClock()
+    # One agent's rounds: one context, whose states the runner keeps between them (a call of
+    # `rounds` of its own is a restarted agent).
+    ctx = CheckContext(host)
     results = []
     for t in times:
         clock.ticks = t
-        results.append(workloads.run(CheckContext(host), cfg))
+        results.append(workloads.run(ctx, cfg))
     return results
 
 
