@@ -58,7 +58,6 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.containers",
             "gpuprobe.workloads",
             "gpuprobe.lifecycle",
-            "gpuprobe.node",
         ],
     ),
     ("measure", ["gpuprobe.measure"]),

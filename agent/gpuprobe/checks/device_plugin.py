@@ -31,10 +31,8 @@ from gpuprobe.containers.device_plugin import (
     plugin_paths,
 )
 from gpuprobe.containers.plugin_sockets import has_plugin_dir, has_socket, plugin_sockets
-from gpuprobe.gpu.node_gpus import amd_gpu_addresses
 from gpuprobe.gpu.nvidia.inventory import any_mig_enabled
 from gpuprobe.host import Host
-from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "device_plugin"
@@ -77,7 +75,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     host = ctx.host
     socket_dir = plugin_paths(config).socket_dir.rstrip("/") or "/"
     kubernetes = has_plugin_dir(host, socket_dir)
-    gpus = nvidia_gpu_count(host)
+    gpus = ctx.gpus.gpu_count("nvidia")
     sockets = plugin_sockets(host, socket_dir, SOCKET_PREFIX, SOCKET_SUFFIX)
     data: DevicePluginData = {
         "kubernetes_node": kubernetes,
@@ -89,7 +87,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         "config": None,
         "expected_resources": None,
     }
-    amd_gpus = len(amd_gpu_addresses(host))
+    amd_gpus = ctx.gpus.gpu_count("amd")
     if amd_gpus:
         amd_sockets = plugin_sockets(host, socket_dir, AMD_SOCKET_PREFIX)
         data["amd_gpus"] = amd_gpus

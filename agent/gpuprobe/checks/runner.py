@@ -31,6 +31,7 @@ from typing import Any
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
+from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, now
 from gpuprobe.threads import start_thread
@@ -67,6 +68,7 @@ class CheckRunner:
         self.host = host
         self.config = config
         self._checks = dict(checks)
+        self.gpus = GpuView(host)  # the checks' one door to the node's GPUs
         self._lock = threading.Lock()
         self._flights: dict[str, _Flight] = {}
 
@@ -123,7 +125,7 @@ class CheckRunner:
     def _fly(self, flight: _Flight) -> None:
         name = flight.check.name
         try:
-            result = flight.check.run(CheckContext(self.host), self.config)
+            result = flight.check.run(CheckContext(self.host, self.gpus), self.config)
         except Exception as exc:  # one broken check must never break the report or the daemon
             result = failed(name, exc)
         result.duration_seconds = time.monotonic() - flight.started

@@ -11,7 +11,7 @@ from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import state_dir
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
-from gpuprobe.gpu.node_gpus import nvidia_pci_gpus
+from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 
 
@@ -36,7 +36,7 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
             raise xid_state.StateError(seen.state_error)
         if gpu is not None:
             # NVML's order (PCI address order), also where NVML is absent.
-            on_bus: set[int | None] = set(range(len(nvidia_pci_gpus(host))))
+            on_bus: set[int | None] = set(range(len(GpuView(host).nvidia.bus_gpus())))
             listed = {g.index for g in seen.gpus.values()} | {x.gpu.index for x in seen.xids}
             _known(gpu, on_bus | listed)
         targets = [

@@ -107,17 +107,14 @@ def _optional(host: Host, fn: str) -> Any:
         return None
 
 
-def loaded_version(host: Host) -> str | None:
-    """The driver version in use: NVML's, else the loaded kernel module's; None when neither."""
-    if host.nvml.init_error is None:
-        try:
-            version = driver_version(host.nvml)
-        except NvmlError:
-            version = ""
-        if version:
-            return version
-    module = kernel_module(host.fs)
-    return module.version if module else None
+def nvml_driver_version(host: Host) -> str | None:
+    """The driver version NVML reports; None when NVML did not start or cannot tell."""
+    if host.nvml.init_error is not None:
+        return None
+    try:
+        return driver_version(host.nvml) or None
+    except NvmlError:
+        return None
 
 
 def kernel_module(fs: HostFS) -> KernelModule | None:
