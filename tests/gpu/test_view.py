@@ -68,6 +68,51 @@ def test_nothing_imports_the_removed_doors_to_the_gpus() -> None:
     assert not (ROOT / "agent/gpuprobe/gpu/node_gpus.py").exists()
 
 
+# The modules under checks/ and workloads/ that still import a vendor package (gpu.nvidia,
+# gpu.amd) directly rather than reading through the GPU view. The list may only shrink: a
+# module moved onto the view leaves it (the test fails until it does), and no new module
+# joins it; the vendor rules that must stay vendor-specific are to move into one folder per
+# vendor.
+VENDOR_IMPORTERS = {
+    "checks/amd_gpus.py",
+    "checks/driver.py",
+    "checks/gpu_health.py",
+    "checks/gpus.py",
+    "checks/imex.py",
+    "checks/mig.py",
+    "checks/pods.py",
+    "checks/sharing.py",
+    "checks/toolkit.py",
+    "checks/xid/amdgpu.py",
+    "checks/xid/findings.py",
+    "checks/xid/model.py",
+    "workloads/attribution.py",
+}
+
+
+def _vendor_importers() -> set[str]:
+    package = ROOT / "agent" / "gpuprobe"
+    found = set()
+    for under in ("checks", "workloads"):
+        for path in (package / under).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                    if node.module == "gpuprobe.gpu":
+                        names += [f"gpuprobe.gpu.{alias.name}" for alias in node.names]
+                vendor = ("gpuprobe.gpu.nvidia", "gpuprobe.gpu.amd")
+                if any(n == v or n.startswith(v + ".") for n in names for v in vendor):
+                    found.add(str(path.relative_to(package)))
+    return found
+
+
+def test_no_new_module_under_checks_or_workloads_imports_a_vendor_package() -> None:
+    assert _vendor_importers() == VENDOR_IMPORTERS
+
+
 def test_xid_events_are_drained_with_an_xid_154s_recovery_field() -> None:
     host = snapshot_host(snapshot("synthetic-xid-events-only"))
     assert drain_events(host) == EventDrain(

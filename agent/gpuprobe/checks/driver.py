@@ -24,7 +24,6 @@ from gpuprobe.errors import ConfigError
 from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
-from gpuprobe.gpu.backends import node_backends
 from gpuprobe.gpu.nvidia.driver import (
     DRIVER_ANSWERED,
     DriverStack,
@@ -81,7 +80,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         "kernel_module_version": module.version if module else None,
         "kernel_module_type": ("open" if module.open else "proprietary") if module else None,
         "nvml_init_error": stack.init_error,
-        "vendors": [backend.vendor for backend in node_backends(host)],
+        "vendors": [backend.vendor for backend in ctx.gpus.backends()],
     }
     node = read_amd(host, ask_library=True)
     if node.gpus:

@@ -23,7 +23,7 @@ from gpuprobe.gpu.backend import (
 from gpuprobe.gpu.nvidia.device import Device, busy_gpus, gpu_count, open_gpus
 from gpuprobe.gpu.nvidia.driver import kernel_module, nvml_driver_version, read_stack
 from gpuprobe.gpu.nvidia.gpus import GpuReading, read_gpus
-from gpuprobe.gpu.nvidia.inventory import read_uses
+from gpuprobe.gpu.nvidia.inventory import any_mig_enabled, read_uses
 from gpuprobe.gpu.pci import PciDevice, nvidia_devices, nvidia_gpus
 from gpuprobe.host import Host
 
@@ -64,9 +64,14 @@ class NvidiaBackend:
         """Every NVIDIA PCI function on the bus (GPUs, NVSwitches), in address order."""
         return nvidia_devices(self.host.fs)
 
-    def busy(self) -> list[int]:
-        """The NVML indices of the GPUs with a compute or graphics process on them."""
-        return busy_gpus(self.host.nvml)
+    def busy(self, graphics: bool = True) -> list[int]:
+        """The NVML indices of the GPUs with a compute or graphics process on them
+        (`graphics=False`: a compute process only; a display server's does not count)."""
+        return busy_gpus(self.host.nvml, graphics=graphics)
+
+    def partitioned(self) -> bool | None:
+        """Whether any GPU has MIG on now; None when NVML cannot count the GPUs."""
+        return any_mig_enabled(self.host)
 
     def listed(self) -> list[GpuIdentity]:
         """Each GPU NVML counts, by index, with its UUID and PCI address as NVML tells them
