@@ -99,7 +99,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
 
 def _amd_only(node: AmdNode, data: DriverData) -> CheckResult:
     """A node whose GPUs are all AMD's: the amdgpu driver is its driver."""
-    data["driver_version"] = amd.driver_version(node.module)
+    data["driver_version"] = node.module.driver_version
     findings = amd.driver_findings(node.module, node.gpus)
     return CheckResult(NAME, amd.driver_summary(node.module, node.gpus), findings, data)
 

@@ -37,7 +37,7 @@ class AmdBackend:
         """amdgpu's version: a DKMS build's own, else the kernel's (in-tree); None when the
         module is not loaded."""
         module = read_module(self.host.fs)
-        version = (module.version or module.kernel) if module.loaded else None
+        version = module.driver_version if module.loaded else None
         return DriverFacts("amd", version)
 
     def bus(self) -> list[tuple[str, int]]:

@@ -87,10 +87,9 @@ def read_stack(host: Host) -> DriverStack:
 def read_versions(host: Host) -> NvmlVersions:
     """NVML's driver, CUDA and NVML versions (call only once NVML started). Without the
     driver's version nothing more is asked."""
-    try:
-        driver = driver_version(host.nvml)
-    except NvmlError as exc:
-        return NvmlVersions(None, driver_error=exc.name)
+    driver, error = _nvml_driver(host)
+    if driver is None:
+        return NvmlVersions(None, driver_error=error)
     cuda_version = None
     for fn in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
         value = _optional(host, fn)
@@ -111,10 +110,16 @@ def nvml_driver_version(host: Host) -> str | None:
     """The driver version NVML reports; None when NVML did not start or cannot tell."""
     if host.nvml.init_error is not None:
         return None
+    return _nvml_driver(host)[0] or None
+
+
+def _nvml_driver(host: Host) -> tuple[str | None, str | None]:
+    """The one ask of NVML for the driver's version: (the version as NVML gives it, None) or
+    (None, the NVML error that kept it back)."""
     try:
-        return driver_version(host.nvml) or None
-    except NvmlError:
-        return None
+        return driver_version(host.nvml), None
+    except NvmlError as exc:
+        return None, exc.name
 
 
 def kernel_module(fs: HostFS) -> KernelModule | None:
