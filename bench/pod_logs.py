@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "agent")]
 
-from gpuprobe.checks import pod_signatures  # noqa: E402
+from gpuprobe.checks.rules import pod_signatures  # noqa: E402
 from gpuprobe.containers import cri_log  # noqa: E402
 from gpuprobe.host.fs import HostFS  # noqa: E402
 

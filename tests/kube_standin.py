@@ -22,7 +22,8 @@ HTTPS server instead. It is as strict as the real one where gpuprobe's features 
   server writes it (items without `kind`/`apiVersion`), every pod validated on the way in;
 - (tests/kube_workloads.py extends it with the NCCL mesh's Jobs, Services, ConfigMaps,
   MPIJobs, pods' logs and Roles' RBAC, validated by tests/kube_validation.py;
-  tests/kube_control_plane.py acts on them);
+  tests/kube_control_plane.py acts on them; tests/kube_dra.py with resource.k8s.io's
+  ResourceSlices and DeviceTaintRules, PodDisruptionBudgets and the Eviction API);
 - it serves what the audit's cluster view reads: discovery (`/api`, `/apis`, `/apis/GROUP`,
   `/version`, open to every authenticated user as the `system:discovery` role makes them),
   nodes in pages, core/v1 Events (with the event registry's selectable fields),
@@ -189,6 +190,8 @@ class ApiFailure(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
+        # The Status's `details` (causes, retryAfterSeconds) where the API server sends some.
+        self.details: dict[str, Any] | None = None
 
 
 @dataclass
@@ -1140,6 +1143,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "reason": failure.reason,
                 "code": failure.code,
             }
+            if failure.details is not None:
+                answer["details"] = failure.details
         except json.JSONDecodeError as exc:
             code = 400
             answer = {
@@ -1168,8 +1173,11 @@ class _Handler(BaseHTTPRequestHandler):
             f"Content-Type: {'text/plain' if text else 'application/json'}",
             f"Content-Length: {len(data)}",
         ]
-        if code == 429:
-            head.append("Retry-After: 1")
+        # A throttled request is told when to come back; the eviction registry's 429 (a
+        # disruption budget, `details` without retryAfterSeconds) is not.
+        details = answer.get("details") if isinstance(answer, dict) else None
+        if code == 429 and (details is None or details.get("retryAfterSeconds")):
+            head.append(f"Retry-After: {(details or {}).get('retryAfterSeconds', 1)}")
         with suppress(OSError):  # a client that gave up on a slow answer
             self._send(("\r\n".join(head) + "\r\n\r\n").encode() + data)
 

@@ -10,7 +10,10 @@ the objects of `gpuprobe mesh --transport nccl` (tests/kube_workloads.py applies
   manifests/base/kubeflow.org_mpijobs.yaml: its fields, types, enums and defaults; its pod
   templates as core/v1 PodTemplateSpecs), unknown fields refused;
 - `operator_validation`: the MPI Operator's own ValidateMPIJob
-  (pkg/apis/kubeflow/validation/validation.go).
+  (pkg/apis/kubeflow/validation/validation.go);
+- `slice_problems`, `rule_problems`: ValidateResourceSlice's and ValidateDeviceTaintRule's
+  rules (pkg/apis/resource/validation) for the device taints' objects (tests/kube_dra.py
+  applies them).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from typing import Any
 
 import jsonschema
 
-from kube_standin import QUALIFIED, ApiFailure, validate
+from kube_standin import DNS_SUBDOMAIN, LABEL_VALUE, QUALIFIED, ApiFailure, validate
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+TAINT_EFFECTS = ("None", "NoSchedule", "NoExecute")  # a device taint's (resource.k8s.io)
 # The API's 1 MiB bound on a ConfigMap's data.
 CONFIG_MAP_BYTES = 1024 * 1024
 
@@ -303,4 +307,78 @@ def operator_validation(job: dict[str, Any]) -> list[str]:
             problems.append(f"spec.mpiReplicaSpecs[{kind}].restartPolicy: Unsupported value")
     if launcher is not None and launcher.get("replicas") not in (None, 1):
         problems.append("spec.mpiReplicaSpecs[Launcher].replicas: must be 1")
+    return problems
+
+
+def _pool_name(name: str) -> bool:
+    return 0 < len(name) <= 253 and all(DNS_SUBDOMAIN.fullmatch(p) for p in name.split("/"))
+
+
+def slice_problems(obj: dict[str, Any]) -> list[str]:
+    """ValidateResourceSlice's rules beyond the schema (pkg/apis/resource/validation)."""
+    problems: list[str] = []
+    spec = obj["spec"]
+    if not DNS_SUBDOMAIN.fullmatch(spec.get("driver", "")) or len(spec["driver"]) > 63:
+        problems.append("spec.driver: not a DNS subdomain of at most 63 characters")
+    if not _pool_name(spec["pool"]["name"]):
+        problems.append("spec.pool.name: not a pool name")
+    chosen = [
+        k for k in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection") if spec.get(k)
+    ]
+    if len(chosen) != 1:
+        problems.append("spec: exactly one of nodeName, nodeSelector, allNodes is required")
+    devices = spec.get("devices") or []
+    if len(devices) > 128:
+        problems.append("spec.devices: must have at most 128 items")
+    names = [d["name"] for d in devices]
+    if len(names) != len(set(names)):
+        problems.append("spec.devices: Duplicate value")
+    for device in devices:
+        if not DNS_LABEL.fullmatch(device["name"]) or len(device["name"]) > 63:
+            problems.append(f"spec.devices[{device['name']}].name: not a DNS label")
+        for key, value in (device.get("attributes") or {}).items():
+            if not QUALIFIED.fullmatch(key):
+                problems.append(f"attributes[{key}]: not a qualified name")
+            if len([v for v in value.values() if v is not None]) != 1:
+                problems.append(f"attributes[{key}]: exactly one value is required")
+    return problems
+
+
+def rule_problems(obj: dict[str, Any]) -> list[str]:
+    """ValidateDeviceTaintRule's rules beyond the schema (pkg/apis/resource/validation)."""
+    problems: list[str] = []
+    meta = obj["metadata"]
+    name = meta.get("name", "")
+    if not DNS_SUBDOMAIN.fullmatch(name) or len(name) > 253:
+        problems.append(f"metadata.name: {name!r} is not a DNS subdomain")
+    for key, value in (meta.get("labels") or {}).items():
+        if not QUALIFIED.fullmatch(key) or (value and not LABEL_VALUE.fullmatch(value)):
+            problems.append(f"metadata.labels: {key}={value!r} is not a valid label")
+        if len(value) > 63:
+            problems.append(f"metadata.labels: {key}: must be no more than 63 characters")
+    for owner in meta.get("ownerReferences") or []:
+        for required in ("apiVersion", "kind", "name", "uid"):
+            if not owner.get(required):
+                problems.append(f"metadata.ownerReferences.{required}: Required value")
+    spec = obj["spec"]
+    selector = spec.get("deviceSelector") or {}
+    driver = selector.get("driver")
+    if driver is not None and (not DNS_SUBDOMAIN.fullmatch(driver) or len(driver) > 63):
+        problems.append("spec.deviceSelector.driver: not a driver name")
+    if selector.get("pool") is not None and not _pool_name(selector["pool"]):
+        problems.append("spec.deviceSelector.pool: not a pool name")
+    device = selector.get("device")
+    if device is not None and (not DNS_LABEL.fullmatch(device) or len(device) > 63):
+        problems.append("spec.deviceSelector.device: not a DNS label")
+    taint = spec["taint"]
+    key, value = taint.get("key", ""), taint.get("value", "")
+    if not QUALIFIED.fullmatch(key) or len(key.rsplit("/", 1)[-1]) > 63:
+        problems.append(f"spec.taint.key: {key!r} is not a qualified name")
+    if value and (not LABEL_VALUE.fullmatch(value) or len(value) > 63):
+        problems.append(f"spec.taint.value: {value!r} is not a label value")
+    if taint.get("effect") not in TAINT_EFFECTS:
+        problems.append(
+            f"spec.taint.effect: Unsupported value: {taint.get('effect')!r}: supported values: "
+            + ", ".join(f'"{e}"' for e in TAINT_EFFECTS)
+        )
     return problems

@@ -24,9 +24,9 @@ from gpuprobe.checks import registry
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.client import Credentials, fetch_report
 from gpuprobe.config import Config, KubernetesConfig, build, load_config
+from gpuprobe.effects.conditions import desired, groups
 from gpuprobe.errors import ConfigError
 from gpuprobe.host import snapshot_host
-from gpuprobe.kube.conditions import desired, groups
 from gpuprobe.report import NodeReport, now
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from serving import in_process_agent

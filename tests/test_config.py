@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuprobe.checks import driver, gpus
+from gpuprobe.checks import driver
 from gpuprobe.checks.registry import CHECKS, sections
+from gpuprobe.checks.rules.sections import GPUS, GpusConfig
 from gpuprobe.config import Config, load_config
 from gpuprobe.errors import ConfigError
 
@@ -37,7 +38,7 @@ def test_a_full_file(tmp_path: Path) -> None:
     assert CHECKS["gpus"].deadline(config) == 5.0
     assert config.section(driver.NAME, driver.DriverConfig).min_version == "550.54.15"
     assert config.section(driver.NAME, driver.DriverConfig).required_cuda == ("12.4", "13.0")
-    assert config.section(gpus.NAME, gpus.GpusConfig).expect == 8
+    assert config.section(GPUS, GpusConfig).expect == 8
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprobe.checks import gpus
 from gpuprobe.checks.registry import sections
+from gpuprobe.checks.rules.sections import GPUS, GpusConfig
 from gpuprobe.config import MAX_CONFIG_BYTES, load_config
 from gpuprobe.errors import ConfigError
 
@@ -103,7 +103,7 @@ def test_only_a_regular_file_of_bounded_size_is_read(tmp_path: Path) -> None:
 def test_an_integer_must_be_below_2_to_the_53(tmp_path: Path) -> None:
     # docs/configuration.md: "an integer below 2^53"; 2^53 itself was let through.
     config = load_config(write(tmp_path, f"gpus: {{expect: {2**53 - 1}}}\n"), sections())
-    assert config.section(gpus.NAME, gpus.GpusConfig).expect == 2**53 - 1
+    assert config.section(GPUS, GpusConfig).expect == 2**53 - 1
     for text, key in [
         (f"gpus: {{expect: {2**53}}}\n", "gpus: expect"),
         (f"network: {{min_speed_mbps: {2**53}}}\n", "network: min_speed_mbps"),

@@ -37,6 +37,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.mesh",
             "gpuprobe.capture",
             "gpuprobe.kube",
+            "gpuprobe.effects",  # what a report does to the cluster: planners, appliers, loop
             "gpuprobe.pipeline",  # checks, then post-passes, then sinks: `check` and `serve`
         ],
     ),

@@ -19,8 +19,9 @@ from gpuprobe.checks.runner import Ran
 from gpuprobe.cli import build_parser
 from gpuprobe.cli import check as check_command
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig
-from gpuprobe.kube import once
-from gpuprobe.kube.publisher import PublishLoop
+from gpuprobe.effects import once
+from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.told import tell_report
 from gpuprobe.report import CheckResult, Finding, NodeReport, Severity
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.metrics_http import MetricsPage
@@ -90,8 +91,8 @@ def test_the_post_passes_run_once_each_in_their_order(monkeypatch: pytest.Monkey
     assert (report.node, report.time) == ("node-a", T)
 
 
-def test_attribution_is_the_post_pass_today() -> None:
-    assert (attribute_report,) == pipeline.POST_PASSES
+def test_the_post_passes_are_attribution_then_what_the_effects_did() -> None:
+    assert (attribute_report, tell_report) == pipeline.POST_PASSES
 
 
 def test_feed_gives_every_sink_the_item_in_order() -> None:
@@ -171,7 +172,7 @@ def test_the_agent_feeds_each_report_to_every_sink_once(
     record(ReportCollector, "update", of_state)
     record(MetricsPage, "invalidate", of_state)
     record(NodeDiagnosticsService, "render", of_state)
-    record(PublishLoop, "offer", lambda report: report)
+    record(EffectsLoop, "offer", lambda report: report)
     config = Config(
         serve=ServeConfig(interval_seconds=3600),
         kubernetes=KubernetesConfig(start_jitter_seconds=0),
@@ -184,6 +185,6 @@ def test_the_agent_feeds_each_report_to_every_sink_once(
     assert reports and all(ecc_message(r).endswith(AFFECTS) for r in reports)
     assert reports == counted.returned
     assert all(r is out for r, out in zip(reports, counted.returned, strict=True))
-    for sink in ("MetricsPage", "NodeDiagnosticsService", "PublishLoop"):
+    for sink in ("MetricsPage", "NodeDiagnosticsService", "EffectsLoop"):
         assert seen[sink] == reports, sink
         assert all(a is b for a, b in zip(seen[sink], reports, strict=True)), sink

@@ -219,6 +219,77 @@ class TaintConfig:
         selector_terms(self.node_selector)
 
 
+# A device taint's effects (resource.k8s.io DeviceTaint): None is a dry run.
+DEVICE_TAINT_EFFECTS = ("None", "NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class DeviceTaintConfig:
+    """DeviceTaintRules for the failed GPUs a DRA driver publishes (docs/kubernetes.md)."""
+
+    enabled: bool = False
+    # None: a dry run (the rule's status tells the pods NoExecute would evict); NoSchedule:
+    # no new claim gets the device; NoExecute: Kubernetes also evicts the pods using it.
+    effect: str = "NoSchedule"
+    # A rule is deleted once its finding has been gone this long.
+    clear_after_seconds: float = 300.0
+    # No new rule while at least this fraction of the fleet's published GPUs is quarantined
+    # by gpuprobe's rules (the brake, counting GPUs).
+    max_quarantined_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.effect not in DEVICE_TAINT_EFFECTS:
+            raise ConfigError(
+                f"effect: {self.effect!r} is not one of {', '.join(DEVICE_TAINT_EFFECTS)}"
+            )
+        if self.clear_after_seconds < 0:
+            raise ConfigError(f"clear_after_seconds: {self.clear_after_seconds:g} is negative")
+        if not 0 < self.max_quarantined_fraction <= 1:
+            raise ConfigError(
+                f"max_quarantined_fraction: {self.max_quarantined_fraction:g} is not within 0-1"
+            )
+
+
+@dataclass(frozen=True)
+class RemediationConfig:
+    """What the agent may do to workloads on a failed GPU (docs/kubernetes.md, "Eviction")."""
+
+    # Evict (policy/v1 Eviction, PodDisruptionBudgets honoured) the pods holding a failed GPU.
+    evict_pods: bool = False
+    # Pods evicted from one GPU per boot of the node, at most (kept across agent restarts).
+    max_evictions_per_gpu: int = 3
+    # Eviction requests for the pods of one GPU per boot, at most, whatever their answer (a
+    # PodDisruptionBudget that refuses for good ends in a finding, not endless retries).
+    max_eviction_requests_per_gpu: int = 30
+    # The fleet's circuit breaker: no eviction while the GPU nodes together show this many
+    # evictions by gpuprobe within the window.
+    fleet_max_evictions: int = 10
+    fleet_window_seconds: float = 3600.0
+    # Where the per-GPU count is kept across restarts (the DaemonSet's host state directory).
+    state_dir: str = "/var/lib/gpuprobe"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_evictions_per_gpu <= 100:
+            raise ConfigError(
+                f"max_evictions_per_gpu: {self.max_evictions_per_gpu} is not between 1 and 100"
+            )
+        if not 1 <= self.max_eviction_requests_per_gpu <= 10000:
+            raise ConfigError(
+                f"max_eviction_requests_per_gpu: {self.max_eviction_requests_per_gpu} is not "
+                "between 1 and 10000"
+            )
+        if not 1 <= self.fleet_max_evictions <= 100000:
+            raise ConfigError(
+                f"fleet_max_evictions: {self.fleet_max_evictions} is not between 1 and 100000"
+            )
+        if self.fleet_window_seconds <= 0:
+            raise ConfigError(
+                f"fleet_window_seconds: {self.fleet_window_seconds:g} must be above 0"
+            )
+        if not self.state_dir.startswith("/"):
+            raise ConfigError(f"state_dir: {self.state_dir!r} is not an absolute path")
+
+
 @dataclass(frozen=True)
 class KubernetesConfig:
     """Node conditions, events and taints written to the Kubernetes API (docs/kubernetes.md)."""
@@ -234,6 +305,7 @@ class KubernetesConfig:
     # One Event on the node when a CRITICAL or WARNING finding appears or clears.
     events: bool = True
     taint: TaintConfig = field(default_factory=TaintConfig)
+    device_taints: DeviceTaintConfig = field(default_factory=DeviceTaintConfig)
     # The first write of a starting agent comes at a random moment within this window, so a
     # fleet restarting at once does not stampede the API server.
     start_jitter_seconds: float = 30.0
@@ -317,6 +389,7 @@ class Config:
     serve: ServeConfig = field(default_factory=ServeConfig)
     kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
     bandwidth: BandwidthConfig = field(default_factory=BandwidthConfig)
+    remediation: RemediationConfig = field(default_factory=RemediationConfig)
     # The checks' own sections, by check name: a check's record names its section type, and
     # `load_config` reads the check's key into it. Not a key itself.
     sections: Mapping[str, object] = field(default_factory=dict, metadata={"key": False})

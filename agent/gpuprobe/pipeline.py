@@ -9,7 +9,7 @@ One-shot `check` (and `capture`) gets its report from `run_checks` and feeds its
 printed report and `--publish`'s Kubernetes write (`gpuprobe.cli.check`). The daemon's store
 (`gpuprobe.serve.state.ReportStore`) assembles the merged latest result of each check on every
 update and feeds its sinks the new state: the metrics collector and page, the gRPC service,
-the health state and the Kubernetes publisher (listed in `gpuprobe.serve.agent`).
+the health state and the effects loop (listed in `gpuprobe.serve.agent`).
 
 A new post-pass (a remediation plan) is one more entry in `POST_PASSES`; a new sink is one
 more entry in the face's list of sinks.
@@ -25,6 +25,7 @@ from gpuprobe.checks import registry
 from gpuprobe.checks.attribution import attribute_report
 from gpuprobe.checks.runner import CheckRunner
 from gpuprobe.config import Config
+from gpuprobe.effects.told import tell_report
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult, NodeReport, now
 
@@ -42,7 +43,8 @@ class PostPass(Protocol):
 Sink = Callable[[Item], None]
 
 # In the order they run. Attribution first: a later pass sees the pods a finding affects.
-POST_PASSES: tuple[PostPass, ...] = (attribute_report,)
+# Attribution first (it names the pods), then what the effects did for each finding.
+POST_PASSES: tuple[PostPass, ...] = (attribute_report, tell_report)
 
 
 def assemble(node: str, time: datetime, results: list[CheckResult]) -> NodeReport:

@@ -114,8 +114,8 @@ def test_an_api_that_never_answers_costs_the_deadline_and_one_line_per_cause(
     # The items not read for one source are one line; why, once per cause, below.
     assert sum("not read" in line for line in lines) <= 4 + len(causes)
     at = lines.index(
-        "  control_plane, agents, gpu_resources, device_stack, sharing, interconnect, spot, "
-        "autoscaling"
+        "  control_plane, agents, gpu_resources, device_stack, gpu_quarantine, sharing, "
+        "interconnect, spot, autoscaling"
     )
     assert lines[at + 1] == "                    UNKNOWN   not read: nodes (below)"
 

@@ -97,10 +97,9 @@ def test_garbage_never_raises(
 def test_garbage_is_named_file_by_file(tmp_path: Path) -> None:
     files = {p: b"\xff\xfe garbage" for p in CONFIG_FILES}
     host = snapshot_host(str(node(tmp_path, files)))
+    ctx = CheckContext(host)  # one runner's context: its states
     invalid = sorted(
-        f.resource
-        for f in toolkit.run(CheckContext(host), Config()).findings
-        if f.code == "CONFIG_INVALID"
+        f.resource for f in toolkit.run(ctx, Config()).findings if f.code == "CONFIG_INVALID"
     )
     # Every engine and toolkit file, except the containerd drop-in: the root file that would
     # import it cannot be read, and the OCI hook, which is only looked for.
@@ -109,5 +108,5 @@ def test_garbage_is_named_file_by_file(tmp_path: Path) -> None:
         for p in CONFIG_FILES
         if "cdi" not in p and "hooks.d" not in p and p != "/etc/containerd/conf.d/99-nvidia.toml"
     )
-    specs = sorted(f.resource for f in cdi.run(CheckContext(host), Config()).findings)
+    specs = sorted(f.resource for f in cdi.run(ctx, Config()).findings)
     assert specs == ["file:/etc/cdi/nvidia.json", "file:/var/run/cdi/nvidia.yaml"]

@@ -208,15 +208,16 @@ def test_idle_gpus_are_a_fact_in_one_shot_check() -> None:
 
 def test_gpu_idle_fires_in_the_daemon_once_the_window_has_passed() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))  # one host: memory carries over
+    ctx = CheckContext(host)  # one runner's context: its states
     cfg = config(gpus={"idle_window_seconds": 600})
     host.clock = clock = FakeClock()
-    assert gpus.run(CheckContext(host), cfg).findings == []
+    assert gpus.run(ctx, cfg).findings == []
     clock.advance(599)
-    first = gpus.run(CheckContext(host), cfg)
+    first = gpus.run(ctx, cfg)
     assert first.findings == []
     assert first.data["gpus"][6]["idle_seconds"] == 599.0
     clock.advance(2)
-    result = gpus.run(CheckContext(host), cfg)
+    result = gpus.run(ctx, cfg)
     assert codes(result) == [("GPU_IDLE", "WARNING", "NONE", gpu(6))]
     assert result.data["gpus"][6]["idle_seconds"] == 601.0
     assert "no process and no utilization for 10 min" in result.findings[0].message
@@ -224,24 +225,26 @@ def test_gpu_idle_fires_in_the_daemon_once_the_window_has_passed() -> None:
 
 def test_gpu_idle_clock_restarts_when_the_gpu_gets_work() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))  # GPU 7 gets a job after one look
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
-    assert gpus.run(CheckContext(host), Config()).data["gpus"][7]["idle"] is True
+    assert gpus.run(ctx, Config()).data["gpus"][7]["idle"] is True
     clock.advance(3601)
-    result = gpus.run(CheckContext(host), Config())
+    result = gpus.run(ctx, Config())
     assert codes(result) == [("GPU_IDLE", "WARNING", "NONE", gpu(6))]
     busy = result.data["gpus"][7]
     assert (busy["idle"], busy["idle_seconds"]) == (False, None)
     assert busy["processes"] == [{"pid": 41007, "name": "python3", "used_memory_bytes": 1 << 30}]
-    assert "GPU-5f1c0007-8e2b-4c1d-9a7e-000000000007" not in host.memory.of("gpus")["idle_since"]
+    assert "GPU-5f1c0007-8e2b-4c1d-9a7e-000000000007" not in ctx.kept(gpus.KEEPS).idle_since
 
 
 def test_gpuprobes_own_nccl_test_neither_ends_nor_starts_an_idle_stretch() -> None:
     host = snapshot_host(snapshot("synthetic-gpus-idle"))  # GPU 7 is busy at the second look
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
-    assert gpus.run(CheckContext(host), Config()).data["gpus"][7]["idle"] is True
+    assert gpus.run(ctx, Config()).data["gpus"][7]["idle"] is True
     clock.advance(3601)
     with own_gpu_test(host):  # the load is gpuprobe's own test, not a tenant's job
-        result = gpus.run(CheckContext(host), Config())
+        result = gpus.run(ctx, Config())
     assert codes(result) == [
         ("GPU_IDLE", "WARNING", "NONE", gpu(6)),
         ("GPU_IDLE", "WARNING", "NONE", gpu(7)),

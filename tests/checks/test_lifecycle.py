@@ -159,11 +159,12 @@ def test_the_session_token_is_reused_and_fetched_again_after_a_401(
     tmp_path: Path, imds: ImdsStandIn
 ) -> None:
     host = node(tmp_path)
-    lifecycle.run(CheckContext(host), config("aws", imds.url))
-    lifecycle.run(CheckContext(host), config("aws", imds.url))
+    ctx = CheckContext(host)  # one runner's context: its states
+    lifecycle.run(ctx, config("aws", imds.url))
+    lifecycle.run(ctx, config("aws", imds.url))
     assert len(imds.seen("PUT")) == 1  # one token for both readings
     imds.tokens.clear()  # the service restarted: the held token is void
-    result = lifecycle.run(CheckContext(host), config("aws", imds.url))
+    result = lifecycle.run(ctx, config("aws", imds.url))
     assert result.status is Status.OK
     tail = [(r.method, r.path.rsplit("/", 1)[-1]) for r in imds.seen()[7:]]
     assert tail == [
@@ -212,11 +213,12 @@ def test_gce_preemption_and_maintenance_with_the_flavor_header(
     tmp_path: Path, gce: GceStandIn
 ) -> None:
     host = node(tmp_path)
-    assert lifecycle.run(CheckContext(host), config("gcp", gce.url)).findings == []
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert lifecycle.run(ctx, config("gcp", gce.url)).findings == []
     gce.maintenance = "MIGRATE_ON_HOST_MAINTENANCE"  # a live migration keeps the VM
-    assert lifecycle.run(CheckContext(host), config("gcp", gce.url)).findings == []
+    assert lifecycle.run(ctx, config("gcp", gce.url)).findings == []
     gce.preempted, gce.maintenance = "TRUE", "TERMINATE_ON_HOST_MAINTENANCE"
-    result = lifecycle.run(CheckContext(host), config("gcp", gce.url))
+    result = lifecycle.run(ctx, config("gcp", gce.url))
     assert codes(result) == [
         ("NODE_PREEMPTION_NOTICE", Severity.CRITICAL),
         ("NODE_MAINTENANCE_SCHEDULED", Severity.WARNING),
@@ -245,7 +247,8 @@ def test_azure_preempt_for_this_vm_and_events_for_others(
     tmp_path: Path, azure: AzureStandIn
 ) -> None:
     host = node(tmp_path)
-    assert lifecycle.run(CheckContext(host), config("azure", azure.url)).findings == []
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert lifecycle.run(ctx, config("azure", azure.url)).findings == []
     other = {**AZURE_PREEMPT, "EventType": "Reboot", "Resources": ["gpu-node-3"]}
     freeze = {
         **AZURE_PREEMPT,
@@ -256,7 +259,7 @@ def test_azure_preempt_for_this_vm_and_events_for_others(
         "DurationInSeconds": 9,
     }
     azure.set_events([AZURE_PREEMPT, other, freeze])
-    result = lifecycle.run(CheckContext(host), config("azure", azure.url))
+    result = lifecycle.run(ctx, config("azure", azure.url))
     assert codes(result) == [
         ("NODE_PREEMPTION_NOTICE", Severity.CRITICAL),
         ("NODE_MAINTENANCE_SCHEDULED", Severity.WARNING),

@@ -179,13 +179,12 @@ def test_an_ipoib_interface_set_down_on_an_active_rail_is_named_when_configured(
             link.update(admin_up=False, operstate="DOWN")
     (node / "netlink.json").write_text(json.dumps(netlink))
     host = snapshot_host(str(node))
-    configured = network.run(CheckContext(host), config(network={"fabric_interfaces": ["ibp*"]}))
+    ctx = CheckContext(host)  # one runner's context: its states
+    configured = network.run(ctx, config(network={"fabric_interfaces": ["ibp*"]}))
     assert codes(configured) == [("NIC_DOWN", "CRITICAL", "CHECK_NETWORK", "nic:ibp3s0")]
     assert configured.findings[0].message == "fabric NIC ibp3s0 is administratively down"
-    assert rdma.run(CheckContext(host), Config()).findings == []  # its port is ACTIVE
-    assert (
-        network.run(CheckContext(host), Config()).findings == []
-    )  # not brought up: not the default fabric
+    assert rdma.run(ctx, Config()).findings == []  # its port is ACTIVE
+    assert network.run(ctx, Config()).findings == []  # not brought up: not the default fabric
 
 
 def test_named_fabric_nics_of_another_link_type_keep_their_own_mtu() -> None:

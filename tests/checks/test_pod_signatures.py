@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprobe.checks import pod_signatures as sig
+from gpuprobe.checks.rules import pod_signatures as sig
 
 # (cause, a real line, where it was published)
 REAL = [

@@ -89,11 +89,12 @@ def test_error_counters_rising_between_runs(tmp_path: Path) -> None:
     snap = tmp_path / "snap"
     shutil.copytree(snapshot("synthetic-ndr-fabric-healthy"), snap, symlinks=True)
     host = snapshot_host(str(snap))
-    assert rdma.run(CheckContext(host), Config()).findings == []
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert rdma.run(ctx, Config()).findings == []
     counters = snap / "rootfs/sys/class/infiniband/mlx5_4/ports/1/counters"
     (counters / "symbol_error").write_text("17\n")
     (counters / "link_downed").write_text("1\n")
-    second = rdma.run(CheckContext(host), Config())
+    second = rdma.run(ctx, Config())
     assert codes(second) == [("RDMA_ERRORS_RISING", "WARNING", "CHECK_NETWORK", "rdma:mlx5_4:1")]
     assert "(link_downed +1, symbol_error +17)" in second.findings[0].message
-    assert rdma.run(CheckContext(host), Config()).findings == []
+    assert rdma.run(ctx, Config()).findings == []

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import pkgutil
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -20,23 +22,11 @@ from gpuprobe.families import Family
 from helpers import node_report
 
 # The modules of the checks package that are not checks: the machinery (attribution names
-# the pods of every check's GPU findings), the gpus check's judgement of gpu.nvidia.health's
-# and gpu.nvidia.fabric's facts, the driver and gpus checks' judgement of AMD GPUs, and the
-# pods check's table of failure signatures and how much of its data it lists.
-MACHINERY = {
-    "context",
-    "record",
-    "registry",
-    "runner",
-    "attribution",
-    "gpu_health",
-    "imex",
-    "amd_gpus",
-    "pod_signatures",
-    "pods_bounds",
-}
+# the pods of every check's GPU findings; state is what the runner keeps for the checks) and
+# `rules`, what checks judge by that is no check of its own.
+MACHINERY = {"context", "record", "registry", "runner", "state", "attribution", "rules"}
 # Config's own sections, which belong to no one check: how checks run, the daemon, the
-# bandwidth tests it serves, and its Kubernetes publisher (and the checks' sections by name).
+# bandwidth tests it serves, and its effects on the cluster (and the checks' sections by name).
 SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes"}
 # The node conditions the records group their checks into, as docs/kubernetes.md lists them.
 DEFAULT_CONDITIONS = {
@@ -60,6 +50,66 @@ def test_the_registry_holds_every_check_module_once_in_report_order() -> None:
         module = modules[check.name]
         assert module.CHECK is check and check.name == module.NAME
         assert check.run is module.run
+
+
+def imported(path: Path, package: str) -> set[str]:
+    """The gpuprobe modules (and names under them) a module's source imports, absolute."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package up
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([base] if base else [])])
+            names |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return {n for n in names if n.startswith("gpuprobe.")}
+
+
+def check_of(name: str) -> str | None:
+    """The check (by its module's name) that a module name is or lies under, if any."""
+    for check in registry.ORDER:
+        module = importlib.import_module(check.run.__module__).__name__
+        top = f"gpuprobe.checks.{module.split('.')[2]}"
+        if name == top or name.startswith(top + "."):
+            return check.name
+    return None
+
+
+def test_no_check_module_imports_another_check() -> None:
+    """A check module is the module (or package) of a record the registry lists; what two
+    checks share lives in `checks/rules/` (or below `checks/`), never in another check."""
+    reached = []
+    for check in registry.ORDER:
+        module = importlib.import_module(check.run.__module__)
+        top = importlib.import_module(".".join(module.__name__.split(".")[:3]))
+        files = [Path(str(top.__file__))]
+        package = "gpuprobe.checks"  # a check module's own package
+        if files[0].name == "__init__.py":  # a check package (xid): every module in it
+            files, package = sorted(files[0].parent.glob("*.py")), top.__name__
+        for path in files:
+            for name in imported(path, package):
+                other = check_of(name)
+                if other is not None and other != check.name:
+                    reached.append(f"{check.name} ({path.name}) imports {name}")
+    assert reached == []
+
+
+def test_the_import_scan_sees_one_check_importing_another(tmp_path: Path) -> None:
+    """The scan finds what it looks for (so its empty answer means something): the pods
+    check's import of the workloads check, as it stood before the shared section moved."""
+    source = tmp_path / "pods.py"
+    source.write_text("from gpuprobe.checks.workloads import NAME as WORKLOADS\n")
+    assert imported(source, "gpuprobe.checks") == {
+        "gpuprobe.checks.workloads",
+        "gpuprobe.checks.workloads.NAME",
+    }
+    assert check_of("gpuprobe.checks.workloads.NAME") == "workloads"
+    relative = tmp_path / "kernel.py"
+    relative.write_text("from ..pods import run\n")
+    assert check_of("gpuprobe.checks.pods.run") == "pods"
+    assert "gpuprobe.checks.pods.run" in imported(relative, "gpuprobe.checks.xid")
 
 
 @pytest.mark.parametrize("check", registry.ORDER, ids=lambda c: c.name)
@@ -118,6 +168,7 @@ def test_the_summary_view_keeps_what_each_record_names() -> None:
     assert keys["driver"] == {
         "driver_version": None,
         "cuda_driver_version": None,
+        "vendors": None,
         "amd": {"amdgpu_version": None, "rocm_version": None},
     }
 

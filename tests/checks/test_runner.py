@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import gpuprobe, snapshot
 from gpuprobe.checks import registry
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.record import CheckFn
-from gpuprobe.checks.runner import STAGGER_SECONDS
+from gpuprobe.checks.record import Check, CheckFn
+from gpuprobe.checks.runner import STAGGER_SECONDS, CheckRunner
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.pipeline import run_checks
@@ -130,3 +132,46 @@ def test_a_slow_check_holds_the_next_back_only_for_the_stagger(
     waited = times["gpus"][0] - times["driver"][0]
     assert STAGGER_SECONDS - 0.05 <= waited < STAGGER_SECONDS + 0.5
     assert [c.status for c in report.checks] == [Status.OK, Status.OK]
+
+
+def loading_checks(loads_gpus: bool, seconds: float) -> tuple[dict[str, Check[Any]], list[int]]:
+    """Two active checks, each `seconds` long, and the most of them seen running at once."""
+    running: list[int] = [0]
+    most: list[int] = [0]
+    lock = threading.Lock()
+
+    def load(ctx: CheckContext, config: Config) -> CheckResult:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(seconds)
+        with lock:
+            running[0] -= 1
+        return CheckResult("load", "loaded")
+
+    checks = {
+        name: Check(name, load, active=True, loads_gpus=loads_gpus) for name in ("load_a", "load_b")
+    }
+    return checks, most
+
+
+def test_active_checks_that_load_the_gpus_never_run_at_once() -> None:
+    host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
+    checks, most = loading_checks(loads_gpus=True, seconds=0.3)
+    runner = CheckRunner(host, Config(), checks)
+    started = time.monotonic()
+    ran = runner.run(["load_a", "load_b"], within=5.0)  # both started at once (RunChecks)
+    assert [r.result.summary for r in ran] == ["loaded", "loaded"]
+    assert most == [1]
+    assert time.monotonic() - started >= 0.6  # the second waited for the first
+    # Without the declaration the same checks overlap: what the runner serialises is the
+    # GPU load, not every active check.
+    checks, most = loading_checks(loads_gpus=False, seconds=0.3)
+    CheckRunner(host, Config(), checks).run(["load_a", "load_b"], within=5.0)
+    assert most == [2]
+
+
+def test_the_checks_that_load_the_gpus_say_so_and_are_active() -> None:
+    loading = [c.name for c in registry.ORDER if c.loads_gpus]
+    assert loading == ["nccl"]
+    assert all(registry.CHECKS[name].active for name in loading)

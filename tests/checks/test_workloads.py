@@ -197,16 +197,17 @@ def test_a_process_in_another_pods_mig_device_is_named_on_that_mig_device() -> N
 
 def test_an_allocated_idle_gpu_is_named_once_the_window_passes() -> None:
     host = snapshot_host(snapshot("synthetic-k8s-gpus-by-uuid"))
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
     cfg = config(workloads={"idle_window_seconds": 1800})
-    first = workloads.run(CheckContext(host), cfg)
+    first = workloads.run(ctx, cfg)
     assert first.findings == []
     assert first.data["devices"][6]["idle_seconds"] == 0
     assert "idle_seconds" not in first.data["devices"][7]  # free, not allocated-idle
     clock.advance(1799)
-    assert workloads.run(CheckContext(host), cfg).findings == []
+    assert workloads.run(ctx, cfg).findings == []
     clock.advance(2521)
-    result = workloads.run(CheckContext(host), cfg)
+    result = workloads.run(ctx, cfg)
     assert codes(result) == [("GPU_ALLOCATED_IDLE", "WARNING", "NONE", gpu(6))]
     assert result.findings[0].pods == (PodRef("research", "notebook-alice", "jupyter"),)
     assert result.findings[0].message == (
@@ -219,23 +220,25 @@ def test_an_allocated_idle_gpu_is_named_once_the_window_passes() -> None:
 
 def test_an_idle_mig_device_is_judged_by_its_processes() -> None:
     host = snapshot_host(snapshot("synthetic-k8s-mig-mixed"))
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
     cfg = config(workloads={"idle_window_seconds": 60})
-    workloads.run(CheckContext(host), cfg)
+    workloads.run(ctx, cfg)
     clock.advance(61)
-    result = workloads.run(CheckContext(host), cfg)
+    result = workloads.run(ctx, cfg)
     assert codes(result) == [("GPU_ALLOCATED_IDLE", "WARNING", "NONE", "mig:0:3:0")]
     assert result.findings[0].pods == (PodRef("ml-team", "eval-2g", "eval"),)
 
 
 def test_a_refusing_kubelet_is_allocation_unknown(short_tmp: Path) -> None:
     host = snapshot_host(snapshot("synthetic-k8s-podresources-refused"))
-    result = workloads.run(CheckContext(host), Config())
+    ctx = CheckContext(host)  # one runner's context: its states
+    result = workloads.run(ctx, Config())
     assert codes(result) == [("ALLOCATION_UNKNOWN", "UNKNOWN", "NONE", "node")]
     assert result.status is Status.UNKNOWN
     host.podresources = LivePodResources(HostFS(short_tmp))
     with dead_kubelet(short_tmp):
-        live_result = workloads.run(CheckContext(host), Config())
+        live_result = workloads.run(ctx, Config())
     assert live_result.findings == result.findings
     assert result.findings[0].message == (
         "the kubelet's PodResources API at /var/lib/kubelet/pod-resources/kubelet.sock "
@@ -255,11 +258,12 @@ def test_a_hung_kubelet_is_allocation_unknown_within_the_deadline(short_tmp: Pat
 def test_an_expected_socket_that_is_absent_is_allocation_unknown(short_tmp: Path) -> None:
     (short_tmp / "var/lib/kubelet/pod-resources").mkdir(parents=True)  # the kubelet's, no socket
     host = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"))
+    ctx = CheckContext(host)  # one runner's context: its states
     host.podresources = LivePodResources(HostFS(short_tmp))
     host.fs = HostFS(short_tmp)
-    result = workloads.run(CheckContext(host), Config())
+    result = workloads.run(ctx, Config())
     assert codes(result) == [("ALLOCATION_UNKNOWN", "UNKNOWN", "FIX_CONFIG", "node")]
-    forced = workloads.run(CheckContext(host), config(workloads={"expect_kubelet": False}))
+    forced = workloads.run(ctx, config(workloads={"expect_kubelet": False}))
     assert forced.status is Status.OK and forced.findings == []
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from conftest import snapshot
 from gpuprobe.checks import workloads
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.workloads import WorkloadsConfig
+from gpuprobe.checks.rules.sections import WorkloadsConfig
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.pipeline import run_checks
@@ -89,13 +89,12 @@ def test_a_pod_on_an_amd_gpu_it_was_not_given_is_named() -> None:
 
 def test_an_allocated_idle_amd_gpu_is_named_once_the_window_passes() -> None:
     host = snapshot_host(snapshot(NAME))
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
     cfg = config(workloads={"idle_window_seconds": 60})
-    assert [f.code for f in workloads.run(CheckContext(host), cfg).findings] == [
-        "GPU_USED_WITHOUT_ALLOCATION"
-    ]
+    assert [f.code for f in workloads.run(ctx, cfg).findings] == ["GPU_USED_WITHOUT_ALLOCATION"]
     clock.advance(61)
-    result = workloads.run(CheckContext(host), cfg)
+    result = workloads.run(ctx, cfg)
     assert codes(result) == [
         ("GPU_ALLOCATED_IDLE", "WARNING", "NONE", gpu(2)),
         ("GPU_USED_WITHOUT_ALLOCATION", "WARNING", "FIX_CONFIG", gpu(3)),
@@ -117,10 +116,10 @@ def test_the_usage_digest_counts_amd_gpus() -> None:
 
 def test_the_accounting_counts_amd_gpus_by_unique_id_and_busy_percent() -> None:
     host = snapshot_host(snapshot(NAME))
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
     assert [
-        g["allocated_seconds"]
-        for g in workloads.run(CheckContext(host), Config()).data["accounting"]["gpus"]
+        g["allocated_seconds"] for g in workloads.run(ctx, Config()).data["accounting"]["gpus"]
     ] == [0.0] * 8
     clock.advance(100)
     totals = {
@@ -131,7 +130,7 @@ def test_the_accounting_counts_amd_gpus_by_unique_id_and_busy_percent() -> None:
             g["idle_allocated_seconds"],
             g["unallocated_seconds"],
         )
-        for g in workloads.run(CheckContext(host), Config()).data["accounting"]["gpus"]
+        for g in workloads.run(ctx, Config()).data["accounting"]["gpus"]
     }
     # GPUs 0 and 1 held by the trainer at 100 % busy, GPU 2 by the notebook at 0 %, the rest
     # held by no pod (GPU 3 busy at 37 % with a pod it was not given: unallocated time).

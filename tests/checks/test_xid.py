@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from conftest import gpuprobe, require_root
-from gpuprobe.checks import xid
+from gpuprobe.checks import runner, xid
+from gpuprobe.checks import state as check_state
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.xid import persist
 from gpuprobe.checks.xid.state import StateError, state_path
 from gpuprobe.config import Config
 from gpuprobe.host import live_host, snapshot_host
@@ -238,8 +238,9 @@ def test_critical_events_are_sticky_and_cleared_like_critical_xids(tmp_path: Pat
     state = tmp_path / "state"
     state.mkdir()
     host = snapshot_host(str(path))
-    assert xid.clear(host, state_config(state), gpu=2) == 1
-    result = xid.run(CheckContext(host), state_config(state))
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert xid.clear(ctx, state_config(state), gpu=2) == 1
+    result = xid.run(ctx, state_config(state))
     assert [f.resource for f in result.findings if f.code == "ECC_UNCORRECTABLE"] == [gpu(4)]
     saved = json.loads(state_path(str(state)).read_text())
     assert saved["cleared"] == {
@@ -272,8 +273,9 @@ def test_events_seen_once_stay_in_the_daemons_memory(tmp_path: Path) -> None:
     path = copy_snapshot("synthetic-xid-event", tmp_path)
     (path / "rootfs/var/log/kern.log").unlink()  # only the event set saw them
     host = snapshot_host(str(path))
-    first = xid.run(CheckContext(host), Config())
-    second = xid.run(CheckContext(host), Config())  # the event set is drained: nothing new arrives
+    ctx = CheckContext(host)  # one runner's context: its states
+    first = xid.run(ctx, Config())
+    second = xid.run(ctx, Config())  # the event set is drained: nothing new arrives
     assert codes(second) == codes(first)
     assert by_xid(second.data)[(3, 95)]["count"] == 1
     assert by_xid(second.data)[(0, 13)]["count"] == 2
@@ -283,27 +285,29 @@ def test_a_new_boot_clears_what_the_last_boot_left(tmp_path: Path) -> None:
     path = copy_snapshot("synthetic-xid-event", tmp_path)
     (path / "rootfs/var/log/kern.log").unlink()
     host = snapshot_host(str(path))
-    assert codes(xid.run(CheckContext(host), Config()))[0] == (
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert codes(xid.run(ctx, Config()))[0] == (
         "XID",
         "CRITICAL",
         "RESET_GPU",
         gpu(3),
     )
     (path / "rootfs/proc/sys/kernel/random/boot_id").write_text("a-new-boot\n")
-    result = xid.run(CheckContext(host), Config())
+    result = xid.run(ctx, Config())
     assert result.findings == []
     assert result.data["boot_id"] == "a-new-boot"
 
 
 def test_warnings_expire_after_their_window_in_the_daemon() -> None:
     host = snapshot_host(snapshot("synthetic-xid-app"))
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
     cfg = config(xid={"warning_window_seconds": 600})
-    assert len(xid.run(CheckContext(host), cfg).findings) == 4
+    assert len(xid.run(ctx, cfg).findings) == 4
     clock.advance(600)
-    assert len(xid.run(CheckContext(host), cfg).findings) == 4
+    assert len(xid.run(ctx, cfg).findings) == 4
     clock.advance(1)
-    result = xid.run(CheckContext(host), cfg)
+    result = xid.run(ctx, cfg)
     assert result.findings == []
     assert [x["active"] for x in result.data["xids"]] == [False] * 4
     assert result.summary == (
@@ -313,10 +317,11 @@ def test_warnings_expire_after_their_window_in_the_daemon() -> None:
 
 def test_critical_xids_are_sticky_past_the_window() -> None:
     host = snapshot_host(snapshot("synthetic-xid-critical"))
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
-    xid.run(CheckContext(host), Config())
+    xid.run(ctx, Config())
     clock.advance(86400)
-    result = xid.run(CheckContext(host), Config())
+    result = xid.run(ctx, Config())
     assert codes(result) == [
         ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
         ("XID", "CRITICAL", "RESET_GPU", gpu(6)),
@@ -332,8 +337,9 @@ def test_clear_silences_sticky_xids_for_this_boot_and_persists(tmp_path: Path) -
     state.mkdir()
     cfg = state_config(state)
     host = snapshot_host(snapshot("synthetic-xid-critical"))
-    assert xid.clear(host, cfg) == 3
-    result = xid.run(CheckContext(host), cfg)
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert xid.clear(ctx, cfg) == 3
+    result = xid.run(ctx, cfg)
     assert codes(result) == [("XID", "WARNING", "NONE", gpu(2))]
     assert by_xid(result.data)[(2, 48)]["cleared"] is True
     saved = json.loads(state_path(str(state)).read_text())
@@ -350,14 +356,15 @@ def test_clear_silences_sticky_xids_for_this_boot_and_persists(tmp_path: Path) -
     # Another process (a fresh host, empty memory) reads the clearing from the state file.
     fresh = snapshot_host(snapshot("synthetic-xid-critical"))
     assert codes(xid.run(CheckContext(fresh), cfg)) == [("XID", "WARNING", "NONE", gpu(2))]
-    assert xid.clear(fresh, cfg) == 0
+    assert xid.clear(CheckContext(fresh), cfg) == 0
 
 
 def test_clear_one_gpu(tmp_path: Path) -> None:
     cfg = state_config(tmp_path)
     host = snapshot_host(snapshot("synthetic-xid-critical"))
-    assert xid.clear(host, cfg, gpu=6) == 2
-    assert codes(xid.run(CheckContext(host), cfg)) == [
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert xid.clear(ctx, cfg, gpu=6) == 2
+    assert codes(xid.run(ctx, cfg)) == [
         ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
         ("XID", "WARNING", "NONE", gpu(2)),
     ]
@@ -367,7 +374,7 @@ def test_a_cleared_xid_that_recurs_is_reported_again(tmp_path: Path) -> None:
     cfg = state_config(tmp_path / "state")
     (tmp_path / "state").mkdir()
     path = copy_snapshot("synthetic-xid-critical", tmp_path)
-    assert xid.clear(snapshot_host(str(path)), cfg) == 3
+    assert xid.clear(CheckContext(snapshot_host(str(path))), cfg) == 3
     log = path / "rootfs/var/log/kern.log"
     log.write_text(
         log.read_text()
@@ -385,7 +392,7 @@ def test_a_cleared_xid_that_recurs_is_reported_again(tmp_path: Path) -> None:
 
 def test_a_clearing_from_another_boot_is_void(tmp_path: Path) -> None:
     cfg = state_config(tmp_path)
-    assert xid.clear(snapshot_host(snapshot("synthetic-xid-critical")), cfg) == 3
+    assert xid.clear(CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))), cfg) == 3
     saved = json.loads(state_path(str(tmp_path)).read_text())
     saved["boot_id"] = "an-older-boot"
     state_path(str(tmp_path)).write_text(json.dumps(saved))
@@ -396,16 +403,18 @@ def test_a_clearing_from_another_boot_is_void(tmp_path: Path) -> None:
 def test_clear_without_the_state_directory_is_one_clear_error(tmp_path: Path) -> None:
     cfg = state_config(tmp_path / "absent")
     host = snapshot_host(snapshot("synthetic-xid-critical"))
+    ctx = CheckContext(host)  # one runner's context: its states
     with pytest.raises(StateError, match=r"absent does not exist: create it or set"):
-        xid.clear(host, cfg)
-    assert len(xid.run(CheckContext(host), cfg).findings) == 4  # nothing was cleared
+        xid.clear(ctx, cfg)
+    assert len(xid.run(ctx, cfg).findings) == 4  # nothing was cleared
 
 
 def test_clear_with_a_file_for_a_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(StateError, match=r"file/xid-state\.json: not a directory$"):
         xid.clear(
-            snapshot_host(snapshot("synthetic-xid-critical")), state_config(tmp_path / "file")
+            CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))),
+            state_config(tmp_path / "file"),
         )
 
 
@@ -413,13 +422,14 @@ def test_a_corrupt_state_file_is_reported_not_raised_by_the_check(tmp_path: Path
     state_path(str(tmp_path)).write_text("{not json")
     cfg = state_config(tmp_path)
     host = snapshot_host(snapshot("synthetic-xid-critical"))
-    result = xid.run(CheckContext(host), cfg)
+    ctx = CheckContext(host)  # one runner's context: its states
+    result = xid.run(ctx, cfg)
     assert len(result.findings) == 4
     assert result.data["state_error"].endswith(
         "xid-state.json: line 1: Expecting property name enclosed in double quotes"
     )
     with pytest.raises(StateError, match=r"xid-state\.json: line 1"):
-        xid.clear(host, cfg)
+        xid.clear(ctx, cfg)
 
 
 @pytest.fixture
@@ -438,8 +448,9 @@ def read_only_dir(tmp_path: Path) -> Iterator[Path]:
 
 def test_clear_on_a_read_only_state_directory_is_one_clear_error(read_only_dir: Path) -> None:
     host = snapshot_host(snapshot("synthetic-xid-critical"))
+    ctx = CheckContext(host)  # one runner's context: its states
     with pytest.raises(StateError, match="read-only file system"):
-        xid.clear(host, state_config(read_only_dir))
+        xid.clear(ctx, state_config(read_only_dir))
 
 
 def test_replaying_a_snapshot_never_writes_state(tmp_path: Path) -> None:
@@ -461,9 +472,12 @@ def machine_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     sticky XID of synthetic-xid-critical made in the snapshot's own boot."""
     directory = tmp_path / "machine-state"
     directory.mkdir()
-    monkeypatch.setattr(persist, "DEFAULT_STATE_DIR", str(directory))
+    monkeypatch.setattr(check_state, "DEFAULT_STATE_DIR", str(directory))
     assert (
-        xid.clear(snapshot_host(snapshot("synthetic-xid-critical")), state_config(directory)) == 3
+        xid.clear(
+            CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))), state_config(directory)
+        )
+        == 3
     )
     return directory
 
@@ -502,8 +516,9 @@ def test_clearing_a_replay_without_a_state_dir_holds_in_its_memory_only(
 ) -> None:
     before = state_path(str(machine_state)).read_text()
     host = snapshot_host(snapshot("synthetic-xid-critical"))
-    assert xid.clear(host, Config(), gpu=6) == 2
-    assert codes(xid.run(CheckContext(host), Config())) == [
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert xid.clear(ctx, Config(), gpu=6) == 2
+    assert codes(xid.run(ctx, Config())) == [
         ("XID", "CRITICAL", "RESET_GPU", gpu(2)),
         ("XID", "WARNING", "NONE", gpu(2)),
     ]
@@ -594,20 +609,22 @@ def test_clear_xid_usage_errors(tmp_path: Path) -> None:
     )
 
 
-def test_a_run_works_out_its_state_directory_once(
+def test_a_runner_works_out_its_state_directory_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked: list[str | None] = []
-    real = xid.state_dir
+    real = runner.state_directory
 
-    def counted(host: Any, cfg: Config) -> str | None:
-        asked.append(real(host, cfg))
+    def counted(*args: Any) -> str | None:
+        asked.append(real(*args))
         return asked[-1]
 
-    monkeypatch.setattr(xid, "state_dir", counted)
-    xid.run(
-        CheckContext(snapshot_host(str(snapshot("synthetic-xid-event")))), state_config(tmp_path)
-    )
+    monkeypatch.setattr(runner, "state_directory", counted)
+    host = snapshot_host(str(snapshot("synthetic-xid-event")))
+    checks = runner.CheckRunner(host, state_config(tmp_path), {"xid": xid.CHECK})
+    for _ in range(2):
+        (ran,) = checks.run(["xid"])
+        assert ran.result.data["state_file"] == str(state_path(str(tmp_path)))
     assert asked == [str(tmp_path)]
 
 

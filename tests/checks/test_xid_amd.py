@@ -67,19 +67,19 @@ def test_an_nvidia_node_has_no_amd_part() -> None:
 def test_in_the_daemon_a_warning_fault_ends_after_the_window_a_critical_one_stays() -> None:
     cfg = config(xid={"warning_window_seconds": 600})
     host = snapshot_host(snapshot("synthetic-amd-ring-timeout-reset"))
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
-    assert len(xid.run(CheckContext(host), cfg).findings) == 2
+    assert len(xid.run(ctx, cfg).findings) == 2
     clock.advance(601)
-    quiet = xid.run(CheckContext(host), cfg)
+    quiet = xid.run(ctx, cfg)
     assert quiet.findings == []
     assert [e["active"] for e in quiet.data["amdgpu_faults"]] == [False, False]
     host = snapshot_host(snapshot("synthetic-amd-ras-uncorrectable"))
+    ctx = CheckContext(host)  # one runner's context: its states
     host.clock = clock = FakeClock()
-    xid.run(CheckContext(host), cfg)
+    xid.run(ctx, cfg)
     clock.advance(10_000)
-    assert codes(xid.run(CheckContext(host), cfg)) == [
-        ("AMDGPU_FAULT", "CRITICAL", "RESET_GPU", amd_gpu(3))
-    ]
+    assert codes(xid.run(ctx, cfg)) == [("AMDGPU_FAULT", "CRITICAL", "RESET_GPU", amd_gpu(3))]
 
 
 def kmsg_ring(kern_log: str) -> str:

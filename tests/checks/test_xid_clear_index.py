@@ -10,11 +10,12 @@ import grpc
 import pytest
 
 from conftest import gpuprobe, snapshot
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.client import Client
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
-from gpuprobe.serve.agent import xid_clearer
-from serving import in_process_agent
+from gpuprobe.serve.agent import sticky_clearer
+from serving import in_process_agent, serve_process, wait_for
 
 TOKEN = "s3cret-token"
 GPUS = "0, 1, 2, 3, 4, 5, 6, 7"
@@ -55,7 +56,9 @@ def test_clear_xid_on_a_node_without_gpus_names_none(tmp_path: Path) -> None:
 def test_clear_findings_refuses_a_gpu_the_node_does_not_have(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    clearer = xid_clearer(snapshot_host(snapshot("synthetic-xid-critical")), Config())
+    clearer = sticky_clearer(
+        CheckContext(snapshot_host(snapshot("synthetic-xid-critical"))), Config()
+    )
     with (
         in_process_agent(
             "synthetic-xid-critical",
@@ -71,3 +74,38 @@ def test_clear_findings_refuses_a_gpu_the_node_does_not_have(tmp_path: Path) -> 
         assert err.value.details() == f"no GPU 99 on this node (its GPUs are {GPUS})"
         cleared, _ = client.clear_findings(gpu=6)
         assert cleared == 2
+
+
+def first_report(client: Client) -> bool:
+    """Whether the agent has its first report (UNAVAILABLE until its first round ends)."""
+    try:
+        return client.get_report().check("xid") is not None
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        return False
+
+
+def test_the_daemons_clearing_reaches_its_running_check_without_a_state_dir(
+    tmp_path: Path,
+) -> None:
+    """`gpuprobe serve` on a replay with no state directory keeps a clearing only in memory:
+    the ClearFindings RPC and the check's rounds share the runner's states, so the re-run
+    (and every later round) no longer reports GPU 6's sticky XIDs, and no file is written."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    args = ("--snapshot", snapshot("synthetic-xid-critical"), "--token-file", str(token_file))
+    with (
+        serve_process(*args) as agent,
+        Client(f"127.0.0.1:{agent.grpc_port}", token=TOKEN) as client,
+    ):
+        wait_for(lambda: first_report(client))
+        before = [f.resource for c, f in client.get_report().findings() if c == "xid"]
+        assert before.count("gpu:6:GPU-5f1c0006-8e2b-4c1d-9a7e-000000000006") == 2
+        cleared, report = client.clear_findings(gpu=6)
+        assert cleared == 2
+        after = [f.resource for c, f in report.findings() if c == "xid"]
+        assert after == [r for r in before if not r.startswith("gpu:6:")]
+        client.run_checks(["xid"])  # a later round still holds the clearing
+        again = [f.resource for c, f in client.get_report().findings() if c == "xid"]
+        assert again == after

@@ -153,7 +153,8 @@ def test_correctable_errors_rising_between_two_rounds_mark_a_marginal_link(
 ) -> None:
     root = copy_snapshot("synthetic-pcie-aer", tmp_path)
     host, clock = daemon_host(root)
-    first = xid.run(CheckContext(host), Config())
+    ctx = CheckContext(host)  # one runner's context: its states
+    first = xid.run(ctx, Config())
     assert "PCIE_AER_CORRECTABLE" not in [f.code for f in first.findings]
     counters = root / "rootfs/sys/devices/pci0000:36/0000:36:02.0/0000:37:00.0/0000:38:02.0"
     path = counters / "0000:3a:00.0/aer_dev_correctable"
@@ -163,7 +164,7 @@ def test_correctable_errors_rising_between_two_rounds_mark_a_marginal_link(
         .replace("TOTAL_ERR_COR 15", "TOTAL_ERR_COR 115")
     )
     clock.advance(600)  # 100 more in 10 minutes: 600 an hour, above the default 60
-    second = xid.run(CheckContext(host), Config())
+    second = xid.run(ctx, Config())
     (marginal,) = [f for f in second.findings if f.code == "PCIE_AER_CORRECTABLE"]
     assert (marginal.severity.value, marginal.action.value, marginal.resource) == (
         "WARNING",
@@ -175,10 +176,11 @@ def test_correctable_errors_rising_between_two_rounds_mark_a_marginal_link(
     )
     # A slower rise stays under a higher configured rate.
     host, clock = daemon_host(copy_snapshot("synthetic-pcie-aer", tmp_path / "slow"))
+    ctx = CheckContext(host)  # one runner's context: its states
     cfg = config(xid={"aer_correctable_per_hour": 1000})
-    xid.run(CheckContext(host), cfg)
+    xid.run(ctx, cfg)
     clock.advance(600)
-    assert "PCIE_AER_CORRECTABLE" not in [f.code for f in xid.run(CheckContext(host), cfg).findings]
+    assert "PCIE_AER_CORRECTABLE" not in [f.code for f in xid.run(ctx, cfg).findings]
 
 
 # --- IMEX (the gpus check) ----------------------------------------------------------------------
@@ -240,13 +242,15 @@ def test_a_count_threshold_holds_a_finding_back_until_reached_within_its_window(
     assert xid13({"xid": 13, "count": 3}) == []
     assert xid13({"xid": 13, "count": 2}) == [gpu(0)]
     host, _ = daemon_host("synthetic-xid-app")
+    ctx = CheckContext(host)  # one runner's context: its states
     cfg = config(xid={"policy": [{"xid": 13, "count": 2, "window_seconds": 60}]})
-    result = xid.run(CheckContext(host), cfg)
+    result = xid.run(ctx, cfg)
     entry = {(x["gpu"], x["xid"]): x for x in result.data["xids"]}[(0, 13)]
     assert (entry["below_threshold"], entry["active"]) == (True, False)
     host, clock = daemon_host("synthetic-xid-app")
+    ctx = CheckContext(host)  # one runner's context: its states
     clock.now = 1795946467.0 + 30  # 30 s after the lines (2026-11-29T10:01:07Z)
-    assert [f for f in xid.run(CheckContext(host), cfg).findings if "Xid 13," in f.message]
+    assert [f for f in xid.run(ctx, cfg).findings if "Xid 13," in f.message]
 
 
 def test_a_driver_range_decides_whether_a_rule_holds() -> None:
@@ -348,10 +352,11 @@ def test_the_recovery_field_reading_none_after_a_reset_clears_the_fault(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     host, clock = daemon_host("synthetic-recovery-field-reset")
-    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(xid.run(CheckContext(host), Config()))
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(xid.run(ctx, Config()))
     clock.advance(60)
     with caplog.at_level("INFO", logger="gpuprobe.xid"):
-        second = xid.run(CheckContext(host), Config())
+        second = xid.run(ctx, Config())
     assert [f for f in second.findings if f.resource == gpu(7)] == []
     entry = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}[(7, 95)]
     assert (
@@ -360,36 +365,36 @@ def test_the_recovery_field_reading_none_after_a_reset_clears_the_fault(
     assert "xid: Xid 95 on GPU 7 cleared itself" in caplog.text
     # Not observed: the field keeps asking, the fault stays.
     host, clock = daemon_host("synthetic-recovery-field-stuck")
-    xid.run(CheckContext(host), Config())
+    ctx = CheckContext(host)  # one runner's context: its states
+    xid.run(ctx, Config())
     clock.advance(60)
-    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(xid.run(CheckContext(host), Config()))
+    assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(xid.run(ctx, Config()))
 
 
 def test_a_lost_gpu_answering_again_with_its_uuid_clears_its_fault() -> None:
     host, clock = daemon_host("synthetic-gpu-lost-and-back")
-    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(
-        xid.run(CheckContext(host), Config())
-    )
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(xid.run(ctx, Config()))
     clock.advance(60)
-    second = xid.run(CheckContext(host), Config())
+    second = xid.run(ctx, Config())
     assert [f for f in second.findings if f.resource == gpu(3)] == []
     entry = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}[(3, 79)]
     assert entry["recovered"] == f"GPU 3 answers again with the same UUID {UUID.format(3)}"
     # Not observed: still lost, the fault stays.
     host, clock = daemon_host("synthetic-gpu-lost-and-gone")
-    xid.run(CheckContext(host), Config())
+    ctx = CheckContext(host)  # one runner's context: its states
+    xid.run(ctx, Config())
     clock.advance(60)
-    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(
-        xid.run(CheckContext(host), Config())
-    )
+    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(xid.run(ctx, Config()))
 
 
 def test_a_recovered_fault_that_grows_again_is_active_again(tmp_path: Path) -> None:
     root = copy_snapshot("synthetic-gpu-lost-and-back", tmp_path)
     host, clock = daemon_host(root)
-    xid.run(CheckContext(host), Config())
+    ctx = CheckContext(host)  # one runner's context: its states
+    xid.run(ctx, Config())
     clock.advance(60)
-    assert [f for f in xid.run(CheckContext(host), Config()).findings if f.resource == gpu(3)] == []
+    assert [f for f in xid.run(ctx, Config()).findings if f.resource == gpu(3)] == []
     log = root / "rootfs/var/log/kern.log"
     log.write_text(
         log.read_text()
@@ -397,15 +402,14 @@ def test_a_recovered_fault_that_grows_again_is_active_again(tmp_path: Path) -> N
         "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
     )
     clock.advance(60)
-    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(
-        xid.run(CheckContext(host), Config())
-    )
+    assert ("XID", "CRITICAL", "REBOOT_NODE", gpu(3)) in codes(xid.run(ctx, Config()))
 
 
 def test_clear_xid_clears_a_fatal_sxid_until_it_grows_again() -> None:
     host, _ = daemon_host("synthetic-nvswitch-sxid")
-    assert xid.clear(host, Config()) == 1
-    result = xid.run(CheckContext(host), Config())
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert xid.clear(ctx, Config()) == 1
+    result = xid.run(ctx, Config())
     assert [f.code for f in result.findings] == ["SXID"]  # the non-fatal one stays a warning
     fatal = result.data["sxids"][0]
     assert (fatal["sxid"], fatal["active"], fatal["cleared"]) == (20034, False, True)
@@ -438,7 +442,8 @@ def test_the_recovery_field_clears_only_faults_seen_before_the_reset_was_asked(
 ) -> None:
     root = copy_snapshot("synthetic-recovery-field-reset", tmp_path)
     host, clock = daemon_host(root)
-    xid.run(CheckContext(host), Config())  # the field asks for GPU_RESET (21:00:00)
+    ctx = CheckContext(host)  # one runner's context: its states
+    xid.run(ctx, Config())  # the field asks for GPU_RESET (21:00:00)
     # A new double-bit error after the reset was asked: the reset asked for does not answer it.
     log = root / "rootfs/var/log/kern.log"
     log.write_text(
@@ -448,7 +453,7 @@ def test_the_recovery_field_clears_only_faults_seen_before_the_reset_was_asked(
         "GPU in the framebuffer at partition 6, subpartition 0.\n"
     )
     clock.advance(60)
-    second = xid.run(CheckContext(host), Config())  # the field reads NONE
+    second = xid.run(ctx, Config())  # the field reads NONE
     entries = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}
     assert (entries[(7, 95)]["active"], entries[(7, 95)]["cleared"]) == (False, True)
     assert (entries[(7, 48)]["active"], entries[(7, 48)]["cleared"]) == (True, False)
@@ -457,9 +462,10 @@ def test_the_recovery_field_clears_only_faults_seen_before_the_reset_was_asked(
 
 def test_a_drain_p2p_request_ending_is_no_reset() -> None:
     host, clock = daemon_host("synthetic-recovery-field-drain-p2p")
-    xid.run(CheckContext(host), Config())
+    ctx = CheckContext(host)  # one runner's context: its states
+    xid.run(ctx, Config())
     clock.advance(60)
-    second = xid.run(CheckContext(host), Config())
+    second = xid.run(ctx, Config())
     assert ("XID", "CRITICAL", "RESET_GPU", gpu(7)) in codes(second)
     entry = {(x["gpu"], x["xid"]): x for x in second.data["xids"]}[(7, 95)]
     assert "recovered" not in entry
@@ -470,7 +476,8 @@ def test_a_new_fatal_sxid_after_rotation_lowered_the_count_is_active_again(
 ) -> None:
     root = copy_snapshot("synthetic-nvswitch-sxid", tmp_path)
     host, clock = daemon_host(root)
-    assert xid.clear(host, Config()) == 1
+    ctx = CheckContext(host)  # one runner's context: its states
+    assert xid.clear(ctx, Config()) == 1
     # The log rotated away the cleared lines; the switch logs one new fatal SXid later: its
     # count is below the cleared one, its time is after it.
     log = root / "rootfs/var/log/kern.log"
@@ -481,7 +488,7 @@ def test_a_new_fatal_sxid_after_rotation_lowered_the_count_is_active_again(
         "(PCI:0000:05:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n"
     )
     clock.advance(60)
-    result = xid.run(CheckContext(host), Config())
+    result = xid.run(ctx, Config())
     fatal = next(e for e in result.data["sxids"] if e["sxid"] == 20034)
     assert (fatal["count"], fatal["active"], fatal["cleared"]) == (1, True, False)
 

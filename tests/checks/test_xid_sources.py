@@ -57,8 +57,9 @@ def test_nvml_events_alone_claim_only_the_time_they_cover(tmp_path: Path) -> Non
     unread (issue 40 item 3). The check says what it read and since when, and is UNKNOWN."""
     snap = without("synthetic-h100-8gpu-healthy", tmp_path / "b", "rootfs/var/log/kern.log")
     host = snapshot_host(str(snap))
-    result = xid.run(CheckContext(host), Config())
-    since = host.memory.of("xid")["events_since"]  # the set's first drain: this run
+    ctx = CheckContext(host)  # one runner's context: its states
+    result = xid.run(ctx, Config())
+    since = ctx.kept(xid.KEEPS).events_since  # the set's first drain: this run
     drained = datetime.fromisoformat(since)
     assert abs(drained.timestamp() - host.clock.wall()) < 60
     assert (result.status, result.summary, result.findings) == (
@@ -68,7 +69,7 @@ def test_nvml_events_alone_claim_only_the_time_they_cover(tmp_path: Path) -> Non
         [],
     )
     # A later run (the daemon's) covers the same span, from the first drain on.
-    assert xid.run(CheckContext(host), Config()).summary == result.summary
+    assert xid.run(ctx, Config()).summary == result.summary
     assert result.data["sources"] == {
         "nvml_events": "read",
         "kernel_logs": [],

@@ -390,9 +390,13 @@ def test_the_config_schema_is_every_key_the_agents_loader_reads() -> None:
 
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
     assert schema["additionalProperties"] is False
-    assert set(schema["properties"]) == {"checks", "serve", "kubernetes", "bandwidth"} | set(
-        sections()
-    )
+    assert set(schema["properties"]) == {
+        "checks",
+        "serve",
+        "kubernetes",
+        "bandwidth",
+        "remediation",
+    } | set(sections())
     shipped = yaml.safe_load((ROOT / "daemonset" / "base" / "config.yaml").read_text())
     jsonschema.Draft7Validator(schema).validate(shipped)
     # what the agent loads, the chart renders; what the chart refuses, the agent refuses

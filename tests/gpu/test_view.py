@@ -74,13 +74,13 @@ def test_nothing_imports_the_removed_doors_to_the_gpus() -> None:
 # joins it; the vendor rules that must stay vendor-specific are to move into one folder per
 # vendor.
 VENDOR_IMPORTERS = {
-    "checks/amd_gpus.py",
     "checks/driver.py",
-    "checks/gpu_health.py",
     "checks/gpus.py",
-    "checks/imex.py",
     "checks/mig.py",
     "checks/pods.py",
+    "checks/rules/amd_gpus.py",
+    "checks/rules/gpu_health.py",
+    "checks/rules/imex.py",
     "checks/sharing.py",
     "checks/toolkit.py",
     "checks/xid/amdgpu.py",

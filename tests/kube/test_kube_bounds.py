@@ -19,11 +19,12 @@ import pytest
 from kube_reports import GPU_LOST, report
 
 from gpuprobe.config import KubernetesConfig
+from gpuprobe.effects.daemon import KubeCollector
+from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.node import NodeEffects
 from gpuprobe.kube.api import Access, KubeApi, KubeError
 from gpuprobe.kube.bounded import MAX_RESPONSE_BYTES
-from gpuprobe.kube.daemon import KubeCollector
 from gpuprobe.kube.pods import LivePodStatuses
-from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from kube_standin import KubeStandIn, RawAnswer, node, running
 
 NODE = "gpu-node-17"
@@ -61,7 +62,7 @@ def in_thread(call: object, within: float) -> tuple[object, float]:
     return out[0], time.monotonic() - started
 
 
-def up_metric(loop: PublishLoop) -> float:
+def up_metric(loop: EffectsLoop) -> float:
     (family, _) = list(KubeCollector(loop).collect())
     return float(family.samples[0].value)
 
@@ -83,8 +84,8 @@ def test_the_publisher_is_down_while_the_server_drips_and_resumes_promptly_after
     standin: KubeStandIn,
 ) -> None:
     config = KubernetesConfig(start_jitter_seconds=0)
-    publisher = NodePublisher(api(standin), NODE, config, run="run1")
-    loop = PublishLoop(publisher, lambda _: None, config, rng=random.Random(3))
+    publisher = NodeEffects(api(standin), NODE, config, run="run1")
+    loop = EffectsLoop(publisher, lambda _: None, config, rng=random.Random(3))
     loop.offer(report())
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
@@ -142,9 +143,7 @@ def test_an_answer_past_the_bound_is_abandoned_and_counted(standin: KubeStandIn)
     """A 300 MB node answer (no length announced): the read stops at MAX_RESPONSE_BYTES, the
     call fails `too_large`, the next one works."""
     config = KubernetesConfig()
-    loop = PublishLoop(
-        NodePublisher(api(standin), NODE, config, run="run1"), lambda _: None, config
-    )
+    loop = EffectsLoop(NodeEffects(api(standin), NODE, config, run="run1"), lambda _: None, config)
     loop.offer(report())
     standin.faults.raw = [RawAnswer(200, JSON, lambda: huge_node(300 * 1024 * 1024))]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
@@ -203,9 +202,7 @@ def test_an_odd_answer_is_a_counted_error_and_no_traceback(
 ) -> None:
     raw, code = ODD_ANSWERS[case]
     config = KubernetesConfig()
-    loop = PublishLoop(
-        NodePublisher(api(standin), NODE, config, run="run1"), lambda _: None, config
-    )
+    loop = EffectsLoop(NodeEffects(api(standin), NODE, config, run="run1"), lambda _: None, config)
     loop.offer(report())
     standin.faults.raw = [raw]
     with caplog.at_level(logging.DEBUG):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import gpuprobe, snapshot
-from gpuprobe.kube.taints import TAINT_KEY
+from gpuprobe.effects.taints import TAINT_KEY
 from kube_standin import KubeStandIn, running
 
 NODE = "gpu-node-17"

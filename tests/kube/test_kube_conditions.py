@@ -5,7 +5,7 @@ from __future__ import annotations
 from kube_reports import GPU_LOST, NVLINK_DOWN, T0, THERMAL, TIMEOUT, XID_APP, later, report
 
 from gpuprobe.checks import registry
-from gpuprobe.kube.conditions import MAX_MESSAGE, Condition, camel, desired, to_write
+from gpuprobe.effects.conditions import MAX_MESSAGE, Condition, camel, desired, to_write
 from gpuprobe.report import Finding, Severity
 
 # The default node conditions, as the checks' records group them.

@@ -10,10 +10,10 @@ from lightkube.core.selector import build_selector
 from conftest import gpuprobe, snapshot
 from gpuprobe.checks.registry import sections
 from gpuprobe.config import load_config
+from gpuprobe.effects.conditions import groups
+from gpuprobe.effects.daemon import wanted
 from gpuprobe.errors import ConfigError, UsageError
 from gpuprobe.kube.api import in_cluster_available, parse_selector
-from gpuprobe.kube.conditions import groups
-from gpuprobe.kube.daemon import wanted
 
 
 def load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]

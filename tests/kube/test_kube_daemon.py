@@ -13,7 +13,7 @@ import yaml
 
 from conftest import snapshot
 from gpuprobe.config import Config, KubernetesConfig, TaintConfig
-from gpuprobe.kube.taints import TAINT_KEY
+from gpuprobe.effects.taints import TAINT_KEY
 from kube_standin import KubeStandIn, running
 from serving import in_process_agent, serve_process, wait_for
 
@@ -77,7 +77,7 @@ def test_a_slow_then_dead_api_server_never_holds_up_the_agent(standin: KubeStand
         wait_for(lambda: agent.kube is not None and agent.kube.loop.up)
         standin.faults.delay = 5.0
         before = len(standin.requests)
-        agent.kube.loop.publisher.forget()
+        agent.kube.loop.effects.forget()
         agent.kube.loop.offer(None)  # the loop now waits on a slow GET (its 2 s timeout) ...
         time.sleep(0.2)
         started = time.monotonic()
@@ -94,7 +94,7 @@ def test_a_slow_then_dead_api_server_never_holds_up_the_agent(standin: KubeStand
         standin.faults.delay = 0
         wait_for(lambda: agent.kube is not None and agent.kube.loop.up)  # back after its backoff
         with standin.down():
-            agent.kube.loop.publisher.forget()
+            agent.kube.loop.effects.forget()
             agent.kube.loop.offer(None)
             wait_for(lambda: "gpuprobe_kubernetes_up 0.0" in metrics(agent.metrics_port))
             page = metrics(agent.metrics_port)

@@ -14,8 +14,9 @@ import pytest
 from kube_reports import GPU_LOST, report
 
 from gpuprobe.config import KubernetesConfig, TaintConfig
+from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.node import NodeEffects
 from gpuprobe.kube.api import Access, KubeApi
-from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from kube_standin import running
 
 AGENTS = 100
@@ -42,8 +43,8 @@ def test_a_hundred_flapping_agents_stay_within_the_update_budget(tmp_path: Path)
         loops, apis = [], []
         for i in range(AGENTS):
             api = KubeApi(Access(kubeconfig=kubeconfig), timeout=30)
-            publisher = NodePublisher(api, f"gpu-{i:03}", CONFIG, run="r")
-            loops.append(PublishLoop(publisher, lambda _: None, CONFIG, rng=random.Random(i)))
+            publisher = NodeEffects(api, f"gpu-{i:03}", CONFIG, run="r")
+            loops.append(EffectsLoop(publisher, lambda _: None, CONFIG, rng=random.Random(i)))
             apis.append(api)
         stop, flapping = threading.Event(), threading.Event()
         flapping.set()
@@ -121,7 +122,7 @@ def test_one_flapping_agent_is_held_to_the_burst_then_the_rate(tmp_path: Path) -
     with running(tmp_path) as standin:
         standin.add_node("gpu-000", {"nvidia.com/gpu.present": "true"})
         api = KubeApi(Access(kubeconfig=str(standin.kubeconfig())), timeout=30)
-        loop = PublishLoop(NodePublisher(api, "gpu-000", config, run="r"), lambda _: None, config)
+        loop = EffectsLoop(NodeEffects(api, "gpu-000", config, run="r"), lambda _: None, config)
         stop = threading.Event()
         thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
         started = time.monotonic()

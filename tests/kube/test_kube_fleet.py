@@ -12,8 +12,9 @@ import pytest
 from kube_reports import GPU_LOST, report
 
 from gpuprobe.config import KubernetesConfig
+from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.node import NodeEffects
 from gpuprobe.kube.api import Access, KubeApi
-from gpuprobe.kube.publisher import NodePublisher, PublishLoop
 from kube_standin import running
 
 AGENTS = 100
@@ -35,8 +36,8 @@ def test_a_hundred_agents_spread_their_first_writes_over_the_window(tmp_path: Pa
             # spread of the first writes, not about a slow server (test_kube_bounds.py).
             api = KubeApi(Access(kubeconfig=kubeconfig), timeout=30)
             findings = [("gpus", GPU_LOST)] if i % 10 == 0 else []
-            publisher = NodePublisher(api, f"gpu-{i:03}", config, run="r")
-            loop = PublishLoop(publisher, lambda _: None, config, rng=random.Random(i))
+            publisher = NodeEffects(api, f"gpu-{i:03}", config, run="r")
+            loop = EffectsLoop(publisher, lambda _: None, config, rng=random.Random(i))
             loop.offer(report(*findings))
             loops.append(loop)
             apis.append(api)

@@ -63,7 +63,10 @@ def test_authentication_and_authorization(standin: KubeStandIn) -> None:
     assert call(standin, "GET", "/api/v1/namespaces/default/pods/x")[0] == 403  # list only
     assert call(standin, "DELETE", "/api/v1/namespaces/default/pods/x")[0] == 403
     assert call(standin, "POST", "/api/v1/namespaces/default/events", {})[0] == 403  # core events
-    assert call(standin, "POST", "/api/v1/namespaces/default/pods/x/eviction", {})[0] == 403
+    # pods/eviction is granted (remediation.evict_pods): past RBAC, the base stand-in does
+    # not serve it (tests/kube_dra.py does); any other pod subresource is not granted.
+    assert call(standin, "POST", "/api/v1/namespaces/default/pods/x/eviction", {})[0] == 404
+    assert call(standin, "POST", "/api/v1/namespaces/default/pods/x/binding", {})[0] == 403
     assert call(standin, "GET", "/apis/events.k8s.io/v1/namespaces/default/events/x")[0] == 403
 
 

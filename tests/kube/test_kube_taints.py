@@ -5,7 +5,8 @@ from __future__ import annotations
 from kube_reports import GPU_LOST, NO_RUNTIME, T0, XID_APP, report
 
 from gpuprobe.config import TaintConfig
-from gpuprobe.kube.taints import TAINT_KEY, Brake, brake, decide, due
+from gpuprobe.effects.brake import Brake, brake
+from gpuprobe.effects.taints import TAINT_KEY, decide, due
 
 CONFIG = TaintConfig(enabled=True)
 FOREIGN = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

@@ -1,4 +1,4 @@
-"""The taint `gpuprobe.io/terminating=<kind>:NoSchedule`: pure decisions, and the publisher
+"""The taint `gpuprobe.io/terminating=<kind>:NoSchedule`: pure decisions, and the effects
 with the real client library against the strict API stand-in, brake or no brake."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from kube_reports import GPU_LOST, T0, later, report
 
 from gpuprobe.config import KubernetesConfig, TaintConfig
+from gpuprobe.effects.node import NodeEffects
+from gpuprobe.effects.taints import TAINT_KEY
+from gpuprobe.effects.terminating import KEEP, TERMINATING_KEY, decide, wanted
 from gpuprobe.kube.api import Access, KubeApi
-from gpuprobe.kube.publisher import NodePublisher
-from gpuprobe.kube.taints import TAINT_KEY
-from gpuprobe.kube.terminating import KEEP, TERMINATING_KEY, decide, wanted
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
 from kube_standin import KubeStandIn, running
 
@@ -68,10 +68,10 @@ def standin(tmp_path: Path) -> Iterator[KubeStandIn]:
         yield stand_in
 
 
-def publisher(standin: KubeStandIn, enabled: bool = True) -> NodePublisher:
+def publisher(standin: KubeStandIn, enabled: bool = True) -> NodeEffects:
     api = KubeApi(Access(kubeconfig=str(standin.kubeconfig())), timeout=2)
     config = KubernetesConfig(taint=TaintConfig(enabled=enabled))
-    return NodePublisher(api, NODE, config, run="run1")
+    return NodeEffects(api, NODE, config, run="run1")
 
 
 def test_a_notice_taints_the_node_through_the_brake_and_its_end_removes_it(

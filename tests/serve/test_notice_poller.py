@@ -16,9 +16,9 @@ from conftest import snapshot
 from gpuprobe.checks.lifecycle import LifecycleConfig
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig, TaintConfig
+from gpuprobe.effects.terminating import TERMINATING_KEY
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.metadata import LiveMetadata
-from gpuprobe.kube.terminating import TERMINATING_KEY
 from gpuprobe.serve.agent import Agent, ServeOptions
 from gpuprobe.serve.notices import NoticePoller
 from kube_standin import KubeStandIn
@@ -87,7 +87,7 @@ def test_a_notice_reaches_report_metrics_event_and_taint_within_seconds(
     agent.start()
     try:
         wait_for(lambda: agent.store.current().report is not None)
-        assert agent.notices is not None
+        assert len(agent.pollers) == 1  # the lifecycle record's poll: the cloud's notices
         assert not any(t["key"] == TERMINATING_KEY for t in kube.taints(NODE))
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
         imds.spot = {"action": "terminate", "time": when}
@@ -128,10 +128,10 @@ def test_off_any_cloud_no_poller_runs_and_a_snapshot_replays_its_notice() -> Non
     from serving import in_process_agent
 
     with in_process_agent("synthetic-h100-8gpu-healthy") as agent:
-        assert agent.notices is None  # no DMI of a cloud: nobody to ask
+        assert agent.pollers == []  # no DMI of a cloud: nobody to ask
     with in_process_agent("synthetic-aws-spot-interruption") as agent:
-        assert agent.notices is not None
-        wait_for(lambda: agent.notices is not None and agent.notices.changes >= 1)
+        (poller,) = agent.pollers
+        wait_for(lambda: poller.changes >= 1)
         report = agent.store.current().report
         assert report is not None
         result = report.check("lifecycle")

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from conftest import snapshot
-from gpuprobe.checks.pods_bounds import MAX_LISTED, MAX_NAMED
+from gpuprobe.checks.rules.pods_bounds import MAX_LISTED, MAX_NAMED
 from gpuprobe.client import Client
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host

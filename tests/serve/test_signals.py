@@ -231,7 +231,7 @@ def test_a_recorded_nvml_event_is_pumped_to_the_check_and_wakes_it() -> None:
         woken.append((list(names), reason))
         stop.set()
 
-    thread = threading.Thread(target=nvml_source(relay), args=(wake, stop), daemon=True)
+    thread = threading.Thread(target=nvml_source(relay, ["xid"]), args=(wake, stop), daemon=True)
     thread.start()
     thread.join(10)
     assert woken and woken[0][0] == ["xid"]

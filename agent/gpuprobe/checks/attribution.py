@@ -1,10 +1,11 @@
-"""Names the pods each GPU finding affects, from the `workloads` check's attribution.
+"""Names the pods each GPU finding affects, from the attribution of the check whose record
+says its data names them (`attributes_pods`: the `workloads` check).
 
 Runs after the checks, on the whole report: every finding on a `gpu:<index>:<uuid>` or
 `mig:<gpu>:<gi>:<ci>` resource gets the pods that hold or use that device in its `pods` list,
 and its message says so. A GPU's finding affects the pods on its MIG devices too; a MIG
 device's finding affects the pods that hold its whole GPU. A notice that the node itself goes
-(`NODE_ENDS`: preemption, maintenance, a rebalance) affects every pod on any of its GPUs.
+(`node_ends`: the codes the records announce it by) affects every pod on any of its GPUs.
 Checks stay unaware of pods: one
 step, here, for all of them. Without a `workloads` result (it did not run, or found nobody)
 findings are left as they are.
@@ -16,25 +17,28 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpuprobe.checks import registry
 from gpuprobe.report import CheckResult, Finding, NodeReport, PodRef
 
-WORKLOADS = "workloads"
-# Node findings that end every GPU pod on the node (the `lifecycle` check's notices).
-NODE_ENDS = frozenset(
-    {"NODE_PREEMPTION_NOTICE", "NODE_MAINTENANCE_SCHEDULED", "NODE_REBALANCE_RECOMMENDED"}
-)
+
+def node_ends() -> frozenset[str]:
+    """The node findings that end every GPU pod on the node: the codes the checks' records
+    announce the node's end by (`notices`: the lifecycle check's)."""
+    return frozenset(code for _, code, _ in registry.notices())
 
 
 def attribute_findings(results: list[CheckResult]) -> list[CheckResult]:
     """The results with every other check's GPU findings naming their pods (new objects;
     the results given are left unchanged)."""
-    workloads = next((r for r in results if r.name == WORKLOADS), None)
+    source = registry.pod_attribution()
+    workloads = next((r for r in results if r.name == source), None)
     if workloads is None:
         return results
     pods = PodsByDevice(workloads.data.get("devices") or [])
     if not pods:
         return results
-    return [r if r is workloads else _attributed(r, pods) for r in results]
+    ends = node_ends()
+    return [r if r is workloads else _attributed(r, pods, ends) for r in results]
 
 
 def attribute_report(report: NodeReport) -> NodeReport:
@@ -44,15 +48,15 @@ def attribute_report(report: NodeReport) -> NodeReport:
     return report if checks is report.checks else replace(report, checks=checks)
 
 
-def _attributed(result: CheckResult, pods: PodsByDevice) -> CheckResult:
-    findings = [_with_pods(f, _affected(f, pods)) for f in result.findings]
+def _attributed(result: CheckResult, pods: PodsByDevice, ends: frozenset[str]) -> CheckResult:
+    findings = [_with_pods(f, _affected(f, pods, ends)) for f in result.findings]
     if all(new is old for new, old in zip(findings, result.findings, strict=True)):
         return result
     return replace(result, findings=findings)
 
 
-def _affected(finding: Finding, pods: PodsByDevice) -> tuple[PodRef, ...]:
-    if finding.resource == "node" and finding.code in NODE_ENDS:
+def _affected(finding: Finding, pods: PodsByDevice, ends: frozenset[str]) -> tuple[PodRef, ...]:
+    if finding.resource == "node" and finding.code in ends:
         return pods.everyone()
     return pods.affected(finding.resource)
 

@@ -5,29 +5,31 @@ expected count against it, and lists each GPU's identity: index, UUID, name, ser
 id, memory, persistence and compute mode (read by `gpuprobe.gpu.nvidia.gpus`). A GPU NVML
 reports lost is named while the others are still reported. Each GPU's health (ECC, remapped
 rows, PCIe, NVLink, fabric, clock event reasons, temperature, power, load, processes) is read
-by `gpuprobe.gpu.nvidia.health` and judged by `gpuprobe.checks.gpu_health`.
+by `gpuprobe.gpu.nvidia.health` and judged by `gpuprobe.checks.rules.gpu_health`.
 
-Idle GPUs: the check remembers (in `host.memory`) since when each GPU has been idle, so the
-daemon raises GPU_IDLE once one stays idle past `gpus.idle_window_seconds`; a one-shot check
-has no history and only reports idleness in `data`.
+Idle GPUs: the check remembers (its state, `KEEPS`, kept by the runner) since when each GPU
+has been idle, so the daemon raises GPU_IDLE once one stays idle past
+`gpus.idle_window_seconds`; a one-shot check has no history and only reports idleness in
+`data`.
 
 AMD GPUs on the bus are listed after NVIDIA's (`vendor: amd`, indexed in PCI order on their
-own) with the amdgpu driver's facts, and judged by `gpuprobe.checks.amd_gpus`.
+own) with the amdgpu driver's facts, and judged by `gpuprobe.checks.rules.amd_gpus`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from gpuprobe.checks import amd_gpus as amd
-from gpuprobe.checks import imex as imex_check
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.gpu_health import health_findings, idle_finding
 from gpuprobe.checks.record import Check
-from gpuprobe.config import MAX_INTEGER, Config, brief
-from gpuprobe.errors import ConfigError
+from gpuprobe.checks.rules import amd_gpus as amd
+from gpuprobe.checks.rules import imex as imex_check
+from gpuprobe.checks.rules.gpu_health import health_findings, idle_finding
+from gpuprobe.checks.rules.sections import GpusConfig
+from gpuprobe.checks.state import Keeps
+from gpuprobe.config import Config
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
@@ -122,11 +124,22 @@ class GpusData(TypedDict):
     gpus_seen_by_amdgpu: NotRequired[int]
 
 
+@dataclass
+class GpusKept:
+    """What the check keeps between runs: since when (wall clock) each GPU has been idle, by
+    UUID (`index:<n>` without one)."""
+
+    idle_since: dict[str, float] = field(default_factory=dict)
+
+
+KEEPS: Keeps[GpusKept] = Keeps(GpusKept)
+
+
 def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Count, list and identify the GPUs."""
     host = ctx.host
     node = read_amd(host)
-    result = _nvidia(host, config, amd_gpus=len(node.gpus))
+    result = _nvidia(host, ctx.kept(KEEPS), config, amd_gpus=len(node.gpus))
     if node.gpus:
         _add_amd(result, node, config.section(NAME, GpusConfig).expect)
     return result
@@ -169,7 +182,7 @@ def _amd_summary(node: AmdNode, findings: list[Finding]) -> str:
     return summary
 
 
-def _nvidia(host: Host, config: Config, amd_gpus: int) -> CheckResult:
+def _nvidia(host: Host, kept: GpusKept, config: Config, amd_gpus: int) -> CheckResult:
     """The NVIDIA GPUs (`amd_gpus`: how many AMD GPUs the bus shows besides)."""
     bus = read_bus(host)
     expected = config.section(NAME, GpusConfig).expect
@@ -198,7 +211,7 @@ def _nvidia(host: Host, config: Config, amd_gpus: int) -> CheckResult:
     gpus = [r.facts for r in readings]
     # The entries are gpu.nvidia's facts (a plain dict) with this check's identity.
     data["gpus"] = cast(list[GpuFacts], gpus)
-    _track_idle(host, gpus, frozen=loaded or own_gpu_test_running(host))
+    _track_idle(host, kept, gpus, frozen=loaded or own_gpu_test_running(host))
     if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
         data["fabric_manager_running"] = fabric_manager_running(table)
     findings = _count_findings(bus.gpus, count, expected, gpus)
@@ -256,11 +269,11 @@ def _fabric_used(facts: dict[str, Any]) -> bool:
     return facts.get("fabric_state") not in (None, "NOT_SUPPORTED")
 
 
-def _track_idle(host: Host, gpus: list[dict[str, Any]], frozen: bool) -> None:
+def _track_idle(host: Host, kept: GpusKept, gpus: list[dict[str, Any]], frozen: bool) -> None:
     """Set each GPU's `idle_seconds` from the time it was first seen idle (kept in memory).
     While gpuprobe's own NCCL test runs, the GPUs count as they were before it: the test's
     load neither ends an idle stretch nor starts one."""
-    since: dict[str, float] = host.memory.of(NAME).setdefault("idle_since", {})
+    since = kept.idle_since
     now = host.clock.wall()
     for facts in gpus:
         key = facts.get("uuid") or f"index:{facts['index']}"
@@ -547,25 +560,6 @@ def metric_families(data: GpusData) -> Iterator[Family]:
     yield from (f for f in (ecc, rows) if f.samples)
 
 
-@dataclass(frozen=True)
-class GpusConfig:
-    """What the `gpus` check expects."""
-
-    # How many GPUs the node should have (`--expect-gpus`); None: as many as the PCI bus shows.
-    expect: int | None = None
-    # In the daemon, a GPU idle (no process, no utilization) for longer than this raises
-    # GPU_IDLE; one-shot `check` has no history and never does.
-    idle_window_seconds: float = 3600.0
-
-    def __post_init__(self) -> None:
-        if self.expect is not None and self.expect < 0:
-            raise ConfigError(f"expect: {self.expect} is negative")
-        if self.expect is not None and self.expect >= MAX_INTEGER:  # --expect-gpus too
-            raise ConfigError(f"expect: {brief(self.expect)} is beyond any sensible count or size")
-        if self.idle_window_seconds <= 0:
-            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
-
-
 CHECK: Check[GpusData] = Check(
     NAME,
     run,
@@ -578,4 +572,5 @@ CHECK: Check[GpusData] = Check(
         "gpus_seen_by_amdgpu": None,
         "gpus": {"index": None, "vendor": None, "name": None, "lost": None, "idle": None},
     },
+    keeps=KEEPS,
 )

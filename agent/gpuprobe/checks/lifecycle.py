@@ -15,10 +15,11 @@ import urllib.parse
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.record import Check
+from gpuprobe.checks.record import Check, Poll
+from gpuprobe.checks.state import Keeps
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
 from gpuprobe.families import Family
@@ -107,6 +108,12 @@ class LifecycleData(TypedDict):
     graceful_shutdown: ShutdownFacts
 
 
+# What the check keeps between runs, shared with the daemon's notice poller
+# (`notice_sense`): the metadata service's session (AWS's IMDSv2 token while it lives,
+# Azure's instance name), as `lifecycle.notices` keeps it.
+KEEPS: Keeps[dict[str, Any]] = Keeps(dict)
+
+
 def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Ask the provider for notices and read the kubelet's shutdown grace periods."""
     host = ctx.host
@@ -124,12 +131,13 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         )
         return CheckResult(NAME, f"not on a known cloud ({why}): no notices to hear", data=data)
     at = host.captured_at or datetime.fromtimestamp(host.clock.wall(), UTC)
+    session: dict[str, Any] = ctx.kept(KEEPS)
     reading = notices.read_notices(
         host,
         cloud,
         settings.endpoint_for(cloud),
         settings.timeout_seconds,
-        host.memory.of(NAME),
+        session,
         at,
     )
     data = LifecycleData(
@@ -293,9 +301,11 @@ def _summary(
     return head
 
 
-def notice_sense(host: Host, config: Config) -> Callable[[], Hashable] | None:
+def notice_sense(ctx: CheckContext, config: Config) -> Callable[[], Hashable] | None:
     """What the daemon's poller compares between looks (the notices heard, and whether the
-    service answered), or None where no provider gives notices (nothing to poll)."""
+    service answered), or None where no provider gives notices (nothing to poll); `ctx` is the
+    check's runner's, whose state (the metadata session) the poller shares."""
+    host = ctx.host
     settings = config.section(NAME, LifecycleConfig)
     cloud, _ = _provider(host, settings)
     if cloud is None:
@@ -304,12 +314,21 @@ def notice_sense(host: Host, config: Config) -> Callable[[], Hashable] | None:
 
     def sense() -> Hashable:
         at = host.captured_at or datetime.fromtimestamp(host.clock.wall(), UTC)
-        cache = host.memory.of(NAME)
+        cache = ctx.kept(KEEPS)
         reading = notices.read_notices(host, cloud, endpoint, settings.timeout_seconds, cache, at)
         heard = tuple((n.kind, n.source, n.detail, n.time) for n in reading.notices)
         return heard, reading.problem is None
 
     return sense
+
+
+def notice_poll(ctx: CheckContext, config: Config) -> Poll | None:
+    """The record's `poll`: the notices compared every `lifecycle.poll_seconds` between
+    rounds (None where no provider gives notices)."""
+    sense = notice_sense(ctx, config)
+    if sense is None:
+        return None
+    return Poll(sense, config.section(NAME, LifecycleConfig).poll_seconds, "cloud notice")
 
 
 def families(data: LifecycleData) -> Iterator[Family]:
@@ -346,4 +365,11 @@ CHECK: Check[LifecycleData] = Check(
         MOST_REQUESTS * config.section(NAME, LifecycleConfig).timeout_seconds + 2.0
     ),
     metrics=families,
+    poll=notice_poll,
+    notices=(
+        ("NODE_PREEMPTION_NOTICE", "preemption"),
+        ("NODE_MAINTENANCE_SCHEDULED", "maintenance"),
+        ("NODE_REBALANCE_RECOMMENDED", "rebalance"),
+    ),
+    keeps=KEEPS,
 )

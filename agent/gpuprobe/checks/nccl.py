@@ -144,6 +144,7 @@ CHECK: Check[NcclData] = Check(
     run,
     section=NcclConfig,
     active=True,
+    loads_gpus=True,
     condition="GPUNetworkReady",
     least_deadline=lambda config: (
         config.section(NAME, NcclConfig).timeout_seconds + NCCL_DEADLINE_MARGIN

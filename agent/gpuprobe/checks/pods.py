@@ -10,7 +10,7 @@ the known GPU failure signatures in their logs.
    than that is `IMAGE_CUDA_TOO_NEW`, CRITICAL on each of its GPUs.
 2. The bounded tail of the kubelet's logs of every container of a pod that holds GPUs or
    restarted (`gpuprobe.containers.cri_log`), matched against the known signatures
-   (`gpuprobe.checks.pod_signatures`): `POD_GPU_FAILURE`, WARNING per pod and cause; a
+   (`gpuprobe.checks.rules.pod_signatures`): `POD_GPU_FAILURE`, WARNING per pod and cause; a
    signature in every GPU pod (NVML lost everywhere) or one that indicts the node (an
    unresolvable CDI device) raises the node-level finding it implies. CUDA's error 802 stays
    a POD_GPU_FAILURE: the `gpus` check raises FABRIC_NOT_READY from NVML's fabric state.
@@ -29,13 +29,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.causes import gpu_list
-from gpuprobe.checks import pod_signatures as sig
-from gpuprobe.checks import pods_bounds as bounds
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
-from gpuprobe.checks.workloads import NAME as WORKLOADS
-from gpuprobe.checks.workloads import WorkloadsConfig
-from gpuprobe.checks.xid import kernel as xid_kernel
+from gpuprobe.checks.rules import pod_signatures as sig
+from gpuprobe.checks.rules import pods_bounds as bounds
+from gpuprobe.checks.rules.kernel_reading import read_sources
+from gpuprobe.checks.rules.sections import WORKLOADS, WorkloadsConfig
 from gpuprobe.config import Config
 from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
@@ -118,7 +117,7 @@ class PodsData(TypedDict):
     logs: PodLogs
     unreadable_specs: NotRequired[list[dict[str, Any]]]
     api: NotRequired[dict[str, Any]]  # the API server's pods: how many read, or its error
-    # Past the bounds (checks.pods_bounds): how many were not listed, by verdict or cause.
+    # Past the bounds (checks.rules.pods_bounds): how many were not listed, by verdict or cause.
     containers_not_listed: NotRequired[dict[str, Any]]
     failures_not_listed: NotRequired[dict[str, Any]]
     unreadable_specs_not_listed: NotRequired[int]
@@ -647,7 +646,7 @@ class _Xids:
         """The XID lines, read on first use."""
         if self._lines is None:
             now = datetime.fromtimestamp(self.host.clock.wall(), UTC)
-            logs = xid_kernel.read_sources(self.host, self.config, now).nvidia_logs()
+            logs = read_sources(self.host, self.config, now).nvidia_logs()
             timed = [x for log in logs for x in log.xids if x.time is not None]
             self._lines = sorted(timed, key=lambda x: x.time or now)
         return self._lines

@@ -3,17 +3,18 @@
 The devices as `gpuprobe.host.infiniband` reads them (`/sys/class/infiniband/<dev>/ports/<n>/`:
 state, phys_state, rate, link_layer, GIDs, error counters; the device's netdevs) and the verbs
 device nodes under `/dev/infiniband` that RDMA applications open. Counters that rose since the
-previous run (the daemon keeps them in memory) are a warning; a one-shot check has no previous
-run.
+previous run (the daemon's runner keeps them: the check's state, `KEEPS`) are a warning; a
+one-shot check has no previous run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.state import Keeps
 from gpuprobe.config import Config
 from gpuprobe.host import infiniband
 from gpuprobe.host.infiniband import RdmaDevice, RdmaPort
@@ -32,6 +33,17 @@ class RdmaData(TypedDict):
     verbs_devices: NotRequired[list[str]]
 
 
+@dataclass
+class RdmaKept:
+    """What the check keeps between runs: each port's error counters at the last run, by
+    `<device>/<port>`."""
+
+    counters: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+KEEPS: Keeps[RdmaKept] = Keeps(RdmaKept)
+
+
 def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge every RDMA port in scope."""
     host = ctx.host
@@ -42,12 +54,12 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     if not names:
         return CheckResult(NAME, "no RDMA devices", data=RdmaData(devices=[]))
     devices = infiniband.read_devices(host, names)
-    memory = host.memory.of(NAME)
+    kept = ctx.kept(KEEPS)
     findings: list[Finding] = []
     for device in devices:
         for port in device["ports"]:
             findings += _port_findings(device["name"], port, settings.expected_rate_gbps)
-            findings += _rising(device["name"], port, memory)
+            findings += _rising(device["name"], port, kept)
     verbs = infiniband.verbs_devices(host)
     if not verbs:
         findings.append(
@@ -99,10 +111,10 @@ def _port_findings(device: str, port: RdmaPort, expected: float | None) -> list[
     return []
 
 
-def _rising(device: str, port: RdmaPort, memory: dict[str, Any]) -> list[Finding]:
+def _rising(device: str, port: RdmaPort, kept: RdmaKept) -> list[Finding]:
     key = f"{device}/{port['port']}"
-    previous: dict[str, int] = memory.get(key, {})
-    memory[key] = dict(port["counters"])
+    previous = kept.counters.get(key, {})
+    kept.counters[key] = dict(port["counters"])
     rose = {
         name: value - previous[name]
         for name, value in port["counters"].items()
@@ -134,4 +146,6 @@ class RdmaConfig:
     test: RdmaTestConfig = field(default_factory=RdmaTestConfig)
 
 
-CHECK: Check[RdmaData] = Check(NAME, run, section=RdmaConfig, condition="GPUNetworkReady")
+CHECK: Check[RdmaData] = Check(
+    NAME, run, section=RdmaConfig, condition="GPUNetworkReady", keeps=KEEPS
+)

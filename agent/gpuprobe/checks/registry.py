@@ -26,6 +26,7 @@ from gpuprobe.checks import (
     workloads,
     xid,
 )
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
@@ -104,3 +105,43 @@ def summary_keys() -> dict[str, DataKeys]:
     """The facts the summary view keeps of each check's data, by check name
     (`report_view.summary`)."""
     return {c.name: c.summary_keys for c in CHECKS.values() if c.summary_keys is not None}
+
+
+def woken_by(source: str, names: Iterable[str]) -> list[str]:
+    """Those of the named checks that the event source `source` wakes (their records'
+    `wakes`), in report order."""
+    named = set(names)
+    return [c.name for c in CHECKS.values() if c.name in named and source in c.wakes]
+
+
+def notices() -> tuple[tuple[str, str, str], ...]:
+    """(check, code, kind) of every finding code announcing the node's end (the records'
+    `notices`), in report order, each check's the most urgent first."""
+    return tuple((c.name, code, kind) for c in CHECKS.values() for code, kind in c.notices)
+
+
+def pod_attribution() -> str | None:
+    """The check whose data names the pods on each GPU (its record's `attributes_pods`: the
+    workloads check), if any."""
+    return next((c.name for c in CHECKS.values() if c.attributes_pods), None)
+
+
+def clearable(names: Iterable[str]) -> list[str]:
+    """Those of the named checks whose sticky findings an operator may clear (a record with
+    `clear`), in report order."""
+    named = set(names)
+    return [c.name for c in CHECKS.values() if c.name in named and c.clear is not None]
+
+
+def clear(
+    ctx: CheckContext, config: Config, gpu: int | None, names: Iterable[str] | None = None
+) -> int:
+    """Forget the sticky findings of GPU index `gpu` (every GPU's when None) of the named
+    checks (all), as `gpuprobe clear-xid` and ClearFindings do; how many were forgotten.
+    Raises NoSuchGpu or ClearStateError (`gpuprobe.checks.record`)."""
+    cleared = 0
+    for name in clearable(CHECKS if names is None else names):
+        clearing = CHECKS[name].clear
+        assert clearing is not None
+        cleared += clearing(ctx, config, gpu)
+    return cleared

@@ -17,6 +17,11 @@ The checks start one after another, each once the one before has finished or has
 STAGGER_SECONDS: a dozen short checks started at once contend for the interpreter and cost
 about three times the CPU of the same checks in turn, while a slow or hung check holds the
 next one back for no longer than the stagger.
+
+Active checks that load the GPUs (`Check.loads_gpus`: nccl's all-reduce) run one at a time:
+a second one waits for the first to end (its wait counts against its own deadline), so two
+never load the GPUs at once and neither measures the GPUs under the other's load. One left
+behind past its deadline still holds the GPUs, and the next waits for it.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.state import CheckStates, state_directory
 from gpuprobe.config import Config
 from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
@@ -64,13 +71,23 @@ class _Flight:
 class CheckRunner:
     """Runs named checks on one host; at most one run of each check in flight."""
 
-    def __init__(self, host: Host, config: Config, checks: Mapping[str, Check[Any]]) -> None:
+    def __init__(
+        self,
+        host: Host,
+        config: Config,
+        checks: Mapping[str, Check[Any]],
+        states: CheckStates | None = None,
+    ) -> None:
         self.host = host
         self.config = config
         self._checks = dict(checks)
         self.gpus = GpuView(host)  # the checks' one door to the node's GPUs
+        # What the checks keep between runs: this runner's for its life (`checks_states`).
+        self.states = states if states is not None else checks_states(host, config, checks)
         self._lock = threading.Lock()
         self._flights: dict[str, _Flight] = {}
+        # Held by the one GPU-loading check running now (`Check.loads_gpus`).
+        self._gpus = threading.Lock()
 
     def run(self, names: Sequence[str], within: float | None = None) -> list[Ran]:
         """Run the named checks (in turn, staggered; all at once under a caller's deadline)
@@ -102,6 +119,11 @@ class CheckRunner:
                 ran.append(Ran(timed_out(flight.check.name, round(waited, 3)), now()))
         return ran
 
+    def context(self) -> CheckContext:
+        """What a check's run is given: the node, and the states this runner keeps (also
+        for work on a check's state between runs, such as clearing sticky XIDs)."""
+        return CheckContext(self.host, self.states, self.gpus)
+
     def in_flight(self) -> list[str]:
         """The checks running now (including stuck ones)."""
         with self._lock:
@@ -125,11 +147,16 @@ class CheckRunner:
     def _fly(self, flight: _Flight) -> None:
         name = flight.check.name
         try:
-            result = flight.check.run(CheckContext(self.host, self.gpus), self.config)
+            with self._gpus_for(flight.check):
+                result = flight.check.run(self.context(), self.config)
         except Exception as exc:  # one broken check must never break the report or the daemon
             result = failed(name, exc)
         result.duration_seconds = time.monotonic() - flight.started
         self._land(flight, result)
+
+    def _gpus_for(self, check: Check[Any]) -> AbstractContextManager[object]:
+        """What a check's run holds: the GPUs, for one that loads them; else nothing."""
+        return self._gpus if check.loads_gpus else nullcontext()
 
     def _land(self, flight: _Flight, result: CheckResult) -> None:
         flight.result = result
@@ -137,6 +164,13 @@ class CheckRunner:
         with self._lock:
             self._flights.pop(flight.check.name, None)
         flight.done.set()
+
+
+def checks_states(host: Host, config: Config, checks: Mapping[str, Check[Any]]) -> CheckStates:
+    """Empty states for `checks`, with the state directory of those that survive a restart
+    (`state.state_directory`)."""
+    durable = [c.keeps for c in checks.values() if c.keeps is not None and c.keeps.survives_restart]
+    return CheckStates(state_directory(host, config, durable), resolved=True)
 
 
 def failed(name: str, exc: BaseException) -> CheckResult:

@@ -12,7 +12,7 @@ node-wide (`data.kfd_only_processes`), on no GPU. Judges:
   a host `/dev/dri` mounted into a pod);
 - GPU_ALLOCATED_IDLE: a device held by a pod has had no process and utilization at or below
   `workloads.idle_utilization_percent` for longer than `workloads.idle_window_seconds` (the
-  check remembers since when in `host.memory`, so only the daemon raises it);
+  check remembers since when: its state, `KEEPS`, kept by the runner; only the daemon raises it);
 - ALLOCATION_UNKNOWN: the kubelet's socket is expected but absent, or the kubelet refused or
   did not answer within `workloads.timeout_seconds`. A node without a kubelet (not
   Kubernetes) is OK, and the summary says so.
@@ -27,13 +27,14 @@ after it starts afresh. `data.usage` sums devices and accounting for the node
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.rules.sections import WorkloadsConfig
+from gpuprobe.checks.state import Keeps
 from gpuprobe.config import Config
-from gpuprobe.errors import ConfigError
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number, text
 from gpuprobe.host import Host
 from gpuprobe.host.podresources import PodResourcesAnswer
@@ -66,6 +67,19 @@ class WorkloadsData(TypedDict):
     kfd_only_processes: NotRequired[list[dict[str, Any]]]
 
 
+@dataclass
+class WorkloadsKept:
+    """What the check keeps between runs: the GPU-seconds ledger (loaded from
+    `workloads.state_dir` at the first run, where set), and since when (monotonic) each device
+    held by pods has been idle, with the pods that held it then."""
+
+    ledger: Ledger | None = None
+    idle_since: dict[str, tuple[tuple[PodRef, ...], float]] = field(default_factory=dict)
+
+
+KEEPS: Keeps[WorkloadsKept] = Keeps(WorkloadsKept)
+
+
 def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Attribute every GPU to its pods and judge how they use it."""
     host = ctx.host
@@ -77,7 +91,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     attribution = attribute(host, answer)
     known = answer.list is not None or (answer.absent and not expected)
     devices = [d.to_dict() for d in attribution.devices]
-    accounting = _account(host, attribution, settings, known)
+    accounting = _account(host, ctx.kept(KEEPS), attribution, settings, known)
     data: WorkloadsData = {
         "kubelet": _kubelet(answer, settings, expected),
         "devices": devices,
@@ -92,19 +106,22 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     if answer.list is None:
         return CheckResult(NAME, _unknown_summary(answer), [_unknown(answer, settings)], data)
     findings = _unallocated_use(attribution)
-    findings += _idle(host, attribution, settings, data)
+    findings += _idle(host, ctx.kept(KEEPS), attribution, settings, data)
     return CheckResult(NAME, _summary(attribution), findings, data)
 
 
 def _account(
-    host: Host, attribution: Attribution, settings: WorkloadsConfig, known: bool
+    host: Host,
+    kept: WorkloadsKept,
+    attribution: Attribution,
+    settings: WorkloadsConfig,
+    known: bool,
 ) -> dict[str, Any]:
     """Add this round to the daemon's GPU-seconds and return the totals."""
-    memory = host.memory.of(NAME)
-    ledger: Ledger | None = memory.get("ledger")
+    ledger = kept.ledger
     if ledger is None:
         ledger = load_ledger(settings.state_dir) if settings.state_dir else new_ledger()
-        memory["ledger"] = ledger
+        kept.ledger = ledger
     if known:
         devices = attribution.devices
         account(ledger, devices, host.clock.monotonic(), settings.idle_utilization_percent)
@@ -220,12 +237,14 @@ def _used_without(where: DeviceUse, pid: int, pod: PodRef) -> Finding:
 
 
 def _idle(
-    host: Host, attribution: Attribution, settings: WorkloadsConfig, data: WorkloadsData
+    host: Host,
+    state: WorkloadsKept,
+    attribution: Attribution,
+    settings: WorkloadsConfig,
+    data: WorkloadsData,
 ) -> list[Finding]:
     """Devices held by pods with no process and no load, past the window."""
-    since: dict[str, tuple[tuple[PodRef, ...], float]] = host.memory.of(NAME).setdefault(
-        "idle_since", {}
-    )
+    since = state.idle_since
     now = host.clock.monotonic()
     findings = []
     for device, facts in zip(attribution.devices, data["devices"], strict=True):
@@ -367,44 +386,14 @@ def metric_families(data: WorkloadsData) -> Iterator[Family]:
     yield from (allocated, idle, unallocated)
 
 
-@dataclass(frozen=True)
-class WorkloadsConfig:
-    """Where the `workloads` check asks the kubelet, and when an allocated GPU is idle."""
-
-    # The kubelet's PodResources socket (a host path).
-    socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    # Deadline of each PodResources call: a hung kubelet costs this, then ALLOCATION_UNKNOWN.
-    timeout_seconds: float = 2.0
-    # Whether the node must answer PodResources; None: where /var/lib/kubelet/pod-resources
-    # exists (a kubelet's node). False: a missing socket is never a finding.
-    expect_kubelet: bool | None = None
-    # An allocated GPU (or MIG device) with no process and utilization at or below this, for
-    # longer than the window, raises GPU_ALLOCATED_IDLE (in the daemon, which has history).
-    idle_utilization_percent: float = 1.0
-    idle_window_seconds: float = 1800.0
-    # Where the daemon keeps its allocated / idle / unallocated seconds across restarts
-    # (workload-accounting.json); None: in memory only, from zero at each start.
-    state_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.socket.startswith("/"):
-            raise ConfigError(f"socket: {self.socket!r} is not an absolute host path")
-        if not 0 < self.timeout_seconds <= 60:
-            raise ConfigError(f"timeout_seconds: {self.timeout_seconds:g} must be in (0, 60]")
-        if not 0 <= self.idle_utilization_percent <= 100:
-            raise ConfigError(
-                f"idle_utilization_percent: {self.idle_utilization_percent:g} must be 0 to 100"
-            )
-        if not self.idle_window_seconds > 0:  # NaN too
-            raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
-
-
 CHECK: Check[WorkloadsData] = Check(
     NAME,
     run,
     section=WorkloadsConfig,
     metrics=metric_families,
     condition="GPURuntimeReady",
+    attributes_pods=True,
+    keeps=KEEPS,
     # The audit's usage totals (gpuprobe.audit.usage): whether the kubelet answered, and the
     # node's usage digest (a dozen numbers, not every device's holders).
     summary_keys={

@@ -25,7 +25,7 @@ from gpuprobe.errors import UsageError
 from gpuprobe.report import Status
 
 if TYPE_CHECKING:
-    from gpuprobe.kube.once import NodeSignals
+    from gpuprobe.effects.readback import NodeSignals
 
 # What `audit` reads of Kubernetes: every GPU node's gpuprobe signals, or why it could not.
 KubeSignals = tuple[list["NodeSignals"], str | None]
@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
     from gpuprobe.checks.registry import sections
     from gpuprobe.cli.credentials import credentials
     from gpuprobe.config import load_config
+    from gpuprobe.effects.readback import render_signals
     from gpuprobe.kube.api import Access, in_cluster_available
-    from gpuprobe.kube.once import render_signals
     from gpuprobe.printable import screen
     from gpuprobe.targets import parse_targets
 
@@ -191,8 +191,8 @@ def kube_signals(args: argparse.Namespace) -> Callable[[], KubeSignals]:
     from gpuprobe.checks.registry import sections
     from gpuprobe.cli.kubernetes import kube_access
     from gpuprobe.config import load_config
+    from gpuprobe.effects.readback import read_signals
     from gpuprobe.kube.api import KubeError
-    from gpuprobe.kube.once import read_signals
 
     config = load_config(args.config, sections()).kubernetes
     access = kube_access(args.kubeconfig)

@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from gpuprobe.checks.xid.policy import render as render_policy
     from gpuprobe.cli.kubernetes import kube_access
     from gpuprobe.cli.prepare import node_host, prepare
+    from gpuprobe.effects.once import publish_once
     from gpuprobe.kube.api import KubeError
-    from gpuprobe.kube.once import publish_once
     from gpuprobe.pipeline import Sink, feed, run_checks
     from gpuprobe.printable import printable, screen
     from gpuprobe.render import render_report

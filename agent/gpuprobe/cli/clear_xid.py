@@ -26,13 +26,16 @@ def add_parser(commands: Commands) -> None:
 def run(args: argparse.Namespace) -> int:
     """Clear, and say how many in one line."""
     # Loaded when the command runs, not to build the parser (see gpuprobe.cli).
-    from gpuprobe.checks.registry import sections
-    from gpuprobe.checks.xid import clear
+    from gpuprobe.checks.context import CheckContext
+    from gpuprobe.checks.registry import CHECKS, clear, sections
+    from gpuprobe.checks.runner import checks_states
     from gpuprobe.cli.prepare import node_host
     from gpuprobe.config import load_config
 
     config = load_config(args.config, sections())
-    cleared = clear(node_host(args), config, args.gpu)
+    host = node_host(args)
+    # The state directory the checks' runner keeps (`xid.state_dir`, else the live default).
+    cleared = clear(CheckContext(host, checks_states(host, config, CHECKS)), config, args.gpu)
     where = f" on GPU {args.gpu}" if args.gpu is not None else ""
     print(f"gpuprobe: cleared {cleared} sticky finding{'s' if cleared != 1 else ''}{where}")
     return 0

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from gpuprobe.checks import gpus, storage
+from gpuprobe.checks import storage
 from gpuprobe.checks.registry import CHECKS, refuse_unknown_names, resolve, sections
+from gpuprobe.checks.rules.sections import GPUS, GpusConfig
 from gpuprobe.config import Config, load_config
 from gpuprobe.errors import UsageError
 from gpuprobe.host import Host, check_root, live_host, snapshot_host
@@ -26,11 +27,11 @@ def prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     if args.expect_gpus is not None:
         try:
             expected = dataclasses.replace(
-                config.section(gpus.NAME, gpus.GpusConfig), expect=args.expect_gpus
+                config.section(GPUS, GpusConfig), expect=args.expect_gpus
             )
         except UsageError as exc:
             raise UsageError(f"--expect-gpus: {exc}") from None
-        config = config.with_section(gpus.NAME, expected)
+        config = config.with_section(GPUS, expected)
     storage_paths = getattr(args, "storage_path", None) or []
     if storage_paths:
         measured = config.section(storage.NAME, storage.StorageConfig)

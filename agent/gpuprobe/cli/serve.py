@@ -1,5 +1,5 @@
 """`gpuprobe serve`: the agent daemon (periodic checks, the gRPC API, Prometheus `/metrics`,
-and the Kubernetes publisher), run until SIGTERM (`gpuprobe.serve.main`)."""
+and the effects on the cluster), run until SIGTERM (`gpuprobe.serve.main`)."""
 
 from __future__ import annotations
 

@@ -69,12 +69,10 @@ SNAPSHOT_MARKERS = ("snapshot.json", "nvml.json", "rootfs/")
 
 
 class Memory:
-    """What a long-lived agent carries from one run of a check to the next.
-
-    Each check gets its own dict (`host.memory.of("gpus")`): when a GPU went idle, the last
-    RDMA error counters, the XIDs seen. A one-shot `gpuprobe check` starts with empty memory,
-    so anything that needs history (GPU_IDLE after a window, counters rising) only fires in
-    the daemon.
+    """What a long-lived agent's readers carry from one read to the next, by name: the
+    followed `/dev/kmsg` (`gpu.kernel_sources`), gpuprobe's own load on the GPUs
+    (`gpu.own_load`). A check's own state is not kept here but by the check runner
+    (`gpuprobe.checks.state`, declared in the check's record).
     """
 
     def __init__(self) -> None:

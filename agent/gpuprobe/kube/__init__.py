@@ -1,6 +1,6 @@
-"""Telling Kubernetes what gpuprobe found: node conditions, events and opt-in taints.
+"""The Kubernetes API client and its verbs: nodes, events, pods, objects, the cluster reader.
 
-`conditions`, `events` and `taints` decide (pure functions of a report and the node's
-object); `api` is the thin wrapper over the client library (lightkube, imported only when
-the feature is on); `publisher` applies the decisions after each round, with backoff.
+`api` is the thin wrapper over the client library (lightkube, imported only when the feature
+is on), `bounded` its bounds on every response. What gpuprobe writes to its node, and when,
+is decided in `gpuprobe.effects`.
 """

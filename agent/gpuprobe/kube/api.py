@@ -175,6 +175,104 @@ class KubeApi:
             ),
         )
 
+    def api_resources(self, group: str) -> dict[str, list[str]]:
+        """Discovery: each version of `group` the server serves, with the resources it lists
+        (`devicetaintrules`, ...); {} when the group is not served at all (404)."""
+        try:
+            document = self._call("get", lambda: self._json("GET", f"/apis/{group}"))
+        except KubeError as exc:
+            if exc.code == "404":
+                return {}
+            raise
+        found: dict[str, list[str]] = {}
+        for entry in document.get("versions") or []:
+            version = str(entry.get("version") or "")
+            if version:
+                found[version] = self._resources(f"/apis/{group}/{version}")
+        return found
+
+    def _resources(self, path: str) -> list[str]:
+        """The resources a group version's discovery document lists."""
+        listed = self._call("get", lambda: self._json("GET", path))
+        return [str(r.get("name")) for r in listed.get("resources") or []]
+
+    def list_objects(
+        self, path: str, labels: str | None = None, fields: str | None = None, most: int = 5000
+    ) -> list[dict[str, Any]]:
+        """The objects of a collection (`/apis/GROUP/VERSION/PLURAL`) the selectors pick, read
+        in pages; at most `most` of them."""
+        return self.each_object(path, _same, labels, fields, most)
+
+    def each_object(
+        self,
+        path: str,
+        keep: Callable[[dict[str, Any]], T],
+        labels: str | None = None,
+        fields: str | None = None,
+        most: int = 5000,
+    ) -> list[T]:
+        """As `list_objects`, each object passed through `keep` as its page comes (a page is
+        held at a time, never the whole list: the fleet's ResourceSlices are big)."""
+
+        def listing() -> list[T]:
+            params = {"limit": str(PAGE)}
+            if labels:
+                params["labelSelector"] = labels
+            if fields:
+                params["fieldSelector"] = fields
+            kept: list[T] = []
+            while len(kept) < most:
+                answer = self._json("GET", path, params)
+                kept += [keep(i) for i in answer.get("items") or [] if isinstance(i, dict)]
+                more = (answer.get("metadata") or {}).get("continue")
+                if not more:
+                    break
+                params["continue"] = str(more)
+            return kept[:most]
+
+        return self._call("list", listing)
+
+    def create_object(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create an object in a collection (`/apis/GROUP/VERSION/PLURAL`)."""
+        return self._call(
+            "create", lambda: self._json("POST", path, {"fieldManager": "gpuprobe"}, body)
+        )
+
+    def delete_object(self, path: str) -> None:
+        """Delete one object (`/apis/GROUP/VERSION/PLURAL/NAME`)."""
+        self._call("delete", lambda: self._json("DELETE", path))
+
+    def evict(self, namespace: str, pod: str) -> None:
+        """Ask the Eviction API (policy/v1) to evict a pod: the API server honours its
+        PodDisruptionBudget (429 while it allows no disruption). Never a delete."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        }
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+        self._call("create", lambda: self._json("POST", path, None, body))
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One request through lightkube's request layer (authentication, TLS, the bounded
+        transport), its answer as a JSON object."""
+        import json
+
+        generic = self._client._client
+        request = generic._client.build_request(method, path, params=dict(params or {}), json=body)
+        response = generic.send(request)
+        generic.raise_for_status(response)  # lightkube's ApiError, with the Status body
+        found = json.loads(response.content) if response.content else {}
+        if not isinstance(found, dict):
+            raise ValueError(f"{path}: the answer is not a JSON object")
+        return found
+
     def _call(self, verb: str, call: Callable[[], T]) -> T:
         from lightkube.core.exceptions import ConfigError
 
@@ -188,8 +286,20 @@ class KubeApi:
             code = failure_code(exc)
             if code is None:
                 raise
-            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            text = " ".join(f"{exc} {_causes(exc)}".split())[:300] or type(exc).__name__
             raise KubeError(verb, code, text) from None
+
+
+def _same(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
+
+
+def _causes(exc: Exception) -> str:
+    """The causes an API Status gives (a disruption budget's "needs 2 healthy pods and has 2
+    currently"), "" when none."""
+    details = getattr(getattr(exc, "status", None), "details", None)
+    causes = getattr(details, "causes", None) or []
+    return "; ".join(str(getattr(c, "message", "") or "") for c in causes)
 
 
 def make_client(access: Access, timeout: float) -> Any:

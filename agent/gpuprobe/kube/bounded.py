@@ -13,7 +13,7 @@ followed), an error without a JSON `Status`, a success that is not JSON (but pla
 the request asked for it with `Accept: text/plain`: a pod's log).
 
 `failure_code` names any exception of a call as the code `gpuprobe_kubernetes_errors_total`
-counts (docs/kubernetes.md). Any lightkube user (the node publisher, the pods check, a cluster
+counts (docs/kubernetes.md). Any lightkube user (the effects loop, the pods check, a cluster
 reader) builds its client with `bounded_client` and classifies its failures with
 `failure_code`.
 """

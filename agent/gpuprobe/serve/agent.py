@@ -8,6 +8,7 @@ signals and logs around it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -21,19 +22,22 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from gpuprobe import cleanup
-from gpuprobe.checks import lifecycle, rdma, xid
-from gpuprobe.checks.registry import CHECKS, active, refuse_unknown_names
+from gpuprobe.checks import rdma
+from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS
+from gpuprobe.checks.registry import CHECKS, active, clear, refuse_unknown_names, woken_by
 from gpuprobe.checks.runner import CheckRunner, Ran
+from gpuprobe.checks.state import CheckStates
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
+from gpuprobe.effects.daemon import EffectsLink, wanted
 from gpuprobe.errors import UsageError
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
-from gpuprobe.gpu.kernel_sources import followed_kmsg
+from gpuprobe.gpu.kernel_sources import boot_id, followed_kmsg
 from gpuprobe.host import Host
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
-from gpuprobe.kube.daemon import KubeLink, wanted
 from gpuprobe.pipeline import Sink
 from gpuprobe.report import CheckResult, now
 from gpuprobe.serve import grpc_server
@@ -100,6 +104,7 @@ class Agent:
         options: ServeOptions,
         clear_xid: ClearXid | None = None,
         rng: random.Random | None = None,
+        states: CheckStates | None = None,
     ) -> None:
         refuse_unknown_names(config)  # the validation `check` and `capture` make too
         self.host = host
@@ -109,7 +114,7 @@ class Agent:
         active_names = active(self.names)
         passive = [n for n in self.names if n not in active_names]
         self.store = ReportStore(host.node_name, self.names, first=passive)
-        self.executor = CheckRunner(host, config, CHECKS)
+        self.executor = CheckRunner(host, config, CHECKS, states)
         rng = rng or random.Random()
         groups = plan(self.names, config.serve, active_names, time.monotonic(), rng)
         self.scheduler = Scheduler(
@@ -121,7 +126,7 @@ class Agent:
         report_registry.register(self.collector)
         ProcessCollector(registry=live_registry)
         self.metrics_page = MetricsPage(report_registry, live_registry)
-        self.notices = self._notice_poller()
+        self.pollers = self._pollers()
         self.kube = self._kube_link(options.kubeconfig, rng)
         if self.kube is not None:
             live_registry.register(self.kube.collector)
@@ -180,7 +185,7 @@ class Agent:
         self.tls = "mtls" if mtls else "tls" if credentials is not None else "none"
 
     def start(self) -> None:
-        """Serve, and start the first round of checks (and the Kubernetes publisher when it
+        """Serve, and start the first round of checks (and the effects loop when it
         is on); raises UsageError when the system refuses the threads (a pids limit below what
         the agent needs to start)."""
         try:
@@ -190,10 +195,9 @@ class Agent:
             raise UsageError(f"cannot start serving: {exc}") from None
         if start_thread(self.scheduler.run, "scheduler", (self.stopping,)) is None:
             raise UsageError("cannot start the scheduler's thread (a pids limit reached?)")
-        if self.notices is not None and (
-            start_thread(self.notices.run, "notices", (self.stopping,)) is None
-        ):
-            raise UsageError("cannot start the notice poller's thread (a pids limit reached?)")
+        for poller in self.pollers:
+            if start_thread(poller.run, "notices", (self.stopping,)) is None:
+                raise UsageError("cannot start the notice poller's thread (a pids limit reached?)")
         if not self.signals.start():
             raise UsageError("cannot start the event path's threads (a pids limit reached?)")
         if self.kube is not None and not self.kube.start():
@@ -224,52 +228,58 @@ class Agent:
         cleanup.remove_all()
         done.wait(grace)
 
-    def _notice_poller(self) -> NoticePoller | None:
-        """The cloud's notices, heard every `lifecycle.poll_seconds` between rounds: a change
-        runs the lifecycle check now (None off any known cloud, or without the check)."""
-        if lifecycle.NAME not in self.names:
-            return None
-        sense = lifecycle.notice_sense(self.host, self.config)
-        if sense is None:
-            return None
-        settings = self.config.section(lifecycle.NAME, lifecycle.LifecycleConfig)
-        return NoticePoller(sense, self._lifecycle_now, settings.poll_seconds)
-
-    def _lifecycle_now(self) -> None:
-        """Run the lifecycle check now, through the event path (a burst of changes makes one
-        run); its result is published like a round's."""
-        self.signals.wake([lifecycle.NAME], "cloud notice")
+    def _pollers(self) -> list[NoticePoller]:
+        """The checks' own sources polled between rounds (their records' `poll`: the cloud's
+        notices, every `lifecycle.poll_seconds`): a change runs the check now, through the
+        event path (a burst of changes makes one run), published like a round's. None off
+        any known cloud, or without the check."""
+        pollers = []
+        for name in self.names:
+            poll = CHECKS[name].poll
+            found = poll(self.executor.context(), self.config) if poll is not None else None
+            if found is not None:
+                wake = functools.partial(self.signals.wake, [name], found.reason)
+                pollers.append(NoticePoller(found.sense, wake, found.seconds))
+        return pollers
 
     def _signals(self) -> Signals:
-        """The event path: NVML's events and the kernel log wake the xid check at once
-        (`serve.follow_events`); other sources wake checks through `signals.wake`."""
+        """The event path: NVML's events and the kernel log wake the checks whose records
+        name them (the xid check) at once (`serve.follow_events`); other sources wake checks
+        through `signals.wake`."""
         signals = Signals(self.scheduler.run_now, self.executor.in_flight, self.names)
-        if not self.config.serve.follow_events or xid.NAME not in self.names:
+        if not self.config.serve.follow_events:
             return signals
-        relay = EventRelay(self.host.nvml)
-        self.host.nvml = relay  # the checks drain what the waiting thread received
-        signals.add_source("nvml-events", nvml_source(relay))
-        settings = xid_settings(self.config)
-        follower = KernelLogFollower(
-            self.host.fs,
-            settings.kernel_logs,
-            kmsg=followed_kmsg(self.host) if settings.kmsg else None,
-            markers=KERNEL_MARKERS,
-        )
-        signals.add_source("kernel-log", kernel_log_source(follower, signals.stop_read))
+        woken = woken_by(WAKE_NVML_EVENTS, self.names)
+        if woken:
+            relay = EventRelay(self.host.nvml)
+            self.host.nvml = relay  # the checks drain what the waiting thread received
+            signals.add_source(WAKE_NVML_EVENTS, nvml_source(relay, woken))
+        woken = woken_by(WAKE_KERNEL_LOG, self.names)
+        if woken:
+            settings = xid_settings(self.config)
+            follower = KernelLogFollower(
+                self.host.fs,
+                settings.kernel_logs,
+                kmsg=followed_kmsg(self.host) if settings.kmsg else None,
+                markers=KERNEL_MARKERS,
+            )
+            source = kernel_log_source(follower, signals.stop_read, woken)
+            signals.add_source(WAKE_KERNEL_LOG, source)
         return signals
 
-    def _kube_link(self, kubeconfig: str | None, rng: random.Random) -> KubeLink | None:
+    def _kube_link(self, kubeconfig: str | None, rng: random.Random) -> EffectsLink | None:
         """Node conditions, events and taints, when `kubernetes.enabled` says so."""
         if not wanted(self.config.kubernetes, kubeconfig):
             return None
         try:
-            return KubeLink(
+            return EffectsLink(
                 self.host.node_name,
                 self.config.kubernetes,
                 Access(kubeconfig=kubeconfig),
                 report_own=self._report_own,
                 rng=rng,
+                remediation=self.config.remediation,
+                boot_id=boot_id(self.host),
             )
         except UsageError as exc:
             if self.config.kubernetes.enabled is True or kubeconfig is not None:
@@ -280,7 +290,7 @@ class Agent:
 
     def _sinks(self) -> list[Sink[AgentState]]:
         """Where each new state of the report goes, in order: the metric families, the
-        `/metrics` page, the Kubernetes publisher, the gRPC answers, and the health state
+        `/metrics` page, the effects loop, the gRPC answers, and the health state
         (SERVING once the answers hold the first report)."""
         sinks: list[Sink[AgentState]] = [self.collector.update, self.metrics_page.invalidate]
         if self.kube is not None:
@@ -326,12 +336,13 @@ class Agent:
         return 200, "\n".join(lines) + "\n"
 
 
-def xid_clearer(host: Host, config: Config) -> ClearXid:
-    """The xid check's `clear(host, config, gpu=None)` bound to this agent's host, so the
-    daemon's memory of sticky XIDs is cleared along with the state file."""
+def sticky_clearer(ctx: CheckContext, config: Config) -> ClearXid:
+    """The checks' clearing (`registry.clear`: each record's `clear`, the xid check's) bound
+    to this agent's context (its host and the states its runner keeps), so the daemon's
+    memory of sticky findings is cleared along with their state files."""
 
-    def clear_xid(gpu: int | None) -> int:
-        """Forget the sticky XIDs of `gpu` (all when None) on this host."""
-        return xid.clear(host, config, gpu=gpu)
+    def clear_sticky(gpu: int | None) -> int:
+        """Forget the sticky findings of `gpu` (all when None) on this host."""
+        return clear(ctx, config, gpu)
 
-    return clear_xid
+    return clear_sticky

@@ -14,10 +14,13 @@ import threading
 from types import FrameType
 
 from gpuprobe import __version__, cleanup
+from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.registry import CHECKS
+from gpuprobe.checks.runner import checks_states
 from gpuprobe.config import Config
 from gpuprobe.host import Host
 from gpuprobe.serve import logs
-from gpuprobe.serve.agent import Agent, ServeOptions, xid_clearer
+from gpuprobe.serve.agent import Agent, ServeOptions, sticky_clearer
 
 # How long the orderly stop may take before the watchdog ends the process.
 STOP_GRACE_SECONDS = 2.0
@@ -39,7 +42,11 @@ def serve(host: Host, config: Config, names: list[str], options: ServeOptions) -
     # Before the agent exists: a SIGTERM while it starts up still ends in an orderly stop.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    agent = Agent(host, config, names, options, clear_xid=xid_clearer(host, config))
+    # The checks' states, kept by the agent's runner and shared with the clearing RPC, so
+    # that a clearing reaches the xid check's memory as well as its state file.
+    states = checks_states(host, config, CHECKS)
+    clear_xid = sticky_clearer(CheckContext(host, states), config)
+    agent = Agent(host, config, names, options, clear_xid=clear_xid, states=states)
     agent.start()
     log.info(
         "listening",

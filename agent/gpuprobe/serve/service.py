@@ -17,8 +17,8 @@ import grpc
 
 from gpuprobe import wire
 from gpuprobe.checks import registry
-from gpuprobe.checks.xid.clearing import NoSuchGpu
-from gpuprobe.checks.xid.state import StateError
+from gpuprobe.checks.record import ClearStateError, NoSuchGpu
+from gpuprobe.checks.registry import clearable
 from gpuprobe.measure.bandwidth import BandwidthTests, Refused
 from gpuprobe.report import NodeReport, now
 from gpuprobe.serve import bandwidth as wiring
@@ -33,7 +33,8 @@ from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 log = logging.getLogger("gpuprobe.serve")
 
 SERVICE_NAME = "gpuprobe.v1.NodeDiagnostics"
-# Forgets sticky XID findings of one GPU (or all, None); returns how many it forgot.
+# Forgets the sticky findings (the checks' records' `clear`: XIDs) of one GPU (or all, None);
+# returns how many it forgot.
 ClearXid = Callable[[int | None], int]
 # Kept back from the caller's deadline so the answer still reaches it in time.
 DEADLINE_MARGIN_SECONDS = 0.2
@@ -141,7 +142,8 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
     def ClearFindings(
         self, request: pb.ClearFindingsRequest, context: Any
     ) -> pb.ClearFindingsResponse:
-        """Forget sticky XID findings, then re-run the xid check so the report shows it."""
+        """Forget sticky findings (the xid check's), then re-run the checks that keep them so
+        the report shows it."""
         self._admit(context, limited=True)
         clear_xid = self.clear_xid
         if clear_xid is None:
@@ -151,14 +153,15 @@ class NodeDiagnosticsService(pb_grpc.NodeDiagnosticsServicer):
             cleared = int(clear_xid(gpu))
         except NoSuchGpu as exc:
             abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc).removeprefix("clear-xid: "))
-        except StateError as exc:  # the state directory is missing, read-only or corrupt
+        except ClearStateError as exc:  # the state directory is missing, read-only or corrupt
             abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"clearing failed: {exc}")
         except Exception as exc:  # the node's fault, told to the caller in one line
             log.exception("clearing sticky findings failed")
             abort(context, grpc.StatusCode.INTERNAL, f"clearing failed: {exc}")
         log.info("sticky findings cleared", extra={"gpu": gpu, "cleared": cleared})
-        if "xid" in self.checks:
-            self.scheduler.run_now(["xid"], _within(context))
+        rerun = clearable(self.checks)
+        if rerun:
+            self.scheduler.run_now(rerun, _within(context))
         return pb.ClearFindingsResponse(cleared=cleared, report=self._report)
 
     def MeasureBandwidth(

@@ -5,7 +5,8 @@ Sources: NVML's event stream (`nvmlEventSetWait`, through `EventRelay`), the ker
 followed as it grows (`/dev/kmsg` and the log files, `KernelLogFollower`), and any other that
 calls `Signals.wake(check_names, reason)` (a cloud provider's notices). A wake re-runs the
 named checks through the scheduler (`run_now`), so the report, `/metrics`, WatchReports and the
-Kubernetes publisher follow as after a round. Checks that poll (storage, mesh, idle windows)
+node's effects follow as after a round. Which checks a source wakes, the checks' records say
+(`wakes`, `poll`). Checks that poll (storage, mesh, idle windows)
 keep their interval: nothing wakes them.
 
 Bursts are coalesced: wakes within `SETTLE_SECONDS` of the first make one re-run, and a check
@@ -39,12 +40,12 @@ MIN_GAP_SECONDS = 1.0
 NVML_WAIT_SECONDS = 5.0
 # After NVML's event set failed, how long before the thread tries again.
 NVML_RETRY_SECONDS = 60.0
-# The kinds of kernel-log event that wake the `xid` check (`gpu.kernel_events`): the NVIDIA
-# driver's (XIDs, a GPU fallen off the bus, RmInitAdapter), the NVSwitch driver's SXids, PCIe
-# AER and the amdgpu driver's; the texts their lines bear are the parsers' own.
+# The kinds of kernel-log event that wake the checks the kernel log wakes (the `xid` check's
+# record; `gpu.kernel_events`): the NVIDIA driver's (XIDs, a GPU fallen off the bus,
+# RmInitAdapter), the NVSwitch driver's SXids, PCIe AER and the amdgpu driver's; the texts
+# their lines bear are the parsers' own.
 XID_EVENTS = ("nvrm", "sxid", "aer", "amdgpu_fault")
 KERNEL_MARKERS = kernel_events.markers(XID_EVENTS)
-XID = "xid"
 
 Wake = Callable[[Sequence[str], str], None]
 Source = Callable[[Wake, threading.Event], None]
@@ -175,8 +176,9 @@ class Signals:
             self.reruns[name] = self.reruns.get(name, 0) + 1
 
 
-def kernel_log_source(follower: KernelLogFollower, stop_fd: int) -> Source:
-    """The kernel log as a source: new lines the XID check reads wake it."""
+def kernel_log_source(follower: KernelLogFollower, stop_fd: int, checks: Sequence[str]) -> Source:
+    """The kernel log as a source: new lines the XID check reads wake `checks` (those whose
+    records name `WAKE_KERNEL_LOG`)."""
 
     def follow(wake: Wake, stop: threading.Event) -> None:
         follower.start()
@@ -188,7 +190,7 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int) -> Source:
                     return
                 hits = [line for line in follower.new_lines() if concerns_xid(line)]
                 if hits:
-                    wake([XID], f"kernel log: {hits[0].strip()[:160]}")
+                    wake(checks, f"kernel log: {hits[0].strip()[:160]}")
                 if follower.lost > lost:  # lines too long to be the kernel's: passed over
                     log.warning("kernel log lines passed over", extra={"lost": follower.lost})
                     lost = follower.lost
@@ -203,8 +205,9 @@ def concerns_xid(line: str) -> bool:
     return kernel_events.kind_of(line, XID_EVENTS) is not None
 
 
-def nvml_source(relay: EventRelay) -> Source:
-    """NVML's event stream as a source: any event wakes the `xid` check (it drains them)."""
+def nvml_source(relay: EventRelay, checks: Sequence[str]) -> Source:
+    """NVML's event stream as a source: any event wakes `checks` (those whose records name
+    `WAKE_NVML_EVENTS`: the `xid` check, which drains them)."""
 
     def pump(wake: Wake, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -216,6 +219,6 @@ def nvml_source(relay: EventRelay) -> Source:
                 continue
             if events:
                 first = events[0]
-                wake([XID], f"NVML event {first.type} {first.data} on GPU {first.device}")
+                wake(checks, f"NVML event {first.type} {first.data} on GPU {first.device}")
 
     return pump

@@ -3,7 +3,7 @@
 Only the scheduler (and RunChecks, ClearFindings) write here; GetReport, WatchReports and
 `/metrics` only read. Each update assembles the report through the pipeline's post-passes
 (`gpuprobe.pipeline.assemble`) and feeds the new state to the sinks (the gRPC messages, the
-metric families, the Kubernetes publisher) once, so that reading them costs nothing but a
+metric families, the effects loop) once, so that reading them costs nothing but a
 reference.
 """
 

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuprobe.audit.cluster import AuditedNode
+from gpuprobe.audit.view import quarantine
 from gpuprobe.audit.view.kinds import GANG_SCHEDULERS, TRAINING_OPERATORS
 from gpuprobe.audit.view.model import Item
 from gpuprobe.audit.view.nodes import GFD_LABELS, MIG_PREFIX, RDMA_PREFIX, NodeFacts
@@ -646,3 +647,13 @@ def agents_item(
         )
     )
     return Item("agents", Status.WARNING if missing else Status.OK, text, out), findings
+
+
+def gpu_quarantine(facts: ClusterFacts) -> Judged:
+    """The GPUs quarantined across the cluster (DeviceTaintRules, gpuprobe's and others',
+    and the DRA drivers' own device taints) and the GPUs each node pool loses to them."""
+    if (item := unread("gpu_quarantine", facts, "nodes", "devicetaintrules")) is not None:
+        return item, []
+    entries = quarantine.quarantined(facts.taint_rules, facts.slice_devices)
+    status, text, out = quarantine.judge(entries, facts.nodes, facts.state("devicetaintrules"))
+    return Item("gpu_quarantine", status, text, out), []

@@ -48,6 +48,7 @@ def judge(
         checklist.agents_item(facts, agents, found_by_api),
         checklist.gpu_resources(facts, agents),
         checklist.device_stack(facts),
+        checklist.gpu_quarantine(facts),
         checklist.sharing(facts),
         checklist.interconnect(facts),
         checklist.gangs_and_operators(facts),

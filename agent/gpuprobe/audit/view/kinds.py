@@ -22,6 +22,9 @@ CSI_DRIVERS = Kind("storage.k8s.io", "v1", "csidrivers", "CSIDriver", namespaced
 # a ResourceSlice's spec.driver, spec.nodeName and spec.devices read the same in all three.
 RESOURCE_SLICE_VERSIONS = ("v1", "v1beta2", "v1beta1")
 RESOURCE_SLICES = Kind("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
+# DeviceTaintRules: v1 from 1.37, v1beta2 in 1.36 (the DRADeviceTaintRules gate).
+DEVICE_TAINT_RULE_VERSIONS = ("v1", "v1beta2")
+DEVICE_TAINT_RULES = Kind("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", False)
 CLUSTER_POLICIES = Kind("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False)
 NIC_CLUSTER_POLICIES = Kind(
     "mellanox.com", "v1alpha1", "nicclusterpolicies", "NicClusterPolicy", namespaced=False
@@ -43,6 +46,7 @@ LISTED = (
     STORAGE_CLASSES,
     CSI_DRIVERS,
     RESOURCE_SLICES,
+    DEVICE_TAINT_RULES,
     CLUSTER_POLICIES,
     NIC_CLUSTER_POLICIES,
     VOLCANO_POD_GROUPS,

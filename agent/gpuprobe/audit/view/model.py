@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuprobe.audit.view.read import Source
-from gpuprobe.kube.once import NodeSignals
+from gpuprobe.effects.readback import NodeSignals
 from gpuprobe.report import Finding, Status, worst
 
 

@@ -39,10 +39,12 @@ from gpuprobe.audit.view.pods import (
     agent_pod,
     waiting_gpu_pod,
 )
+from gpuprobe.audit.view.quarantine import Rule, SliceDevice, slice_devices
+from gpuprobe.audit.view.quarantine import rule as taint_rule
 from gpuprobe.config import KubernetesConfig
+from gpuprobe.effects.conditions import groups
+from gpuprobe.effects.readback import NodeSignals, signals
 from gpuprobe.kube.api import KubeError, selects
-from gpuprobe.kube.conditions import groups
-from gpuprobe.kube.once import NodeSignals, signals
 from gpuprobe.kube.reader import ClusterReader, Kind
 
 # What the view keeps of long lists: the first this many waiting GPU pods (the rest only
@@ -107,6 +109,8 @@ class ClusterFacts:
     cluster_policies: list[tuple[str, str]] = field(default_factory=list)
     nic_policies: list[tuple[str, str]] = field(default_factory=list)
     slices: list[tuple[str, str, int]] = field(default_factory=list)
+    slice_devices: list[SliceDevice] = field(default_factory=list)
+    taint_rules: list[Rule] = field(default_factory=list)  # DeviceTaintRules, anyone's
     pod_groups: list[PodGroupFacts] = field(default_factory=list)
     jobs: list[GpuJob] = field(default_factory=list)
     storage_classes: list[tuple[str, str, bool]] = field(default_factory=list)
@@ -288,6 +292,7 @@ def read_rest(reader: ClusterReader, facts: ClusterFacts) -> None:
         lambda o: facts.nic_policies.append(policy_state(o)),
     )
     _slices(reader, facts)
+    _taint_rules(reader, facts)
     for kind in (kinds.VOLCANO_POD_GROUPS, kinds.COSCHEDULING_POD_GROUPS):
         _crd(reader, facts, f"podgroups.{kind.group}", kind, _pod_groups(facts, kind.group))
     _crd(reader, facts, "jobsets", kinds.JOB_SETS, lambda o: facts.jobs.append(job_set(o)))
@@ -514,8 +519,53 @@ def _slices(reader: ClusterReader, facts: ClusterFacts) -> None:
         "resourceslices",
         kind,
         "list",
+        lambda: _each(reader, facts, "resourceslices", kind, lambda o: _slice(facts, o)),
+    )
+
+
+def _slice(facts: ClusterFacts, obj: dict[str, Any]) -> None:
+    facts.slices.append(resource_slice(obj))
+    facts.slice_devices.extend(slice_devices(obj))
+
+
+def _taint_rules(reader: ClusterReader, facts: ClusterFacts) -> None:
+    """DeviceTaintRules at the newest version that serves them (v1 from 1.37, v1beta2 in
+    1.36 behind its feature gate: a 404 at v1 tries v1beta2)."""
+    served = (
+        facts.groups.get("resource.k8s.io", [])
+        if facts.groups
+        else list(kinds.DEVICE_TAINT_RULE_VERSIONS)
+    )
+    versions = [v for v in kinds.DEVICE_TAINT_RULE_VERSIONS if v in served]
+    if not versions:
+        facts.sources["devicetaintrules"] = Source(
+            "devicetaintrules", "not installed", "resource.k8s.io is not served"
+        )
+        return
+    for version in versions:
+        facts.taint_rules.clear()
+        _rules_at(reader, facts, version)
+        if facts.state("devicetaintrules") != "not installed":
+            return
+        del facts.sources["devicetaintrules"]  # try the next version
+    facts.sources["devicetaintrules"] = Source(
+        "devicetaintrules", "not installed", "no served version lists DeviceTaintRules"
+    )
+
+
+def _rules_at(reader: ClusterReader, facts: ClusterFacts, version: str) -> None:
+    kind = Kind("resource.k8s.io", version, "devicetaintrules", "DeviceTaintRule", False)
+    _guarded(
+        facts,
+        "devicetaintrules",
+        kind,
+        "list",
         lambda: _each(
-            reader, facts, "resourceslices", kind, lambda o: facts.slices.append(resource_slice(o))
+            reader,
+            facts,
+            "devicetaintrules",
+            kind,
+            lambda o: facts.taint_rules.append(taint_rule(o)),
         ),
     )
 

@@ -6,14 +6,15 @@ the other critical types of `gpuprobe.gpu.nvidia.events`) and the host's kernel 
 by PCI address or NVML index; one entry per (GPU, XID), counted once even when both sources
 saw it; one per (GPU, event type) for the other events, which raise the code the `gpus` check
 raises for the same fault (ECC_UNCORRECTABLE, ROW_REMAP_FAILURE, GPU_LOST,
-GPU_RECOVERY_REQUIRED). What the daemon saw is kept in `host.memory`, so events are not lost
-between runs (`observation`, the records in `model`).
+GPU_RECOVERY_REQUIRED). What the daemon saw is kept by the runner (the check's state,
+`persist.KEEPS`), so events are not lost between runs (`observation`, the records in `model`).
 
 Each XID is classified by NVIDIA's catalog (`gpuprobe.gpu.xid_catalog`). Critical XIDs (and
 critical events) are sticky (`sticky`): they stay reported until the boot id changes (a
 reboot) or an operator clears them (`clearing.clear`, `gpuprobe clear-xid`); the clearing, and
-in the live daemon the sticky XIDs themselves, are kept in the state file (`state`, `persist`).
-A replayed snapshot uses a state file only when `xid.state_dir` is configured, so a replay
+in the live daemon the sticky XIDs themselves, are kept in the state file (`state`, `persist`)
+in the runner's state directory (`gpuprobe.checks.state`). A replayed snapshot uses a state
+file only when `xid.state_dir` is configured, so a replay
 gives the same findings on every machine; without one, a clearing lives in the process's
 memory. A warning XID (an application's) stays reported in the daemon for
 `xid.warning_window_seconds` after it last grew; a one-shot check reports every XID of the
@@ -27,14 +28,14 @@ from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.record import Check
-from gpuprobe.checks.xid import aer, amdgpu, events, sxid
+from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS, Check
+from gpuprobe.checks.xid import aer, amdgpu, sxid
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.clearing import clear
 from gpuprobe.checks.xid.findings import events_only, finding, read_nothing, summary
 from gpuprobe.checks.xid.model import NAME, EventEntry, XidEntry
 from gpuprobe.checks.xid.observation import observe
-from gpuprobe.checks.xid.persist import save_sticky, state_dir
+from gpuprobe.checks.xid.persist import KEEPS, save_sticky
 from gpuprobe.checks.xid.policy import explain
 from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
@@ -43,7 +44,7 @@ from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult, Status
 
-__all__ = ["CHECK", "NAME", "XidData", "clear", "explain_policy", "run", "state_dir"]
+__all__ = ["CHECK", "KEEPS", "NAME", "XidData", "clear", "explain_policy", "run"]
 
 
 class XidData(TypedDict):
@@ -65,16 +66,16 @@ class XidData(TypedDict):
 def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Gather this boot's XIDs, classify them, and report the active ones."""
     host = ctx.host
-    directory = state_dir(host, config)
+    directory = ctx.state_dir(KEEPS, config)
     with xid_state.LOCK:
-        seen = observe(host, config, directory)
+        seen = observe(ctx, config, directory)
         persist_error = save_sticky(host, seen, directory)
-        memory = host.memory.of(NAME)
+        memory = ctx.kept(KEEPS)
         now = seen.now or datetime.fromtimestamp(host.clock.wall(), UTC)
         switches = sxid.gather(seen, config)
         sxid.judge(switches, seen.cleared, memory, config, now)
         aer_findings, aer_data = aer.read(host, config, seen.gpus, memory, now)
-        amd = amdgpu.read(host, config, seen.kernel_log)
+        amd = amdgpu.read(host, config, seen.kernel_log, memory)
     amd_findings, amd_faults = amd if amd is not None else ([], [])
     active = [x for x in seen.xids if x.active]
     gpus = sorted({g.index for g in seen.gpus.values() if g.index is not None})
@@ -103,7 +104,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         text += f"; {amdgpu.summary(amd_faults)}"
     blind = read_nothing(seen.sources)
     if blind is None and not seen.xids:
-        blind = events_only(seen.sources, memory.get(events.SINCE))
+        blind = events_only(seen.sources, memory.events_since)
     if blind is not None and not seen.xids:
         return CheckResult(NAME, blind, findings, data, floor=Status.UNKNOWN)
     return CheckResult(NAME, text, findings, data)
@@ -150,5 +151,12 @@ def metric_families(data: XidData) -> Iterator[Family]:
 
 
 CHECK: Check[XidData] = Check(
-    NAME, run, section=XidConfig, metrics=metric_families, condition="GPUHardwareReady"
+    NAME,
+    run,
+    section=XidConfig,
+    metrics=metric_families,
+    condition="GPUHardwareReady",
+    wakes=(WAKE_NVML_EVENTS, WAKE_KERNEL_LOG),
+    clear=clear,
+    keeps=KEEPS,
 )

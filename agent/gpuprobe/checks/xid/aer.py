@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpuprobe.checks.xid.memory import XidMemory
 from gpuprobe.checks.xid.model import Gpu
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
@@ -23,8 +24,6 @@ from gpuprobe.gpu import aer
 from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
-
-MEMORY_KEY = "aer"
 
 
 @dataclass(frozen=True)
@@ -36,12 +35,12 @@ class Where:
 
 
 def read(
-    host: Host, config: Config, gpus: dict[str, Gpu], memory: dict[str, Any], now: datetime
+    host: Host, config: Config, gpus: dict[str, Gpu], memory: XidMemory, now: datetime
 ) -> tuple[list[Finding], list[dict[str, Any]]]:
     """The AER findings and the data of every device read (see the module's docstring)."""
     places = _places(host, gpus)
     devices = aer.read_host(host, list(places))
-    history: dict[str, list[list[float]]] = memory.setdefault(MEMORY_KEY, {})
+    history = memory.aer
     stamp = now.timestamp()
     findings: list[Finding] = []
     data: list[dict[str, Any]] = []

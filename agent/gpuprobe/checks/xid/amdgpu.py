@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
+from gpuprobe.checks.xid.memory import XidMemory
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
@@ -29,7 +30,6 @@ from gpuprobe.report import Action, Finding, Severity, format_time
 CODE = "AMDGPU_FAULT"
 # A GPU with this many VM faults logged in the boot is in a fault storm.
 VM_FAULT_STORM = 10
-MEMORY = "amdgpu_faults"
 MAX_PROCESSES = 5
 
 
@@ -64,7 +64,7 @@ class _Fault:
 
 
 def read(
-    host: Host, config: Config, log: KernelLogRead
+    host: Host, config: Config, log: KernelLogRead, kept: XidMemory
 ) -> tuple[list[Finding], list[AmdgpuFaultEntry]] | None:
     """This boot's amdgpu faults in the run's read of the kernel log, as findings and data;
     None on a node without AMD GPUs."""
@@ -73,7 +73,7 @@ def read(
         return None
     found = log.amdgpu_faults()
     grouped = _group(_unique(found), {g.pci_address: g for g in gpus})
-    memory: dict[str, tuple[int, float]] = host.memory.of("xid").setdefault(MEMORY, {})
+    memory = kept.amdgpu_faults
     wall = host.clock.wall()
     findings: list[Finding] = []
     data: list[AmdgpuFaultEntry] = []

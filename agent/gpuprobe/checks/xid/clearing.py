@@ -1,42 +1,42 @@
-"""Clearing sticky XIDs: what `gpuprobe clear-xid` and the agent's ClearXid RPC do."""
+"""Clearing sticky XIDs: the xid record's `clear` (`gpuprobe clear-xid`, gRPC ClearFindings)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from gpuprobe.checks import record
+from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid import sxid
-from gpuprobe.checks.xid.model import NAME
 from gpuprobe.checks.xid.observation import observe
-from gpuprobe.checks.xid.persist import state_dir
+from gpuprobe.checks.xid.persist import KEEPS
 from gpuprobe.config import Config
-from gpuprobe.errors import UsageError
-from gpuprobe.gpu.view import GpuView
-from gpuprobe.host import Host
 
 
-class NoSuchGpu(UsageError):
+class NoSuchGpu(record.NoSuchGpu):
     """The GPU index to clear names no GPU of this node: clearing nothing there would read as
     done, and the operator's intended GPU stays reported."""
 
 
-def clear(host: Host, config: Config, gpu: int | None = None) -> int:
+def clear(ctx: CheckContext, config: Config, gpu: int | None = None) -> int:
     """Clear the sticky (critical) XIDs reported now, on one GPU index or all (and, clearing
     all, the critical SXids of the NVSwitches); returns how many.
 
     The clearing is saved in the state file, so it holds for later runs, other processes and
     agent restarts, until an XID grows again or the node reboots. Raises StateError (one
     line) when the state directory is missing or read-only, or its file is corrupt. A snapshot
-    without a configured state directory keeps the clearing in this process's memory only.
+    without a configured state directory keeps the clearing in this process's memory only
+    (the check's state in `ctx`: the daemon's runner's, so its next run sees the clearing).
     """
-    directory = state_dir(host, config)
+    host = ctx.host
+    directory = ctx.state_dir(KEEPS, config)
     with xid_state.LOCK:
-        seen = observe(host, config, directory)
+        seen = observe(ctx, config, directory)
         if seen.state_error:
             raise xid_state.StateError(seen.state_error)
         if gpu is not None:
             # NVML's order (PCI address order), also where NVML is absent.
-            on_bus: set[int | None] = set(range(len(GpuView(host).nvidia.bus_gpus())))
+            on_bus: set[int | None] = set(range(len(ctx.gpus.nvidia.bus_gpus())))
             listed = {g.index for g in seen.gpus.values()} | {x.gpu.index for x in seen.xids}
             _known(gpu, on_bus | listed)
         targets = [
@@ -51,7 +51,7 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
         if gpu is None:
             now = seen.now or datetime.fromtimestamp(host.clock.wall(), UTC)
             switches = sxid.gather(seen, config)
-            sxid.judge(switches, seen.cleared, host.memory.of(NAME), config, now)
+            sxid.judge(switches, seen.cleared, ctx.kept(KEEPS), config, now)
             marks |= {
                 e.key: {"count": e.count, "last_seen": e.last_seen}
                 for e in switches
@@ -62,10 +62,10 @@ def clear(host: Host, config: Config, gpu: int | None = None) -> int:
             state.sticky.pop(key, None)
         if directory is not None:
             xid_state.save(directory, state)  # first, so a failure changes nothing
-        memory = host.memory.of(NAME)
-        memory.setdefault("cleared", {}).update(marks)
+        memory = ctx.kept(KEEPS)
+        memory.cleared.update(marks)
         for key in marks:
-            memory.setdefault("sticky", {}).pop(key, None)
+            memory.sticky.pop(key, None)
         return len(marks)
 
 

@@ -4,7 +4,7 @@ XidCriticalError events and the other critical types of `gpuprobe.gpu.nvidia.eve
 `gpuprobe.gpu.event_drain` drains them; in the daemon the set is registered from the first run
 on, and a snapshot's `events` are handed to it once. What was drained is kept in the check's
 memory, so an event is not lost between runs. The set holds only what happened after it was
-registered: when it was first drained is kept (`SINCE`), and is all it covers.
+registered: when it was first drained is kept (`XidMemory.events_since`), and is all it covers.
 """
 
 from __future__ import annotations
@@ -12,29 +12,28 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from gpuprobe.checks.xid.memory import XidMemory
 from gpuprobe.checks.xid.model import MAX_TIMES, Gpu, Seen, later, time_text
 from gpuprobe.gpu.event_drain import XID_EVENT, EventDrain
 from gpuprobe.report import format_time
-
-# Where the memory keeps when the event set was first drained: what it covers begins then.
-SINCE = "events_since"
 
 
 def drain(
     drained: EventDrain,
     gpus: dict[str, Gpu],
-    memory: dict[str, Any],
+    memory: XidMemory,
     sources: dict[str, Any],
     now: datetime,
 ) -> list[Seen]:
     """Fold a drain of the NVML event set into memory; returns every XID and critical event
     it showed this boot."""
-    events: dict[str, dict[str, Any]] = memory.setdefault("events", {})
+    events = memory.events
     if drained.init_error is not None:
         sources["nvml_events"] = f"unavailable (NVML {drained.init_error})"
         return _remembered(events)
     sources["nvml_events"] = "read"
-    memory.setdefault(SINCE, format_time(now))  # the set holds events from its first drain on
+    if memory.events_since is None:  # the set holds events from its first drain on
+        memory.events_since = format_time(now)
     for event in drained.events:
         gpu = gpus.get(str(event.device)) or Gpu(event.device, "", None)
         stamp = _event_time(event.time, now)

@@ -10,31 +10,13 @@ all hold the driver's line) counts once: as often as the one source that holds i
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks.xid.model import MAX_TIMES, XIDLESS, Gpu, Seen, later
 from gpuprobe.checks.xid.recovery import reset_logged
-from gpuprobe.checks.xid.settings import xid_settings
-from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
-from gpuprobe.gpu.kernel_sources import KernelLogRead, read_kernel_log
-from gpuprobe.host import Host
+from gpuprobe.gpu.kernel_sources import KernelLogRead
 from gpuprobe.report import format_time
-
-
-def read_sources(host: Host, config: Config, now: datetime) -> KernelLogRead:
-    """This boot's kernel log as `xid.kmsg`, `xid.kernel_logs` and
-    `xid.kernel_log_max_bytes` say to read it: how every check that ties a fault to an XID
-    reads it (the xid check, the pods check), each once in its run."""
-    settings = xid_settings(config)
-    return read_kernel_log(
-        host,
-        kmsg=settings.kmsg,
-        paths=settings.kernel_logs,
-        max_bytes=settings.kernel_log_max_bytes,
-        now=now,
-    )
 
 
 def sightings(

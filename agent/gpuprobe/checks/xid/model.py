@@ -18,7 +18,7 @@ from gpuprobe.gpu.nvidia.events import EventInfo
 from gpuprobe.gpu.xid_catalog import XidInfo, classify, classify_unlogged
 from gpuprobe.report import format_time
 
-# The check's name, and the key of what it keeps in `host.memory`.
+# The check's name.
 NAME = "xid"
 # The source of a fault the driver logged without an XID number (read as the XID NVIDIA files
 # it under: a GPU fallen off the bus as 79, RmInitAdapter failed as 143).

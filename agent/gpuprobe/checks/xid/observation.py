@@ -5,9 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.rules.kernel_reading import read_sources
+from gpuprobe.checks.state import StateDir
 from gpuprobe.checks.xid import events, kernel, policy, recovery, sticky
 from gpuprobe.checks.xid import state as xid_state
-from gpuprobe.checks.xid.model import NAME, Gpu, Observation, Seen, later
+from gpuprobe.checks.xid.model import Gpu, Observation, Seen, later
+from gpuprobe.checks.xid.persist import KEEPS
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.event_drain import drain_events
@@ -16,21 +20,23 @@ from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 
 
-def observe(host: Host, config: Config, directory: str | None) -> Observation:
-    """Read both sources and the state (in `directory`, this host's `state_dir`), and judge
-    each XID active, cleared or past."""
+def observe(ctx: CheckContext, config: Config, directory: StateDir | None) -> Observation:
+    """Read both sources and the state (the check's memory the runner keeps, and the state
+    file in `directory`, the runner's state directory), and judge each XID active, cleared
+    or past."""
+    host = ctx.host
     now = datetime.fromtimestamp(host.clock.wall(), UTC)
     boot_id = read_boot_id(host)
-    memory = host.memory.of(NAME)
-    if "boot_id" in memory and memory["boot_id"] != boot_id:
-        memory.clear()  # rebooted: what the last boot left behind is gone
-    memory["boot_id"] = boot_id
+    memory = ctx.kept(KEEPS)
+    if memory.booted and memory.boot_id != boot_id:
+        memory = ctx.forget(KEEPS)  # rebooted: what the last boot left behind is gone
+    memory.boot_id, memory.booted = boot_id, True
     gpus, pci_order = _gpus(host)
     sources: dict[str, Any] = {}
     seen: dict[str, Seen] = {}
     for x in events.drain(drain_events(host), gpus, memory, sources, now):
         seen[x.key] = x
-    log = kernel.read_sources(host, config, now)
+    log = read_sources(host, config, now)
     observation = Observation(boot_id, [], log, sources, gpus=gpus, now=now)
     for x in kernel.sightings(
         log, gpus, pci_order, sources, observation.sxids, observation.resets_logged
@@ -42,7 +48,7 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
         observation.state_error = str(exc)
     state = observation.state
     same_boot = state is not None and state.boot_id == boot_id
-    remembered = [*memory.get("sticky", {}).values()]
+    remembered = [*memory.sticky.values()]
     if same_boot and state is not None:
         remembered += list(state.sticky.values())
     for entry in remembered:
@@ -54,7 +60,7 @@ def observe(host: Host, config: Config, directory: str | None) -> Observation:
         if x.is_xid:
             x.override = policy.find(config, "xid", x.xid, driver)
     saved = dict(state.cleared) if same_boot and state is not None else {}
-    cleared = observation.cleared = sticky.newest_clearings(saved, memory.get("cleared", {}))
+    cleared = observation.cleared = sticky.newest_clearings(saved, memory.cleared)
     nvml_seen = recovery.observe_gpus(host, gpus, memory, now)
     recovery.apply(list(seen.values()), observation.resets_logged, nvml_seen, cleared, memory, now)
     sticky.judge(list(seen.values()), cleared, memory, config, now)

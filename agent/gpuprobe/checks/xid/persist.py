@@ -1,34 +1,33 @@
-"""Where the XID check keeps its state, and what the live daemon writes there each run."""
+"""What the XID check keeps (`KEEPS`: its memory, which survives a restart through the state
+file in the runner's state directory), and what the live daemon writes there each run."""
 
 from __future__ import annotations
 
+from gpuprobe.checks.state import DEFAULT_STATE_DIR, Keeps, StateDir
 from gpuprobe.checks.xid import state as xid_state
+from gpuprobe.checks.xid.memory import XidMemory
 from gpuprobe.checks.xid.model import Observation
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.host import Host, state_files
 
-# The live node's state directory when `xid.state_dir` is not configured.
-DEFAULT_STATE_DIR = "/var/lib/gpuprobe"
+__all__ = ["DEFAULT_STATE_DIR", "KEEPS", "save_sticky"]
 
 
-def state_dir(host: Host, config: Config) -> str | None:
-    """The state directory this host uses: the configured one, else the live default; None
-    for a snapshot without one (its replay must not read this machine's state)."""
-    if xid_settings(config).state_dir is not None:
-        return xid_settings(config).state_dir
-    return None if host.is_snapshot else DEFAULT_STATE_DIR
+def _configured_dir(config: Config) -> str | None:
+    """The state directory `xid.state_dir` names (None: unset)."""
+    return xid_settings(config).state_dir
 
 
-def save_sticky(host: Host, seen: Observation, directory: str | None) -> str | None:
+# The check's memory of this boot (`memory.XidMemory`); its sticky XIDs and clearings survive
+# a restart in `xid-state.json`.
+KEEPS: Keeps[XidMemory] = Keeps(XidMemory, survives_restart=True, configured_dir=_configured_dir)
+
+
+def save_sticky(host: Host, seen: Observation, directory: StateDir | None) -> str | None:
     """Keep the live daemon's sticky XIDs in the state file (never from a snapshot); returns
     why the file could not be written, if it could not."""
-    if (
-        host.is_snapshot
-        or directory is None
-        or not xid_state.writable(directory)
-        or seen.state_error
-    ):
+    if host.is_snapshot or directory is None or not directory.writable() or seen.state_error:
         return None
     sticky = {x.key: x.to_entry() for x in seen.xids if x.active and x.info.critical}
     # Faults that cleared themselves stay cleared after an agent restart, like an operator's.

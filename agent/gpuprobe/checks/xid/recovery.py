@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpuprobe.checks.xid.memory import XidMemory
 from gpuprobe.checks.xid.model import Gpu, Seen
 from gpuprobe.gpu.event_drain import recovery_action
 from gpuprobe.gpu.kernel_log import XidLine
@@ -62,14 +63,12 @@ class NvmlSeen:
 
 
 def observe_gpus(
-    host: Host, gpus: dict[str, Gpu], memory: dict[str, Any], now: datetime
+    host: Host, gpus: dict[str, Gpu], memory: XidMemory, now: datetime
 ) -> dict[str, NvmlSeen]:
     """Resets and returns seen in NVML this round, by GPU ident: why each GPU's faults ended
     (the recovery field back to NONE after asking for a reset; a lost GPU answering again).
     Remembers this round's readings for the next."""
-    fields: dict[str, str] = memory.setdefault("recovery_field", {})
-    asked: dict[str, str] = memory.setdefault("reset_asked_at", {})
-    lost: dict[str, bool] = memory.setdefault("lost", {})
+    fields, asked, lost = memory.recovery_field, memory.reset_asked_at, memory.lost
     seen: dict[str, NvmlSeen] = {}
     for key, gpu in gpus.items():
         if not key.isdigit() or gpu.index is None or not gpu.uuid:
@@ -101,12 +100,12 @@ def apply(
     logged: dict[str, str],
     nvml_seen: dict[str, NvmlSeen],
     cleared: dict[str, dict[str, Any]],
-    memory: dict[str, Any],
+    memory: XidMemory,
     now: datetime,
 ) -> None:
     """Mark the sticky faults a recovery ended: as cleared (a mark in `cleared` and in the
     check's memory, kept like an operator's) with `recovered` saying what was observed."""
-    remembered = memory.setdefault("cleared", {})
+    remembered = memory.cleared
     stamp = format_time(now)
     for x in xids:
         info = x.info

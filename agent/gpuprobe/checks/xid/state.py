@@ -11,29 +11,28 @@ outlives the command that made it and a restarted agent still knows the XIDs it 
 
 A critical NVML event other than an XID is kept the same way under `<uuid>|<event type>`
 (`GPU-5f1c...|DoubleBitEccError`, its entry with `"event"` and `"xid": 0`). A state written in
-another boot is void. The file is replaced atomically.
+another boot is void. The file lies in the runner's state directory (`gpuprobe.checks.state`,
+which reads and replaces it atomically); this module says only what it holds.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuprobe.errors import UsageError
+from gpuprobe.checks.state import StateDir, StateError
+
+__all__ = ["FORMAT", "LOCK", "STATE_FILE", "StateError", "XidState", "load", "save"]
 
 STATE_FILE = "xid-state.json"
 FORMAT = 1
 # One writer at a time in this process: the check's run and an RPC's clear can overlap.
 LOCK = threading.RLock()
-
-
-class StateError(UsageError):
-    """The XID state directory is missing or read-only, or its state file is unreadable."""
+# What the runner's state directory says about the file and a missing directory.
+WHAT = "xid state"
+MISSING = "create it or set xid.state_dir"
 
 
 @dataclass
@@ -55,23 +54,17 @@ class XidState:
         }
 
 
-def state_path(state_dir: str) -> Path:
+def state_path(state_dir: StateDir | str) -> Path:
     """Where the state file lies."""
-    return Path(state_dir) / STATE_FILE
+    directory = state_dir if isinstance(state_dir, StateDir) else StateDir(state_dir)
+    return directory.file(STATE_FILE)
 
 
-def load(state_dir: str) -> XidState:
+def load(state_dir: StateDir) -> XidState:
     """The saved state (empty when there is none); raises StateError for a bad file."""
-    path = state_path(state_dir)
-    try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
-    except FileNotFoundError:
+    raw = state_dir.load(STATE_FILE, WHAT)
+    if raw is None:
         return XidState()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StateError(f"xid state {path}: {_why(exc)}") from None
-    except json.JSONDecodeError as exc:
-        raise StateError(f"xid state {path}: line {exc.lineno}: {exc.msg}") from None
     if not (
         isinstance(raw, dict)
         and raw.get("format") == FORMAT
@@ -79,7 +72,9 @@ def load(state_dir: str) -> XidState:
         and _entries(raw.get("cleared", {}))
         and _entries(raw.get("sticky", {}))
     ):
-        raise StateError(f"xid state {path}: not a gpuprobe XID state file (format {FORMAT})")
+        raise StateError(
+            f"{WHAT} {state_path(state_dir)}: not a gpuprobe XID state file (format {FORMAT})"
+        )
     return XidState(raw.get("boot_id"), dict(raw.get("cleared", {})), dict(raw.get("sticky", {})))
 
 
@@ -87,33 +82,7 @@ def _entries(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
 
 
-def save(state_dir: str, state: XidState) -> None:
-    """Write the state atomically; raises StateError when the directory is missing or
-    read-only."""
-    directory = Path(state_dir)
-    if not directory.is_dir():
-        what = "is not a directory" if directory.exists() else "does not exist"
-        raise StateError(f"xid state directory {state_dir} {what}: create it or set xid.state_dir")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".xid-state-", dir=directory)
-    except OSError as exc:
-        raise StateError(f"xid state directory {state_dir}: {_why(exc)}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(state.to_json(), f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, state_path(state_dir))
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise StateError(f"xid state {state_path(state_dir)}: {_why(exc)}") from None
-
-
-def writable(state_dir: str) -> bool:
-    """Whether the state directory exists and this process may write in it."""
-    return os.path.isdir(state_dir) and os.access(state_dir, os.W_OK | os.X_OK)
-
-
-def _why(exc: OSError | UnicodeDecodeError) -> str:
-    if isinstance(exc, UnicodeDecodeError):
-        return "not UTF-8 text"
-    return (exc.strerror or str(exc)).lower()
+def save(state_dir: StateDir, state: XidState) -> None:
+    """Write the state (atomically, by the state directory); raises StateError when the
+    directory is missing or read-only."""
+    state_dir.save(STATE_FILE, WHAT, state.to_json(), MISSING)

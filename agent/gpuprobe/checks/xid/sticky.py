@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from gpuprobe.checks.xid.memory import XidMemory
 from gpuprobe.checks.xid.model import Seen, time_text
 from gpuprobe.checks.xid.policy import threshold_met
 from gpuprobe.checks.xid.recovery import recovered_by
@@ -22,13 +23,12 @@ from gpuprobe.config import Config
 def judge(
     xids: list[Seen],
     cleared: dict[str, dict[str, Any]],
-    memory: dict[str, Any],
+    memory: XidMemory,
     config: Config,
     now: datetime,
 ) -> None:
     """Mark each XID cleared or active, and remember the critical ones as sticky."""
-    grew: dict[str, list[Any]] = memory.setdefault("grew", {})
-    sticky: dict[str, dict[str, Any]] = memory.setdefault("sticky", {})
+    grew, sticky = memory.grew, memory.sticky
     stamp = now.timestamp()
     for x in xids:
         if x.override is not None and x.override.rule.ignore:

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuprobe.checks.xid import policy
+from gpuprobe.checks.xid.memory import XidMemory
 from gpuprobe.checks.xid.model import Observation, later
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.checks.xid.sticky import covers
@@ -114,12 +115,12 @@ def _fold(error: SwitchError, line: SxidLine, times: int) -> None:
 def judge(
     errors: list[SwitchError],
     cleared: dict[str, dict[str, Any]],
-    memory: dict[str, Any],
+    memory: XidMemory,
     config: Config,
     now: datetime,
 ) -> None:
     """Mark each SXid ignored, held back, cleared or active (see the module's docstring)."""
-    grew: dict[str, list[Any]] = memory.setdefault("sxid_grew", {})
+    grew = memory.sxid_grew
     stamp = now.timestamp()
     for error in errors:
         if error.override is not None and error.override.rule.ignore:

@@ -1,5 +1,5 @@
-"""The publisher with the real client library (lightkube) against the strict API stand-in:
-conditions, events, taints, the brake, conflicts, faults and RBAC."""
+"""The node's effects (NodeEffects, EffectsLoop) with the real client library (lightkube)
+against the strict API stand-in: conditions, events, taints, the brake, conflicts, faults, RBAC."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import pytest
 from kube_reports import GPU_LOST, NO_RUNTIME, THERMAL, TIMEOUT, XID_APP, later, report
 
 from gpuprobe.config import KubernetesConfig, TaintConfig
+from gpuprobe.effects.loop import EffectsLoop
+from gpuprobe.effects.node import NodeEffects
+from gpuprobe.effects.taints import TAINT_KEY
 from gpuprobe.kube.api import Access, KubeApi, KubeError
-from gpuprobe.kube.publisher import NodePublisher, PublishLoop
-from gpuprobe.kube.taints import TAINT_KEY
 from gpuprobe.report import CheckResult, NodeReport
 from kube_standin import KubeStandIn, Rule, manifest_rules, running
 
@@ -31,9 +32,9 @@ def standin(tmp_path: Path) -> Iterator[KubeStandIn]:
         yield stand_in
 
 
-def publisher(standin: KubeStandIn, config: KubernetesConfig = TAINTING) -> NodePublisher:
+def publisher(standin: KubeStandIn, config: KubernetesConfig = TAINTING) -> NodeEffects:
     api = KubeApi(Access(kubeconfig=str(standin.kubeconfig())), timeout=2)
-    return NodePublisher(api, NODE, config, run="run1")
+    return NodeEffects(api, NODE, config, run="run1")
 
 
 def ours(standin: KubeStandIn) -> dict[str, tuple[str, str, str]]:
@@ -229,7 +230,7 @@ def test_the_loop_counts_errors_backs_off_and_reports_unreachable_after_5_minute
 ) -> None:
     clock = [1000.0]
     own: list[CheckResult] = []
-    loop = PublishLoop(
+    loop = EffectsLoop(
         publisher(standin, KubernetesConfig()),
         own.append,
         KubernetesConfig(),
@@ -288,7 +289,10 @@ def test_the_manifests_grant_exactly_what_the_features_use(standin: KubeStandIn)
         ([""], ["nodes"], ["get", "list", "patch"]),
         ([""], ["nodes/status"], ["patch"]),
         ([""], ["pods"], ["list"]),
+        ([""], ["pods/eviction"], ["create"]),
         (["events.k8s.io"], ["events"], ["create", "patch"]),
+        (["resource.k8s.io"], ["devicetaintrules"], ["create", "delete", "list"]),
+        (["resource.k8s.io"], ["resourceslices"], ["list"]),
     ]
     assert not any(
         r.allows("", "pods", verb, "x")
@@ -296,7 +300,17 @@ def test_the_manifests_grant_exactly_what_the_features_use(standin: KubeStandIn)
         for verb in ("get", "watch", "delete")
     )
     assert not any(r.allows("", "nodes", "delete", NODE) for r in standin.rules)
-    assert not any(r.allows("", "pods/eviction", "create", None) for r in standin.rules)
+    assert not any(r.allows("", "pods", "delete", "x", "ns") for r in standin.rules)
+    assert not any(
+        r.allows("resource.k8s.io", "devicetaintrules", verb, "x")
+        for r in standin.rules
+        for verb in ("update", "patch", "watch", "get")
+    )
+    assert not any(
+        r.allows("resource.k8s.io", "resourceslices", verb, "x")
+        for r in standin.rules
+        for verb in ("create", "update", "patch", "delete")
+    )
     assert not any(r.allows("", "events", "create", None) for r in standin.rules)  # core events
     assert Rule({""}, {"nodes"}, {"get"}, {"other"}).allows("", "nodes", "get", NODE) is False
 
@@ -312,7 +326,7 @@ def test_a_bug_in_one_attempt_does_not_end_publishing(standin: KubeStandIn) -> N
         real(report, at)
 
     p.publish = publish_once_broken  # type: ignore[method-assign]
-    loop = PublishLoop(p, lambda _: None, KubernetesConfig(), rng=random.Random(1))
+    loop = EffectsLoop(p, lambda _: None, KubernetesConfig(), rng=random.Random(1))
     loop.offer(report(("gpus", GPU_LOST)))
     stop = threading.Event()
     thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)

@@ -1,49 +1,17 @@
-"""The one-shot faces of the Kubernetes feature: `check --publish` writes a run's conditions
-and events; `audit --kubeconfig` reads back what gpuprobe set on the nodes."""
+"""What gpuprobe set on the nodes, read back: `audit --kubeconfig` shows each GPU node's
+gpuprobe conditions and taint (`audit --json` under `kubernetes.nodes`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import random
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuprobe.config import KubernetesConfig
-from gpuprobe.kube.api import Access, KubeApi, KubeError
-from gpuprobe.kube.conditions import groups
-from gpuprobe.kube.publisher import NodePublisher, backoff
-from gpuprobe.kube.taints import TAINT_KEY
+from gpuprobe.effects.conditions import groups
+from gpuprobe.effects.taints import TAINT_KEY
+from gpuprobe.kube.api import Access, KubeApi
 from gpuprobe.printable import screen
-from gpuprobe.report import NodeReport, now
-
-ATTEMPTS = 4
-# Events of `check --publish` are named for this run id: repeated runs of a cron job find
-# their event already there instead of adding one per run.
-ONE_SHOT_RUN = "check"
-RETRIED = {"409", "429", "500", "502", "503", "504", "timeout", "unreachable"}
-
-
-def publish_once(report: NodeReport, config: KubernetesConfig, access: Access) -> None:
-    """Write the report's conditions and events (never a taint: a one-shot run has no history
-    to clear one by), retrying conflicts, throttling, 5xx and outages a few times with
-    backoff; raises KubeError when it could not."""
-    api = KubeApi(access, config.timeout_seconds)
-    untainted = dataclasses.replace(config, taint=dataclasses.replace(config.taint, enabled=False))
-    publisher = NodePublisher(api, report.node, untainted, run=ONE_SHOT_RUN)
-    rng = random.Random()
-    try:
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                publisher.publish(report, now())
-                return
-            except KubeError as exc:
-                if exc.code not in RETRIED or attempt == ATTEMPTS:
-                    raise
-                time.sleep(backoff(attempt, rng))
-    finally:
-        api.close()
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpuprobe.kube.conditions import camel, describe
+from gpuprobe.effects.conditions import camel, describe
 from gpuprobe.report import Finding, NodeReport, Severity
 
 REPORTING_CONTROLLER = "gpuprobe.io/agent"
@@ -107,3 +107,41 @@ def body(event: NodeEvent, node: str, name: str, now: datetime) -> dict[str, Any
 def series_patch(count: int, now: datetime) -> dict[str, Any]:
     """The merge patch that records the `count`th occurrence of an event (count ≥ 2)."""
     return {"series": {"count": count, "lastObservedTime": micro_time(now)}}
+
+
+def effect_name(node: str, what: str, now: datetime) -> str:
+    """The object name of an event about something the agent did (a device taint, an
+    eviction): the node's, then a digest of what and when (each act is its own event)."""
+    digest = hashlib.sha256(f"{what}\0{now.isoformat()}".encode())
+    return f"{node[:200]}.gpuprobe.{digest.hexdigest()[:16]}"
+
+
+def effect_body(
+    node: str,
+    regarding: dict[str, Any],
+    reason: str,
+    action: str,
+    note: str,
+    warning: bool,
+    now: datetime,
+    what: str,
+) -> dict[str, Any]:
+    """An Event about something the agent did, on the node (namespace `default`) or on a pod
+    (`regarding` a Pod: the pod's namespace, where `kubectl describe pod` finds it)."""
+    namespace = str(regarding.get("namespace") or NAMESPACE)
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {
+            "name": effect_name(node, f"{what}\0{namespace}", now),
+            "namespace": namespace,
+        },
+        "eventTime": micro_time(now),
+        "reportingController": REPORTING_CONTROLLER,
+        "reportingInstance": f"gpuprobe-{node}"[:MAX_FIELD],
+        "action": action[:MAX_FIELD],
+        "reason": reason[:MAX_FIELD],
+        "type": "Warning" if warning else "Normal",
+        "note": note[:MAX_NOTE],
+        "regarding": regarding,
+    }
