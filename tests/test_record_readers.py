@@ -2,7 +2,8 @@
 their records (docs/architecture.md, "The check record"): no module of `gpuprobe.effects`,
 `gpuprobe.kube` or the daemon's wiring (`serve.agent`, `serve.service`, `serve.signals`), nor
 attribution, names a check or a finding code of a check in a string of its own. The agent's
-own result (`kubernetes`, its TAINT_WITHHELD and KUBERNETES_UNREACHABLE) is the effects'."""
+own result (`kubernetes`: TAINT_WITHHELD, KUBERNETES_UNREACHABLE, DEVICE_TAINT_WITHHELD and
+EVICTION_WITHHELD) is the effects'."""
 
 from __future__ import annotations
 
@@ -24,10 +25,12 @@ READERS = [
     PACKAGE / "checks" / "attribution.py",
 ]
 # The effects' own findings (the `kubernetes` result).
-OWN = {"TAINT_WITHHELD", "KUBERNETES_UNREACHABLE"}
+OWN = {"TAINT_WITHHELD", "KUBERNETES_UNREACHABLE", "DEVICE_TAINT_WITHHELD", "EVICTION_WITHHELD"}
 # Words that are a check's name and also a field's own word: the Kubernetes API's resource
-# `pods` (kube/), a MIG device's resource prefix `mig:` and data key (attribution).
-FIELD_WORDS = {("kube", "pods"), ("checks", "mig")}
+# `pods` (kube/), a MIG device's resource prefix `mig:` and data key (attribution), a DRA
+# ResourceSlice's and DeviceTaintRule selector's `driver` and the eviction record's per-GPU
+# counts `gpus` (effects/).
+FIELD_WORDS = {("kube", "pods"), ("checks", "mig"), ("effects", "driver"), ("effects", "gpus")}
 DOCUMENTED = re.compile(r"^\| `([A-Z][A-Z0-9_]+)` \|", re.M)  # docs/checks.md's code tables
 
 

@@ -67,9 +67,9 @@ def test_the_lifecycle_record_polls_only_where_a_cloud_gives_notices() -> None:
     lifecycle = registry.CHECKS["lifecycle"]
     assert lifecycle.poll is not None
     off_cloud = snapshot_host(snapshot("synthetic-h100-8gpu-healthy"), "gpu-node-17")
-    assert lifecycle.poll(off_cloud, Config()) is None
+    assert lifecycle.poll(CheckContext(off_cloud), Config()) is None
     spot = snapshot_host(snapshot("synthetic-aws-spot-interruption"), "gpu-node-17")
-    found = lifecycle.poll(spot, Config())
+    found = lifecycle.poll(CheckContext(spot), Config())
     assert isinstance(found, Poll)
     assert (found.seconds, found.reason) == (5.0, "cloud notice")
     assert found.sense() == found.sense()  # the same notices heard twice: no change

@@ -27,7 +27,7 @@ from helpers import node_report
 MACHINERY = {"context", "record", "registry", "runner", "state", "attribution", "rules"}
 # Config's own sections, which belong to no one check: how checks run, the daemon, the
 # bandwidth tests it serves, and its effects on the cluster (and the checks' sections by name).
-SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes"}
+SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes", "remediation"}
 # The node conditions the records group their checks into, as docs/kubernetes.md lists them.
 DEFAULT_CONDITIONS = {
     "GPUHardwareReady": ("driver", "gpus", "mig", "xid"),
