@@ -59,7 +59,6 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.containers",
             "gpuprobe.workloads",
             "gpuprobe.lifecycle",
-            "gpuprobe.node",
         ],
     ),
     ("measure", ["gpuprobe.measure"]),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from conftest import SNAPSHOTS
 from gpuprobe.gpu.amd.inventory import read_amd_uses, read_uses
+from gpuprobe.gpu.amd.sysfs import amd_gpu_addresses
 from gpuprobe.gpu.backend import GpuIdentity, GpuProcess
-from gpuprobe.gpu.node_gpus import amd_gpu_addresses
 from gpuprobe.host import snapshot_host
 
 WORKLOADS = SNAPSHOTS / "synthetic-amd-k8s-workloads"
@@ -50,7 +50,7 @@ def test_a_gpu_the_driver_did_not_take_is_given_to_no_workload() -> None:
     host = snapshot_host(str(SNAPSHOTS / "synthetic-amd-gpu-not-initialized"))
     uses = read_uses(host)
     assert [u.index for u in uses] == [0, 1, 2, 4, 5, 6, 7]
-    assert len(amd_gpu_addresses(host)) == 8
+    assert len(amd_gpu_addresses(host.fs)) == 8
     # No process table was recorded: every GPU's processes are unknown.
     assert all(u.processes is None for u in uses)
 
@@ -99,4 +99,4 @@ def test_unreadable_descriptors_leave_the_processes_unknown(tmp_path: Path) -> N
 def test_a_node_without_amd_gpus_has_none() -> None:
     host = snapshot_host(str(SNAPSHOTS / "synthetic-h100-8gpu-healthy"))
     assert read_amd_uses(host).gpus == []
-    assert len(amd_gpu_addresses(host)) == 0
+    assert len(amd_gpu_addresses(host.fs)) == 0

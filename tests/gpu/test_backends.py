@@ -72,7 +72,9 @@ def mixed(tmp_path: Path) -> Path:
 def test_nvidias_backend_names_each_gpu_and_the_driver_as_nvml_tells_them() -> None:
     backend = NvidiaBackend(snapshot_host(str(SNAPSHOTS / "synthetic-h100-8gpu-healthy")))
     assert backend.present()
-    assert backend.driver() == DriverFacts("nvidia", "550.54.15", library_error=None)
+    assert backend.driver() == DriverFacts(
+        "nvidia", "550.54.15", library_error=None, library_version="550.54.15"
+    )
     assert backend.gpus() == [
         GpuIdentity("nvidia", i, h100_uuid(i), address, "NVIDIA H100 80GB HBM3")
         for i, address in enumerate(H100_ADDRESSES)

@@ -37,9 +37,7 @@ from gpuprobe.containers.toolkit import (
     ToolkitConfig,
     read_toolkit_config,
 )
-from gpuprobe.gpu.node_gpus import amd_gpu_addresses, nvml_gpu_count
 from gpuprobe.host import Host
-from gpuprobe.node import loaded_driver_version, nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "cdi"
@@ -118,7 +116,7 @@ class CdiData(TypedDict):
 def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Validate every spec and hold the NVIDIA ones against the node."""
     host = ctx.host
-    gpus = nvidia_gpu_count(host)
+    gpus = ctx.gpus.gpu_count("nvidia")
     toolkit = read_toolkit_config(host)
     toolkit = toolkit if isinstance(toolkit, ToolkitConfig) else None
     plugin = _plugin_config(host, config)
@@ -126,8 +124,8 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     in_use = [n.reason for n in needs]
     toolkit_dirs = toolkit.cdi_spec_dirs if toolkit else DEFAULT_SPEC_DIRS
     dirs = list(ENGINE_SPEC_DIRS) + [d for d in toolkit_dirs if d not in ENGINE_SPEC_DIRS]
-    driver = loaded_driver_version(host)
-    nvml_gpus = nvml_gpu_count(host)
+    driver = ctx.gpus.driver("nvidia").version
+    nvml_gpus = ctx.gpus.nvidia.count()
     data: CdiData = {
         "spec_dirs": dirs,
         "cdi_in_use": bool(in_use) and gpus > 0,
@@ -138,7 +136,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         "ignored_files": [],
     }
     specs, findings = _load(host, dirs, data, critical=bool(in_use) and gpus > 0)
-    amd = bool(amd_gpu_addresses(host))
+    amd = bool(ctx.gpus.gpu_count("amd"))
     amd_findings = _stale_amd(host, specs, data) if amd else []
     if not gpus:  # on a node without NVIDIA GPUs NVIDIA's specs are facts, not failures
         return CheckResult(NAME, _summary(specs, data, gpus, in_use, amd), amd_findings, data)

@@ -31,10 +31,8 @@ from gpuprobe.containers.device_plugin import (
     plugin_paths,
 )
 from gpuprobe.containers.plugin_sockets import has_plugin_dir, has_socket, plugin_sockets
-from gpuprobe.gpu.node_gpus import amd_gpu_addresses
-from gpuprobe.gpu.nvidia.inventory import any_mig_enabled
+from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
-from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "device_plugin"
@@ -77,7 +75,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     host = ctx.host
     socket_dir = plugin_paths(config).socket_dir.rstrip("/") or "/"
     kubernetes = has_plugin_dir(host, socket_dir)
-    gpus = nvidia_gpu_count(host)
+    gpus = ctx.gpus.gpu_count("nvidia")
     sockets = plugin_sockets(host, socket_dir, SOCKET_PREFIX, SOCKET_SUFFIX)
     data: DevicePluginData = {
         "kubernetes_node": kubernetes,
@@ -89,7 +87,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         "config": None,
         "expected_resources": None,
     }
-    amd_gpus = len(amd_gpu_addresses(host))
+    amd_gpus = ctx.gpus.gpu_count("amd")
     if amd_gpus:
         amd_sockets = plugin_sockets(host, socket_dir, AMD_SOCKET_PREFIX)
         data["amd_gpus"] = amd_gpus
@@ -103,7 +101,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         return CheckResult(NAME, "no NVIDIA GPU on this node: no device plugin needed", [], data)
     if gpus == 0:
         return _amd(data, socket_dir)
-    result = _nvidia(host, config, data, socket_dir)
+    result = _nvidia(host, ctx.gpus, config, data, socket_dir)
     if amd_gpus:
         amd = _amd(data, socket_dir)
         result.findings.extend(amd.findings)
@@ -131,7 +129,9 @@ def _amd(data: DevicePluginData, socket_dir: str) -> CheckResult:
     return CheckResult(NAME, f"no AMD device plugin registered ({gpus} GPUs)", [finding], data)
 
 
-def _nvidia(host: Host, config: Config, data: DevicePluginData, socket_dir: str) -> CheckResult:
+def _nvidia(
+    host: Host, view: GpuView, config: Config, data: DevicePluginData, socket_dir: str
+) -> CheckResult:
     """The NVIDIA device plugin's sockets against NVIDIA's GPUs and its configuration."""
     gpus, sockets = data["gpus"], data["plugin_sockets"]
     findings: list[Finding] = []
@@ -147,7 +147,7 @@ def _nvidia(host: Host, config: Config, data: DevicePluginData, socket_dir: str)
         return CheckResult(
             NAME, f"no NVIDIA device plugin registered ({gpus} GPUs)", findings, data
         )
-    expected = _expected_resources(host, plugin) if plugin else None
+    expected = _expected_resources(host, view, plugin) if plugin else None
     data["expected_resources"] = expected
     missing = [r for r in expected or [] if r not in data["resources"]]
     if missing and plugin:
@@ -184,14 +184,14 @@ def _not_registered(socket_dir: str, kubelet_socket: bool) -> Finding:
     )
 
 
-def _expected_resources(host: Host, plugin: DevicePluginConfig) -> list[str] | None:
+def _expected_resources(host: Host, view: GpuView, plugin: DevicePluginConfig) -> list[str] | None:
     """The full-GPU resource the plugin should advertise; None when the MIG layout decides.
 
     With MIG strategy `mixed` on MIG-enabled GPUs the resources are per MIG profile, which
     the `mig` check judges; otherwise the plugin advertises `nvidia.com/gpu`, renamed when
     its sharing says so.
     """
-    if plugin.mig_strategy == "mixed" and any_mig_enabled(host) is not False:
+    if plugin.mig_strategy == "mixed" and view.nvidia.partitioned() is not False:
         return None
     base = RESOURCE_PREFIX + "gpu"
     shared = next((r for r in plugin.shared if r.name == base), None)

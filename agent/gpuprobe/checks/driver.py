@@ -23,7 +23,6 @@ from gpuprobe.errors import ConfigError
 from gpuprobe.families import Family, text
 from gpuprobe.gpu import cuda
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
-from gpuprobe.gpu.backends import node_backends
 from gpuprobe.gpu.nvidia.driver import (
     DRIVER_ANSWERED,
     DriverStack,
@@ -80,7 +79,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         "kernel_module_version": module.version if module else None,
         "kernel_module_type": ("open" if module.open else "proprietary") if module else None,
         "nvml_init_error": stack.init_error,
-        "vendors": [backend.vendor for backend in node_backends(host)],
+        "vendors": [backend.vendor for backend in ctx.gpus.backends()],
     }
     node = read_amd(host, ask_library=True)
     if node.gpus:
@@ -99,7 +98,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
 
 def _amd_only(node: AmdNode, data: DriverData) -> CheckResult:
     """A node whose GPUs are all AMD's: the amdgpu driver is its driver."""
-    data["driver_version"] = amd.driver_version(node.module)
+    data["driver_version"] = node.module.driver_version
     findings = amd.driver_findings(node.module, node.gpus)
     return CheckResult(NAME, amd.driver_summary(node.module, node.gpus), findings, data)
 

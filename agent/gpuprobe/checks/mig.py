@@ -23,7 +23,6 @@ from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_file
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
 from gpuprobe.families import text as label
-from gpuprobe.gpu.nvidia.gpus import nvml_gpu_count, read_bus
 from gpuprobe.gpu.nvidia.mig import ComputeInstance, GpuInstance, MigGpu, read_layouts
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, gpu_resource
@@ -44,9 +43,9 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     host = ctx.host
     data: MigData = {"gpus": [], "device_plugin_mig_strategy": None}
     strategy = _strategy(host, config, data)
-    count = nvml_gpu_count(host)
+    count = ctx.gpus.nvidia.count()
     if count is None:
-        if not read_bus(host).gpus:
+        if not ctx.gpus.nvidia.bus_gpus():
             return CheckResult(NAME, "no NVIDIA GPU on this node", data=data)
         return CheckResult(
             NAME,

@@ -15,7 +15,6 @@ from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
-from gpuprobe.gpu.node_gpus import busy_gpus, nvml_gpu_count
 from gpuprobe.gpu.own_load import own_gpu_test
 from gpuprobe.measure.nccl import NcclTestError
 from gpuprobe.measure.nccl import run as run_nccl
@@ -56,10 +55,10 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     settings = config.section(NAME, NcclConfig)
     if not settings.binary:
         return CheckResult(NAME, "not configured (nccl.binary)", data=NOT_RUN)
-    gpus = nvml_gpu_count(host) or 0
+    gpus = ctx.gpus.nvidia.count() or 0
     if gpus == 0:
         return CheckResult(NAME, "no GPUs: not run", data=NOT_RUN)
-    busy = busy_gpus(host)
+    busy = ctx.gpus.nvidia.busy()
     if busy and not settings.force:
         listed = ", ".join(str(i) for i in busy)
         return CheckResult(NAME, f"not run: GPU processes are active on GPU {listed}", data=NOT_RUN)

@@ -38,6 +38,7 @@ from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.checks.state import CheckStates, state_directory
 from gpuprobe.config import Config
+from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity, Status, now
 from gpuprobe.threads import start_thread
@@ -80,6 +81,7 @@ class CheckRunner:
         self.host = host
         self.config = config
         self._checks = dict(checks)
+        self.gpus = GpuView(host)  # the checks' one door to the node's GPUs
         # What the checks keep between runs: this runner's for its life (`checks_states`).
         self.states = states if states is not None else checks_states(host, config, checks)
         self._lock = threading.Lock()
@@ -120,7 +122,7 @@ class CheckRunner:
     def context(self) -> CheckContext:
         """What a check's run is given: the node, and the states this runner keeps (also
         for work on a check's state between runs, such as clearing sticky XIDs)."""
-        return CheckContext(self.host, self.states)
+        return CheckContext(self.host, self.states, self.gpus)
 
     def in_flight(self) -> list[str]:
         """The checks running now (including stuck ones)."""

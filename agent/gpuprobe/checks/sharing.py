@@ -36,7 +36,6 @@ from gpuprobe.gpu.nvidia.modes import (
     read_modes,
 )
 from gpuprobe.host import Host
-from gpuprobe.node import nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "sharing"
@@ -68,7 +67,7 @@ class SharingData(TypedDict):
 def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge time-slicing and MPS against the GPUs' compute and MIG modes."""
     host = ctx.host
-    gpus_present = nvidia_gpu_count(host)
+    gpus_present = ctx.gpus.gpu_count("nvidia")
     plugin, note, path = _plugin(host, config)
     gpus = read_modes(host) if gpus_present else []
     daemons = [p.pid for p in host.processes().named(MPS_CONTROL)]

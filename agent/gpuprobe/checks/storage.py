@@ -27,7 +27,6 @@ from gpuprobe.checks.record import Check
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
 from gpuprobe.families import Family, mappings, number, text
-from gpuprobe.gpu.nvidia.inventory import gpus_computing
 from gpuprobe.host import Host, default_node_name
 from gpuprobe.measure import mounts, testfile
 from gpuprobe.measure.hostpath import host_root, local_path
@@ -97,7 +96,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         return CheckResult(
             NAME, "no storage path configured (storage.paths, --storage-path)", data=data
         )
-    busy = gpus_computing(host)
+    busy = ctx.gpus.nvidia.busy(graphics=False)
     data["gpus_with_processes"] = sorted(busy)
     data["forced"] = cfg.force
     blocked = None

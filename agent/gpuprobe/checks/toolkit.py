@@ -21,6 +21,7 @@ from gpuprobe.checks.record import Check
 from gpuprobe.checks.rules import amd_gpus as amd
 from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
+from gpuprobe.containers.device_plugin import is_kubernetes_node
 from gpuprobe.containers.engines import Engine, discover_engines
 from gpuprobe.containers.runtime import EngineConfig, Runtime
 from gpuprobe.containers.toolkit import (
@@ -32,9 +33,7 @@ from gpuprobe.containers.toolkit import (
     read_toolkit,
 )
 from gpuprobe.gpu.amd.access import read_container_access
-from gpuprobe.gpu.node_gpus import amd_gpus as read_amd_gpus
 from gpuprobe.host import Host
-from gpuprobe.node import is_kubernetes_node, nvidia_gpu_count
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "toolkit"
@@ -65,7 +64,7 @@ class ToolkitData(TypedDict):
 def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge the toolkit and every engine that runs GPU containers."""
     host = ctx.host
-    gpus = nvidia_gpu_count(host)
+    gpus = ctx.gpus.gpu_count("nvidia")
     kubernetes = is_kubernetes_node(host, config)
     toolkit = read_toolkit(host)
     binaries, toolkit_configs, effective = toolkit.binaries, toolkit.configs, toolkit.effective
@@ -82,7 +81,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         "engines": [e.to_data() for e in engines],
         "runtime_class_required": False,
     }
-    amd_gpus = read_amd_gpus(host)
+    amd_gpus = ctx.gpus.amd.sysfs_gpus()
     if amd_gpus:
         data["amd"], amd_findings = amd.container_findings(
             read_container_access(host, amd_gpus, engines)

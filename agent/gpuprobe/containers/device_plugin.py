@@ -63,6 +63,11 @@ def plugin_paths(config: Config) -> DevicePluginPaths:
     return config.section(SECTION, DevicePluginPaths)
 
 
+def is_kubernetes_node(host: Host, config: Config) -> bool:
+    """A Kubernetes node is one where the kubelet's device-plugins directory exists."""
+    return host.fs.is_dir(plugin_paths(config).socket_dir)
+
+
 @dataclass(frozen=True)
 class SharedResource:
     """A resource the plugin advertises shared: each GPU counts `replicas` times.

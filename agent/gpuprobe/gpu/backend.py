@@ -50,6 +50,9 @@ class DriverFacts:
     # Why the backend's library could not start (NVML's init error), None: it started or
     # the vendor has no such library.
     library_error: str | None = None
+    # The version the vendor's library reports (NVML's), None: it did not start, cannot
+    # tell, or the vendor has no such library. `version` falls back from it to the module's.
+    library_version: str | None = None
 
 
 @dataclass(frozen=True)

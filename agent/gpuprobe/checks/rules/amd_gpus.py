@@ -76,11 +76,6 @@ def driver_data(
     }
 
 
-def driver_version(module: AmdgpuModule) -> str | None:
-    """The amdgpu driver's version: a DKMS build's own, else the kernel's (in-tree)."""
-    return module.version or module.kernel
-
-
 def driver_findings(module: AmdgpuModule, gpus: list[AmdGpu]) -> list[Finding]:
     """DRIVER_NOT_LOADED when AMD GPUs are on the bus and amdgpu is not loaded."""
     if not gpus or module.loaded:

@@ -40,7 +40,7 @@ from gpuprobe.checks.xid.policy import explain
 from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
-from gpuprobe.gpu.node_gpus import nvidia_driver_version
+from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 from gpuprobe.report import CheckResult, Status
 
@@ -124,7 +124,7 @@ def _policy_data(config: Config, driver: str | None) -> dict[str, Any]:
 
 def explain_policy(host: Host, config: Config) -> dict[str, Any]:
     """The whole effective policy for this host's driver (`check --explain-policy`)."""
-    return explain(config, nvidia_driver_version(host))
+    return explain(config, GpuView(host).driver("nvidia").library_version)
 
 
 def metric_families(data: XidData) -> Iterator[Family]:

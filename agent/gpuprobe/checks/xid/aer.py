@@ -21,7 +21,7 @@ from gpuprobe.checks.xid.model import Gpu
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.gpu import aer
-from gpuprobe.gpu.node_gpus import nvidia_pci_devices
+from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
 
@@ -75,7 +75,7 @@ def _places(host: Host, gpus: dict[str, Gpu]) -> dict[str, Where]:
             places[gpu.pci_bus_id] = Where(
                 gpu_resource(gpu.index, gpu.uuid), f"GPU {gpu.index} ({gpu.pci_bus_id})"
             )
-    for device in nvidia_pci_devices(host):
+    for device in GpuView(host).nvidia.bus_devices():
         if device.is_gpu and device.address not in places:
             places[device.address] = Where(f"pci:{device.address}", f"GPU {device.address}")
         elif device.is_nvswitch:

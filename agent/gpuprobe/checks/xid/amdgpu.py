@@ -23,7 +23,7 @@ from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.amd.sysfs import AmdGpu
 from gpuprobe.gpu.kernel_sources import KernelLogRead
-from gpuprobe.gpu.node_gpus import amd_gpus
+from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 from gpuprobe.report import Action, Finding, Severity, format_time
 
@@ -68,7 +68,7 @@ def read(
 ) -> tuple[list[Finding], list[AmdgpuFaultEntry]] | None:
     """This boot's amdgpu faults in the run's read of the kernel log, as findings and data;
     None on a node without AMD GPUs."""
-    gpus = amd_gpus(host)
+    gpus = GpuView(host).amd.sysfs_gpus()
     if not gpus:
         return None
     found = log.amdgpu_faults()

@@ -11,7 +11,6 @@ from gpuprobe.checks.xid import sxid
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import KEEPS
 from gpuprobe.config import Config
-from gpuprobe.gpu.node_gpus import nvidia_pci_gpus
 
 
 class NoSuchGpu(record.NoSuchGpu):
@@ -37,7 +36,7 @@ def clear(ctx: CheckContext, config: Config, gpu: int | None = None) -> int:
             raise xid_state.StateError(seen.state_error)
         if gpu is not None:
             # NVML's order (PCI address order), also where NVML is absent.
-            on_bus: set[int | None] = set(range(len(nvidia_pci_gpus(host))))
+            on_bus: set[int | None] = set(range(len(ctx.gpus.nvidia.bus_gpus())))
             listed = {g.index for g in seen.gpus.values()} | {x.gpu.index for x in seen.xids}
             _known(gpu, on_bus | listed)
         targets = [

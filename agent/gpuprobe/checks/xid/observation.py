@@ -16,7 +16,7 @@ from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.event_drain import drain_events
 from gpuprobe.gpu.kernel_sources import boot_id as read_boot_id
-from gpuprobe.gpu.node_gpus import nvidia_driver_version, nvidia_pci_gpus, nvml_gpus
+from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 
 
@@ -55,7 +55,7 @@ def observe(ctx: CheckContext, config: Config, directory: StateDir | None) -> Ob
         kept = Seen.from_entry(entry)
         if kept is not None:
             _merge(seen, kept)
-    driver = observation.driver = nvidia_driver_version(host)
+    driver = observation.driver = GpuView(host).driver("nvidia").library_version
     for x in seen.values():
         if x.is_xid:
             x.override = policy.find(config, "xid", x.xid, driver)
@@ -72,12 +72,13 @@ def _gpus(host: Host) -> tuple[dict[str, Gpu], list[str]]:
     """The GPUs NVML knows, by NVML index (as text) and by PCI address (`0000:3a:00`), and
     the NVIDIA GPUs on the PCI bus in address order (NVML's default order)."""
     known: dict[str, Gpu] = {}
-    for listed in nvml_gpus(host):
-        gpu = Gpu(listed.index, listed.uuid, listed.pci_bus_id)
+    view = GpuView(host)
+    for listed in view.nvidia.listed():
+        gpu = Gpu(listed.index, listed.uuid or "", listed.pci_address)
         known[str(listed.index)] = gpu
         if gpu.pci_bus_id:
             known[kernel_log.pci_prefix(gpu.pci_bus_id)] = gpu
-    return known, sorted(d.address for d in nvidia_pci_gpus(host))
+    return known, sorted(d.address for d in view.nvidia.bus_gpus())
 
 
 def _merge(seen: dict[str, Seen], x: Seen) -> None:

@@ -31,14 +31,23 @@ class AmdBackend:
 
     def present(self) -> bool:
         """AMD GPUs are on the PCI bus (whether or not amdgpu took them)."""
-        return bool(amd_gpu_addresses(self.host.fs))
+        return bool(self.bus())
 
     def driver(self) -> DriverFacts:
         """amdgpu's version: a DKMS build's own, else the kernel's (in-tree); None when the
         module is not loaded."""
         module = read_module(self.host.fs)
-        version = (module.version or module.kernel) if module.loaded else None
+        version = module.driver_version if module.loaded else None
         return DriverFacts("amd", version)
+
+    def bus(self) -> list[tuple[str, int]]:
+        """The AMD GPUs on the PCI bus, in address order: (address, device id)."""
+        return amd_gpu_addresses(self.host.fs)
+
+    def sysfs_gpus(self) -> list[AmdGpu]:
+        """Every AMD GPU on the bus with all the amdgpu driver's facts of it (RAS, bad
+        pages, XGMI, DRM nodes): the vendor's extras beyond the interface's types."""
+        return read_gpus(self.host.fs)
 
     def gpus(self) -> list[GpuIdentity]:
         """The AMD GPUs on the bus in PCI address order: unique_id, address, product name."""

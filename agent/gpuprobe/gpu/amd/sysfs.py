@@ -137,6 +137,12 @@ class AmdgpuModule:
     kernel: str | None
     bad_page_threshold: str | None
 
+    @property
+    def driver_version(self) -> str | None:
+        """The amdgpu driver's version: a DKMS build's own, else the kernel's (in-tree); the
+        one place it is worked out (the backend's `driver()`, the `driver` check's data)."""
+        return self.version or self.kernel
+
 
 def _hex(fs: HostFS, path: str) -> int | None:
     text = fs.try_read_text(path)

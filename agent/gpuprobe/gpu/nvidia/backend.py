@@ -20,11 +20,11 @@ from gpuprobe.gpu.backend import (
     PcieLink,
     Vendor,
 )
-from gpuprobe.gpu.nvidia.device import gpu_count, open_gpus
-from gpuprobe.gpu.nvidia.driver import loaded_version, read_stack
+from gpuprobe.gpu.nvidia.device import Device, busy_gpus, gpu_count, open_gpus
+from gpuprobe.gpu.nvidia.driver import kernel_module, nvml_driver_version, read_stack
 from gpuprobe.gpu.nvidia.gpus import GpuReading, read_gpus
-from gpuprobe.gpu.nvidia.inventory import read_uses
-from gpuprobe.gpu.pci import PciDevice, nvidia_gpus
+from gpuprobe.gpu.nvidia.inventory import any_mig_enabled, read_uses
+from gpuprobe.gpu.pci import PciDevice, nvidia_devices, nvidia_gpus
 from gpuprobe.host import Host
 
 
@@ -42,9 +42,14 @@ class NvidiaBackend:
         return read_stack(self.host).seen
 
     def driver(self) -> DriverFacts:
-        """The driver version (NVML's, else the loaded kernel module's) and NVML's init error."""
+        """The driver version in use (NVML's, else the loaded kernel module's), NVML's own
+        answer and NVML's init error: the one place the node's NVIDIA driver version is
+        worked out."""
+        library = nvml_driver_version(self.host)
+        module = None if library else kernel_module(self.host.fs)
+        version = library or (module.version if module else None)
         return DriverFacts(
-            "nvidia", loaded_version(self.host), library_error=self.host.nvml.init_error
+            "nvidia", version, library_error=self.host.nvml.init_error, library_version=library
         )
 
     def bus_gpus(self) -> list[PciDevice]:
@@ -54,6 +59,30 @@ class NvidiaBackend:
     def count(self) -> int | None:
         """How many GPUs NVML counts; None when NVML is unavailable or cannot count."""
         return gpu_count(self.host.nvml)
+
+    def bus_devices(self) -> list[PciDevice]:
+        """Every NVIDIA PCI function on the bus (GPUs, NVSwitches), in address order."""
+        return nvidia_devices(self.host.fs)
+
+    def busy(self, graphics: bool = True) -> list[int]:
+        """The NVML indices of the GPUs with a compute or graphics process on them
+        (`graphics=False`: a compute process only; a display server's does not count)."""
+        return busy_gpus(self.host.nvml, graphics=graphics)
+
+    def partitioned(self) -> bool | None:
+        """Whether any GPU has MIG on now; None when NVML cannot count the GPUs."""
+        return any_mig_enabled(self.host)
+
+    def listed(self) -> list[GpuIdentity]:
+        """Each GPU NVML counts, by index, with its UUID and PCI address as NVML tells them
+        (None where it cannot); asks for no handle and no name, so a GPU lost since NVML
+        counted it is still listed."""
+        nvml = self.host.nvml
+        listed = []
+        for index in range(gpu_count(nvml) or 0):
+            gpu = Device(nvml, index)
+            listed.append(GpuIdentity("nvidia", index, gpu.uuid(), gpu.pci_bus_id(), None))
+        return listed
 
     def gpus(self) -> list[GpuIdentity]:
         """Each GPU NVML counts: UUID, PCI address and name (None where NVML cannot tell)."""

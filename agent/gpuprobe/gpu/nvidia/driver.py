@@ -87,10 +87,9 @@ def read_stack(host: Host) -> DriverStack:
 def read_versions(host: Host) -> NvmlVersions:
     """NVML's driver, CUDA and NVML versions (call only once NVML started). Without the
     driver's version nothing more is asked."""
-    try:
-        driver = driver_version(host.nvml)
-    except NvmlError as exc:
-        return NvmlVersions(None, driver_error=exc.name)
+    driver, error = _nvml_driver(host)
+    if driver is None:
+        return NvmlVersions(None, driver_error=error)
     cuda_version = None
     for fn in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
         value = _optional(host, fn)
@@ -107,17 +106,20 @@ def _optional(host: Host, fn: str) -> Any:
         return None
 
 
-def loaded_version(host: Host) -> str | None:
-    """The driver version in use: NVML's, else the loaded kernel module's; None when neither."""
-    if host.nvml.init_error is None:
-        try:
-            version = driver_version(host.nvml)
-        except NvmlError:
-            version = ""
-        if version:
-            return version
-    module = kernel_module(host.fs)
-    return module.version if module else None
+def nvml_driver_version(host: Host) -> str | None:
+    """The driver version NVML reports; None when NVML did not start or cannot tell."""
+    if host.nvml.init_error is not None:
+        return None
+    return _nvml_driver(host)[0] or None
+
+
+def _nvml_driver(host: Host) -> tuple[str | None, str | None]:
+    """The one ask of NVML for the driver's version: (the version as NVML gives it, None) or
+    (None, the NVML error that kept it back)."""
+    try:
+        return driver_version(host.nvml), None
+    except NvmlError as exc:
+        return None, exc.name
 
 
 def kernel_module(fs: HostFS) -> KernelModule | None:

@@ -1,0 +1,44 @@
+"""The node's GPUs as one run of the checks sees them: `GpuView`, built from the vendors'
+backends (`gpu.backends`), the only door through which checks and workloads reach GPUs.
+
+Vendor-neutral facts (the backends present, each vendor's driver, how many GPUs a vendor
+has) are asked through the view's methods; what only one vendor can tell (NVIDIA's NVSwitches
+and busy GPUs, AMD's RAS and DRM facts) through its typed backend, `view.nvidia` or
+`view.amd`. The view asks when asked and keeps nothing: a replayed NVML answers repeated
+calls in order, so a check reads through the view exactly what it read through the vendor's
+readers.
+"""
+
+from __future__ import annotations
+
+from gpuprobe.gpu.amd.backend import AmdBackend
+from gpuprobe.gpu.backend import DriverFacts, GpuBackend, Vendor
+from gpuprobe.gpu.backends import node_backends
+from gpuprobe.gpu.nvidia.backend import NvidiaBackend
+from gpuprobe.host import Host
+
+
+class GpuView:
+    """One node's GPUs through its vendors' backends."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.nvidia = NvidiaBackend(host)
+        self.amd = AmdBackend(host)
+
+    def backends(self) -> list[GpuBackend]:
+        """The backends of the vendors this node shows (`gpu.backends.node_backends`)."""
+        return node_backends(self.host)
+
+    def driver(self, vendor: Vendor) -> DriverFacts:
+        """The vendor's driver as its backend tells it (whether or not the node shows it)."""
+        return self.nvidia.driver() if vendor == "nvidia" else self.amd.driver()
+
+    def gpu_count(self, vendor: Vendor) -> int:
+        """How many of the vendor's GPUs the node has: the PCI bus's count, else (NVIDIA)
+        NVML's. NVML is asked only when the bus shows none (a VM or snapshot without sysfs),
+        so a hung NVML does not hold up a check that only needs to know whether GPUs are
+        there."""
+        if vendor == "amd":
+            return len(self.amd.bus())
+        return len(self.nvidia.bus_gpus()) or self.nvidia.count() or 0
