@@ -85,7 +85,7 @@ def test_the_holding_test_sees_a_check_that_keeps_state_on_the_host(tmp_path: Pa
     assert "memory" in attrs and "open" in calls
 
 
-def test_the_checks_that_keep_state_declare_it_and_only_xid_survives_a_restart() -> None:
+def test_the_checks_that_keep_state_declare_it_and_xid_and_workloads_survive_a_restart() -> None:
     keeping = {name: c.keeps for name, c in registry.CHECKS.items() if c.keeps is not None}
     assert keeping == {
         "gpus": gpus.KEEPS,
@@ -94,7 +94,7 @@ def test_the_checks_that_keep_state_declare_it_and_only_xid_survives_a_restart()
         "lifecycle": lifecycle.KEEPS,
         "rdma": rdma.KEEPS,
     }
-    assert [n for n, k in keeping.items() if k.survives_restart] == ["xid"]
+    assert [n for n, k in keeping.items() if k.survives_restart] == ["xid", "workloads"]
 
 
 def test_the_runner_keeps_a_checks_state_between_runs_and_a_fresh_runner_starts_empty() -> None:
@@ -125,6 +125,35 @@ def test_the_state_directory_is_the_configured_one_the_live_default_or_none_for_
     # Without a check whose state survives a restart, the runner has no directory at all.
     assert checks_states(live, Config(), {"gpus": gpus.CHECK}).directory is None
     assert CheckContext(live).state_dir(gpus.KEEPS, Config()) is None
+
+
+def test_xid_and_workloads_state_dir_name_the_one_state_directory(tmp_path: Path) -> None:
+    """Both settings name the runner's one directory: either alone, or both alike (as the
+    shipped config.yaml sets them), is it; two different ones are a one-line error (the
+    agent keeps one directory: neither check's files move silently)."""
+    replay = snapshot_host(snapshot("synthetic-xid-critical"))
+    here, there = str(tmp_path / "here"), str(tmp_path / "there")
+    for cfg in (
+        config(xid={"state_dir": here}),
+        config(workloads={"state_dir": here}),
+        config(xid={"state_dir": here}, workloads={"state_dir": here}),
+        config(xid={"state_dir": here}, workloads={"state_dir": here + "/"}),
+    ):
+        assert checks_states(replay, cfg, registry.CHECKS).directory == here
+        directory = CheckRunner(replay, cfg, registry.CHECKS).context().state_dir(xid.KEEPS, cfg)
+        assert directory == StateDir(here)
+    both = config(xid={"state_dir": here}, workloads={"state_dir": there})
+    try:
+        checks_states(replay, both, registry.CHECKS)
+    except StateError as exc:
+        assert str(exc) == (
+            f"xid.state_dir ({here}) and workloads.state_dir ({there}) name different state "
+            "directories: the agent keeps one; set them to the same directory, or set one"
+        )
+    else:
+        raise AssertionError("two state directories were taken for one")
+    # A runner without the workloads check keeps the xid check's directory alone.
+    assert checks_states(replay, both, {"xid": xid.CHECK}).directory == here
 
 
 def test_the_state_directory_writes_atomically_and_says_what_is_wrong(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from conftest import snapshot
-from gpuprobe.checks import workloads
+from gpuprobe.checks import registry, workloads
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.runner import CheckRunner
 from gpuprobe.config import Config
 from gpuprobe.gpu.backend import Partition
 from gpuprobe.host import snapshot_host
@@ -24,6 +25,7 @@ from gpuprobe.workloads.attribution import DeviceUse
 from helpers import FakeClock, config
 
 UUID = "GPU-5f1c{:04x}-8e2b-4c1d-9a7e-{:012x}"
+STATE = "workload-accounting.json"
 
 
 def totals(result: Any) -> dict[int, tuple[float, float, dict[str, float], float]]:
@@ -97,14 +99,51 @@ def test_totals_survive_a_restart_without_counting_twice(tmp_path: Path) -> None
     assert [p.name for p in tmp_path.iterdir()] == ["workload-accounting.json"]
 
 
-def test_an_unwritable_or_corrupt_state_is_said_and_starts_afresh(tmp_path: Path) -> None:
-    (tmp_path / "workload-accounting.json").write_text("{not json")
-    cfg = config(workloads={"state_dir": str(tmp_path)})
-    (result,) = rounds("synthetic-k8s-utilization-samples", [0.0], cfg)
-    assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(result).values())
+def test_the_runner_keeps_the_ledger_in_its_one_state_directory_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The ledger is the runner's durable state: with only `xid.state_dir` set (the one state
+    directory) it lands there; a new runner (a restarted daemon) goes on from it; a run that
+    adds nothing (a one-shot `check` beside the daemon) leaves the daemon's file alone."""
+    host = snapshot_host(snapshot("synthetic-k8s-utilization-samples"))
+    host.clock = clock = FakeClock()
+    cfg = config(xid={"state_dir": str(tmp_path)})
+    daemon = CheckRunner(host, cfg, registry.CHECKS)
+    for t in (0.0, 60.0):
+        clock.ticks = t
+        (before,) = daemon.run(["workloads"])
+    assert before.result.data["accounting"]["state_file"] == str(tmp_path / STATE)
+    written = (tmp_path / STATE).read_bytes()
+    assert json.loads(written)["gpus"][UUID.format(7, 7)]["unallocated_seconds"] == 60.0
+    clock.ticks = 3600.0
+    (one_shot,) = CheckRunner(host, cfg, registry.CHECKS).run(["workloads"])
+    assert totals(one_shot.result) == totals(before.result)
+    assert (tmp_path / STATE).read_bytes() == written
+    restarted = CheckRunner(host, cfg, registry.CHECKS)
+    for t in (3600.0, 3660.0):
+        clock.ticks = t
+        (after,) = restarted.run(["workloads"])
+    assert totals(after.result)[7] == (0.0, 0.0, {}, 120.0)
+    assert after.result.data["accounting"]["since"] == before.result.data["accounting"]["since"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [STATE]
+
+
+def test_a_missing_state_directory_is_said_each_round_and_counting_goes_on(
+    tmp_path: Path,
+) -> None:
     missing = config(workloads={"state_dir": str(tmp_path / "absent")})
-    (result,) = rounds("synthetic-k8s-utilization-samples", [0.0], missing)
-    assert result.data["accounting"]["state_error"] == "No such file or directory"
+    first, second = rounds("synthetic-k8s-utilization-samples", [0.0, 60.0], missing)
+    said = (
+        f"workload accounting state directory {tmp_path / 'absent'} does not exist: create it "
+        "or set workloads.state_dir"
+    )
+    assert [first.data["accounting"]["state_error"], second.data["accounting"]["state_error"]] == [
+        said,
+        said,
+    ]
+    assert first.data["accounting"]["state_file"] == str(tmp_path / "absent" / STATE)
+    assert totals(second)[7] == (0.0, 0.0, {}, 60.0)  # in memory, the round still counts
+    assert not (tmp_path / "absent").exists()
 
 
 def test_an_unknown_allocation_counts_nothing() -> None:
@@ -130,20 +169,34 @@ def test_a_mig_device_whose_processes_are_unknown_counts_no_idle() -> None:
 
 
 @pytest.mark.parametrize(
-    "content",
-    ['{"format": 2, "since": "2026-11-29T08:00:00Z", "gpus": {}}', "{not json"],
+    ("content", "why"),
+    [
+        (
+            '{"format": 2, "since": "2026-11-29T08:00:00Z", "gpus": {}}',
+            "format 2, this version reads 1",
+        ),
+        ("{not json", "line 1: Expecting property name enclosed in double quotes"),
+        ('{"format": 1, "gpus": {}}', "no 'since'"),
+        ("\xff\xfe", "not UTF-8 text"),
+    ],
 )
-def test_a_state_file_it_cannot_read_is_kept_aside_not_overwritten(
-    tmp_path: Path, content: str, caplog: pytest.LogCaptureFixture
+def test_a_state_file_it_cannot_read_is_kept_aside_said_and_not_overwritten(
+    tmp_path: Path, content: str, why: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (tmp_path / "workload-accounting.json").write_text(content)
+    """Never a silent reset: the unreadable ledger is kept as `.bad` (the fresh one written
+    after the round never overwrites it), the log says so, and so does the round's data."""
+    path = tmp_path / STATE
+    path.write_bytes(content.encode("latin-1"))
     cfg = config(workloads={"state_dir": str(tmp_path)})
-    with caplog.at_level("WARNING", logger="gpuprobe.workloads"):
-        (result,) = rounds("synthetic-k8s-utilization-samples", [0.0], cfg)
-    assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(result).values())
-    assert (tmp_path / "workload-accounting.json.bad").read_text() == content
-    assert json.loads((tmp_path / "workload-accounting.json").read_text())["format"] == 1
-    assert "kept as" in caplog.text and "starting afresh" in caplog.text
+    with caplog.at_level("WARNING", logger="gpuprobe.state"):
+        first, second = rounds("synthetic-k8s-utilization-samples", [0.0, 60.0], cfg)
+    assert all(t == (0.0, 0.0, {}, 0.0) for t in totals(first).values())
+    said = f"workload accounting state {path}: {why}; kept as {path}.bad; starting afresh"
+    assert first.data["accounting"]["state_error"] == said
+    assert "state_error" not in second.data["accounting"]  # the fresh ledger is written
+    assert (tmp_path / f"{STATE}.bad").read_bytes() == content.encode("latin-1")
+    assert json.loads(path.read_text())["gpus"][UUID.format(7, 7)]["unallocated_seconds"] == 60.0
+    assert [r.getMessage() for r in caplog.records if r.name == "gpuprobe.state"] == [said]
 
 
 def test_a_full_state_disk_is_said_once_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
@@ -156,7 +209,8 @@ def test_a_full_state_disk_is_said_once_in_the_log(caplog: pytest.LogCaptureFixt
         fill(state)
         cfg = config(workloads={"state_dir": str(state)})
         results = rounds("synthetic-k8s-utilization-samples", [0.0, 60.0, 120.0], cfg)
-    assert [r.data["accounting"]["state_error"] for r in results] == ["No space left on device"] * 3
+    errors = [r.data["accounting"]["state_error"] for r in results]
+    assert errors == [f"workload accounting state {state / STATE}: no space left on device"] * 3
     logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "gpuprobe.state"]
     assert logged == [
         ("WARNING", "state file not written: what it keeps is lost at the next restart")

@@ -11,13 +11,17 @@ runner's one state directory (`ctx.state_dir(KEEPS, config)`) and reads and writ
 there only through `StateDir` (atomic JSON files), so no check opens a file of its own.
 
 The state directory is the agent's own (a hostPath in the DaemonSet): the one a check's
-configuration names (today `xid.state_dir`), else /var/lib/gpuprobe on the live node, and
-none for a replayed snapshot (its replay must not depend on this machine's state).
+configuration names (`xid.state_dir`, `workloads.state_dir`: each names the one directory, so
+two that name different ones are an error, said in one line, never one check's files moved
+silently), else /var/lib/gpuprobe on the live node, and none for a replayed snapshot (its
+replay must not depend on this machine's state). A state file that cannot be read is kept
+aside (`<file>.bad`) when its check starts afresh (`StateDir.set_aside`), never overwritten.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -31,6 +35,7 @@ from gpuprobe.errors import UsageError
 from gpuprobe.host import Host
 
 S = TypeVar("S")
+LOG = logging.getLogger("gpuprobe.state")
 
 # The live node's state directory when no configuration names one.
 DEFAULT_STATE_DIR = "/var/lib/gpuprobe"
@@ -44,8 +49,10 @@ class Keeps(Generic[S]):
     new: Callable[[], S]
     survives_restart: bool = False
     # Where the check's configuration names the state directory, if it does (the xid check's
-    # `xid.state_dir`, the directory's first name); None: it names none.
+    # `xid.state_dir`), and the setting's name (said when two settings disagree); None: it
+    # names none.
     configured_dir: Callable[[Config], str | None] | None = None
+    setting: str = ""
 
 
 class CheckStates:
@@ -76,17 +83,27 @@ class CheckStates:
 
 
 def state_directory(host: Host, config: Config, keeps: Iterable[Keeps[Any]]) -> str | None:
-    """The runner's state directory: the one a check's configuration names, else the live
+    """The runner's state directory: the one the checks' configuration names, else the live
     default; None for a snapshot without one (its replay must not read this machine's
-    state), or where no check's state survives a restart."""
+    state), or where no check's state survives a restart. Raises StateError when two
+    settings name different directories (the agent keeps one)."""
     keeps = list(keeps)
     if not keeps:
         return None
+    named: dict[str, tuple[str, str]] = {}  # normalised path -> (as given, setting)
     for declared in keeps:
         if declared.configured_dir is not None:
             configured = declared.configured_dir(config)
             if configured is not None:
-                return configured
+                named.setdefault(os.path.normpath(configured), (configured, declared.setting))
+    if len(named) > 1:
+        settings = " and ".join(f"{setting} ({path})" for path, setting in named.values())
+        raise StateError(
+            f"{settings} name different state directories: the agent keeps one; set them "
+            "to the same directory, or set one"
+        )
+    if named:
+        return next(iter(named.values()))[0]
     return None if host.is_snapshot else DEFAULT_STATE_DIR
 
 
@@ -135,10 +152,27 @@ class StateDir:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(content, f, indent=1, sort_keys=True)
                 f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())  # on disk before it replaces the file it was read from
             os.replace(tmp, path)
         except OSError as exc:
             Path(tmp).unlink(missing_ok=True)
             raise StateError(f"{what} {path}: {_why(exc)}") from None
+
+    def set_aside(self, name: str, what: str, error: str) -> str:
+        """Keep the named file, which could not be read (`error`, as `load` raised it), aside
+        as `<name>.bad`, so that the fresh state written next never overwrites it; logs it and
+        returns what was done, said in one line."""
+        path = self.file(name)
+        aside = path.with_name(f"{name}.bad")
+        try:
+            os.replace(path, aside)
+            kept = f"kept as {aside}"
+        except OSError as exc:
+            kept = f"and could not be kept aside ({_why(exc)})"
+        said = f"{error}; {kept}; starting afresh"
+        LOG.warning("%s", said)
+        return said
 
     def writable(self) -> bool:
         """Whether the directory exists and this process may write in it."""

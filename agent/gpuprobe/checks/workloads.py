@@ -33,19 +33,18 @@ from typing import Any, NotRequired, TypedDict
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.checks.rules.sections import WorkloadsConfig
-from gpuprobe.checks.state import Keeps
+from gpuprobe.checks.state import Keeps, StateDir, StateError
 from gpuprobe.config import Config
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number, text
-from gpuprobe.host import Host
+from gpuprobe.host import Host, state_files
 from gpuprobe.host.podresources import PodResourcesAnswer
 from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity
 from gpuprobe.workloads.accounting import (
     STATE_FILE,
     Ledger,
     account,
-    load_ledger,
+    ledger_from_json,
     new_ledger,
-    save_ledger,
 )
 from gpuprobe.workloads.allocations import Grant
 from gpuprobe.workloads.attribution import Attribution, DeviceUse, attribute
@@ -69,15 +68,30 @@ class WorkloadsData(TypedDict):
 
 @dataclass
 class WorkloadsKept:
-    """What the check keeps between runs: the GPU-seconds ledger (loaded from
-    `workloads.state_dir` at the first run, where set), and since when (monotonic) each device
-    held by pods has been idle, with the pods that held it then."""
+    """What the check keeps between runs: the GPU-seconds ledger (loaded from the runner's
+    state directory at the first run, where there is one) and its content as that directory
+    last held it, and since when (monotonic) each device held by pods has been idle, with the
+    pods that held it then."""
 
     ledger: Ledger | None = None
+    saved: dict[str, Any] | None = None
     idle_since: dict[str, tuple[tuple[PodRef, ...], float]] = field(default_factory=dict)
 
 
-KEEPS: Keeps[WorkloadsKept] = Keeps(WorkloadsKept)
+def _configured_dir(config: Config) -> str | None:
+    """The state directory `workloads.state_dir` names (None: unset)."""
+    return config.section(NAME, WorkloadsConfig).state_dir
+
+
+# The ledger survives a restart in the runner's state directory (`workload-accounting.json`).
+KEEPS: Keeps[WorkloadsKept] = Keeps(
+    WorkloadsKept,
+    survives_restart=True,
+    configured_dir=_configured_dir,
+    setting="workloads.state_dir",
+)
+WHAT = "workload accounting state"
+MISSING = "create it or set workloads.state_dir"
 
 
 def run(ctx: CheckContext, config: Config) -> CheckResult:
@@ -91,7 +105,8 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     attribution = attribute(host, answer)
     known = answer.list is not None or (answer.absent and not expected)
     devices = [d.to_dict() for d in attribution.devices]
-    accounting = _account(host, ctx.kept(KEEPS), attribution, settings, known)
+    directory = ctx.state_dir(KEEPS, config)
+    accounting = _account(host, ctx.kept(KEEPS), directory, attribution, settings, known)
     data: WorkloadsData = {
         "kubelet": _kubelet(answer, settings, expected),
         "devices": devices,
@@ -113,15 +128,15 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
 def _account(
     host: Host,
     kept: WorkloadsKept,
+    directory: StateDir | None,
     attribution: Attribution,
     settings: WorkloadsConfig,
     known: bool,
 ) -> dict[str, Any]:
     """Add this round to the daemon's GPU-seconds and return the totals."""
-    ledger = kept.ledger
+    ledger, error = kept.ledger, None
     if ledger is None:
-        ledger = load_ledger(settings.state_dir) if settings.state_dir else new_ledger()
-        kept.ledger = ledger
+        ledger, error = _load(kept, directory)
     if known:
         devices = attribution.devices
         account(ledger, devices, host.clock.monotonic(), settings.idle_utilization_percent)
@@ -131,11 +146,49 @@ def _account(
         "since": ledger.since,
         "gpus": [g.to_dict() for g in sorted(ledger.gpus.values(), key=lambda g: g.gpu)],
     }
-    if settings.state_dir:
-        facts["state_file"] = f"{settings.state_dir}/{STATE_FILE}"
-        if (error := save_ledger(settings.state_dir, ledger)) is not None:
+    if directory is not None:
+        facts["state_file"] = str(directory.file(STATE_FILE))
+        if (error := _save(kept, directory) or error) is not None:
             facts["state_error"] = error
     return facts
+
+
+def _load(kept: WorkloadsKept, directory: StateDir | None) -> tuple[Ledger, str | None]:
+    """The ledger the state directory holds (new without one or a file); one it cannot read
+    is kept aside and the totals start afresh, said (the error)."""
+    kept.ledger, kept.saved = new_ledger(), None
+    if directory is None:
+        return kept.ledger, None
+    try:
+        content = directory.load(STATE_FILE, WHAT)
+        if content is not None:
+            kept.ledger, kept.saved = ledger_from_json(content), content
+    except (StateError, ValueError) as exc:
+        why = (
+            str(exc)
+            if isinstance(exc, StateError)
+            else f"{WHAT} {directory.file(STATE_FILE)}: {exc}"
+        )
+        return kept.ledger, directory.set_aside(STATE_FILE, WHAT, why)
+    return kept.ledger, None
+
+
+def _save(kept: WorkloadsKept, directory: StateDir) -> str | None:
+    """Write the ledger when it changed (a one-shot check leaves the daemon's file alone);
+    the error's text when it cannot be written."""
+    assert kept.ledger is not None
+    content = kept.ledger.to_json()
+    if content == kept.saved:
+        return None
+    path = str(directory.file(STATE_FILE))
+    try:
+        directory.save(STATE_FILE, WHAT, content, MISSING)
+    except StateError as exc:
+        state_files.saved(path, str(exc))
+        return str(exc)
+    state_files.saved(path, None)
+    kept.saved = content
+    return None
 
 
 def _no_kubelet_summary(host: Host, settings: WorkloadsConfig) -> str:

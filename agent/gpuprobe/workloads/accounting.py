@@ -17,9 +17,9 @@ So the figures are GPU-seconds: a GPU split in seven with three MIG devices held
 3/7 of an hour allocated. Allocation is read once per round and holds for the time before it.
 
 The first round of a daemon only sets the baseline: time while no agent ran is never counted.
-The totals live in memory and, when a state directory is given, in
-`<state_dir>/workload-accounting.json` (replaced atomically after each round), so a restarted
-daemon goes on from them without counting anything twice:
+The totals live in memory (the workloads check's state, kept by the check runner) and in the
+runner's state directory as `workload-accounting.json` (replaced atomically when they
+change), so a restarted daemon goes on from them without counting anything twice:
 
     {"format": 1, "since": "2026-11-29T08:00:00Z",
      "gpus": {"GPU-5f1c...": {"gpu": 3, "allocated_seconds": 5400.0,
@@ -28,19 +28,12 @@ daemon goes on from them without counting anything twice:
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from gpuprobe.host import state_files
 from gpuprobe.report import format_time, now
 from gpuprobe.workloads.attribution import DeviceUse
 
-LOG = logging.getLogger("gpuprobe.workloads")
 STATE_FILE = "workload-accounting.json"
 FORMAT = 1
 
@@ -158,16 +151,13 @@ def _busy_share(ledger: Ledger, key: str, gpu: DeviceUse, threshold: float) -> f
     return 0.0 if load is None or load <= threshold else 1.0
 
 
-def load_ledger(state_dir: str) -> Ledger:
-    """The totals a state file holds; new ones when there is none yet. A file that cannot be
-    read or parsed, or of another format, is kept aside as `<file>.bad` (logged), so the
-    fresh totals written after this round never overwrite it: counters restart (which
-    Prometheus' rate() and increase() take in their stride), nothing is lost."""
-    path = Path(state_dir) / STATE_FILE
+def ledger_from_json(content: Any) -> Ledger:
+    """The totals a state file holds (its JSON); raises ValueError saying why it is not a
+    ledger this version reads (another format, a missing or mistyped field)."""
     try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-        if content.get("format") != FORMAT:
-            raise ValueError(f"format {content.get('format')!r}, this version reads {FORMAT}")
+        if not isinstance(content, dict) or content.get("format") != FORMAT:
+            found = content.get("format") if isinstance(content, dict) else None
+            raise ValueError(f"format {found!r}, this version reads {FORMAT}")
         ledger = Ledger(since=str(content["since"]))
         for key, entry in content["gpus"].items():
             ledger.gpus[str(key)] = GpuSeconds(
@@ -178,45 +168,7 @@ def load_ledger(state_dir: str) -> Ledger:
                 {str(n): float(s) for n, s in entry["idle_allocated_seconds"].items()},
             )
         return ledger
-    except FileNotFoundError:
-        return new_ledger()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        aside = path.with_name(f"{STATE_FILE}.bad")
-        try:
-            os.replace(path, aside)
-            kept = f"kept as {aside}"
-        except OSError as error:
-            kept = f"and could not be kept aside ({error.strerror or error})"
-        LOG.warning("workloads: accounting state %s unreadable (%s), %s; starting afresh",
-                    path, _reason(exc), kept)  # fmt: skip
-        return new_ledger()
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, OSError):
-        return exc.strerror or str(exc)
-    if isinstance(exc, KeyError):
-        return f"no {exc}"
-    return str(exc) or type(exc).__name__
-
-
-def save_ledger(state_dir: str, ledger: Ledger) -> str | None:
-    """Replace the state file atomically; the error's text when it cannot be written."""
-    directory = Path(state_dir)
-    temporary: str | None = None
-    try:
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{STATE_FILE}.")
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            json.dump(ledger.to_json(), f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())  # on disk before it replaces the old totals
-        os.replace(temporary, directory / STATE_FILE)
-    except OSError as exc:
-        if temporary is not None:
-            Path(temporary).unlink(missing_ok=True)  # a full disk leaves no half-written file
-        error = exc.strerror or str(exc)
-        state_files.saved(str(directory / STATE_FILE), error)
-        return error
-    state_files.saved(str(directory / STATE_FILE), None)
-    return None
+    except KeyError as exc:
+        raise ValueError(f"no {exc}") from None
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(str(exc) or type(exc).__name__) from None

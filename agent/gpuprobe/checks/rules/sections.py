@@ -48,8 +48,9 @@ class WorkloadsConfig:
     # longer than the window, raises GPU_ALLOCATED_IDLE (in the daemon, which has history).
     idle_utilization_percent: float = 1.0
     idle_window_seconds: float = 1800.0
-    # Where the daemon keeps its allocated / idle / unallocated seconds across restarts
-    # (workload-accounting.json); None: in memory only, from zero at each start.
+    # The agent's state directory, where the daemon keeps its allocated / idle / unallocated
+    # seconds across restarts (workload-accounting.json), as `xid.state_dir` names it (the
+    # two must agree); None: xid's, else the live default (`gpuprobe.checks.state`).
     state_dir: str | None = None
 
     def __post_init__(self) -> None:

@@ -21,7 +21,9 @@ def _configured_dir(config: Config) -> str | None:
 
 # The check's memory of this boot (`memory.XidMemory`); its sticky XIDs and clearings survive
 # a restart in `xid-state.json`.
-KEEPS: Keeps[XidMemory] = Keeps(XidMemory, survives_restart=True, configured_dir=_configured_dir)
+KEEPS: Keeps[XidMemory] = Keeps(
+    XidMemory, survives_restart=True, configured_dir=_configured_dir, setting="xid.state_dir"
+)
 
 
 def save_sticky(host: Host, seen: Observation, directory: StateDir | None) -> str | None:
