@@ -1,6 +1,7 @@
 """The GPU interface's two boundaries (docs/architecture.md): NVML's functions are named only
 in the NVIDIA package (`gpu/nvidia/`) and the transport (`host/`), and checks only judge:
-no module under `checks/` reads the node's files or NVML through `host.fs` / `host.nvml`.
+no module under `checks/` reads the node through the host's transports (`host.fs`,
+`host.nvml`, `host.podresources`, `host.processes()`, `host.memory`); its readers do.
 
 Both are read from the code (string literals and attribute reads), not from comments: a
 docstring may say which NVML call a fact comes from, a string passed to a call may not.
@@ -49,16 +50,23 @@ def nvml_names(path: Path, base: Path = PACKAGE) -> list[str]:
     ]
 
 
+# The host's transports, which only readers (and the host itself) use.
+TRANSPORTS = ("fs", "nvml", "podresources", "processes", "memory")
+
+
 def host_reads(path: Path, base: Path = PACKAGE) -> list[str]:
-    """Each `host.fs` / `host.nvml` (any `<name>.fs` where the name is `host`) a module reads."""
+    """Each transport of the host a module reads: `host.<transport>` or `<x>.host.<transport>`
+    (`ctx.host.processes()`), for the transports above."""
     tree = ast.parse(path.read_text())
     return [
         f"{path.relative_to(base)}:{node.lineno}: host.{node.attr}"
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute)
-        and node.attr in ("fs", "nvml")
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "host"
+        and node.attr in TRANSPORTS
+        and (
+            (isinstance(node.value, ast.Name) and node.value.id == "host")
+            or (isinstance(node.value, ast.Attribute) and node.value.attr == "host")
+        )
     ]
 
 
@@ -72,7 +80,7 @@ def test_nvml_functions_are_named_only_in_the_nvidia_package_and_the_transport()
     assert outside == []
 
 
-def test_no_check_reads_the_nodes_files_or_nvml_itself() -> None:
+def test_no_check_reads_the_node_itself() -> None:
     assert [hit for path in _modules("checks") for hit in host_reads(path)] == []
 
 
@@ -89,3 +97,24 @@ def test_the_rules_see_what_they_forbid(tmp_path: Path) -> None:
     )
     assert nvml_names(probe, tmp_path) == ["probe.py:4: nvmlDeviceGetName"]
     assert sorted(host_reads(probe, tmp_path)) == ["probe.py:4: host.nvml", "probe.py:5: host.fs"]
+
+
+def test_the_rule_sees_a_check_that_asks_the_kubelet_or_lists_processes(tmp_path: Path) -> None:
+    """The check-side rule finds the kubelet asked, the process table listed and the host's
+    memory used, through `host` or `ctx.host`; what a reader returns, and a variable merely
+    named like a transport, pass."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "def run(ctx, config):\n"
+        "    host = ctx.host\n"
+        "    answer = host.podresources.ask('/var/lib/kubelet/pod-resources/kubelet.sock', 2)\n"
+        "    daemons = ctx.host.processes().named('nvidia-cuda-mps-control')\n"
+        "    kept = ctx.host.memory.of('x')\n"
+        "    processes = mps_control_daemons(host)\n"
+        "    return answer.processes, processes, daemons, kept\n"
+    )
+    assert sorted(host_reads(probe, tmp_path)) == [
+        "probe.py:3: host.podresources",
+        "probe.py:4: host.processes",
+        "probe.py:5: host.memory",
+    ]

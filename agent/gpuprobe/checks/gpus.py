@@ -206,14 +206,13 @@ def _nvidia(host: Host, kept: GpusKept, config: Config, amd_gpus: int) -> CheckR
             floor=Status.UNKNOWN,
         )
     loaded = own_gpu_test_running(host)  # before the readings: a test may end while they run
-    table = host.processes()
-    readings = read_gpus(host, count, bus.gpus, table)
+    readings = read_gpus(host, count, bus.gpus)
     gpus = [r.facts for r in readings]
     # The entries are gpu.nvidia's facts (a plain dict) with this check's identity.
     data["gpus"] = cast(list[GpuFacts], gpus)
     _track_idle(host, kept, gpus, frozen=loaded or own_gpu_test_running(host))
     if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
-        data["fabric_manager_running"] = fabric_manager_running(table)
+        data["fabric_manager_running"] = fabric_manager_running(host)
     findings = _count_findings(bus.gpus, count, expected, gpus)
     for reading in readings:
         findings += _device_findings(reading, config, data)

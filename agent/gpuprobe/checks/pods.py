@@ -53,6 +53,7 @@ from gpuprobe.report import (
     parse_time,
 )
 from gpuprobe.workloads.attribution import attribute
+from gpuprobe.workloads.kubelet import ask_podresources
 
 NAME = "pods"
 NO_DEVICES = frozenset({"", "void", "none"})
@@ -255,7 +256,7 @@ def _held(host: Host, config: Config) -> dict[PodRef, set[int]]:
     """The NVIDIA GPU indices the kubelet gave each container (empty without a kubelet):
     an image's CUDA is held against NVIDIA's GPUs only."""
     settings = config.section(WORKLOADS, WorkloadsConfig)
-    answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
+    answer = ask_podresources(host, settings.socket, settings.timeout_seconds)
     if answer.list is None:
         return {}
     held: dict[PodRef, set[int]] = defaultdict(set)

@@ -35,11 +35,11 @@ from gpuprobe.gpu.nvidia.modes import (
     GpuModes,
     read_modes,
 )
+from gpuprobe.gpu.nvidia.mps import MPS_CONTROL, mps_control_daemons
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
 NAME = "sharing"
-MPS_CONTROL = "nvidia-cuda-mps-control"
 GPU_RESOURCE = RESOURCE_PREFIX + "gpu"
 
 
@@ -70,7 +70,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     gpus_present = ctx.gpus.gpu_count("nvidia")
     plugin, note, path = _plugin(host, config)
     gpus = read_modes(host) if gpus_present else []
-    daemons = [p.pid for p in host.processes().named(MPS_CONTROL)]
+    daemons = mps_control_daemons(host)
     strategy = plugin.sharing_strategy if plugin else None
     data: SharingData = {
         "config_file": path,

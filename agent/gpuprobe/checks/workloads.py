@@ -48,7 +48,7 @@ from gpuprobe.workloads.accounting import (
 )
 from gpuprobe.workloads.allocations import Grant
 from gpuprobe.workloads.attribution import Attribution, DeviceUse, attribute
-from gpuprobe.workloads.kubelet import has_kubelet_dir, has_podresources_dir
+from gpuprobe.workloads.kubelet import ask_podresources, has_kubelet_dir, has_podresources_dir
 from gpuprobe.workloads.usage import node_usage
 
 NAME = "workloads"
@@ -98,7 +98,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Attribute every GPU to its pods and judge how they use it."""
     host = ctx.host
     settings = config.section(NAME, WorkloadsConfig)
-    answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
+    answer = ask_podresources(host, settings.socket, settings.timeout_seconds)
     expected = settings.expect_kubelet
     if expected is None:
         expected = has_podresources_dir(host)

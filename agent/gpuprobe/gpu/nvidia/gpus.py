@@ -50,9 +50,11 @@ def nvml_gpu_count(host: Host) -> int | None:
 
 
 def read_gpus(
-    host: Host, count: int, bus: list[PciDevice], processes: ProcessTable
+    host: Host, count: int, bus: list[PciDevice], processes: ProcessTable | None = None
 ) -> list[GpuReading]:
-    """Each of NVML's `count` GPUs: identity and health (a lost GPU only its index)."""
+    """Each of NVML's `count` GPUs: identity and health (a lost GPU only its index), its
+    processes named from `processes` (None: the node's process table, read here)."""
+    processes = host.processes() if processes is None else processes
     readings = []
     for device in open_gpus(host.nvml, count):
         facts = identity(device)
@@ -65,9 +67,9 @@ def read_gpus(
     return readings
 
 
-def fabric_manager_running(processes: ProcessTable) -> bool:
-    """Whether NVIDIA's fabric manager runs (it readies NVSwitch systems)."""
-    return bool(processes.named(*FABRIC_MANAGER))
+def fabric_manager_running(host: Host) -> bool:
+    """Whether NVIDIA's fabric manager runs on the node (it readies NVSwitch systems)."""
+    return bool(host.processes().named(*FABRIC_MANAGER))
 
 
 def identity(device: Device) -> dict[str, Any]:
