@@ -154,6 +154,17 @@ def corrupt_snapshot(tmp_path: Path) -> str:
         (["serve", "--snapshot", "HEALTHY", "--root", "/"], "exclude each other"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         ([], "required: command"),
+        # The agent keeps one state directory: two settings naming two are refused, never
+        # one check's state moved elsewhere silently (the daemon's and the one-shot's alike).
+        *(
+            (
+                [command, "--snapshot", "HEALTHY", "--config", "TWO_DIRS"],
+                "xid.state_dir (/var/lib/gpuprobe) and workloads.state_dir (/srv/gpuprobe) name "
+                "different state directories: the agent keeps one; set them to the same "
+                "directory, or set one",
+            )
+            for command in ("check", "serve")
+        ),
     ],
 )
 def test_usage_errors_exit_64_with_one_line(tmp_path: Path, args: list[str], message: str) -> None:
@@ -162,7 +173,11 @@ def test_usage_errors_exit_64_with_one_line(tmp_path: Path, args: list[str], mes
         "CORRUPT": corrupt_snapshot(tmp_path),
         "EMPTY": str(tmp_path / "empty"),
         "HEALTHY": snapshot("synthetic-h100-8gpu-healthy"),
+        "TWO_DIRS": str(tmp_path / "two-dirs.yaml"),
     }
+    (tmp_path / "two-dirs.yaml").write_text(
+        "xid: {state_dir: /var/lib/gpuprobe}\nworkloads: {state_dir: /srv/gpuprobe}\n"
+    )
     args = [named.get(a, a) for a in args]
     out = gpuprobe(*args)
     assert out.returncode == 64
