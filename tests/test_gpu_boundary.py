@@ -1,7 +1,8 @@
 """The GPU interface's two boundaries (docs/architecture.md): NVML's functions are named only
 in the NVIDIA package (`gpu/nvidia/`) and the transport (`host/`), and checks only judge:
 no module under `checks/` reads the node through the host's transports (`host.fs`,
-`host.nvml`, `host.podresources`, `host.processes()`, `host.memory`); its readers do.
+`host.nvml`, `host.podresources`, `host.processes()`, `host.memory`, `host.pod_statuses`,
+`host.metadata`, `host.netlink`); its readers do.
 
 Both are read from the code (string literals and attribute reads), not from comments: a
 docstring may say which NVML call a fact comes from, a string passed to a call may not.
@@ -51,7 +52,17 @@ def nvml_names(path: Path, base: Path = PACKAGE) -> list[str]:
 
 
 # The host's transports, which only readers (and the host itself) use.
-TRANSPORTS = ("fs", "nvml", "podresources", "processes", "memory")
+TRANSPORTS = (
+    "fs",
+    "nvml",
+    "podresources",
+    "processes",
+    "list_processes",
+    "memory",
+    "pod_statuses",
+    "metadata",
+    "netlink",
+)
 
 
 def host_reads(path: Path, base: Path = PACKAGE) -> list[str]:
@@ -110,11 +121,13 @@ def test_the_rule_sees_a_check_that_asks_the_kubelet_or_lists_processes(tmp_path
         "    answer = host.podresources.ask('/var/lib/kubelet/pod-resources/kubelet.sock', 2)\n"
         "    daemons = ctx.host.processes().named('nvidia-cuda-mps-control')\n"
         "    kept = ctx.host.memory.of('x')\n"
+        "    listed = host.pod_statuses.ask(host.node_name)\n"
         "    processes = mps_control_daemons(host)\n"
-        "    return answer.processes, processes, daemons, kept\n"
+        "    return answer.processes, processes, daemons, kept, listed\n"
     )
     assert sorted(host_reads(probe, tmp_path)) == [
         "probe.py:3: host.podresources",
         "probe.py:4: host.processes",
         "probe.py:5: host.memory",
+        "probe.py:6: host.pod_statuses",
     ]

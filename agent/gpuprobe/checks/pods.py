@@ -54,6 +54,7 @@ from gpuprobe.report import (
 )
 from gpuprobe.workloads.attribution import attribute
 from gpuprobe.workloads.kubelet import ask_podresources
+from gpuprobe.workloads.pods import node_pod_statuses
 
 NAME = "pods"
 NO_DEVICES = frozenset({"", "void", "none"})
@@ -156,7 +157,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         _Modes(host),
     )
     failures = _failures(logs, owners)
-    listed = host.pod_statuses.ask(host.node_name)
+    listed = node_pod_statuses(host)
     failures += _status_failures(listed, owners)
     findings += _failure_findings(failures, gpu_pods)
     listed_containers, more_containers = bounds.split(

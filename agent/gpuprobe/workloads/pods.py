@@ -1,5 +1,6 @@
 """Pods' names from their UIDs, and containers' names from their IDs, as the kubelet's log
-directories on the host name them (no API access needed).
+directories on the host name them (no API access needed); and, with API access, the node's
+pods as the API server reports them (`node_pod_statuses`).
 
 The kubelet writes each pod's logs under `/var/log/pods/<namespace>_<pod name>_<pod uid>/`
 (one directory per container inside), and links every container's log as
@@ -13,7 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
+from gpuprobe.host.podstatus import PodStatusAnswer
 
 POD_LOG_DIR = "/var/log/pods"
 CONTAINER_LOG_DIR = "/var/log/containers"
@@ -59,3 +62,9 @@ def read_pod_directory(fs: HostFS) -> PodDirectory:
         if found is not None:
             directory.containers[found.group("id")] = found.group("container")
     return directory
+
+
+def node_pod_statuses(host: Host) -> PodStatusAnswer:
+    """This node's pods and their containers' states as the API server reports them (absent
+    without API access, an error when the server refused or did not answer)."""
+    return host.pod_statuses.ask(host.node_name)
