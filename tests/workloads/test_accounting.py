@@ -108,6 +108,9 @@ def test_the_runner_keeps_the_ledger_in_its_one_state_directory_across_a_restart
     host = snapshot_host(snapshot("synthetic-k8s-utilization-samples"))
     host.clock = clock = FakeClock()
     cfg = config(xid={"state_dir": str(tmp_path)})
+    (fresh,) = CheckRunner(host, cfg, registry.CHECKS).run(["workloads"])  # a one-shot check
+    assert "state_error" not in fresh.result.data["accounting"]
+    assert list(tmp_path.iterdir()) == []  # it counted no time: nothing written
     daemon = CheckRunner(host, cfg, registry.CHECKS)
     for t in (0.0, 60.0):
         clock.ticks = t
@@ -128,7 +131,7 @@ def test_the_runner_keeps_the_ledger_in_its_one_state_directory_across_a_restart
     assert sorted(p.name for p in tmp_path.iterdir()) == [STATE]
 
 
-def test_a_missing_state_directory_is_said_each_round_and_counting_goes_on(
+def test_a_missing_state_directory_is_said_each_round_that_counts_and_counting_goes_on(
     tmp_path: Path,
 ) -> None:
     missing = config(workloads={"state_dir": str(tmp_path / "absent")})
@@ -137,10 +140,9 @@ def test_a_missing_state_directory_is_said_each_round_and_counting_goes_on(
         f"workload accounting state directory {tmp_path / 'absent'} does not exist: create it "
         "or set workloads.state_dir"
     )
-    assert [first.data["accounting"]["state_error"], second.data["accounting"]["state_error"]] == [
-        said,
-        said,
-    ]
+    # The first round counts no time, so writes nothing; every round after says it.
+    assert "state_error" not in first.data["accounting"]
+    assert second.data["accounting"]["state_error"] == said
     assert first.data["accounting"]["state_file"] == str(tmp_path / "absent" / STATE)
     assert totals(second)[7] == (0.0, 0.0, {}, 60.0)  # in memory, the round still counts
     assert not (tmp_path / "absent").exists()
@@ -209,8 +211,9 @@ def test_a_full_state_disk_is_said_once_in_the_log(caplog: pytest.LogCaptureFixt
         fill(state)
         cfg = config(workloads={"state_dir": str(state)})
         results = rounds("synthetic-k8s-utilization-samples", [0.0, 60.0, 120.0], cfg)
-    errors = [r.data["accounting"]["state_error"] for r in results]
-    assert errors == [f"workload accounting state {state / STATE}: no space left on device"] * 3
+    errors = [r.data["accounting"].get("state_error") for r in results]
+    full = f"workload accounting state {state / STATE}: no space left on device"
+    assert errors == [None, full, full]  # the first round counts nothing: it writes nothing
     logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "gpuprobe.state"]
     assert logged == [
         ("WARNING", "state file not written: what it keeps is lost at the next restart")

@@ -174,11 +174,13 @@ def _load(kept: WorkloadsKept, directory: StateDir | None) -> tuple[Ledger, str 
 
 
 def _save(kept: WorkloadsKept, directory: StateDir) -> str | None:
-    """Write the ledger when it changed (a one-shot check leaves the daemon's file alone);
-    the error's text when it cannot be written."""
+    """Write the ledger when it changed and holds time (a one-shot check, which counts none,
+    never writes: it leaves the daemon's file, or the directory, alone); the error's text
+    when it cannot be written."""
     assert kept.ledger is not None
     content = kept.ledger.to_json()
-    if content == kept.saved:
+    counted = any(g.allocated or g.unallocated for g in kept.ledger.gpus.values())
+    if content == kept.saved or (kept.saved is None and not counted):
         return None
     path = str(directory.file(STATE_FILE))
     try:
