@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, require_tool
 
 BENCH = ROOT / "bench" / "check_wall_time.py"
 
@@ -26,6 +26,8 @@ def worktrees() -> str:
 
 
 def test_the_before_tree_is_removed_when_the_bench_is_stopped(tmp_path: Path) -> None:
+    require_tool("hyperfine")
+    require_tool("git")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     bench = subprocess.Popen(
         [sys.executable, str(BENCH), "--before", "HEAD", "--runs", "200", "--warmup", "0"],
