@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from gpuprobe.checks import gpus, lifecycle, rdma, registry, workloads, xid
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.runner import CheckRunner, checks_states
@@ -180,3 +182,24 @@ def test_the_state_directory_writes_atomically_and_says_what_is_wrong(tmp_path: 
         assert str(exc) == f"x state directory {tmp_path / 'absent'} does not exist: create it"
     else:
         raise AssertionError("a missing state directory was written")
+
+
+def test_a_state_file_that_cannot_be_read_is_set_aside_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = StateDir(str(tmp_path))
+    (tmp_path / "x.json").write_text("{not json")
+    with caplog.at_level("WARNING", logger="gpuprobe.state"):
+        said = directory.set_aside("x.json", "x state x.json: line 1: bad")
+    first = f"x state x.json: line 1: bad; kept as {tmp_path / 'x.json.bad'}; starting afresh"
+    assert said == first
+    assert (tmp_path / "x.json.bad").read_text() == "{not json"
+    assert not (tmp_path / "x.json").exists()
+    # Where it cannot be moved (a directory holds the `.bad` name), it stays and that is said.
+    (tmp_path / "y.json").write_text("[")
+    (tmp_path / "y.json.bad").mkdir()
+    (tmp_path / "y.json.bad" / "keep").write_text("")
+    said = directory.set_aside("y.json", "y state")
+    assert said == "y state; and could not be kept aside (is a directory); starting afresh"
+    assert (tmp_path / "y.json").read_text() == "["
+    assert [r.getMessage() for r in caplog.records if r.name == "gpuprobe.state"] == [first, said]

@@ -159,10 +159,10 @@ class StateDir:
             Path(tmp).unlink(missing_ok=True)
             raise StateError(f"{what} {path}: {_why(exc)}") from None
 
-    def set_aside(self, name: str, what: str, error: str) -> str:
-        """Keep the named file, which could not be read (`error`, as `load` raised it), aside
-        as `<name>.bad`, so that the fresh state written next never overwrites it; logs it and
-        returns what was done, said in one line."""
+    def set_aside(self, name: str, error: str) -> str:
+        """Keep the named file, which could not be read (`error`: why, naming the file, as
+        `load` says it), aside as `<name>.bad`, so that the fresh state written next never
+        overwrites it; logs it and returns what was done, said in one line."""
         path = self.file(name)
         aside = path.with_name(f"{name}.bad")
         try:

@@ -169,7 +169,7 @@ def _load(kept: WorkloadsKept, directory: StateDir | None) -> tuple[Ledger, str 
             if isinstance(exc, StateError)
             else f"{WHAT} {directory.file(STATE_FILE)}: {exc}"
         )
-        return kept.ledger, directory.set_aside(STATE_FILE, WHAT, why)
+        return kept.ledger, directory.set_aside(STATE_FILE, why)
     return kept.ledger, None
 
 
