@@ -32,9 +32,10 @@ from typing import Any, Generic, TypeVar
 
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
-from gpuprobe.host import Host
+from gpuprobe.host import Host, state_files
 
 S = TypeVar("S")
+T = TypeVar("T")
 LOG = logging.getLogger("gpuprobe.state")
 
 # The live node's state directory when no configuration names one.
@@ -158,6 +159,31 @@ class StateDir:
         except OSError as exc:
             Path(tmp).unlink(missing_ok=True)
             raise StateError(f"{what} {path}: {_why(exc)}") from None
+
+    def load_kept(
+        self, name: str, what: str, parse: Callable[[Any], T]
+    ) -> tuple[T | None, str | None]:
+        """The named file's state, `parse` making it of its JSON (raising ValueError for
+        content it does not take), None without a file; and, for a file that cannot be read
+        or parsed, what was done: it is set aside (`set_aside`), and the state starts afresh."""
+        try:
+            content = self.load(name, what)
+            return (None if content is None else parse(content)), None
+        except StateError as exc:
+            return None, self.set_aside(name, str(exc))
+        except ValueError as exc:
+            return None, self.set_aside(name, f"{what} {self.file(name)}: {exc}")
+
+    def save_said(self, name: str, what: str, content: Any, missing: str) -> str | None:
+        """`save`, its failure returned as one line rather than raised, and said in the
+        agent's log once, not every round (`host.state_files`)."""
+        try:
+            self.save(name, what, content, missing)
+        except StateError as exc:
+            state_files.saved(str(self.file(name)), str(exc))
+            return str(exc)
+        state_files.saved(str(self.file(name)), None)
+        return None
 
     def set_aside(self, name: str, error: str) -> str:
         """Keep the named file, which could not be read (`error`: why, naming the file, as

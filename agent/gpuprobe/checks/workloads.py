@@ -33,10 +33,10 @@ from typing import Any, NotRequired, TypedDict
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.checks.rules.sections import WorkloadsConfig
-from gpuprobe.checks.state import Keeps, StateDir, StateError
+from gpuprobe.checks.state import Keeps
 from gpuprobe.config import Config
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number, text
-from gpuprobe.host import Host, state_files
+from gpuprobe.host import Host
 from gpuprobe.host.podresources import PodResourcesAnswer
 from gpuprobe.report import Action, CheckResult, Finding, PodRef, Severity
 from gpuprobe.workloads.accounting import (
@@ -105,8 +105,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     attribution = attribute(host, answer)
     known = answer.list is not None or (answer.absent and not expected)
     devices = [d.to_dict() for d in attribution.devices]
-    directory = ctx.state_dir(KEEPS, config)
-    accounting = _account(host, ctx.kept(KEEPS), directory, attribution, settings, known)
+    accounting = _account(ctx, config, attribution, settings, known)
     data: WorkloadsData = {
         "kubelet": _kubelet(answer, settings, expected),
         "devices": devices,
@@ -126,20 +125,25 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
 
 
 def _account(
-    host: Host,
-    kept: WorkloadsKept,
-    directory: StateDir | None,
+    ctx: CheckContext,
+    config: Config,
     attribution: Attribution,
     settings: WorkloadsConfig,
     known: bool,
 ) -> dict[str, Any]:
-    """Add this round to the daemon's GPU-seconds and return the totals."""
-    ledger, error = kept.ledger, None
-    if ledger is None:
-        ledger, error = _load(kept, directory)
+    """Add this round to the daemon's GPU-seconds and return the totals, kept in the
+    runner's state directory (where there is one) after each round that added time."""
+    kept, directory, error = ctx.kept(KEEPS), ctx.state_dir(KEEPS, config), None
+    if kept.ledger is None:  # the first run: the ledger the directory holds, if any
+        loaded, error = (None, None)
+        if directory is not None:
+            loaded, error = directory.load_kept(STATE_FILE, WHAT, ledger_from_json)
+        kept.ledger = loaded or new_ledger()
+        kept.saved = loaded.to_json() if loaded else None
+    ledger = kept.ledger
     if known:
         devices = attribution.devices
-        account(ledger, devices, host.clock.monotonic(), settings.idle_utilization_percent)
+        account(ledger, devices, ctx.host.clock.monotonic(), settings.idle_utilization_percent)
     else:
         ledger.last_round = None  # an unknown stretch is not counted
     facts: dict[str, Any] = {
@@ -148,49 +152,17 @@ def _account(
     }
     if directory is not None:
         facts["state_file"] = str(directory.file(STATE_FILE))
-        if (error := _save(kept, directory) or error) is not None:
+        content = ledger.to_json()
+        # Written once it holds time (a one-shot check counts none: it leaves the daemon's
+        # file, or the directory, alone), and then when it changed.
+        counted = any(g.allocated or g.unallocated for g in ledger.gpus.values())
+        if content != kept.saved and (kept.saved is not None or counted):
+            failed = directory.save_said(STATE_FILE, WHAT, content, MISSING)
+            kept.saved = content if failed is None else kept.saved
+            error = failed or error
+        if error is not None:
             facts["state_error"] = error
     return facts
-
-
-def _load(kept: WorkloadsKept, directory: StateDir | None) -> tuple[Ledger, str | None]:
-    """The ledger the state directory holds (new without one or a file); one it cannot read
-    is kept aside and the totals start afresh, said (the error)."""
-    kept.ledger, kept.saved = new_ledger(), None
-    if directory is None:
-        return kept.ledger, None
-    try:
-        content = directory.load(STATE_FILE, WHAT)
-        if content is not None:
-            kept.ledger, kept.saved = ledger_from_json(content), content
-    except (StateError, ValueError) as exc:
-        why = (
-            str(exc)
-            if isinstance(exc, StateError)
-            else f"{WHAT} {directory.file(STATE_FILE)}: {exc}"
-        )
-        return kept.ledger, directory.set_aside(STATE_FILE, why)
-    return kept.ledger, None
-
-
-def _save(kept: WorkloadsKept, directory: StateDir) -> str | None:
-    """Write the ledger when it changed and holds time (a one-shot check, which counts none,
-    never writes: it leaves the daemon's file, or the directory, alone); the error's text
-    when it cannot be written."""
-    assert kept.ledger is not None
-    content = kept.ledger.to_json()
-    counted = any(g.allocated or g.unallocated for g in kept.ledger.gpus.values())
-    if content == kept.saved or (kept.saved is None and not counted):
-        return None
-    path = str(directory.file(STATE_FILE))
-    try:
-        directory.save(STATE_FILE, WHAT, content, MISSING)
-    except StateError as exc:
-        state_files.saved(path, str(exc))
-        return str(exc)
-    state_files.saved(path, None)
-    kept.saved = content
-    return None
 
 
 def _no_kubelet_summary(host: Host, settings: WorkloadsConfig) -> str:
