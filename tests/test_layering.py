@@ -38,6 +38,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.capture",
             "gpuprobe.kube",
             "gpuprobe.effects",  # what a report does to the cluster: planners, appliers, loop
+            "gpuprobe.daemon",  # `serve`'s orchestration: scheduler, store, event path, pollers
             "gpuprobe.pipeline",  # checks, then post-passes, then sinks: `check` and `serve`
         ],
     ),

@@ -1,6 +1,6 @@
 """The effects on the cluster and the daemon's wiring read what they know of the checks from
 their records (docs/architecture.md, "The check record"): no module of `gpuprobe.effects`,
-`gpuprobe.kube` or the daemon's wiring (`serve.agent`, `serve.service`, `serve.signals`), nor
+`gpuprobe.kube` or the daemon's wiring (`serve.agent`, `serve.service`, `daemon.signals`), nor
 attribution, names a check or a finding code of a check in a string of its own. The agent's
 own result (`kubernetes`: TAINT_WITHHELD, KUBERNETES_UNREACHABLE, DEVICE_TAINT_WITHHELD and
 EVICTION_WITHHELD) is the effects'."""
@@ -21,7 +21,7 @@ READERS = [
     *sorted((PACKAGE / "kube").glob("*.py")),
     PACKAGE / "serve" / "agent.py",
     PACKAGE / "serve" / "service.py",
-    PACKAGE / "serve" / "signals.py",
+    PACKAGE / "daemon" / "signals.py",
     PACKAGE / "checks" / "attribution.py",
 ]
 # The effects' own findings (the `kubernetes` result).

@@ -31,6 +31,10 @@ from gpuprobe.checks.state import CheckStates
 from gpuprobe.checks.xid.settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
+from gpuprobe.daemon.pollers import NoticePoller
+from gpuprobe.daemon.scheduler import Scheduler, plan
+from gpuprobe.daemon.signals import KERNEL_MARKERS, Signals, kernel_log_source, nvml_source
+from gpuprobe.daemon.store import AgentState, ReportStore
 from gpuprobe.effects.daemon import EffectsLink, wanted
 from gpuprobe.errors import UsageError
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
@@ -45,12 +49,8 @@ from gpuprobe.serve.bandwidth import PeerChannel, bandwidth_tests
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.metrics_http import MetricsPage, MetricsServer
-from gpuprobe.serve.notices import NoticePoller
-from gpuprobe.serve.scheduler import Scheduler, plan
 from gpuprobe.serve.security import Guard, server_credentials
 from gpuprobe.serve.service import SERVICE_NAME, ClearXid, NodeDiagnosticsService
-from gpuprobe.serve.signals import KERNEL_MARKERS, Signals, kernel_log_source, nvml_source
-from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")

@@ -16,6 +16,7 @@ from gpuprobe import wire
 from gpuprobe.client import Client
 from gpuprobe.config import BandwidthConfig
 from gpuprobe.credentials import TokenFile
+from gpuprobe.daemon.store import LinkResult, ReportStore
 from gpuprobe.gpu.nvidia.device import busy_gpus
 from gpuprobe.host import Host
 from gpuprobe.measure.bandwidth import (
@@ -31,7 +32,6 @@ from gpuprobe.measure.bandwidth import (
 )
 from gpuprobe.measure.perftest import RdmaTestConfig
 from gpuprobe.measure.tcp import CpuUse
-from gpuprobe.serve.state import LinkResult, ReportStore
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 STATUS = {

@@ -16,11 +16,11 @@ from conftest import snapshot
 from gpuprobe.checks.lifecycle import LifecycleConfig
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig, TaintConfig
+from gpuprobe.daemon.pollers import NoticePoller
 from gpuprobe.effects.terminating import TERMINATING_KEY
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.metadata import LiveMetadata
 from gpuprobe.serve.agent import Agent, ServeOptions
-from gpuprobe.serve.notices import NoticePoller
 from kube_standin import KubeStandIn
 from kube_standin import running as kube_running
 from metadata_standins import ImdsStandIn

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.checks.xid.findings import xid_named
 from gpuprobe.config import ServeConfig
+from gpuprobe.daemon.store import AgentState, ReportStore
 from gpuprobe.report import Finding
-from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
