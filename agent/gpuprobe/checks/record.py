@@ -22,11 +22,22 @@ from gpuprobe.checks.state import Keeps, StateError
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
 from gpuprobe.families import Family
-from gpuprobe.report import CheckResult
+from gpuprobe.host import Host
+from gpuprobe.report import CheckResult, Finding
 from gpuprobe.report_view import DataKeys
 
 CheckFn = Callable[[CheckContext, Config], CheckResult]
 Clear = Callable[[CheckContext, Config, int | None], int]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A check's policy an operator may ask to see (`check --explain-policy`: the xid
+    check's XID catalog under `xid.policy`): `explain(host, config)` is the effective policy
+    on a host as JSON, `render` the same as text."""
+
+    explain: Callable[[Host, Config], dict[str, Any]]
+    render: Callable[[dict[str, Any]], str]
 
 
 class NoSuchGpu(UsageError):
@@ -107,6 +118,12 @@ class Check(Generic[D]):
     # An active check that loads the GPUs (nccl's all-reduce): the runner runs one such
     # check at a time, so that two never load the GPUs (and judge them) at once.
     loads_gpus: bool = False
+    # Its effective policy, for an operator to read (`check --explain-policy`); None: none.
+    policy: Policy | None = None
+    # How the daemon's "report changed" log names one of its findings' codes, where one
+    # resource may carry several findings of one code (the xid check: `XID 119`); None: the
+    # code alone.
+    log_code: Callable[[Finding], str] | None = None
 
     def deadline(self, config: Config) -> float:
         """How long the check may run under `config`, in seconds."""

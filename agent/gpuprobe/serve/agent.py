@@ -22,13 +22,20 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
 from gpuprobe import cleanup
-from gpuprobe.checks import rdma
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.rdma import RdmaConfig
 from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS
-from gpuprobe.checks.registry import CHECKS, active, clear, refuse_unknown_names, woken_by
+from gpuprobe.checks.registry import (
+    CHECKS,
+    active,
+    clear,
+    refuse_unknown_names,
+    section,
+    woken_by,
+)
 from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.checks.state import CheckStates
-from gpuprobe.checks.xid.settings import xid_settings
+from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
 from gpuprobe.daemon.pollers import NoticePoller
@@ -151,7 +158,7 @@ class Agent:
             host,
             self.store,
             peers,
-            config.section(rdma.NAME, rdma.RdmaConfig).test,
+            section(config, RdmaConfig).test,
             config.bandwidth,
             config.serve.bandwidth_threads,
         )
@@ -256,7 +263,7 @@ class Agent:
             signals.add_source(WAKE_NVML_EVENTS, nvml_source(relay, woken))
         woken = woken_by(WAKE_KERNEL_LOG, self.names)
         if woken:
-            settings = xid_settings(self.config)
+            settings = section(self.config, XidConfig)
             follower = KernelLogFollower(
                 self.host.fs,
                 settings.kernel_logs,
