@@ -24,12 +24,13 @@ from gpuprobe.checks.state import CheckStates
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
 from gpuprobe.daemon.core import Daemon
+from gpuprobe.daemon.links import bandwidth_tests
 from gpuprobe.daemon.store import AgentState
 from gpuprobe.errors import UsageError
 from gpuprobe.host import Host
 from gpuprobe.pipeline import Sink
 from gpuprobe.serve import grpc_server
-from gpuprobe.serve.bandwidth import PeerChannel, bandwidth_tests
+from gpuprobe.serve.bandwidth import PeerChannel
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.metrics_http import MetricsPage, MetricsServer
