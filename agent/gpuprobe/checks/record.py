@@ -6,7 +6,8 @@ and deadline), the daemon's scheduler (whether it is active), the configuration 
 its docs (its section), the metrics collector (its renderer), the default node conditions
 (its condition group), the summary view the fleet audit reads (its summary keys), the daemon's
 event path (what wakes it), the node's effects and attribution (the codes announcing the
-node's end) and the operator's clearing (`clear-xid`, ClearFindings). Adding a
+node's end), the operator's clearing (`clear-xid`, ClearFindings), `check --explain-policy`
+(its policy) and the daemon's log (how it names a code). Adding a
 check is writing its module and adding its record to the registry (docs/architecture.md,
 "How to add a check").
 """
@@ -57,7 +58,9 @@ WAKE_KERNEL_LOG = "kernel-log"  # new kernel-log lines (/dev/kmsg and the log fi
 @dataclass(frozen=True)
 class Poll:
     """A source of its own the daemon polls for a check between rounds: `sense()` every
-    `seconds`; when its value changes, the check runs at once (`reason` says why)."""
+    `seconds`; when its value changes, the check runs at once (`reason` says why). `sense`
+    may hand what it read to that run through the check's kept state (the lifecycle check
+    does), so the source is asked once per change."""
 
     sense: Callable[[], Hashable]
     seconds: float
