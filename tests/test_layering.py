@@ -163,8 +163,9 @@ def test_a_lazy_upward_import_is_found(tmp_path: Path) -> None:
 # What a module outside `checks/` may import of the checks (docs/architecture.md, "The floors"):
 # the record, the registry that lists the records, the runner and what it hands a check (its
 # context, the states it keeps), and attribution, the post-pass the pipeline runs over the
-# checks' results. Of any other module under `checks/` only the checks' data types: the classes
-# it defines (its data's TypedDicts, its section's dataclass), never a function or a constant.
+# checks' results. Of any other module under `checks/` only the checks' data types: the public
+# TypedDicts and dataclasses it defines (its data, its section), never a function, a constant
+# or another class.
 CHECKS_DOORS = frozenset(
     {
         "gpuprobe.checks",
@@ -178,15 +179,23 @@ CHECKS_DOORS = frozenset(
 )
 
 
-def defined_classes(module: str, known: dict[str, Path]) -> set[str]:
-    """The classes module `module` of the checks defines, or imports from another module of
-    the checks that defines them (a re-export)."""
+def data_types(module: str, known: dict[str, Path]) -> set[str]:
+    """The data types module `module` of the checks defines, or imports from another module of
+    the checks that defines them (a re-export): its public `TypedDict`s (those deriving from
+    one too) and dataclasses."""
     tree = ast.parse(known[module].read_text())
-    found = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    found: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module in known and node.module != module:
-            classes = defined_classes(node.module, known)
-            found.update(a.asname or a.name for a in node.names if a.name in classes)
+            types = data_types(node.module, known)
+            found.update(a.asname or a.name for a in node.names if a.name in types)
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+            continue
+        bases = {ast.unparse(b) for b in node.bases}
+        decorators = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
+        if "dataclass" in decorators or bases & ({"TypedDict"} | found):
+            found.add(node.name)
     return found
 
 
@@ -206,8 +215,8 @@ def reaches_into_checks(path: Path, known: dict[str, Path]) -> set[str]:
             assert node.module is not None
             if node.module in CHECKS_DOORS:
                 continue
-            classes = defined_classes(node.module, known)
-            found.update(f"{node.module}.{a.name}" for a in node.names if a.name not in classes)
+            types = data_types(node.module, known)
+            found.update(f"{node.module}.{a.name}" for a in node.names if a.name not in types)
     return found
 
 
@@ -229,6 +238,8 @@ def test_reaching_into_a_check_is_found(tmp_path: Path) -> None:
         "from gpuprobe.checks import registry, storage\n"
         "from gpuprobe.checks.gpus import GpusData\n"
         "from gpuprobe.checks.xid.settings import XidConfig\n"
+        "from gpuprobe.checks.xid.model import XidEntry\n"
+        "from gpuprobe.checks.storage import StorageConfig, _PathProbe\n"
         "def f() -> None:\n"
         "    from gpuprobe.checks.xid.findings import xid_named\n"
         "    import gpuprobe.checks.rdma\n"
@@ -237,6 +248,7 @@ def test_reaching_into_a_check_is_found(tmp_path: Path) -> None:
         "gpuprobe.checks.storage",
         "gpuprobe.checks.xid.findings.xid_named",
         "gpuprobe.checks.rdma",
+        "gpuprobe.checks.storage._PathProbe",
     }
 
 
