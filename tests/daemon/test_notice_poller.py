@@ -145,7 +145,9 @@ def test_the_metadata_service_is_asked_once_per_notice(imds: ImdsStandIn) -> Non
     agent.start()
     try:
         (poller,) = agent.pollers
-        wait_for(lambda: agent.signals.reruns.get("lifecycle", 0) == 1)  # the first look's
+        # The first round's run and the run the first look woke, both over.
+        wait_for(lambda: agent.signals.reruns.get("lifecycle", 0) == 1)
+        wait_for(lambda: agent.store.current().runs.get("lifecycle", 0) >= 2)
         wait_for(lambda: not agent.executor.in_flight())
 
         def status() -> str:
