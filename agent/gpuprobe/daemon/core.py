@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from gpuprobe import cleanup
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.rdma import RdmaConfig
 from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS
 from gpuprobe.checks.registry import (
     CHECKS,
@@ -31,6 +32,7 @@ from gpuprobe.checks.runner import CheckRunner, Ran
 from gpuprobe.checks.state import CheckStates
 from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
+from gpuprobe.daemon.links import bandwidth_tests
 from gpuprobe.daemon.pollers import NoticePoller
 from gpuprobe.daemon.scheduler import Scheduler, plan
 from gpuprobe.daemon.signals import KERNEL_MARKERS, Signals, kernel_log_source, nvml_source
@@ -42,6 +44,7 @@ from gpuprobe.gpu.kernel_sources import boot_id, followed_kmsg
 from gpuprobe.host import Host
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
+from gpuprobe.measure.bandwidth import BandwidthTests, PeerSinks
 from gpuprobe.pipeline import Sink
 from gpuprobe.report import CheckResult, now
 from gpuprobe.threads import start_thread
@@ -83,6 +86,18 @@ class Daemon:
         self.signals = self._signals()
         self.pollers = self._pollers()
         self.kube = self._kube_link(kubeconfig, rng)
+
+    def bandwidth_tests(self, peers: PeerSinks | None) -> BandwidthTests:
+        """The agent's bandwidth tests over its host (its peers' sinks opened through
+        `peers`), their latest results published to the store."""
+        return bandwidth_tests(
+            self.host,
+            self.store,
+            peers,
+            section(self.config, RdmaConfig).test,
+            self.config.bandwidth,
+            self.config.serve.bandwidth_threads,
+        )
 
     def sinks(self) -> list[Sink[AgentState]]:
         """The daemon's own sinks of each new state: the effects loop, when it is on."""

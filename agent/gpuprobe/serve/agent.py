@@ -18,13 +18,10 @@ from grpc_health.v1 import health_pb2
 from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
-from gpuprobe.checks.rdma import RdmaConfig
-from gpuprobe.checks.registry import section
 from gpuprobe.checks.state import CheckStates
 from gpuprobe.config import Config
 from gpuprobe.credentials import TokenFile, check_key_pair
 from gpuprobe.daemon.core import Daemon
-from gpuprobe.daemon.links import bandwidth_tests
 from gpuprobe.daemon.store import AgentState
 from gpuprobe.errors import UsageError
 from gpuprobe.host import Host
@@ -124,14 +121,7 @@ class Agent:
             key_file=key_file,
             server_certificate_as_client=cert_file is not None and cert_file == options.tls_cert,
         )
-        self.bandwidth = bandwidth_tests(
-            host,
-            self.store,
-            peers,
-            section(config, RdmaConfig).test,
-            config.bandwidth,
-            config.serve.bandwidth_threads,
-        )
+        self.bandwidth = self.daemon.bandwidth_tests(peers)
         mtls = options.tls_client_ca is not None
         self.guard = Guard(token, mtls=mtls, open_mode=options.allow_unauthenticated)
         credentials = None
