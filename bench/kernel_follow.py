@@ -46,9 +46,9 @@ LINE_BYTES = 100 * 1024 * 1024
 
 def child(case: str, limit: float) -> dict[str, Any]:
     """Run one case in this process (its tree is the one on sys.path)."""
+    from gpuprobe.daemon.signals import KERNEL_MARKERS
     from gpuprobe.gpu.kernel_follow import KernelLogFollower
     from gpuprobe.host.fs import HostFS
-    from gpuprobe.serve.signals import KERNEL_MARKERS
 
     with tempfile.TemporaryDirectory(prefix="gpuprobe-follow-") as tmp:
         log = Path(tmp) / "var" / "log" / "kern.log"

@@ -36,13 +36,13 @@ from conftest import ROOT, snapshot
 from gpuprobe import wire
 from gpuprobe.checks.registry import sections
 from gpuprobe.config import load_config
+from gpuprobe.daemon.store import AgentState
 from gpuprobe.errors import UsageError
 from gpuprobe.host import snapshot_host
 from gpuprobe.pipeline import run_checks
 from gpuprobe.render import render_report
 from gpuprobe.report import NodeReport, Status
 from gpuprobe.serve.metrics import ReportCollector
-from gpuprobe.serve.state import AgentState
 from serving import PASSIVE
 
 EXAMPLES = int(os.environ.get("GPUPROBE_FUZZ_EXAMPLES", "8"))

@@ -2,7 +2,9 @@
 
 Every module of the package sits on one floor (the longest prefix below names it); an import
 may reach its own floor or any floor below, never one above. Imports inside functions count
-the same as those at the top of a module: a lazy import is still a dependency.
+the same as those at the top of a module: a lazy import is still a dependency. Outside
+`checks/`, a module imports of the checks only their record, registry and runner (and the
+checks' data types).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "gpuprobe.capture",
             "gpuprobe.kube",
             "gpuprobe.effects",  # what a report does to the cluster: planners, appliers, loop
+            "gpuprobe.daemon",  # `serve`'s orchestration: scheduler, store, event path, pollers
             "gpuprobe.pipeline",  # checks, then post-passes, then sinks: `check` and `serve`
         ],
     ),
@@ -155,6 +158,98 @@ def test_a_lazy_upward_import_is_found(tmp_path: Path) -> None:
     lazy.write_text("def f() -> None:\n    from gpuprobe.serve import agent\n")
     assert imports(lazy, {"gpuprobe.serve.agent"}) == {"gpuprobe.serve.agent"}
     assert floor("gpuprobe.serve.agent") < floor("gpuprobe.checks.gpus")
+
+
+# What a module outside `checks/` may import of the checks (docs/architecture.md, "The floors"):
+# the record, the registry that lists the records, the runner and what it hands a check (its
+# context, the states it keeps), and attribution, the post-pass the pipeline runs over the
+# checks' results. Of any other module under `checks/` only the checks' data types: the public
+# TypedDicts and dataclasses it defines (its data, its section), never a function, a constant
+# or another class.
+CHECKS_DOORS = frozenset(
+    {
+        "gpuprobe.checks",
+        "gpuprobe.checks.record",
+        "gpuprobe.checks.registry",
+        "gpuprobe.checks.runner",
+        "gpuprobe.checks.context",
+        "gpuprobe.checks.state",
+        "gpuprobe.checks.attribution",
+    }
+)
+
+
+def data_types(module: str, known: dict[str, Path]) -> set[str]:
+    """The data types module `module` of the checks defines, or imports from another module of
+    the checks that defines them (a re-export): its public `TypedDict`s (those deriving from
+    one too) and dataclasses."""
+    tree = ast.parse(known[module].read_text())
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module in known and node.module != module:
+            types = data_types(node.module, known)
+            found.update(a.asname or a.name for a in node.names if a.name in types)
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+            continue
+        bases = {ast.unparse(b) for b in node.bases}
+        decorators = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
+        if "dataclass" in decorators or bases & ({"TypedDict"} | found):
+            found.add(node.name)
+    return found
+
+
+def reaches_into_checks(path: Path, known: dict[str, Path]) -> set[str]:
+    """What `path` imports of the checks beyond their doors and data types: a module
+    (`gpuprobe.checks.storage`) or a name of one (`gpuprobe.checks.xid.findings.xid_named`)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = {a.name for a in node.names if a.name.startswith("gpuprobe.checks.")}
+            found.update(names - CHECKS_DOORS)
+        elif isinstance(node, ast.ImportFrom) and node.module == "gpuprobe.checks":
+            found.update({f"{node.module}.{a.name}" for a in node.names} - CHECKS_DOORS)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "gpuprobe.checks."
+        ):
+            assert node.module is not None
+            if node.module in CHECKS_DOORS:
+                continue
+            types = data_types(node.module, known)
+            found.update(f"{node.module}.{a.name}" for a in node.names if a.name not in types)
+    return found
+
+
+def test_outside_the_checks_only_their_doors_and_data_types_are_imported() -> None:
+    known = modules()
+    reached = {
+        (name, target)
+        for name, path in known.items()
+        if not name.startswith("gpuprobe.checks")
+        for target in reaches_into_checks(path, known)
+    }
+    assert reached == set(), "imports that reach into a check past its record"
+
+
+def test_reaching_into_a_check_is_found(tmp_path: Path) -> None:
+    known = modules()
+    face = tmp_path / "face.py"
+    face.write_text(
+        "from gpuprobe.checks import registry, storage\n"
+        "from gpuprobe.checks.gpus import GpusData\n"
+        "from gpuprobe.checks.xid.settings import XidConfig\n"
+        "from gpuprobe.checks.xid.model import XidEntry\n"
+        "from gpuprobe.checks.storage import StorageConfig, _PathProbe\n"
+        "def f() -> None:\n"
+        "    from gpuprobe.checks.xid.findings import xid_named\n"
+        "    import gpuprobe.checks.rdma\n"
+    )
+    assert reaches_into_checks(face, known) == {
+        "gpuprobe.checks.storage",
+        "gpuprobe.checks.xid.findings.xid_named",
+        "gpuprobe.checks.rdma",
+        "gpuprobe.checks.storage._PathProbe",
+    }
 
 
 def test_the_floors_are_the_ones_docs_architecture_draws() -> None:

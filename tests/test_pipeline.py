@@ -19,6 +19,7 @@ from gpuprobe.checks.runner import Ran
 from gpuprobe.cli import build_parser
 from gpuprobe.cli import check as check_command
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig
+from gpuprobe.daemon.store import AgentState, ReportStore
 from gpuprobe.effects import once
 from gpuprobe.effects.loop import EffectsLoop
 from gpuprobe.effects.told import tell_report
@@ -26,7 +27,6 @@ from gpuprobe.report import CheckResult, Finding, NodeReport, Severity
 from gpuprobe.serve.metrics import ReportCollector
 from gpuprobe.serve.metrics_http import MetricsPage
 from gpuprobe.serve.service import NodeDiagnosticsService
-from gpuprobe.serve.state import AgentState, ReportStore
 from kube_standin import KubeStandIn, running
 from serving import in_process_agent, wait_for
 

@@ -1,9 +1,9 @@
 """The effects on the cluster and the daemon's wiring read what they know of the checks from
 their records (docs/architecture.md, "The check record"): no module of `gpuprobe.effects`,
-`gpuprobe.kube` or the daemon's wiring (`serve.agent`, `serve.service`, `serve.signals`), nor
-attribution, names a check or a finding code of a check in a string of its own. The agent's
-own result (`kubernetes`: TAINT_WITHHELD, KUBERNETES_UNREACHABLE, DEVICE_TAINT_WITHHELD and
-EVICTION_WITHHELD) is the effects'."""
+`gpuprobe.kube`, the daemon (`gpuprobe.daemon`) or its faces' wiring (`serve.agent`,
+`serve.service`), nor attribution, names a check or a finding code of a check in a string of
+its own. The agent's own result (`kubernetes`: TAINT_WITHHELD, KUBERNETES_UNREACHABLE,
+DEVICE_TAINT_WITHHELD and EVICTION_WITHHELD) is the effects'."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ PACKAGE = ROOT / "agent" / "gpuprobe"
 READERS = [
     *sorted((PACKAGE / "effects").glob("*.py")),
     *sorted((PACKAGE / "kube").glob("*.py")),
+    *sorted((PACKAGE / "daemon").glob("*.py")),
     PACKAGE / "serve" / "agent.py",
     PACKAGE / "serve" / "service.py",
-    PACKAGE / "serve" / "signals.py",
     PACKAGE / "checks" / "attribution.py",
 ]
 # The effects' own findings (the `kubernetes` result).

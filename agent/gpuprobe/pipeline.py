@@ -7,7 +7,7 @@ same report.
 
 One-shot `check` (and `capture`) gets its report from `run_checks` and feeds its sinks, the
 printed report and `--publish`'s Kubernetes write (`gpuprobe.cli.check`). The daemon's store
-(`gpuprobe.serve.state.ReportStore`) assembles the merged latest result of each check on every
+(`gpuprobe.daemon.store.ReportStore`) assembles the merged latest result of each check on every
 update and feeds its sinks the new state: the metrics collector and page, the gRPC service,
 the health state and the effects loop (listed in `gpuprobe.serve.agent`).
 

@@ -13,8 +13,8 @@ from conftest import gpuprobe, snapshot
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.client import Client
 from gpuprobe.config import Config
+from gpuprobe.daemon.core import sticky_clearer
 from gpuprobe.host import snapshot_host
-from gpuprobe.serve.agent import sticky_clearer
 from serving import in_process_agent, serve_process, wait_for
 
 TOKEN = "s3cret-token"

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from conftest import ROOT
 from gpuprobe.config import Config
+from gpuprobe.daemon.signals import XID_EVENTS, concerns_xid
 from gpuprobe.gpu import kernel_events, kernel_log
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.kernel_sources import followed_kmsg
 from gpuprobe.host import snapshot_host
 from gpuprobe.serve.agent import Agent, ServeOptions
-from gpuprobe.serve.signals import XID_EVENTS, concerns_xid
 from helpers import snapshot
 
 PACKAGE = ROOT / "agent" / "gpuprobe"
@@ -81,6 +81,6 @@ def test_the_event_path_subscribes_by_the_parsers_kinds() -> None:
     kinds = [kernel_events.kind_of(line, XID_EVENTS) for line in lines]
     assert kinds == ["nvrm", "sxid", "amdgpu_fault", "aer", None]
     assert [concerns_xid(line) for line in (xid, noise)] == [True, False]
-    source = ast.parse((PACKAGE / "serve" / "signals.py").read_text())
+    source = ast.parse((PACKAGE / "daemon" / "signals.py").read_text())
     texts = {n.value for n in ast.walk(source) if isinstance(n, ast.Constant)}
     assert not texts & set(kernel_events.EVENTS.values())

@@ -354,9 +354,9 @@ def test_an_agent_remembers_a_bounded_number_of_peers() -> None:
     # grow the metrics page without end.
     from datetime import UTC, datetime
 
+    from gpuprobe.daemon.links import MAX_LINKS, LinkBook
+    from gpuprobe.daemon.store import ReportStore
     from gpuprobe.measure.bandwidth import Measurement
-    from gpuprobe.serve.bandwidth import MAX_LINKS, LinkBook
-    from gpuprobe.serve.state import ReportStore
 
     store = ReportStore("node-a", [])
     book = LinkBook(store)

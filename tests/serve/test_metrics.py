@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import require_tool
 from gpuprobe import __version__
 from gpuprobe.checks.runner import Ran
+from gpuprobe.daemon.store import AgentState, LinkResult, ReportStore
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, Severity, Status
 from gpuprobe.serve.metrics import RENDERERS, ReportCollector
-from gpuprobe.serve.state import AgentState, LinkResult, ReportStore
 
 T = datetime(2026, 11, 29, 21, 0, 0, tzinfo=UTC)
 UUID0 = "GPU-5f1c0000-8e2b-4c1d-9a7e-000000000000"

@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuprobe import wire
+from gpuprobe.daemon.store import AgentState
 from gpuprobe.report import CheckResult, NodeReport
 from gpuprobe.serve.metrics import ReportCollector
-from gpuprobe.serve.state import AgentState
 
 T = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HUGE = 10**400

@@ -11,10 +11,11 @@ not answer as documented leaves the notices unknown (UNKNOWN, never "none").
 from __future__ import annotations
 
 import contextlib
+import threading
 import urllib.parse
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, NotRequired, TypedDict
 
 from gpuprobe.checks.context import CheckContext
@@ -108,10 +109,36 @@ class LifecycleData(TypedDict):
     graceful_shutdown: ShutdownFacts
 
 
-# What the check keeps between runs, shared with the daemon's notice poller
-# (`notice_sense`): the metadata service's session (AWS's IMDSv2 token while it lives,
-# Azure's instance name), as `lifecycle.notices` keeps it.
-KEEPS: Keeps[dict[str, Any]] = Keeps(dict)
+@dataclass
+class LifecycleKept:
+    """What the check keeps between runs, shared with the daemon's notice poller
+    (`notice_sense`): the metadata service's session (AWS's IMDSv2 token while it lives,
+    Azure's instance name), as `lifecycle.notices` keeps it; and the reading in which the
+    poller heard a change, handed to the run it wakes, so the service is asked once per
+    notice."""
+
+    session: dict[str, Any] = field(default_factory=dict)
+    heard: Hashable = None  # what the poller heard last (None: nothing yet)
+    handed: tuple[notices.NoticeReading, datetime] | None = None  # a change, and when read
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def hand(self, heard: Hashable, reading: notices.NoticeReading, at: datetime) -> None:
+        """The poller's reading at `at`: handed to the next run when it heard a change."""
+        with self.lock:
+            if heard != self.heard:
+                self.heard, self.handed = heard, (reading, at)
+
+    def take(self, at: datetime, fresh: timedelta) -> notices.NoticeReading | None:
+        """The reading handed by the poller, once, if it was read within `fresh` of `at`
+        (older, the run asks itself)."""
+        with self.lock:
+            handed, self.handed = self.handed, None
+        if handed is None or not timedelta(0) <= at - handed[1] <= fresh:
+            return None
+        return handed[0]
+
+
+KEEPS: Keeps[LifecycleKept] = Keeps(LifecycleKept)
 
 
 def run(ctx: CheckContext, config: Config) -> CheckResult:
@@ -130,16 +157,15 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
             provider=None, provider_from=source, notices=[], graceful_shutdown=shutdown_data
         )
         return CheckResult(NAME, f"not on a known cloud ({why}): no notices to hear", data=data)
-    at = host.captured_at or datetime.fromtimestamp(host.clock.wall(), UTC)
-    session: dict[str, Any] = ctx.kept(KEEPS)
-    reading = notices.read_notices(
-        host,
-        cloud,
-        settings.endpoint_for(cloud),
-        settings.timeout_seconds,
-        session,
-        at,
-    )
+    at = _now(host)
+    kept = ctx.kept(KEEPS)
+    # A run the poller woke judges what the poller read (within one poll of now).
+    reading = kept.take(at, timedelta(seconds=settings.poll_seconds))
+    if reading is None:
+        endpoint = settings.endpoint_for(cloud)
+        reading = notices.read_notices(
+            host, cloud, endpoint, settings.timeout_seconds, kept.session, at
+        )
     data = LifecycleData(
         provider=cloud,
         provider_from=source,
@@ -161,6 +187,11 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         data["termination_time"] = format_time(ending)
     findings[:0] = [_notice_finding(name, kind, reading.notices, at) for kind in _kinds(reading)]
     return CheckResult(NAME, _summary(name, reading, ending, at, shutdown), findings, data)
+
+
+def _now(host: Host) -> datetime:
+    """Now as the host tells it (a snapshot: when it was captured)."""
+    return host.captured_at or datetime.fromtimestamp(host.clock.wall(), UTC)
 
 
 def _provider(host: Host, settings: LifecycleConfig) -> tuple[str | None, str]:
@@ -313,10 +344,13 @@ def notice_sense(ctx: CheckContext, config: Config) -> Callable[[], Hashable] | 
     endpoint = settings.endpoint_for(cloud)
 
     def sense() -> Hashable:
-        at = host.captured_at or datetime.fromtimestamp(host.clock.wall(), UTC)
-        cache = ctx.kept(KEEPS)
-        reading = notices.read_notices(host, cloud, endpoint, settings.timeout_seconds, cache, at)
+        at = _now(host)
+        kept = ctx.kept(KEEPS)
+        reading = notices.read_notices(
+            host, cloud, endpoint, settings.timeout_seconds, kept.session, at
+        )
         heard = tuple((n.kind, n.source, n.detail, n.time) for n in reading.notices)
+        kept.hand((heard, reading.problem is None), reading, at)
         return heard, reading.problem is None
 
     return sense

@@ -6,7 +6,8 @@ and deadline), the daemon's scheduler (whether it is active), the configuration 
 its docs (its section), the metrics collector (its renderer), the default node conditions
 (its condition group), the summary view the fleet audit reads (its summary keys), the daemon's
 event path (what wakes it), the node's effects and attribution (the codes announcing the
-node's end) and the operator's clearing (`clear-xid`, ClearFindings). Adding a
+node's end), the operator's clearing (`clear-xid`, ClearFindings), `check --explain-policy`
+(its policy) and the daemon's log (how it names a code). Adding a
 check is writing its module and adding its record to the registry (docs/architecture.md,
 "How to add a check").
 """
@@ -22,11 +23,22 @@ from gpuprobe.checks.state import Keeps, StateError
 from gpuprobe.config import Config
 from gpuprobe.errors import UsageError
 from gpuprobe.families import Family
-from gpuprobe.report import CheckResult
+from gpuprobe.host import Host
+from gpuprobe.report import CheckResult, Finding
 from gpuprobe.report_view import DataKeys
 
 CheckFn = Callable[[CheckContext, Config], CheckResult]
 Clear = Callable[[CheckContext, Config, int | None], int]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A check's policy an operator may ask to see (`check --explain-policy`: the xid
+    check's XID catalog under `xid.policy`): `explain(host, config)` is the effective policy
+    on a host as JSON, `render` the same as text."""
+
+    explain: Callable[[Host, Config], dict[str, Any]]
+    render: Callable[[dict[str, Any]], str]
 
 
 class NoSuchGpu(UsageError):
@@ -46,7 +58,9 @@ WAKE_KERNEL_LOG = "kernel-log"  # new kernel-log lines (/dev/kmsg and the log fi
 @dataclass(frozen=True)
 class Poll:
     """A source of its own the daemon polls for a check between rounds: `sense()` every
-    `seconds`; when its value changes, the check runs at once (`reason` says why)."""
+    `seconds`; when its value changes, the check runs at once (`reason` says why). `sense`
+    may hand what it read to that run through the check's kept state (the lifecycle check
+    does), so the source is asked once per change."""
 
     sense: Callable[[], Hashable]
     seconds: float
@@ -107,6 +121,12 @@ class Check(Generic[D]):
     # An active check that loads the GPUs (nccl's all-reduce): the runner runs one such
     # check at a time, so that two never load the GPUs (and judge them) at once.
     loads_gpus: bool = False
+    # Its effective policy, for an operator to read (`check --explain-policy`); None: none.
+    policy: Policy | None = None
+    # How the daemon's "report changed" log names one of its findings' codes, where one
+    # resource may carry several findings of one code (the xid check: `XID 119`); None: the
+    # code alone.
+    log_code: Callable[[Finding], str] | None = None
 
     def deadline(self, config: Config) -> float:
         """How long the check may run under `config`, in seconds."""

@@ -7,7 +7,7 @@ record here; docs/architecture.md lists the steps.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from gpuprobe.checks import (
     cdi,
@@ -27,10 +27,13 @@ from gpuprobe.checks import (
     xid,
 )
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.record import Check
+from gpuprobe.checks.record import Check, Policy
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
+from gpuprobe.report import Finding
 from gpuprobe.report_view import DataKeys
+
+S = TypeVar("S")
 
 # The report order.
 ORDER: tuple[Check[Any], ...] = (
@@ -90,6 +93,21 @@ def sections() -> dict[str, type[Any]]:
     return {c.name: c.section for c in CHECKS.values() if c.section is not None}
 
 
+def section_name(section: type[Any]) -> str:
+    """The name the config section of type `section` is read under: its check's (the
+    record that declares it). KeyError: no record declares it."""
+    for c in CHECKS.values():
+        if c.section is section:
+            return c.name
+    raise KeyError(section.__name__)
+
+
+def section(config: Config, kind: type[S]) -> S:
+    """The config section of type `kind`, read under its check's name (a face or the daemon
+    reads a check's settings through its type, never its module)."""
+    return config.section(section_name(kind), kind)
+
+
 def conditions() -> dict[str, tuple[str, ...]]:
     """The default node conditions (`kubernetes.conditions`): each condition type that a
     check's record names, in the order of its first check, and the checks that decide it, in
@@ -124,6 +142,21 @@ def pod_attribution() -> str | None:
     """The check whose data names the pods on each GPU (its record's `attributes_pods`: the
     workloads check), if any."""
     return next((c.name for c in CHECKS.values() if c.attributes_pods), None)
+
+
+def policy() -> Policy | None:
+    """The policy an operator may ask to see (`check --explain-policy`: the first record
+    with a `policy`, the xid check's), if any."""
+    return next((c.policy for c in CHECKS.values() if c.policy is not None), None)
+
+
+def log_code(check: str, finding: Finding) -> str:
+    """How the daemon's log names the code of `check`'s `finding` (its record's
+    `log_code`: an XID's with its number), the code alone for a check without one."""
+    record = CHECKS.get(check)
+    if record is None or record.log_code is None:
+        return finding.code
+    return record.log_code(finding)
 
 
 def clearable(names: Iterable[str]) -> list[str]:

@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the checks, feed the report to the sinks; the report's exit status (UNKNOWN's for
     an OK run that Kubernetes did not hear)."""
     # Loaded when the command runs, not to build the parser (see gpuprobe.cli).
-    from gpuprobe.checks.xid import explain_policy
-    from gpuprobe.checks.xid.policy import render as render_policy
+    from gpuprobe.checks.registry import policy
     from gpuprobe.cli.kubernetes import kube_access
     from gpuprobe.cli.prepare import node_host, prepare
     from gpuprobe.effects.once import publish_once
@@ -66,11 +65,14 @@ def run(args: argparse.Namespace) -> int:
 
     config, names = prepare(args)
     if args.explain_policy:
-        explained = explain_policy(node_host(args), config)
+        explaining = policy()
+        if explaining is None:
+            raise UsageError("no check has a policy to explain")
+        explained = explaining.explain(node_host(args), config)
         text = (
             json.dumps(explained, indent=1) + "\n"
             if args.json
-            else screen(render_policy(explained).splitlines())
+            else screen(explaining.render(explained).splitlines())
         )
         sys.stdout.write(text)
         return 0

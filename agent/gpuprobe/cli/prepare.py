@@ -10,9 +10,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from gpuprobe.checks import storage
-from gpuprobe.checks.registry import CHECKS, refuse_unknown_names, resolve, sections
-from gpuprobe.checks.rules.sections import GPUS, GpusConfig
+from gpuprobe.checks.registry import (
+    CHECKS,
+    refuse_unknown_names,
+    resolve,
+    section,
+    section_name,
+    sections,
+)
+from gpuprobe.checks.rules.sections import GpusConfig
+from gpuprobe.checks.storage import StorageConfig
 from gpuprobe.config import Config, load_config
 from gpuprobe.errors import UsageError
 from gpuprobe.host import Host, check_root, live_host, snapshot_host
@@ -26,20 +33,18 @@ def prepare(args: argparse.Namespace) -> tuple[Config, list[str]]:
     refuse_unknown_names(config)
     if args.expect_gpus is not None:
         try:
-            expected = dataclasses.replace(
-                config.section(GPUS, GpusConfig), expect=args.expect_gpus
-            )
+            expected = dataclasses.replace(section(config, GpusConfig), expect=args.expect_gpus)
         except UsageError as exc:
             raise UsageError(f"--expect-gpus: {exc}") from None
-        config = config.with_section(GPUS, expected)
+        config = config.with_section(section_name(GpusConfig), expected)
     storage_paths = getattr(args, "storage_path", None) or []
     if storage_paths:
-        measured = config.section(storage.NAME, storage.StorageConfig)
+        measured = section(config, StorageConfig)
         try:
             measured = dataclasses.replace(measured, paths=(*measured.paths, *storage_paths))
         except UsageError as exc:
             raise UsageError(f"--storage-path: {exc}") from None
-        config = config.with_section(storage.NAME, measured)
+        config = config.with_section(section_name(StorageConfig), measured)
     try:
         names = resolve(args.only)
     except KeyError as exc:

@@ -1,26 +1,22 @@
 """The bandwidth RPCs' wiring: messages to and from the tests of `gpuprobe.measure.bandwidth`,
-its refusals to gRPC status codes, the latest results to the report store, and the client
-this agent calls its peers with (only over verified TLS).
+its refusals to gRPC status codes, and the client this agent calls its peers with (only over
+verified TLS). The tests themselves, publishing their latest results to the report store,
+are the daemon's (`gpuprobe.daemon.links`).
 """
 
 from __future__ import annotations
 
 import re
-import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import grpc
 
 from gpuprobe import wire
 from gpuprobe.client import Client
-from gpuprobe.config import BandwidthConfig
 from gpuprobe.credentials import TokenFile
-from gpuprobe.gpu.nvidia.device import busy_gpus
-from gpuprobe.host import Host
 from gpuprobe.measure.bandwidth import (
     PEER_CALL_SECONDS,
-    BandwidthTests,
     Measurement,
     MeasureRequest,
     Reason,
@@ -29,9 +25,7 @@ from gpuprobe.measure.bandwidth import (
     Sink,
     SinkRequest,
 )
-from gpuprobe.measure.perftest import RdmaTestConfig
 from gpuprobe.measure.tcp import CpuUse
-from gpuprobe.serve.state import LinkResult, ReportStore
 from gpuprobe.v1 import diagnostics_pb2 as pb
 
 STATUS = {
@@ -41,53 +35,6 @@ STATUS = {
     Reason.BUSY: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 SIDES = {Side.SOURCE: pb.TEST_SIDE_SOURCE, Side.PEER: pb.TEST_SIDE_PEER}
-
-
-# Peers an agent remembers results for: the peer's name comes with the sink a caller hands
-# over, so a caller must not be able to grow the metrics page without end.
-MAX_LINKS = 1024
-
-
-class LinkBook:
-    """The latest result per (peer, transport), published to the report store for metrics;
-    at most MAX_LINKS of them (the oldest go first)."""
-
-    def __init__(self, store: ReportStore) -> None:
-        self._store = store
-        self._lock = threading.Lock()
-        self._results: dict[tuple[str, str], LinkResult] = {}
-
-    def record(self, result: Measurement) -> None:
-        """Keep `result` as the latest for its peer and transport."""
-        link = LinkResult(result.peer, result.transport, result.bytes_per_second, datetime.now(UTC))
-        with self._lock:
-            self._results.pop((link.peer, link.transport), None)
-            self._results[(link.peer, link.transport)] = link  # newest last
-            while len(self._results) > MAX_LINKS:
-                del self._results[next(iter(self._results))]
-            latest = [self._results[k] for k in sorted(self._results)]
-        self._store.update_links(latest)
-
-
-def bandwidth_tests(
-    host: Host,
-    store: ReportStore,
-    peers: PeerChannel | None,
-    rdma_test: RdmaTestConfig | None = None,
-    policy: BandwidthConfig | None = None,
-    tcp_threads: int | None = None,
-) -> BandwidthTests:
-    """The agent's bandwidth tests over its host, publishing results to `store`."""
-    return BandwidthTests(
-        host.node_name,
-        host.fs,
-        lambda: busy_gpus(host.nvml),
-        LinkBook(store).record,
-        peers,
-        rdma_test,
-        policy,
-        tcp_threads,
-    )
 
 
 def peer_address(context: Any) -> str:

@@ -18,9 +18,10 @@ from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.checks.runner import checks_states
 from gpuprobe.config import Config
+from gpuprobe.daemon.core import sticky_clearer
 from gpuprobe.host import Host
 from gpuprobe.serve import logs
-from gpuprobe.serve.agent import Agent, ServeOptions, sticky_clearer
+from gpuprobe.serve.agent import Agent, ServeOptions
 
 # How long the orderly stop may take before the watchdog ends the process.
 STOP_GRACE_SECONDS = 2.0

@@ -16,9 +16,9 @@ from prometheus_client.registry import Collector
 
 from gpuprobe import __version__
 from gpuprobe.checks.registry import CHECKS
+from gpuprobe.daemon.store import AgentState
 from gpuprobe.families import Family
 from gpuprobe.report import NodeReport
-from gpuprobe.serve.state import AgentState
 
 log = logging.getLogger("gpuprobe.serve")
 

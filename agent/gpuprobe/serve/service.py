@@ -19,14 +19,14 @@ from gpuprobe import wire
 from gpuprobe.checks import registry
 from gpuprobe.checks.record import ClearStateError, NoSuchGpu
 from gpuprobe.checks.registry import clearable
+from gpuprobe.daemon.scheduler import Scheduler
+from gpuprobe.daemon.store import AgentState, ReportStore
 from gpuprobe.measure.bandwidth import BandwidthTests, Refused
 from gpuprobe.report import NodeReport, now
 from gpuprobe.serve import bandwidth as wiring
 from gpuprobe.serve.limits import RateLimiter
 from gpuprobe.serve.logs import Throttle
-from gpuprobe.serve.scheduler import Scheduler
 from gpuprobe.serve.security import Guard, caller
-from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 

@@ -28,15 +28,15 @@ from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS, Check
+from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS, Check, Policy
 from gpuprobe.checks.xid import aer, amdgpu, sxid
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.clearing import clear
-from gpuprobe.checks.xid.findings import events_only, finding, read_nothing, summary
+from gpuprobe.checks.xid.findings import events_only, finding, log_code, read_nothing, summary
 from gpuprobe.checks.xid.model import NAME, EventEntry, XidEntry
 from gpuprobe.checks.xid.observation import observe
 from gpuprobe.checks.xid.persist import KEEPS, save_sticky
-from gpuprobe.checks.xid.policy import explain
+from gpuprobe.checks.xid.policy import explain, render
 from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number
@@ -159,4 +159,6 @@ CHECK: Check[XidData] = Check(
     wakes=(WAKE_NVML_EVENTS, WAKE_KERNEL_LOG),
     clear=clear,
     keeps=KEEPS,
+    policy=Policy(explain_policy, render),
+    log_code=log_code,
 )

@@ -74,6 +74,13 @@ def xid_named(found: Finding) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def log_code(found: Finding) -> str:
+    """The code as the daemon's log names it (the record's `log_code`): an XID's with its
+    number (`XID 119`), as one GPU may have raised several."""
+    number = xid_named(found)
+    return found.code if number is None else f"{found.code} {number}"
+
+
 def _advice(info: XidInfo, index: int | None, message: str) -> str:
     gpu = f" -i {index}" if index is not None else ""
     if info.bucket == "UNKNOWN":

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpuprobe.checks.registry import log_code
 from gpuprobe.checks.runner import CheckRunner, Ran
-from gpuprobe.checks.xid.findings import xid_named
 from gpuprobe.config import ServeConfig
+from gpuprobe.daemon.store import AgentState, ReportStore
 from gpuprobe.report import Finding
-from gpuprobe.serve.state import AgentState, ReportStore
 from gpuprobe.threads import start_thread
 
 log = logging.getLogger("gpuprobe.serve")
@@ -162,7 +162,6 @@ def _log_round(ran: list[Ran], before: AgentState, after: AgentState) -> None:
 
 def _finding_key(check: str, finding: Finding) -> str:
     """A finding as the "report changed" line names it: `check:CODE:resource`, an XID's code
-    with its number (`xid:XID 119:gpu:6:...`), as one GPU may have raised several."""
-    number = xid_named(finding)
-    code = finding.code if number is None else f"{finding.code} {number}"
-    return f"{check}:{code}:{finding.resource}"
+    with its number (`xid:XID 119:gpu:6:...`), as one GPU may have raised several (the
+    record's `log_code`)."""
+    return f"{check}:{log_code(check, finding)}:{finding.resource}"

@@ -21,12 +21,12 @@ from conftest import snapshot
 from gpuprobe.checks.registry import CHECKS
 from gpuprobe.checks.runner import Ran
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig, TaintConfig
+from gpuprobe.daemon.signals import MIN_GAP_SECONDS, Signals, nvml_source
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.nvml import ReplayNvml
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.report import Status
 from gpuprobe.serve.agent import Agent, ServeOptions
-from gpuprobe.serve.signals import MIN_GAP_SECONDS, Signals, nvml_source
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
 from kube_standin import KubeStandIn, running

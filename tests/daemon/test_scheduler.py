@@ -16,10 +16,10 @@ from gpuprobe.checks import xid
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.runner import STAGGER_SECONDS, CheckRunner, Ran
 from gpuprobe.config import Config
+from gpuprobe.daemon.scheduler import Group, Scheduler, plan
+from gpuprobe.daemon.store import ReportStore
 from gpuprobe.host import Host, snapshot_host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
-from gpuprobe.serve.scheduler import Group, Scheduler, plan
-from gpuprobe.serve.state import ReportStore
 from helpers import config, records
 from serving import wait_for
 
