@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuprobe.checks.rules.gpu_health import health_findings
+from gpuprobe.checks.nvidia.gpu_health import health_findings
 from gpuprobe.gpu.nvidia.device import Device
 from gpuprobe.gpu.nvidia.health import read_health
 from gpuprobe.host.nvml import ReplayNvml

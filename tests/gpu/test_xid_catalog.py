@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprobe.checks.rules.gpu_health import health_findings
+from gpuprobe.checks.nvidia.gpu_health import health_findings
 from gpuprobe.gpu.xid_catalog import BUCKET_EXCEPTIONS, BUCKET_VERDICTS, CATALOG, classify
 from gpuprobe.report import Action, Severity
 

@@ -4,7 +4,7 @@ Judges NVML's init outcome and versions, the kernel module's version and the NVI
 the PCI bus (read by `gpuprobe.gpu.nvidia.driver`), and holds the driver against
 the configured minimum and against the CUDA toolkits this node's images need (NVIDIA's
 table in `gpuprobe.gpu.cuda`). AMD GPUs on the bus add the amdgpu driver's facts under
-`data.amd` (`gpuprobe.checks.rules.amd_gpus`); a node with only AMD GPUs is judged on those alone.
+`data.amd` (`gpuprobe.checks.amd.rules`); a node with only AMD GPUs is judged on those alone.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
+from gpuprobe.checks.amd import rules as amd
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
-from gpuprobe.checks.rules import amd_gpus as amd
 from gpuprobe.checks.rules.sections import GPUS, GpusConfig
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError

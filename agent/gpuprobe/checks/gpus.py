@@ -5,7 +5,7 @@ expected count against it, and lists each GPU's identity: index, UUID, name, ser
 id, memory, persistence and compute mode (read by `gpuprobe.gpu.nvidia.gpus`). A GPU NVML
 reports lost is named while the others are still reported. Each GPU's health (ECC, remapped
 rows, PCIe, NVLink, fabric, clock event reasons, temperature, power, load, processes) is read
-by `gpuprobe.gpu.nvidia.health` and judged by `gpuprobe.checks.rules.gpu_health`.
+by `gpuprobe.gpu.nvidia.health` and judged by `gpuprobe.checks.nvidia.gpu_health`.
 
 Idle GPUs: the check remembers (its state, `KEEPS`, kept by the runner) since when each GPU
 has been idle, so the daemon raises GPU_IDLE once one stays idle past
@@ -13,7 +13,7 @@ has been idle, so the daemon raises GPU_IDLE once one stays idle past
 `data`.
 
 AMD GPUs on the bus are listed after NVIDIA's (`vendor: amd`, indexed in PCI order on their
-own) with the amdgpu driver's facts, and judged by `gpuprobe.checks.rules.amd_gpus`.
+own) with the amdgpu driver's facts, and judged by `gpuprobe.checks.amd.rules`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
+from gpuprobe.checks.amd import rules as amd
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.nvidia import imex as imex_check
+from gpuprobe.checks.nvidia.gpu_health import health_findings, idle_finding
 from gpuprobe.checks.record import Check
-from gpuprobe.checks.rules import amd_gpus as amd
-from gpuprobe.checks.rules import imex as imex_check
-from gpuprobe.checks.rules.gpu_health import health_findings, idle_finding
 from gpuprobe.checks.rules.sections import GpusConfig
 from gpuprobe.checks.state import Keeps
 from gpuprobe.config import Config

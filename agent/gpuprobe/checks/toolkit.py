@@ -9,16 +9,16 @@ against the host: is it there, does its binary exist, is it the default (if not,
 AMD GPUs need no runtime of their own on Kubernetes (the AMD device plugin passes `/dev/kfd`
 and `/dev/dri/renderD<N>` into the container): where the bus shows AMD GPUs the check holds
 those device nodes against the host, and an engine's `amd` runtime (AMD Container Toolkit),
-where one is configured, against its binary (`gpuprobe.checks.rules.amd_gpus`).
+where one is configured, against its binary (`gpuprobe.checks.amd.rules`).
 """
 
 from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from gpuprobe.checks.amd import rules as amd
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
-from gpuprobe.checks.rules import amd_gpus as amd
 from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.device_plugin import is_kubernetes_node
