@@ -75,14 +75,10 @@ VENDORS = ("nvidia", "amd")
 # longer does leaves it): the kernel log's checks (checks/xid/) read the vendors' kernel
 # faults until they read them from the kernel journal.
 NOT_YET_IN_A_VENDOR_FOLDER = {
-    "checks/driver.py",
-    "checks/gpus.py",
     "checks/pods.py",
-    "checks/toolkit.py",
     "checks/xid/amdgpu.py",
     "checks/xid/findings.py",
     "checks/xid/model.py",
-    "workloads/attribution.py",
 }
 
 

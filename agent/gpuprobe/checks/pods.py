@@ -39,6 +39,7 @@ from gpuprobe.config import Config
 from gpuprobe.containers import cri_log, oci
 from gpuprobe.containers import cuda_requirement as req
 from gpuprobe.gpu import cuda, kernel_log
+from gpuprobe.gpu.backend import VendorUses
 from gpuprobe.gpu.nvidia.cuda_targets import DriverCuda, read_cuda_targets, read_driver_cuda
 from gpuprobe.gpu.nvidia.modes import GpuModes, read_modes
 from gpuprobe.host import Host
@@ -127,7 +128,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Judge every GPU container's image CUDA and every GPU pod's log."""
     host = ctx.host
     driver, gpus = read_driver_cuda(host), _gpus(host)
-    held = _held(host, config)
+    held = _held(ctx, config)
     specs = oci.read_specs(host)
     judged: list[tuple[dict[str, Any], list[Finding]]] = []
     gpu_pods: set[tuple[str, str]] = {(p.namespace, p.pod) for p in held}
@@ -251,15 +252,16 @@ def _gpus(host: Host) -> list[NodeGpu]:
     ]
 
 
-def _held(host: Host, config: Config) -> dict[PodRef, set[int]]:
+def _held(ctx: CheckContext, config: Config) -> dict[PodRef, set[int]]:
     """The NVIDIA GPU indices the kubelet gave each container (empty without a kubelet):
-    an image's CUDA is held against NVIDIA's GPUs only."""
+    an image's CUDA is held against NVIDIA's GPUs only (the other vendors' GPUs unread)."""
+    host = ctx.host
     settings = config.section(WORKLOADS, WorkloadsConfig)
     answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
     if answer.list is None:
         return {}
     held: dict[PodRef, set[int]] = defaultdict(set)
-    for use in attribute(host, answer, amd_gpus=False).devices:
+    for use in attribute(host, answer, [VendorUses(ctx.gpus.nvidia.uses())]).devices:
         for grant in use.grants:
             held[grant.pod].add(use.gpu)
     return dict(held)

@@ -167,6 +167,17 @@ class GpuUse:
         return self.identity.resource
 
 
+@dataclass(frozen=True)
+class VendorUses:
+    """One vendor's GPUs as workloads get them, and the processes that hold the vendor's
+    compute device but no GPU's own device node (`unplaced`, by pid: GPU processes whose GPU
+    is unknown, such as AMD's holding `/dev/kfd` alone; None: the vendor has no such device,
+    or its processes' descriptors cannot be read)."""
+
+    gpus: list[GpuUse]
+    unplaced: list[int] | None = None
+
+
 class GpuBackend(Protocol):
     """One vendor's GPUs on one node."""
 

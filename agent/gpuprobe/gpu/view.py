@@ -11,6 +11,8 @@ readers.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from gpuprobe.gpu.amd.backend import AmdBackend
 from gpuprobe.gpu.backend import DriverFacts, GpuBackend, Vendor
 from gpuprobe.gpu.backends import node_backends
@@ -26,9 +28,10 @@ class GpuView:
         self.nvidia = NvidiaBackend(host)
         self.amd = AmdBackend(host)
 
-    def backends(self) -> list[GpuBackend]:
-        """The backends of the vendors this node shows (`gpu.backends.node_backends`)."""
-        return node_backends(self.host)
+    def backends(self, skip: Collection[Vendor] = ()) -> list[GpuBackend]:
+        """The backends of the vendors this node shows (`gpu.backends.node_backends`); a
+        vendor in `skip` is not asked (a check whose rules cover it already)."""
+        return node_backends(self.host, skip)
 
     def driver(self, vendor: Vendor) -> DriverFacts:
         """The vendor's driver as its backend tells it (whether or not the node shows it)."""

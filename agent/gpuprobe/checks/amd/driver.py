@@ -1,0 +1,31 @@
+"""AMD's part of the `driver` check: the amdgpu module, the AMD GPUs on the bus, the host's
+ROCm release and what ROCm SMI said, under `data.amd`, judged by `gpuprobe.checks.amd.rules`;
+on a node whose GPUs are all AMD's, amdgpu's version is the check's `driver_version`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuprobe.checks.amd import rules as amd
+from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.rules.vendor_part import Part
+from gpuprobe.config import Config
+from gpuprobe.gpu.amd.node import read_amd
+
+
+class AmdDriver:
+    """AMD's rules of the `driver` check (`checks.rules.vendor_part.DriverRules`)."""
+
+    def facts(self, ctx: CheckContext, data: dict[str, Any]) -> None:
+        """`data.amd` when AMD GPUs are on the bus (ROCm SMI asked, once per agent)."""
+        node = read_amd(ctx.host, ask_library=True)
+        if node.gpus:
+            data["amd"] = amd.driver_data(node.module, node.gpus, node.rocm_version, node.smi)
+
+    def judge(self, ctx: CheckContext, config: Config, data: dict[str, Any], first: bool) -> Part:
+        """amdgpu loaded and driving every AMD GPU on the bus."""
+        node = read_amd(ctx.host)
+        if first:
+            data["driver_version"] = node.module.driver_version
+        findings = amd.driver_findings(node.module, node.gpus)
+        return Part(amd.driver_summary(node.module, node.gpus), findings, gpus=len(node.gpus))
