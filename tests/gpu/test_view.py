@@ -75,7 +75,6 @@ VENDORS = ("nvidia", "amd")
 # longer does leaves it): the kernel log's checks (checks/xid/) read the vendors' kernel
 # faults until they read them from the kernel journal.
 NOT_YET_IN_A_VENDOR_FOLDER = {
-    "checks/pods.py",
     "checks/xid/amdgpu.py",
     "checks/xid/findings.py",
     "checks/xid/model.py",
