@@ -8,6 +8,7 @@ import importlib
 import pkgutil
 import typing
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -19,6 +20,7 @@ from gpuprobe.checks.xid import settings as xid_settings
 from gpuprobe.config import Config
 from gpuprobe.containers import device_plugin as device_plugin_paths
 from gpuprobe.families import Family
+from gpuprobe.gpu.backend import Vendor
 from helpers import node_report
 
 # The modules of the checks package that are not checks: the machinery (attribution names
@@ -26,7 +28,7 @@ from helpers import node_report
 # `rules`, what checks judge by that is no check of its own.
 MACHINERY = {"context", "record", "registry", "runner", "state", "attribution", "rules"}
 # One folder per GPU vendor: its rules (no check) and the checks wholly that vendor's.
-VENDOR_FOLDERS = ("nvidia", "amd")
+VENDOR_FOLDERS = get_args(Vendor)
 # Config's own sections, which belong to no one check: how checks run, the daemon, the
 # bandwidth tests it serves, and its effects on the cluster (and the checks' sections by name).
 SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes", "remediation"}

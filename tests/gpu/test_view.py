@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import get_args
 
 from conftest import ROOT
-from gpuprobe.gpu.backend import DriverFacts, GpuIdentity
+from gpuprobe.gpu.backend import DriverFacts, GpuIdentity, Vendor
 from gpuprobe.gpu.event_drain import DrainedEvent, EventDrain, drain_events, recovery_action
 from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import snapshot_host
@@ -50,6 +51,32 @@ def test_the_driver_version_falls_back_to_the_kernel_module_when_nvml_cannot_sta
     )
 
 
+def test_the_views_health_is_every_shown_vendors_in_order() -> None:
+    """The synthetic ECC node's GPU 2 has 3 volatile uncorrectable errors
+    (`tests/snapshots/synthesize.py`); an AMD node's health is AMD's backend's."""
+    health = GpuView(snapshot_host(snapshot("synthetic-ecc-uncorrectable"))).health()
+    assert [h.identity.index for h in health] == list(range(8))
+    assert [h.memory.uncorrectable_errors for h in health] == [0, 0, 3, 0, 0, 0, 0, 0]
+    amd = GpuView(snapshot_host(snapshot("synthetic-amd-xgmi-link-down")))
+    assert amd.health() == amd.amd.health()
+    assert [h.identity.vendor for h in amd.health()] == ["amd"] * 8
+
+
+def test_the_views_uses_and_partitions_are_the_mig_devices_by_gpu() -> None:
+    """GPU 0 of the mixed-MIG node is split into four MIG devices; the others are whole."""
+    view = GpuView(snapshot_host(snapshot("synthetic-k8s-mig-mixed")))
+    uses = view.uses()
+    assert [(u.index, u.partitioned, len(u.partitions)) for u in uses] == [(0, True, 4)] + [
+        (i, False, 0) for i in range(1, 8)
+    ]
+    partitions = view.partitions()
+    assert [(p.gpu, p.slot, p.uuid) for p in partitions] == [
+        (0, i, f"MIG-7b3d000{i}-1c9e-5a0f-8d42-00000000000{i}") for i in range(4)
+    ]
+    assert (partitions[0].gi, partitions[0].ci, partitions[0].resource) == (2, 0, "mig:0:2:0")
+    assert partitions[0].name == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+
+
 def test_nothing_imports_the_removed_doors_to_the_gpus() -> None:
     """`gpu.view` (through the vendors' backends) is the one way to the node's GPUs: the old
     `node` and `gpu.node_gpus` modules are gone and nothing imports them."""
@@ -69,7 +96,7 @@ def test_nothing_imports_the_removed_doors_to_the_gpus() -> None:
     assert not (ROOT / "agent/gpuprobe/gpu/node_gpus.py").exists()
 
 
-VENDORS = ("nvidia", "amd")
+VENDORS = get_args(Vendor)  # each vendor the GPU interface names
 # The modules under checks/ and workloads/ that still import a vendor package outside their
 # vendor's rules folder. The list may only shrink (the test fails until a module that no
 # longer does leaves it): the kernel log's checks (checks/xid/) read the vendors' kernel

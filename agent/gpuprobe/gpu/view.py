@@ -2,7 +2,8 @@
 backends (`gpu.backends`), the only door through which checks and workloads reach GPUs.
 
 Vendor-neutral facts (the backends present, each vendor's driver, how many GPUs a vendor
-has) are asked through the view's methods; what only one vendor can tell (NVIDIA's NVSwitches
+has, every shown vendor's GPUs' health, uses and partitions) are asked through the view's
+methods; what only one vendor can tell (NVIDIA's NVSwitches
 and busy GPUs, AMD's RAS and DRM facts) through its typed backend, `view.nvidia` or
 `view.amd`. The view asks when asked and keeps nothing: a replayed NVML answers repeated
 calls in order, so a check reads through the view exactly what it read through the vendor's
@@ -14,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from gpuprobe.gpu.amd.backend import AmdBackend
-from gpuprobe.gpu.backend import DriverFacts, GpuBackend, Vendor
+from gpuprobe.gpu.backend import (
+    DriverFacts,
+    GpuBackend,
+    GpuHealth,
+    GpuUse,
+    Partition,
+    Vendor,
+)
 from gpuprobe.gpu.backends import node_backends
 from gpuprobe.gpu.nvidia.backend import NvidiaBackend
 from gpuprobe.host import Host
@@ -32,6 +40,18 @@ class GpuView:
         """The backends of the vendors this node shows (`gpu.backends.node_backends`); a
         vendor in `skip` is not asked (a check whose rules cover it already)."""
         return node_backends(self.host, skip)
+
+    def health(self) -> list[GpuHealth]:
+        """Every shown vendor's GPUs' health, in the backends' order."""
+        return [health for backend in self.backends() for health in backend.health()]
+
+    def uses(self) -> list[GpuUse]:
+        """Every shown vendor's GPUs as workloads get them, in the backends' order."""
+        return [use for backend in self.backends() for use in backend.uses()]
+
+    def partitions(self) -> list[Partition]:
+        """Every partition given to workloads as a device (NVIDIA's MIG devices), by GPU."""
+        return [partition for use in self.uses() for partition in use.partitions]
 
     def driver(self, vendor: Vendor) -> DriverFacts:
         """The vendor's driver as its backend tells it (whether or not the node shows it)."""
