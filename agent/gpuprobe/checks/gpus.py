@@ -37,7 +37,8 @@ NAME = "gpus"
 
 class GpuFacts(TypedDict, total=False):
     """One GPU's entry in `data.gpus` (docs/checks.md, check `gpus`): its identity from this
-    check, its health from `gpu.nvidia.health.read_health`; what NVML cannot tell is left out."""
+    check, its health from `gpu.nvidia.health.read_health` (NVIDIA's, rendered from
+    `gpu.nvidia.gpus.NvidiaGpuFacts`); what NVML cannot tell is left out."""
 
     index: int
     vendor: str  # "nvidia" | "amd"

@@ -21,6 +21,7 @@ from gpuprobe.config import Config
 from gpuprobe.gpu.nvidia import fabric as imex
 from gpuprobe.gpu.nvidia.gpus import (
     GpuReading,
+    NvidiaGpuFacts,
     fabric_manager_running,
     nvml_gpu_count,
     read_bus,
@@ -74,14 +75,19 @@ def _nvidia(host: Host, idle_since: dict[str, float], config: Config, others: in
     table = host.processes()
     readings = read_gpus(host, count, bus.gpus, table)
     gpus = [r.facts for r in readings]
-    # The entries are gpu.nvidia's facts (a plain dict) with this check's identity.
-    data["gpus"] = gpus
-    _track_idle(host, idle_since, gpus, frozen=loaded or own_gpu_test_running(host))
+    # The entries are each GPU's facts as NVML told them, with how long it has been idle.
+    entries = [facts.to_data() for facts in gpus]
+    data["gpus"] = entries
+    idle = _track_idle(host, idle_since, gpus, frozen=loaded or own_gpu_test_running(host))
+    for entry, seconds in zip(entries, idle, strict=True):
+        if seconds is not _NOT_IDLE:
+            entry["idle_seconds"] = seconds
     if data["nvswitches_on_pci_bus"] or any(_fabric_used(g) for g in gpus):
         data["fabric_manager_running"] = fabric_manager_running(table)
     findings = _count_findings(bus.gpus, count, expected, gpus)
-    for reading in readings:
-        findings += _device_findings(reading, config, data)
+    for reading, seconds in zip(readings, idle, strict=True):
+        idle_seconds = seconds if isinstance(seconds, float) else None
+        findings += _device_findings(reading, config, data, idle_seconds)
     findings += _fabric_manager_findings(data, gpus, findings)
     domain = imex.read(host)
     if domain.in_domain:  # a single-node NVLink system has nothing to say about IMEX
@@ -91,7 +97,7 @@ def _nvidia(host: Host, idle_since: dict[str, float], config: Config, others: in
 
 
 def _fabric_manager_findings(
-    data: dict[str, Any], gpus: list[dict[str, Any]], findings: list[Finding]
+    data: dict[str, Any], gpus: list[NvidiaGpuFacts], findings: list[Finding]
 ) -> list[Finding]:
     """FABRIC_NOT_READY for the node: NVSwitches on the bus and no nvidia-fabricmanager, when
     no GPU's own fabric state has said so already.
@@ -104,7 +110,7 @@ def _fabric_manager_findings(
         return []
     if any(f.code == "FABRIC_NOT_READY" for f in findings):
         return []
-    states = {g.get("fabric_state") for g in gpus if not g.get("lost")}
+    states = {g.fabric_state for g in gpus if not g.lost}
     if states <= {"COMPLETED"} and states:
         return [
             Finding(
@@ -130,36 +136,44 @@ def _fabric_manager_findings(
     ]
 
 
-def _fabric_used(facts: dict[str, Any]) -> bool:
-    return facts.get("fabric_state") not in (None, "NOT_SUPPORTED")
+def _fabric_used(facts: NvidiaGpuFacts) -> bool:
+    return facts.fabric_state not in (None, "NOT_SUPPORTED")
+
+
+# A GPU whose idleness NVML cannot tell has no `idle_seconds` at all.
+_NOT_IDLE = object()
 
 
 def _track_idle(
-    host: Host, since: dict[str, float], gpus: list[dict[str, Any]], frozen: bool
-) -> None:
-    """Set each GPU's `idle_seconds` from the time it was first seen idle (kept in memory).
-    While gpuprobe's own NCCL test runs, the GPUs count as they were before it: the test's
-    load neither ends an idle stretch nor starts one."""
+    host: Host, since: dict[str, float], gpus: list[NvidiaGpuFacts], frozen: bool
+) -> list[float | object | None]:
+    """Each GPU's `idle_seconds` from the time it was first seen idle (kept by the runner):
+    None when busy, `_NOT_IDLE` when NVML cannot tell. While gpuprobe's own NCCL test runs,
+    the GPUs count as they were before it: the test's load neither ends an idle stretch nor
+    starts one."""
     now = host.clock.wall()
+    found: list[float | object | None] = []
     for facts in gpus:
-        key = facts.get("uuid") or f"index:{facts['index']}"
-        idle = facts.get("idle")
+        key = facts.uuid or f"index:{facts.index}"
+        idle = facts.idle
         if frozen and idle is not None:
             idle = key in since
         if idle:
-            facts["idle_seconds"] = round(now - since.setdefault(key, now), 3)
-        else:
-            since.pop(key, None)
-            if idle is False:
-                facts["idle_seconds"] = None
+            found.append(round(now - since.setdefault(key, now), 3))
+            continue
+        since.pop(key, None)
+        found.append(None if idle is False else _NOT_IDLE)
+    return found
 
 
-def _device_findings(reading: GpuReading, config: Config, data: dict[str, Any]) -> list[Finding]:
+def _device_findings(
+    reading: GpuReading, config: Config, data: dict[str, Any], idle_seconds: float | None
+) -> list[Finding]:
     # Without a UUID (a handle NVML lost) the resource's UUID is empty; the message names
     # the GPU's PCI address.
     facts = reading.facts
-    resource = gpu_resource(reading.index, facts.get("uuid"))
-    where = f"GPU {reading.index}" + (f" ({facts['pci_bus_id']})" if "pci_bus_id" in facts else "")
+    resource = gpu_resource(reading.index, facts.uuid)
+    where = f"GPU {reading.index}" + (f" ({facts.address})" if facts.address else "")
     if reading.lost:
         return [
             Finding(
@@ -188,7 +202,6 @@ def _device_findings(reading: GpuReading, config: Config, data: dict[str, Any]) 
         nvswitch_system=bool(data["nvswitches_on_pci_bus"]),
         fabric_manager_running=data.get("fabric_manager_running"),
     )
-    idle_seconds = facts.get("idle_seconds")
     window = config.section(GPUS, GpusConfig).idle_window_seconds
     if idle_seconds is not None and idle_seconds > window:
         findings.append(idle_finding(idle_seconds, window, resource, where))
@@ -196,7 +209,7 @@ def _device_findings(reading: GpuReading, config: Config, data: dict[str, Any]) 
 
 
 def _count_findings(
-    bus: list[PciDevice], count: int | None, expected: int | None, inventories: list[dict[str, Any]]
+    bus: list[PciDevice], count: int | None, expected: int | None, gpus: list[NvidiaGpuFacts]
 ) -> list[Finding]:
     """At most one GPU_COUNT_MISMATCH: the bus against the expected count, then NVML
     against the bus, then more GPUs than expected."""
@@ -212,7 +225,7 @@ def _count_findings(
             )
         ]
     if count is not None and count < len(bus):
-        seen = {inv.get("pci_bus_id") for inv in inventories}
+        seen = {gpu.address for gpu in gpus}
         missing = [d.address for d in bus if d.address not in seen]
         exact = len(missing) == len(bus) - count  # else a lost GPU hides which one is missing
         named = f" (not seen: {', '.join(missing)})" if exact else ""
@@ -239,7 +252,7 @@ def _count_findings(
 
 
 def _summary(readings: list[GpuReading], on_bus: int, findings: list[Finding]) -> str:
-    inventories = [r.facts for r in readings]
+    gpus = [r.facts for r in readings]
     total = len(readings)
     if total < on_bus:
         return f"NVML sees {total} of the {on_bus} GPUs on the PCI bus"
@@ -248,7 +261,7 @@ def _summary(readings: list[GpuReading], on_bus: int, findings: list[Finding]) -
     lost = sum(r.lost for r in readings)
     if lost:
         return f"{lost} of {total} GPUs lost"
-    names = sorted({inv["name"] for inv in inventories if "name" in inv})
+    names = sorted({gpu.name for gpu in gpus if gpu.name is not None})
     model = f": {', '.join(names)}" if names else ""
     summary = f"{total} GPU{'s' if total != 1 else ''}{model}"
     troubled = _by_gpu(findings)
@@ -256,7 +269,7 @@ def _summary(readings: list[GpuReading], on_bus: int, findings: list[Finding]) -
         shown = [f"GPU {i} {', '.join(codes)}" for i, codes in sorted(troubled.items())[:3]]
         more = f" and {len(troubled) - 3} more" if len(troubled) > 3 else ""
         summary += f"; {len(troubled)} with findings: {'; '.join(shown)}{more}"
-    idle = sum(1 for inv in inventories if inv.get("idle"))
+    idle = sum(1 for gpu in gpus if gpu.idle)
     if idle:
         summary += f"; {idle} idle"
     return summary
