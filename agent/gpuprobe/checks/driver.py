@@ -60,17 +60,17 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     shows judge theirs, the first one's version being the node's (with none, the first
     vendor's rules say why no GPU shows); a vendor without rules is shown from the GPU
     interface alone."""
-    steps = [(r.vendor, r.driver) for r in vendors.RULES if r.driver is not None]
     shown = ctx.gpus.backends()
+    steps = [(r.vendor, r.driver.read(ctx)) for r in vendors.RULES if r.driver is not None]
     data: dict[str, Any] = {}
     for i, (_, step) in enumerate(steps):
-        step.facts(ctx, data)
+        step.facts(data)
         if i == 0:  # the leading vendor's facts are the data's first keys, as documented
             data["vendors"] = [backend.vendor for backend in shown]
     data.setdefault("vendors", [backend.vendor for backend in shown])
     present = {backend.vendor for backend in shown}
     judges: list[Callable[[bool], Part]] = [
-        partial(step.judge, ctx, config, data) for vendor, step in steps if vendor in present
+        partial(step.judge, config, data) for vendor, step in steps if vendor in present
     ]
     judges += [
         partial(driver_part, backend, data)
@@ -78,7 +78,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         if vendor_rules(backend.vendor) is None
     ]
     if not judges:
-        judges = [partial(step.judge, ctx, config, data) for _, step in steps[:1]]
+        judges = [partial(step.judge, config, data) for _, step in steps[:1]]
     result = CheckResult(NAME, "", [], data)
     for i, judge in enumerate(judges):
         part = judge(i == 0)

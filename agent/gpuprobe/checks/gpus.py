@@ -127,7 +127,8 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     then the GPUs of a vendor without rules as the GPU interface shows them."""
     idle_since = ctx.kept(KEEPS).idle_since
     steps = [rules.gpus for rules in vendors.RULES if rules.gpus is not None]
-    on_bus = [step.count(ctx) for step in steps]
+    # The first vendor's count is never asked: no vendor comes before it.
+    on_bus = [0] + [step.count(ctx) for step in steps[1:]]
     parts: list[Part] = []
     for i, step in enumerate(steps):
         # The other vendors' GPUs: as judged for those before, as the bus counts the rest.

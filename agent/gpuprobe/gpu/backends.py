@@ -17,6 +17,12 @@ from gpuprobe.host import Host
 VENDORS: tuple[Callable[[Host], GpuBackend], ...] = (NvidiaBackend, AmdBackend)
 
 
+def all_backends(host: Host) -> list[GpuBackend]:
+    """Every vendor's backend, in `VENDORS` order, whether or not the node shows it (one
+    that does not has no GPUs to give)."""
+    return [make(host) for make in VENDORS]
+
+
 def node_backends(host: Host, skip: Collection[Vendor] = ()) -> list[GpuBackend]:
     """The backends of the vendors this node shows, in `VENDORS` order; a vendor in `skip`
     is not asked whether the node shows it."""

@@ -23,7 +23,7 @@ from gpuprobe.gpu.backend import (
     Partition,
     Vendor,
 )
-from gpuprobe.gpu.backends import node_backends
+from gpuprobe.gpu.backends import all_backends, node_backends
 from gpuprobe.gpu.nvidia.backend import NvidiaBackend
 from gpuprobe.host import Host
 
@@ -40,6 +40,11 @@ class GpuView:
         """The backends of the vendors this node shows (`gpu.backends.node_backends`); a
         vendor in `skip` is not asked (a check whose rules cover it already)."""
         return node_backends(self.host, skip)
+
+    def every_backend(self) -> list[GpuBackend]:
+        """Every vendor's backend, shown or not (`gpu.backends.all_backends`): for a reader
+        whose answer is empty on a vendor the node does not show, spared the asking."""
+        return all_backends(self.host)
 
     def health(self) -> list[GpuHealth]:
         """Every shown vendor's GPUs' health, in the backends' order."""

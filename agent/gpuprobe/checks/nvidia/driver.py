@@ -9,6 +9,7 @@ so), and NVIDIA's judgement is the check's on a node that shows no GPU at all (N
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from gpuprobe.checks.context import CheckContext
@@ -39,9 +40,22 @@ class CudaVerdict(TypedDict):
 class NvidiaDriver:
     """NVIDIA's rules of the `driver` check (`checks.rules.vendor_part.DriverRules`)."""
 
-    def facts(self, ctx: CheckContext, data: dict[str, Any]) -> None:
+    def read(self, ctx: CheckContext) -> NvidiaDriverReading:
         """The bus, the kernel module and NVML's init outcome (asks NVML nothing more)."""
-        stack = read_stack(ctx.host)
+        return NvidiaDriverReading(ctx.host, read_stack(ctx.host))
+
+
+@dataclass(frozen=True)
+class NvidiaDriverReading:
+    """NVIDIA's driver stack, read once for the check's run; NVML's versions are asked only
+    when it judges."""
+
+    host: Host
+    stack: DriverStack
+
+    def facts(self, data: dict[str, Any]) -> None:
+        """The stack's facts, the check's leading keys."""
+        stack = self.stack
         module = stack.module
         data["driver_version"] = None
         data["cuda_driver_version"] = None
@@ -50,13 +64,13 @@ class NvidiaDriver:
         data["kernel_module_type"] = ("open" if module.open else "proprietary") if module else None
         data["nvml_init_error"] = stack.init_error
 
-    def judge(self, ctx: CheckContext, config: Config, data: dict[str, Any], first: bool) -> Part:
+    def judge(self, config: Config, data: dict[str, Any], first: bool) -> Part:
         """Present, loaded, matching its library, new enough; NVIDIA's facts lead the node,
         so its version is the check's `driver_version` wherever it judges."""
-        stack = read_stack(ctx.host)
+        stack = self.stack
         if stack.init_error is not None:
-            return _without_nvml(ctx.host, config, stack, data)
-        return _with_nvml(ctx.host, config, stack.module, data)
+            return _without_nvml(self.host, config, stack, data)
+        return _with_nvml(self.host, config, stack.module, data)
 
 
 def _without_nvml(host: Host, config: Config, stack: DriverStack, data: dict[str, Any]) -> Part:

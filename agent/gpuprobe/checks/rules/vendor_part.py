@@ -63,16 +63,24 @@ class GpusRules(Protocol):
         ...
 
 
-class DriverRules(Protocol):
-    """A vendor's part of the `driver` check."""
+class DriverReading(Protocol):
+    """A vendor's driver as read once for one run of the `driver` check."""
 
-    def facts(self, ctx: CheckContext, data: dict[str, Any]) -> None:
+    def facts(self, data: dict[str, Any]) -> None:
         """Add the vendor's driver facts to the check's data (whether or not it judges)."""
         ...
 
-    def judge(self, ctx: CheckContext, config: Config, data: dict[str, Any], first: bool) -> Part:
+    def judge(self, config: Config, data: dict[str, Any], first: bool) -> Part:
         """Judge the vendor's driver. `first`: the vendor is the node's first, whose driver
         version is the check's `driver_version` (and the judge of a node with no GPU)."""
+        ...
+
+
+class DriverRules(Protocol):
+    """A vendor's part of the `driver` check."""
+
+    def read(self, ctx: CheckContext) -> DriverReading:
+        """Read the vendor's driver once: its facts and judgement come from this reading."""
         ...
 
 

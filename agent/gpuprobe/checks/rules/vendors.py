@@ -53,9 +53,10 @@ def rules_of(vendor: Vendor) -> VendorRules | None:
 
 def node_uses(ctx: CheckContext) -> list[VendorUses]:
     """The node's GPUs as workloads get them, vendor by vendor in the backends' order: a
-    vendor's rules where they tell more than its backend's `uses()`, else the backend's."""
+    vendor's rules where they tell more than its backend's `uses()`, else the backend's. Every
+    vendor is asked (one the node does not show has no GPUs), sparing whether it shows."""
     found = []
-    for backend in ctx.gpus.backends():
+    for backend in ctx.gpus.every_backend():
         rules = rules_of(backend.vendor)
         if rules is not None and rules.workloads is not None:
             found.append(rules.workloads.uses(ctx))
