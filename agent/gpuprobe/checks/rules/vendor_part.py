@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
+from gpuprobe.containers.engines import Engine
 from gpuprobe.gpu.backend import VendorUses
 from gpuprobe.report import Finding, Status, worst
 
@@ -88,7 +89,7 @@ class ToolkitRules(Protocol):
     """A vendor's part of the `toolkit` check beyond the container runtimes' (NVIDIA's
     runtime is the check's own subject)."""
 
-    def judge(self, ctx: CheckContext, engines: list[Any]) -> Part | None:
+    def judge(self, ctx: CheckContext, engines: list[Engine]) -> Part | None:
         """Whether containers the engines start reach the vendor's GPUs (None: no GPUs)."""
         ...
 
