@@ -51,6 +51,8 @@ def check_modules() -> list[str]:
         if m.name not in MACHINERY and m.name not in VENDOR_FOLDERS
     ]
     for vendor in VENDOR_FOLDERS:
+        if not (Path(str(checks.__file__)).parent / vendor).is_dir():
+            continue  # a vendor shown from the GPU interface alone has no rules folder
         folder = importlib.import_module(f"gpuprobe.checks.{vendor}")
         for m in pkgutil.iter_modules(folder.__path__):
             if hasattr(importlib.import_module(f"{folder.__name__}.{m.name}"), "CHECK"):
