@@ -32,12 +32,17 @@ class GpuIdentity:
     name: str | None
 
     @property
-    def resource(self) -> str:
-        """The finding resource `gpu:<index>:<id>`: NVIDIA's UUID (empty when NVML cannot
-        tell it), AMD's unique_id else its PCI address (as `gpu.amd.sysfs.AmdGpu` names it)."""
+    def stable_id(self) -> str | None:
+        """The id the GPU's finding resource names: NVIDIA's UUID (None when NVML cannot tell
+        it), AMD's unique_id else its PCI address (as `gpu.amd.sysfs.AmdGpu` names it)."""
         if self.vendor == "amd":
-            return f"gpu:{self.index}:{self.uuid or self.pci_address or ''}"
-        return gpu_resource(self.index, self.uuid)
+            return self.uuid or self.pci_address
+        return self.uuid
+
+    @property
+    def resource(self) -> str:
+        """The finding resource `gpu:<index>:<id>` (`stable_id`, empty when unknown)."""
+        return gpu_resource(self.index, self.stable_id)
 
 
 @dataclass(frozen=True)

@@ -149,8 +149,8 @@ def attribute(host: Host, answer: PodResourcesAnswer, uses: list[VendorUses]) ->
 
 def _uses(host: Host, gpu: GpuUse, directory: PodDirectory) -> list[DeviceUse]:
     vendor = gpu.identity.vendor
-    # AMD's resource names its unique_id, else its PCI address: the data's `uuid` says which.
-    uuid = gpu.uuid if vendor == "nvidia" else gpu.uuid or gpu.identity.pci_address
+    # The data's `uuid` is the id the resource names (AMD's unique_id, else its PCI address).
+    uuid = gpu.identity.stable_id
     whole = DeviceUse(gpu.resource, gpu.index, uuid, vendor=vendor)
     whole.utilization_percent, whole.samples = gpu.utilization_percent, gpu.samples
     migs = [DeviceUse(m.resource, gpu.index, uuid, m, vendor=vendor) for m in gpu.partitions]
