@@ -158,6 +158,43 @@ def test_the_import_rule_sees_a_neutral_module_and_a_vendor_reaching_another(
     assert (_vendor_imports(neutral), _vendor_imports(crossing)) == ({"amd"}, {"nvidia"})
 
 
+# Neutral modules under checks/ and workloads/ that still branch on a vendor's name (a list
+# that may only shrink): the device plugins' names for a GPU (NVIDIA's by index, UUID and
+# device node, AMD's by PCI address alone) are not yet the backends' to say.
+STILL_BRANCHING_ON_A_VENDOR = {"workloads/allocations.py"}
+
+
+def _vendor_comparisons(path: Path) -> bool:
+    """Whether a module compares anything with a vendor's name (`vendor == "amd"`)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(s, ast.Constant) and s.value in VENDORS for s in sides):
+                return True
+    return False
+
+
+def test_no_neutral_check_or_workloads_module_branches_on_a_vendors_name() -> None:
+    """A neutral check asks the vendors' registered rules (`checks.rules.vendors`) and the
+    typed interface; it never says `if vendor == "amd"`."""
+    package = ROOT / "agent" / "gpuprobe"
+    found = {
+        str(path.relative_to(package))
+        for under in ("checks", "workloads")
+        for path in (package / under).rglob("*.py")
+        if path.relative_to(package / under).parts[0] not in VENDORS and _vendor_comparisons(path)
+    }
+    assert found == STILL_BRANCHING_ON_A_VENDOR
+
+
+def test_the_vendor_branch_scan_sees_a_comparison(tmp_path: Path) -> None:
+    branching = tmp_path / "branching.py"
+    branching.write_text("def f(vendor: str) -> bool:\n    return vendor == 'amd'\n")
+    named = tmp_path / "named.py"
+    named.write_text("VENDOR = 'amd'\n")
+    assert (_vendor_comparisons(branching), _vendor_comparisons(named)) == (True, False)
+
+
 def test_xid_events_are_drained_with_an_xid_154s_recovery_field() -> None:
     host = snapshot_host(snapshot("synthetic-xid-events-only"))
     assert drain_events(host) == EventDrain(
