@@ -11,7 +11,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -19,6 +19,9 @@ from conftest import ROOT, SNAPSHOTS
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.driver import run as driver_check
 from gpuprobe.checks.gpus import run as gpus_check
+from gpuprobe.checks.rules import vendors
+from gpuprobe.checks.rules.vendor_part import Part
+from gpuprobe.checks.rules.vendors import VendorRules
 from gpuprobe.checks.workloads import run as workloads_check
 from gpuprobe.config import Config
 from gpuprobe.gpu import backends
@@ -32,7 +35,7 @@ from gpuprobe.gpu.backend import (
     Vendor,
 )
 from gpuprobe.host import Host, snapshot_host
-from gpuprobe.report import Status
+from gpuprobe.report import Action, Finding, Severity, Status
 from test_add_a_check import resolve
 
 STEPS = (ROOT / "docs" / "architecture.md").read_text().split("## How to add a GPU vendor", 1)[1]
@@ -185,6 +188,56 @@ def test_the_workloads_check_shows_the_new_vendors_gpus_and_processes(
             "processes": [{"pid": 4242}],
         },
     ]
+
+
+@dataclass(frozen=True)
+class ThrowawayDriverReading:
+    """The throwaway vendor's driver rules (step 4): a driver older than 2.0 is too old."""
+
+    version: str | None
+
+    def facts(self, data: dict[str, Any]) -> None:
+        data["throwaway"] = {"driver_version": self.version}
+
+    def judge(self, config: Config, data: dict[str, Any], first: bool) -> Part:
+        if first:
+            data["driver_version"] = self.version
+        if self.version is not None and self.version < "2.0":
+            finding = Finding(
+                "DRIVER_TOO_OLD",
+                Severity.WARNING,
+                f"throwaway driver {self.version} is older than 2.0: upgrade it",
+                Action.FIX_CONFIG,
+            )
+            return Part(f"throwaway driver {self.version}", [finding])
+        return Part(f"throwaway driver {self.version}")
+
+
+class ThrowawayDriver:
+    def read(self, ctx: CheckContext) -> ThrowawayDriverReading:
+        return ThrowawayDriverReading(ThrowawayBackend(ctx.host).driver().version)
+
+
+def test_the_new_vendors_registered_rules_judge_its_driver_and_leave_its_gpus_shown(
+    throwaway_node: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rules registered for the vendor (step 4) judge its driver in the driver check; the
+    gpus check, which it has no rules in, still shows its GPUs from the interface alone."""
+    monkeypatch.setattr(backends, "VENDORS", (*backends.VENDORS, ThrowawayBackend))
+    registered = VendorRules(THROWAWAY, driver=ThrowawayDriver())
+    monkeypatch.setattr(vendors, "RULES", (*vendors.RULES, registered))
+    result = driver_check(CheckContext(throwaway_node), Config())
+    assert isinstance(result.data, dict)
+    assert (result.data["driver_version"], result.data["throwaway"]) == (
+        "1.0",
+        {"driver_version": "1.0"},
+    )
+    assert result.summary == "throwaway driver 1.0"
+    assert [(f.code, f.severity) for f in result.findings] == [("DRIVER_TOO_OLD", Severity.WARNING)]
+    gpus = gpus_check(CheckContext(throwaway_node), Config())
+    assert isinstance(gpus.data, dict)
+    assert [g["uuid"] for g in gpus.data["gpus"]] == ["gpu0", "gpu1"]
+    assert gpus.status is Status.UNKNOWN
 
 
 def test_the_steps_are_numbered_and_name_what_exists() -> None:

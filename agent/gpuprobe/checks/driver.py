@@ -22,7 +22,6 @@ from gpuprobe.checks.rules import vendors
 from gpuprobe.checks.rules.interface_only import driver_part
 from gpuprobe.checks.rules.sections import DriverConfig
 from gpuprobe.checks.rules.vendor_part import Part, lower_floor
-from gpuprobe.checks.rules.vendors import rules_of as vendor_rules
 from gpuprobe.config import Config
 from gpuprobe.families import Family, text
 from gpuprobe.report import CheckResult
@@ -75,7 +74,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     judges += [
         partial(driver_part, backend, data)
         for backend in shown
-        if vendor_rules(backend.vendor) is None
+        if backend.vendor not in {vendor for vendor, _ in steps}
     ]
     if not judges:
         judges = [partial(step.judge, config, data) for _, step in steps[:1]]

@@ -126,7 +126,8 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     """Count, list and judge the GPUs: each vendor's rules in turn (`checks.rules.vendors`),
     then the GPUs of a vendor without rules as the GPU interface shows them."""
     idle_since = ctx.kept(KEEPS).idle_since
-    steps = [rules.gpus for rules in vendors.RULES if rules.gpus is not None]
+    ruled = [rules for rules in vendors.RULES if rules.gpus is not None]
+    steps = [rules.gpus for rules in ruled if rules.gpus is not None]
     # The first vendor's count is never asked: no vendor comes before it.
     on_bus = [0] + [step.count(ctx) for step in steps[1:]]
     parts: list[Part] = []
@@ -136,7 +137,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         part = step.judge(ctx, config, idle_since, others)
         if part is not None:
             parts.append(part)
-    parts += [gpus_part(b) for b in ctx.gpus.backends(skip=vendors.ruled())]
+    parts += [gpus_part(b) for b in ctx.gpus.backends(skip={r.vendor for r in ruled})]
     data: dict[str, Any] = {}
     result = CheckResult(NAME, "", [], data)
     judged = 0

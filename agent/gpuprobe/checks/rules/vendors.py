@@ -41,11 +41,6 @@ RULES: tuple[VendorRules, ...] = (
 )
 
 
-def ruled() -> set[Vendor]:
-    """The vendors that have rules."""
-    return {rules.vendor for rules in RULES}
-
-
 def rules_of(vendor: Vendor) -> VendorRules | None:
     """The vendor's rules; None: it has none."""
     return next((rules for rules in RULES if rules.vendor == vendor), None)
