@@ -158,12 +158,6 @@ def test_the_import_rule_sees_a_neutral_module_and_a_vendor_reaching_another(
     assert (_vendor_imports(neutral), _vendor_imports(crossing)) == ({"amd"}, {"nvidia"})
 
 
-# Neutral modules under checks/ and workloads/ that still branch on a vendor's name (a list
-# that may only shrink): the device plugins' names for a GPU (NVIDIA's by index, UUID and
-# device node, AMD's by PCI address alone) are not yet the backends' to say.
-STILL_BRANCHING_ON_A_VENDOR = {"workloads/allocations.py"}
-
-
 def _vendor_comparisons(path: Path) -> bool:
     """Whether a module compares anything with a vendor's name (`vendor == "amd"`)."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -176,7 +170,8 @@ def _vendor_comparisons(path: Path) -> bool:
 
 def test_no_neutral_check_or_workloads_module_branches_on_a_vendors_name() -> None:
     """A neutral check asks the vendors' registered rules (`checks.rules.vendors`) and the
-    typed interface; it never says `if vendor == "amd"`."""
+    typed interface; it never says `if vendor == "amd"` (the names a device plugin gives a
+    GPU are its backend's to say: `GpuUse.plugin_ids`, `GpuUse.device_node`)."""
     package = ROOT / "agent" / "gpuprobe"
     found = {
         str(path.relative_to(package))
@@ -184,7 +179,7 @@ def test_no_neutral_check_or_workloads_module_branches_on_a_vendors_name() -> No
         for path in (package / under).rglob("*.py")
         if path.relative_to(package / under).parts[0] not in VENDORS and _vendor_comparisons(path)
     }
-    assert found == STILL_BRANCHING_ON_A_VENDOR
+    assert found == set()
 
 
 def test_the_vendor_branch_scan_sees_a_comparison(tmp_path: Path) -> None:

@@ -152,6 +152,11 @@ class GpuUse:
 
     identity: GpuIdentity
     minor: int | None = None
+    # The device IDs a device plugin names the GPU by (NVIDIA's: its index and UUID; AMD's:
+    # its PCI address alone, since its index would name an NVIDIA GPU's), and the device node
+    # a CDI spec gives a container for it (NVIDIA's `/dev/nvidia<minor>`; None: none named).
+    plugin_ids: tuple[str, ...] = ()
+    device_node: str | None = None
     partitioned: bool = False
     partitions: list[Partition] = field(default_factory=list)
     utilization_percent: int | None = None
