@@ -34,6 +34,7 @@ from gpuprobe.gpu.backend import (
     MemoryHealth,
     Vendor,
 )
+from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host, snapshot_host
 from gpuprobe.report import Action, Finding, Severity, Status
 from test_add_a_check import resolve
@@ -110,6 +111,18 @@ def test_one_vendors_entry_gives_the_node_its_backend(
     # A node of the other vendors still gets exactly theirs, and not the new one.
     on_h100 = backends.node_backends(snapshot_host(str(SNAPSHOTS / H100)))
     assert [type(b).__name__ for b in on_h100] == ["NvidiaBackend"]
+
+
+def test_the_gpu_view_asks_the_new_vendors_backend(
+    throwaway_node: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The view's per-vendor questions reach the new backend, not another vendor's."""
+    monkeypatch.setattr(backends, "VENDORS", (*backends.VENDORS, ThrowawayBackend))
+    view = GpuView(throwaway_node)
+    assert view.driver(THROWAWAY) == DriverFacts(THROWAWAY, "1.0")
+    assert view.gpu_count(THROWAWAY) == 2
+    assert [h.temperature_celsius for h in view.health()] == [41.0, 57.0]
+    assert [u.resource for u in view.uses()] == ["gpu:0:gpu0", "gpu:1:gpu1"]
 
 
 def test_the_driver_check_shows_the_new_vendors_driver(

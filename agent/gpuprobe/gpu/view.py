@@ -12,7 +12,7 @@ readers.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from gpuprobe.gpu.amd.backend import AmdBackend
 from gpuprobe.gpu.backend import (
@@ -60,13 +60,23 @@ class GpuView:
 
     def driver(self, vendor: Vendor) -> DriverFacts:
         """The vendor's driver as its backend tells it (whether or not the node shows it)."""
-        return self.nvidia.driver() if vendor == "nvidia" else self.amd.driver()
+        return self._backend(vendor).driver()
 
     def gpu_count(self, vendor: Vendor) -> int:
         """How many of the vendor's GPUs the node has: the PCI bus's count, else (NVIDIA)
         NVML's. NVML is asked only when the bus shows none (a VM or snapshot without sysfs),
         so a hung NVML does not hold up a check that only needs to know whether GPUs are
         there."""
-        if vendor == "amd":
-            return len(self.amd.bus())
-        return len(self.nvidia.bus_gpus()) or self.nvidia.count() or 0
+        by_bus: dict[str, Callable[[], int]] = {
+            "amd": lambda: len(self.amd.bus()),
+            "nvidia": lambda: len(self.nvidia.bus_gpus()) or self.nvidia.count() or 0,
+        }
+        count = by_bus.get(vendor)  # another vendor: as many as its backend lists
+        return count() if count is not None else len(self._backend(vendor).gpus())
+
+    def _backend(self, vendor: Vendor) -> GpuBackend:
+        """The vendor's backend (NVIDIA's and AMD's kept typed as `.nvidia`, `.amd`)."""
+        known: dict[str, GpuBackend] = {"nvidia": self.nvidia, "amd": self.amd}
+        if vendor in known:
+            return known[vendor]
+        return next(b for b in self.every_backend() if b.vendor == vendor)
