@@ -9,7 +9,6 @@ from gpuprobe.checks.rules.sections import GPUS, GpusConfig
 from gpuprobe.checks.rules.vendor_part import Part
 from gpuprobe.config import Config
 from gpuprobe.gpu.amd.node import AmdNode, read_amd
-from gpuprobe.gpu.amd.sysfs import amd_gpu_addresses
 from gpuprobe.report import Finding, Status
 
 
@@ -18,7 +17,7 @@ class AmdGpus:
 
     def count(self, ctx: CheckContext) -> int:
         """The AMD GPUs on the PCI bus."""
-        return len(amd_gpu_addresses(ctx.host.fs))
+        return len(ctx.gpus.amd.bus())
 
     def judge(
         self, ctx: CheckContext, config: Config, idle_since: dict[str, float], others: int

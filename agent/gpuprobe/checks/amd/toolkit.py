@@ -11,7 +11,6 @@ from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.rules.vendor_part import Part
 from gpuprobe.containers.engines import Engine
 from gpuprobe.gpu.amd.access import read_container_access
-from gpuprobe.gpu.amd.sysfs import read_gpus
 
 
 class AmdToolkit:
@@ -19,7 +18,7 @@ class AmdToolkit:
 
     def judge(self, ctx: CheckContext, engines: list[Engine]) -> Part | None:
         """`data.amd` and its findings; None without AMD GPUs on the bus."""
-        gpus = read_gpus(ctx.host.fs)
+        gpus = ctx.gpus.amd.sysfs_gpus()
         if not gpus:
             return None
         data, findings = amd.container_findings(read_container_access(ctx.host, gpus, engines))
