@@ -85,6 +85,26 @@ class DriverRules(Protocol):
         ...
 
 
+class DevicePluginReading(Protocol):
+    """A vendor's device plugin sockets, read once for one run of the `device_plugin` check."""
+
+    def facts(self, data: dict[str, Any]) -> None:
+        """Add the vendor's GPUs and plugin sockets to the check's data."""
+        ...
+
+    def judge(self, socket_dir: str, kubelet_socket: bool) -> Part:
+        """Whether the vendor's device plugin registered its GPUs with the kubelet."""
+        ...
+
+
+class DevicePluginRules(Protocol):
+    """A vendor's part of the `device_plugin` check beyond NVIDIA's plugin (its subject)."""
+
+    def read(self, ctx: CheckContext, socket_dir: str) -> DevicePluginReading | None:
+        """The vendor's plugin sockets in `socket_dir` (None: the node has no GPU of it)."""
+        ...
+
+
 class ToolkitRules(Protocol):
     """A vendor's part of the `toolkit` check beyond the container runtimes' (NVIDIA's
     runtime is the check's own subject)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuprobe.checks.amd.device_plugin import AmdDevicePlugin
 from gpuprobe.checks.amd.driver import AmdDriver
 from gpuprobe.checks.amd.gpus import AmdGpus
 from gpuprobe.checks.amd.toolkit import AmdToolkit
@@ -18,7 +19,13 @@ from gpuprobe.checks.amd.workloads import AmdWorkloads
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.nvidia.driver import NvidiaDriver
 from gpuprobe.checks.nvidia.gpus import NvidiaGpus
-from gpuprobe.checks.rules.vendor_part import DriverRules, GpusRules, ToolkitRules, WorkloadsRules
+from gpuprobe.checks.rules.vendor_part import (
+    DevicePluginRules,
+    DriverRules,
+    GpusRules,
+    ToolkitRules,
+    WorkloadsRules,
+)
 from gpuprobe.gpu.backend import Vendor, VendorUses
 
 
@@ -30,13 +37,19 @@ class VendorRules:
     gpus: GpusRules | None = None
     driver: DriverRules | None = None
     toolkit: ToolkitRules | None = None
+    device_plugin: DevicePluginRules | None = None
     workloads: WorkloadsRules | None = None
 
 
 RULES: tuple[VendorRules, ...] = (
     VendorRules("nvidia", gpus=NvidiaGpus(), driver=NvidiaDriver()),
     VendorRules(
-        "amd", gpus=AmdGpus(), driver=AmdDriver(), toolkit=AmdToolkit(), workloads=AmdWorkloads()
+        "amd",
+        gpus=AmdGpus(),
+        driver=AmdDriver(),
+        toolkit=AmdToolkit(),
+        device_plugin=AmdDevicePlugin(),
+        workloads=AmdWorkloads(),
     ),
 )
 
