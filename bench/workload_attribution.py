@@ -28,6 +28,8 @@ sys.path[:0] = [str(ROOT / "agent"), str(ROOT / "tests")]
 
 import grpc  # noqa: E402
 
+from gpuprobe.checks.context import CheckContext  # noqa: E402
+from gpuprobe.checks.rules.vendors import node_uses  # noqa: E402
 from gpuprobe.host import snapshot_host  # noqa: E402
 from gpuprobe.host.fs import HostFS  # noqa: E402
 from gpuprobe.host.podresources import DEFAULT_SOCKET, LivePodResources  # noqa: E402
@@ -62,7 +64,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 started = time.perf_counter()
                 answer = host.podresources.ask(DEFAULT_SOCKET, 2.0)
-                devices = len(attribute(host, answer).devices)
+                devices = len(attribute(host, answer, node_uses(CheckContext(host))).devices)
                 attribution.append(time.perf_counter() - started)
             with grpc.insecure_channel(f"unix://{root / SOCKET}") as channel:
                 stub = api_pb2_grpc.PodResourcesListerStub(channel)

@@ -14,8 +14,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuprobe.checks import cdi, device_plugin, sharing, toolkit
+from gpuprobe.checks import cdi, device_plugin, toolkit
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.nvidia import sharing
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import CheckResult

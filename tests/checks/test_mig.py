@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuprobe.checks import mig
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.nvidia import mig
 from gpuprobe.config import Config
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Status

@@ -12,7 +12,7 @@ import pytest
 from conftest import snapshot
 from gpuprobe.checks import pods
 from gpuprobe.checks.context import CheckContext
-from gpuprobe.checks.pods import NodeGpu, _container_gpus
+from gpuprobe.checks.nvidia.cuda_images import NodeGpu, container_gpus
 from gpuprobe.config import Config
 from gpuprobe.containers.oci import ContainerSpec
 from gpuprobe.host import snapshot_host
@@ -310,7 +310,7 @@ def test_nvidia_visible_devices_takes_indexes_uuids_and_migs_and_passes_over_the
 
     def given(visible: str) -> list[int] | None:
         spec = ContainerSpec("c1", "containerd", "/run", env={"NVIDIA_VISIBLE_DEVICES": visible})
-        own = _container_gpus(spec, gpus, {})
+        own = container_gpus(spec, gpus, {})
         return None if own is None else [g.index for g in own]
 
     # Any pod may write anything there: what is no index or UUID is passed over, no ValueError.

@@ -8,6 +8,7 @@ import importlib
 import pkgutil
 import typing
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -19,12 +20,15 @@ from gpuprobe.checks.xid import settings as xid_settings
 from gpuprobe.config import Config
 from gpuprobe.containers import device_plugin as device_plugin_paths
 from gpuprobe.families import Family
+from gpuprobe.gpu.backend import Vendor
 from helpers import node_report
 
 # The modules of the checks package that are not checks: the machinery (attribution names
 # the pods of every check's GPU findings; state is what the runner keeps for the checks) and
 # `rules`, what checks judge by that is no check of its own.
 MACHINERY = {"context", "record", "registry", "runner", "state", "attribution", "rules"}
+# One folder per GPU vendor: its rules (no check) and the checks wholly that vendor's.
+VENDOR_FOLDERS = get_args(Vendor)
 # Config's own sections, which belong to no one check: how checks run, the daemon, the
 # bandwidth tests it serves, and its effects on the cluster (and the checks' sections by name).
 SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes", "remediation"}
@@ -39,15 +43,31 @@ CHECKS_DOC = (ROOT / "docs/checks.md").read_text()
 
 
 def check_modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(checks.__path__) if m.name not in MACHINERY)
+    """The check modules by their name under `gpuprobe.checks`: every module there but the
+    machinery and the vendor folders, and a vendor folder's modules that end with a record."""
+    found = [
+        m.name
+        for m in pkgutil.iter_modules(checks.__path__)
+        if m.name not in MACHINERY and m.name not in VENDOR_FOLDERS
+    ]
+    for vendor in VENDOR_FOLDERS:
+        if not (Path(str(checks.__file__)).parent / vendor).is_dir():
+            continue  # a vendor shown from the GPU interface alone has no rules folder
+        folder = importlib.import_module(f"gpuprobe.checks.{vendor}")
+        for m in pkgutil.iter_modules(folder.__path__):
+            if hasattr(importlib.import_module(f"{folder.__name__}.{m.name}"), "CHECK"):
+                found.append(f"{vendor}.{m.name}")
+    return sorted(found)
 
 
 def test_the_registry_holds_every_check_module_once_in_report_order() -> None:
     modules = {name: importlib.import_module(f"gpuprobe.checks.{name}") for name in check_modules()}
-    assert sorted(c.name for c in registry.ORDER) == sorted(modules)
+    by_check = {name.rsplit(".", 1)[-1]: module for name, module in modules.items()}
+    assert len(by_check) == len(modules)
+    assert sorted(c.name for c in registry.ORDER) == sorted(by_check)
     assert list(registry.CHECKS.values()) == list(registry.ORDER)
     for check in registry.ORDER:
-        module = modules[check.name]
+        module = by_check[check.name]
         assert module.CHECK is check and check.name == module.NAME
         assert check.run is module.run
 
@@ -67,11 +87,17 @@ def imported(path: Path, package: str) -> set[str]:
     return {n for n in names if n.startswith("gpuprobe.")}
 
 
+def check_top(module: str) -> str:
+    """The check module or package a check's function lies in: `gpuprobe.checks.<name>`, or
+    `gpuprobe.checks.<vendor>.<name>` for a check wholly one vendor's."""
+    parts = module.split(".")
+    return ".".join(parts[:4] if parts[2] in VENDOR_FOLDERS else parts[:3])
+
+
 def check_of(name: str) -> str | None:
     """The check (by its module's name) that a module name is or lies under, if any."""
     for check in registry.ORDER:
-        module = importlib.import_module(check.run.__module__).__name__
-        top = f"gpuprobe.checks.{module.split('.')[2]}"
+        top = check_top(importlib.import_module(check.run.__module__).__name__)
         if name == top or name.startswith(top + "."):
             return check.name
     return None
@@ -83,9 +109,9 @@ def test_no_check_module_imports_another_check() -> None:
     reached = []
     for check in registry.ORDER:
         module = importlib.import_module(check.run.__module__)
-        top = importlib.import_module(".".join(module.__name__.split(".")[:3]))
+        top = importlib.import_module(check_top(module.__name__))
         files = [Path(str(top.__file__))]
-        package = "gpuprobe.checks"  # a check module's own package
+        package = top.__name__.rsplit(".", 1)[0]  # a check module's own package
         if files[0].name == "__init__.py":  # a check package (xid): every module in it
             files, package = sorted(files[0].parent.glob("*.py")), top.__name__
         for path in files:
@@ -130,7 +156,7 @@ def test_the_active_checks_are_the_ones_that_load_the_node() -> None:
 
 def test_each_check_types_its_data_and_its_renderer_takes_that_type() -> None:
     for check in registry.ORDER:
-        module = importlib.import_module(f"gpuprobe.checks.{check.name}")
+        module = importlib.import_module(check_top(check.run.__module__))
         data_types = [
             value
             for name, value in vars(module).items()

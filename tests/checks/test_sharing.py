@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 from conftest import ROOT, gpuprobe, snapshot
-from gpuprobe.checks import sharing
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.nvidia import sharing
 from gpuprobe.config import Config
 from gpuprobe.containers.device_plugin import plugin_paths
 from gpuprobe.host import snapshot_host

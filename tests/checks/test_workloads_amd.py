@@ -10,7 +10,10 @@ from conftest import snapshot
 from gpuprobe.checks import workloads
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.rules.sections import WorkloadsConfig
+from gpuprobe.checks.rules.vendors import node_uses
 from gpuprobe.config import Config
+from gpuprobe.gpu.backend import VendorUses
+from gpuprobe.gpu.nvidia.backend import NvidiaBackend
 from gpuprobe.host import snapshot_host
 from gpuprobe.pipeline import run_checks
 from gpuprobe.report import PodRef
@@ -160,7 +163,7 @@ def test_an_nvidia_only_attribution_leaves_amds_gpus_and_processes_unread() -> N
     host = snapshot_host(snapshot(NAME))
     settings = WorkloadsConfig()
     answer = host.podresources.ask(settings.socket, settings.timeout_seconds)
-    nvidia_only = attribute(host, answer, amd_gpus=False)
+    nvidia_only = attribute(host, answer, [VendorUses(NvidiaBackend(host).uses())])
     assert (nvidia_only.devices, nvidia_only.kfd_only) == ([], None)
     assert [g.device_id for g in nvidia_only.unresolved] == [PCI[0], PCI[1], PCI[2]]
-    assert len(attribute(host, answer).devices) == 8
+    assert len(attribute(host, answer, node_uses(CheckContext(host))).devices) == 8

@@ -89,6 +89,9 @@ def test_nvidias_backend_gives_workloads_each_gpu_with_its_mig_devices_and_proce
     assert len(uses) == 8
     first = uses[0]
     assert (first.index, first.uuid, first.partitioned) == (0, h100_uuid(0), True)
+    # NVIDIA's device plugin names a GPU by index and UUID (no minor number was recorded here,
+    # so no CDI device node names it).
+    assert (first.plugin_ids, first.minor, first.device_node) == (("0", h100_uuid(0)), None, None)
     assert first.partitions[:2] == [
         Partition(0, 0, 2, 0, "MIG-7b3d0000-1c9e-5a0f-8d42-000000000000",
                   "NVIDIA H100 80GB HBM3 MIG 3g.40gb"),
@@ -104,6 +107,15 @@ def test_nvidias_backend_gives_workloads_each_gpu_with_its_mig_devices_and_proce
     assert first.processes == [
         GpuProcess(44001, 0, 2, 0, 536870912),
         GpuProcess(44003, 0, 9, 0, 536870912),
+    ]
+
+
+def test_nvidias_backend_names_each_gpus_cdi_device_node_by_its_minor() -> None:
+    """The DRA snapshot records each GPU's minor number (i for GPU i)."""
+    uses = NvidiaBackend(snapshot_host(str(SNAPSHOTS / "synthetic-k8s-dra-claims"))).uses()
+    assert [(u.minor, u.device_node) for u in uses[:2]] == [
+        (0, "/dev/nvidia0"),
+        (1, "/dev/nvidia1"),
     ]
 
 
@@ -126,7 +138,10 @@ def test_amds_backend_reads_the_mi300x_node_from_amdgpus_sysfs_files() -> None:
     assert backend.gpus()[1].resource == f"gpu:1:{mi300x_unique_id(1)}"
     uses = backend.uses()
     # No process table was recorded: the processes are unknown.
-    assert uses[0] == GpuUse(identities[0], minor=128, utilization_percent=100)
+    # AMD's device plugin names a GPU by its PCI address alone; no CDI device node is known.
+    assert uses[0] == GpuUse(
+        identities[0], minor=128, plugin_ids=(MI300X_ADDRESSES[0],), utilization_percent=100
+    )
     assert [u.minor for u in uses] == list(range(128, 192, 8))
 
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from gpuprobe.checks.rules.gpu_health import health_findings
+from gpuprobe.checks.nvidia.gpu_health import health_findings
 from gpuprobe.gpu.nvidia.device import Device
+from gpuprobe.gpu.nvidia.gpus import NvidiaGpuFacts
 from gpuprobe.gpu.nvidia.health import read_health
 from gpuprobe.host.nvml import ReplayNvml
 from gpuprobe.host.processes import Process, ProcessTable
@@ -112,7 +113,11 @@ def test_idle_needs_a_process_list() -> None:
 
 def judge(facts: dict[str, Any], nvswitch: bool = False, fm: bool | None = None) -> list[str]:
     found = health_findings(
-        facts, "gpu:0:GPU-x", "GPU 0", nvswitch_system=nvswitch, fabric_manager_running=fm
+        NvidiaGpuFacts(0, **facts),
+        "gpu:0:GPU-x",
+        "GPU 0",
+        nvswitch_system=nvswitch,
+        fabric_manager_running=fm,
     )
     return [f"{f.code}/{f.severity.value}/{f.action.value}" for f in found]
 

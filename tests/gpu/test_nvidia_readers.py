@@ -11,6 +11,7 @@ from gpuprobe.gpu.nvidia.driver import (
     read_stack,
     read_versions,
 )
+from gpuprobe.gpu.nvidia.gpus import NvidiaGpuFacts
 from gpuprobe.gpu.nvidia.mig import read_layouts
 from gpuprobe.gpu.nvidia.modes import GpuModes, read_modes
 from gpuprobe.host import Host, snapshot_host
@@ -92,3 +93,25 @@ def test_a_mig_layout_groups_the_mig_devices_by_gpu_instance() -> None:
             }
         ],
     }
+
+
+def test_a_gpus_typed_facts_render_in_the_gpus_checks_key_order() -> None:
+    """A GPU lost when opened says so right after its vendor and its place on the bus comes
+    last (it has no identity of its own); one lost while read says so after its health."""
+    opened = NvidiaGpuFacts(
+        3,
+        lost_on_open=True,
+        nvml_errors={"nvmlDeviceGetHandleByIndex": "GpuIsLost"},
+        bus_place="0000:9a:00.0",
+    )
+    assert list(opened.to_data().items()) == [
+        ("index", 3),
+        ("vendor", "nvidia"),
+        ("lost", True),
+        ("nvml_errors", {"nvmlDeviceGetHandleByIndex": "GpuIsLost"}),
+        ("pci_bus_id", "0000:9a:00.0"),
+    ]
+    read = NvidiaGpuFacts(1, uuid="GPU-1", temperature_celsius=40, lost_while_read=True)
+    assert list(read.to_data()) == ["index", "vendor", "uuid", "temperature_celsius", "lost"]
+    assert (opened.lost, read.lost, NvidiaGpuFacts(0).lost) == (True, True, False)
+    assert (opened.address, read.address) == ("0000:9a:00.0", None)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuprobe.checks.rules.gpu_health import health_findings
+from gpuprobe.checks.nvidia.gpu_health import health_findings
+from gpuprobe.gpu.nvidia.gpus import NvidiaGpuFacts
 from gpuprobe.gpu.xid_catalog import BUCKET_EXCEPTIONS, BUCKET_VERDICTS, CATALOG, classify
 from gpuprobe.report import Action, Severity
 
@@ -156,7 +157,7 @@ def test_xid_154_and_the_recovery_action_field_agree(
     message_action: str, health_action: str
 ) -> None:
     info = classify(154, f"GPU recovery action changed from 0x0 (None) to {message_action}")
-    facts = {"recovery_action": health_action}
+    facts = NvidiaGpuFacts(0, recovery_action=health_action)
     (finding,) = health_findings(
         facts, "gpu:0:GPU-x", "GPU 0", nvswitch_system=False, fabric_manager_running=None
     )

@@ -23,9 +23,9 @@ from gpuprobe.report import Action, NodeReport
 if TYPE_CHECKING:  # the checks' types only: an audit's helper processes load no check
     from gpuprobe.checks.driver import DriverData
     from gpuprobe.checks.gpus import GpuFacts, GpusData
-    from gpuprobe.checks.mig import MigData
+    from gpuprobe.checks.nvidia.mig import MigData
+    from gpuprobe.checks.nvidia.sharing import SharingData
     from gpuprobe.checks.pods import PodsData
-    from gpuprobe.checks.sharing import SharingData
     from gpuprobe.checks.toolkit import ToolkitData
     from gpuprobe.gpu.nvidia.mig import GpuInstance, MigGpu
 

@@ -9,18 +9,18 @@ Pending. When the plugin's configuration is given (`device_plugin.config_file`, 
 snapshot keeps), it is validated (CONFIG_INVALID) and the resources it should advertise are
 held against the sockets.
 
-AMD GPUs: the AMD GPU device plugin (ROCm/k8s-device-plugin, through kubevirt's
-device-plugin-manager) serves `amd.com_<resource>` sockets, no suffix (`amd.com_gpu`; the
-mixed naming strategy of partitioned GPUs serves one per partition type). A Kubernetes node
-with AMD GPUs on the bus and no such socket advertises no `amd.com/gpu`.
+Each GPU vendor's rules may add their own plugin (`checks.rules.vendors`): AMD's
+(`gpuprobe.checks.amd.device_plugin`) holds the AMD GPU device plugin's `amd.com_<resource>`
+sockets against the AMD GPUs on the bus.
 """
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.rules import vendors
 from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.device_plugin import (
@@ -30,7 +30,12 @@ from gpuprobe.containers.device_plugin import (
     device_plugin_config,
     plugin_paths,
 )
-from gpuprobe.containers.plugin_sockets import has_plugin_dir, has_socket, plugin_sockets
+from gpuprobe.containers.plugin_sockets import (
+    KUBELET_SOCKET,
+    has_plugin_dir,
+    has_socket,
+    plugin_sockets,
+)
 from gpuprobe.gpu.view import GpuView
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
@@ -38,9 +43,6 @@ from gpuprobe.report import Action, CheckResult, Finding, Severity
 NAME = "device_plugin"
 SOCKET_PREFIX = "nvidia-"
 SOCKET_SUFFIX = ".sock"
-KUBELET_SOCKET = "kubelet.sock"
-AMD_SOCKET_PREFIX = "amd.com_"
-AMD_RESOURCE_PREFIX = "amd.com/"
 
 
 def socket_name(resource: str) -> str:
@@ -87,46 +89,29 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         "config": None,
         "expected_resources": None,
     }
-    amd_gpus = ctx.gpus.gpu_count("amd")
-    if amd_gpus:
-        amd_sockets = plugin_sockets(host, socket_dir, AMD_SOCKET_PREFIX)
-        data["amd_gpus"] = amd_gpus
-        data["amd_plugin_sockets"] = amd_sockets
-        data["amd_resources"] = [
-            AMD_RESOURCE_PREFIX + s.removeprefix(AMD_SOCKET_PREFIX) for s in amd_sockets
-        ]
+    readings = [
+        reading
+        for rules in vendors.RULES
+        if rules.device_plugin is not None
+        for reading in [rules.device_plugin.read(ctx, socket_dir)]
+        if reading is not None
+    ]
+    for reading in readings:
+        reading.facts(cast(dict[str, Any], data))
     if not kubernetes:
         return CheckResult(NAME, f"not a Kubernetes node (no {socket_dir})", [], data)
-    if gpus == 0 and not amd_gpus:
+    if gpus == 0 and not readings:
         return CheckResult(NAME, "no NVIDIA GPU on this node: no device plugin needed", [], data)
+    parts = [reading.judge(socket_dir, data["kubelet_socket"]) for reading in readings]
     if gpus == 0:
-        return _amd(data, socket_dir)
-    result = _nvidia(host, ctx.gpus, config, data, socket_dir)
-    if amd_gpus:
-        amd = _amd(data, socket_dir)
-        result.findings.extend(amd.findings)
-        result.summary += f"; {amd.summary}"
+        result = CheckResult(NAME, parts[0].summary, parts[0].findings, data)
+        parts = parts[1:]
+    else:
+        result = _nvidia(host, ctx.gpus, config, data, socket_dir)
+    for part in parts:
+        result.findings.extend(part.findings)
+        result.summary += f"; {part.summary}"
     return result
-
-
-def _amd(data: DevicePluginData, socket_dir: str) -> CheckResult:
-    """The AMD GPU device plugin's sockets against the AMD GPUs on the bus."""
-    gpus = data["amd_gpus"] if "amd_gpus" in data else 0
-    resources = data["amd_resources"] if "amd_resources" in data else []
-    if resources:
-        return CheckResult(NAME, f"AMD device plugin registered: {', '.join(resources)}", [], data)
-    kubelet = data["kubelet_socket"]
-    finding = Finding(
-        "DEVICE_PLUGIN_NOT_REGISTERED",
-        Severity.CRITICAL,
-        f"no AMD device plugin socket ({AMD_SOCKET_PREFIX}*) in {socket_dir}"
-        + ("" if kubelet else f" (and no {KUBELET_SOCKET} either: is the kubelet up?)")
-        + f" for the {gpus} AMD GPU{'s' if gpus != 1 else ''} on the PCI bus: the kubelet "
-        "advertises no amd.com/gpu and GPU pods stay Pending. Check the AMD GPU device "
-        "plugin DaemonSet's pod on this node (node selector and labels, taints, its logs)",
-        Action.FIX_CONFIG,
-    )
-    return CheckResult(NAME, f"no AMD device plugin registered ({gpus} GPUs)", [finding], data)
 
 
 def _nvidia(

@@ -15,18 +15,17 @@ from gpuprobe.checks import (
     driver,
     gpus,
     lifecycle,
-    mig,
     nccl,
     network,
     pods,
     rdma,
-    sharing,
     storage,
     toolkit,
     workloads,
     xid,
 )
 from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.nvidia import mig, sharing
 from gpuprobe.checks.record import Check, Policy
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError

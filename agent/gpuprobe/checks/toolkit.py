@@ -6,19 +6,20 @@ containerd, Docker, CRI-O) and, for each that runs GPU containers, holds its `nv
 against the host: is it there, does its binary exist, is it the default (if not, pods need
 `runtimeClassName: nvidia`).
 
-AMD GPUs need no runtime of their own on Kubernetes (the AMD device plugin passes `/dev/kfd`
-and `/dev/dri/renderD<N>` into the container): where the bus shows AMD GPUs the check holds
-those device nodes against the host, and an engine's `amd` runtime (AMD Container Toolkit),
-where one is configured, against its binary (`gpuprobe.checks.rules.amd_gpus`).
+Each GPU vendor's rules may add their part (`checks.rules.vendors`): AMD GPUs need no runtime
+of their own on Kubernetes, and AMD's part (`gpuprobe.checks.amd.toolkit`) holds the device
+nodes ROCm containers need, and an engine's `amd` runtime, against the host.
 """
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 
+from gpuprobe.checks.amd import rules as amd
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
-from gpuprobe.checks.rules import amd_gpus as amd
+from gpuprobe.checks.rules import vendors
+from gpuprobe.checks.rules.vendor_part import merge_data
 from gpuprobe.config import Config
 from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.device_plugin import is_kubernetes_node
@@ -32,7 +33,6 @@ from gpuprobe.containers.toolkit import (
     is_nvidia_runtime_binary,
     read_toolkit,
 )
-from gpuprobe.gpu.amd.access import read_container_access
 from gpuprobe.host import Host
 from gpuprobe.report import Action, CheckResult, Finding, Severity
 
@@ -81,31 +81,28 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         "engines": [e.to_data() for e in engines],
         "runtime_class_required": False,
     }
-    amd_gpus = ctx.gpus.amd.sysfs_gpus()
-    if amd_gpus:
-        data["amd"], amd_findings = amd.container_findings(
-            read_container_access(host, amd_gpus, engines)
-        )
-        if gpus == 0:
-            return CheckResult(NAME, _amd_summary(data["amd"]), amd_findings, data)
-        result = _nvidia(host, kubernetes, binaries, toolkit_configs, engines, effective, data)
-        result.findings.extend(amd_findings)
-        result.summary += f"; {_amd_summary(data['amd'])}"
-        return result
-    if gpus == 0:
+    parts = [
+        part
+        for rules in vendors.RULES
+        if rules.toolkit is not None
+        for part in [rules.toolkit.judge(ctx, engines)]
+        if part is not None
+    ]
+    for part in parts:
+        merge_data(cast(dict[str, Any], data), part)
+    if gpus == 0 and not parts:
         return CheckResult(
             NAME, "no NVIDIA GPU on this node: no container toolkit needed", [], data
         )
-    return _nvidia(host, kubernetes, binaries, toolkit_configs, engines, effective, data)
-
-
-def _amd_summary(data: amd.AmdContainerData) -> str:
-    nodes = len(data["render_nodes"])
-    text = f"AMD GPUs: /dev/kfd {'present' if data['kfd'] else 'MISSING'}"
-    text += f", {sum(data['render_nodes'].values())} of {nodes} render nodes"
-    if data["runtimes"]:
-        text += ", AMD runtime in " + ", ".join(str(r["engine"]) for r in data["runtimes"])
-    return text
+    if gpus == 0:
+        result = CheckResult(NAME, parts[0].summary, parts[0].findings, data)
+        parts = parts[1:]
+    else:
+        result = _nvidia(host, kubernetes, binaries, toolkit_configs, engines, effective, data)
+    for part in parts:
+        result.findings.extend(part.findings)
+        result.summary += f"; {part.summary}"
+    return result
 
 
 def _nvidia(

@@ -33,6 +33,7 @@ from typing import Any, NotRequired, TypedDict
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
 from gpuprobe.checks.rules.sections import WorkloadsConfig
+from gpuprobe.checks.rules.vendors import node_uses
 from gpuprobe.checks.state import Keeps
 from gpuprobe.config import Config
 from gpuprobe.families import GPU_LABELS, Family, gpu_labels, mappings, number, text
@@ -102,7 +103,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
     expected = settings.expect_kubelet
     if expected is None:
         expected = has_podresources_dir(host)
-    attribution = attribute(host, answer)
+    attribution = attribute(host, answer, node_uses(ctx))
     known = answer.list is not None or (answer.absent and not expected)
     devices = [d.to_dict() for d in attribution.devices]
     accounting = _account(ctx, config, attribution, settings, known)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from gpuprobe.host import Host
 
+# The kubelet's own socket in the directory (device plugins register through it).
+KUBELET_SOCKET = "kubelet.sock"
+
 
 def has_plugin_dir(host: Host, directory: str) -> bool:
     """Whether the kubelet's device-plugins directory is on the node."""

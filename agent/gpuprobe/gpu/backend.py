@@ -32,12 +32,17 @@ class GpuIdentity:
     name: str | None
 
     @property
-    def resource(self) -> str:
-        """The finding resource `gpu:<index>:<id>`: NVIDIA's UUID (empty when NVML cannot
-        tell it), AMD's unique_id else its PCI address (as `gpu.amd.sysfs.AmdGpu` names it)."""
+    def stable_id(self) -> str | None:
+        """The id the GPU's finding resource names: NVIDIA's UUID (None when NVML cannot tell
+        it), AMD's unique_id else its PCI address (as `gpu.amd.sysfs.AmdGpu` names it)."""
         if self.vendor == "amd":
-            return f"gpu:{self.index}:{self.uuid or self.pci_address or ''}"
-        return gpu_resource(self.index, self.uuid)
+            return self.uuid or self.pci_address
+        return self.uuid
+
+    @property
+    def resource(self) -> str:
+        """The finding resource `gpu:<index>:<id>` (`stable_id`, empty when unknown)."""
+        return gpu_resource(self.index, self.stable_id)
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,11 @@ class GpuUse:
 
     identity: GpuIdentity
     minor: int | None = None
+    # The device IDs a device plugin names the GPU by (NVIDIA's: its index and UUID; AMD's:
+    # its PCI address alone, since its index would name an NVIDIA GPU's), and the device node
+    # a CDI spec gives a container for it (NVIDIA's `/dev/nvidia<minor>`; None: none named).
+    plugin_ids: tuple[str, ...] = ()
+    device_node: str | None = None
     partitioned: bool = False
     partitions: list[Partition] = field(default_factory=list)
     utilization_percent: int | None = None
@@ -165,6 +175,17 @@ class GpuUse:
     @property
     def resource(self) -> str:
         return self.identity.resource
+
+
+@dataclass(frozen=True)
+class VendorUses:
+    """One vendor's GPUs as workloads get them, and the processes that hold the vendor's
+    compute device but no GPU's own device node (`unplaced`, by pid: GPU processes whose GPU
+    is unknown, such as AMD's holding `/dev/kfd` alone; None: the vendor has no such device,
+    or its processes' descriptors cannot be read)."""
+
+    gpus: list[GpuUse]
+    unplaced: list[int] | None = None
 
 
 class GpuBackend(Protocol):

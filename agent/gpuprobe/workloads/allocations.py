@@ -36,7 +36,6 @@ from gpuprobe.report import PodRef
 
 CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
-_DEV_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 _CAP_NODE = re.compile(r"^/dev/nvidia-caps/nvidia-cap(\d+)$")
 _CI_ACCESS = re.compile(r"^gpu(\d+)/gi(\d+)/ci(\d+)/access (\d+)$")
 _DRA_GPU = re.compile(r"^gpu-(\d+)$")
@@ -68,28 +67,19 @@ class DeviceNames:
 
     def __init__(self, gpus: Iterable[GpuUse]) -> None:
         self.by_name: dict[str, str] = {}
-        self.by_minor: dict[int, str] = {}
+        self.by_node: dict[str, str] = {}  # a CDI spec's device node path
         self.by_instance: dict[tuple[int, int, int], str] = {}  # (GPU minor, gi, ci)
         for gpu in gpus:
-            if gpu.identity.vendor == "amd":
-                self._amd(gpu)
-                continue
-            self.by_name[str(gpu.index)] = gpu.resource
-            if gpu.uuid:
-                self.by_name[gpu.uuid] = gpu.resource
-            if gpu.minor is not None:
-                self.by_minor[gpu.minor] = gpu.resource
+            for name in gpu.plugin_ids:
+                self.by_name[name] = gpu.resource
+            if gpu.device_node is not None:
+                self.by_node[gpu.device_node] = gpu.resource
             for mig in gpu.partitions:
                 if gpu.minor is not None:
                     self.by_instance[(gpu.minor, mig.gi, mig.ci)] = mig.resource
                 self.by_name[f"{gpu.index}:{mig.slot}"] = mig.resource
                 if mig.uuid:
                     self.by_name[mig.uuid] = mig.resource
-
-    def _amd(self, gpu: GpuUse) -> None:
-        """An AMD GPU goes by its PCI address only: its index would name an NVIDIA GPU's."""
-        if gpu.identity.pci_address:
-            self.by_name[gpu.identity.pci_address] = gpu.resource
 
     def resolve(self, device_id: str) -> tuple[str | None, str | None]:
         """(finding resource, replica) of a device-plugin device ID."""
@@ -197,8 +187,7 @@ class CdiDevices:
         if migs:  # a MIG device: its parent's /dev/nvidia<minor> is not the whole GPU's grant
             return found | {m for m in migs if m is not None}
         for node in edits.device_nodes:
-            minor = _DEV_NODE.match(node)
-            if minor and (device := names.by_minor.get(int(minor.group(1)))):
+            if device := names.by_node.get(node):
                 found.add(device)
         return found
 

@@ -1,10 +1,10 @@
 """Per GPU and MIG device: the pods the kubelet gave it, and the pods whose processes run on it.
 
 `attribute` reads everything once per round: the kubelet's answer, the GPUs as workloads get
-them (NVIDIA's from NVML, `gpu.nvidia.inventory`; AMD's from sysfs and the processes' open
-device files, `gpu.amd.inventory`), each GPU process's cgroup (`/proc/<pid>/cgroup`) and the
-kubelet's log directories (pod and container names), and returns one `DeviceUse` per GPU and
-per MIG device, NVIDIA's first.
+them (the vendors' backends through the GPU view, `checks.rules.vendors.node_uses`: NVIDIA's
+from NVML, AMD's from sysfs and the processes' open device files), each GPU process's cgroup
+(`/proc/<pid>/cgroup`) and the kubelet's log directories (pod and container names), and
+returns one `DeviceUse` per GPU and per MIG device, in the vendors' order.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuprobe.gpu.amd.inventory import AmdUses, read_amd_uses
-from gpuprobe.gpu.backend import GpuUse, Partition, Vendor
-from gpuprobe.gpu.nvidia.inventory import read_uses
+from gpuprobe.gpu.backend import GpuUse, Partition, Vendor, VendorUses
 from gpuprobe.host import Host
 from gpuprobe.host.podresources import PodResourcesAnswer
 from gpuprobe.report import PodRef
@@ -119,12 +117,13 @@ class Attribution:
         return {d.resource: d for d in self.devices}
 
 
-def attribute(host: Host, answer: PodResourcesAnswer, *, amd_gpus: bool = True) -> Attribution:
-    """Tie every GPU and MIG device to its holders and its processes' pods. `amd_gpus=False`:
-    NVIDIA's alone (AMD's grants then name no device), sparing the AMD sysfs and `/proc`
-    descriptor reads for a caller that judges NVIDIA's GPUs only."""
-    amd = read_amd_uses(host) if amd_gpus else AmdUses([], None)
-    gpus = read_uses(host.nvml) + amd.gpus
+def attribute(host: Host, answer: PodResourcesAnswer, uses: list[VendorUses]) -> Attribution:
+    """Tie every GPU and MIG device to its holders and its processes' pods. `uses`: the
+    node's GPUs as workloads get them, vendor by vendor (a caller that judges one vendor's
+    GPUs passes that vendor's alone: the others' grants then name no device)."""
+    gpus = [gpu for vendor in uses for gpu in vendor.gpus]
+    unplaced = [pid for vendor in uses if vendor.gpus for pid in vendor.unplaced or []]
+    placed_known = any(vendor.gpus and vendor.unplaced is not None for vendor in uses)
     names = DeviceNames(gpus)
     grants: list[Grant] = []
     if answer.list is not None:
@@ -132,7 +131,7 @@ def attribute(host: Host, answer: PodResourcesAnswer, *, amd_gpus: bool = True) 
         if has_dra(answer.list):
             grants += dra_grants(answer.list, names, read_cdi_devices(host.fs))
     directory = PodDirectory()
-    if any(g.processes for g in gpus) or amd.kfd_only:
+    if any(g.processes for g in gpus) or unplaced:
         directory = read_pod_directory(host.fs)
     devices: list[DeviceUse] = []
     for gpu in gpus:
@@ -144,16 +143,14 @@ def attribute(host: Host, answer: PodResourcesAnswer, *, amd_gpus: bool = True) 
             by_resource[grant.device].grants.append(grant)
         else:
             unresolved.append(grant)
-    kfd_only = None
-    if amd.gpus and amd.kfd_only is not None:
-        kfd_only = [_owner(host, pid, directory) for pid in amd.kfd_only]
+    kfd_only = [_owner(host, pid, directory) for pid in unplaced] if placed_known else None
     return Attribution(devices, unresolved, kfd_only)
 
 
 def _uses(host: Host, gpu: GpuUse, directory: PodDirectory) -> list[DeviceUse]:
     vendor = gpu.identity.vendor
-    # AMD's resource names its unique_id, else its PCI address: the data's `uuid` says which.
-    uuid = gpu.uuid if vendor == "nvidia" else gpu.uuid or gpu.identity.pci_address
+    # The data's `uuid` is the id the resource names (AMD's unique_id, else its PCI address).
+    uuid = gpu.identity.stable_id
     whole = DeviceUse(gpu.resource, gpu.index, uuid, vendor=vendor)
     whole.utilization_percent, whole.samples = gpu.utilization_percent, gpu.samples
     migs = [DeviceUse(m.resource, gpu.index, uuid, m, vendor=vendor) for m in gpu.partitions]

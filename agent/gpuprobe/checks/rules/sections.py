@@ -1,9 +1,11 @@
 """The sections of the configuration that one check owns and another reads: the gpus check's
-(the GPU count the driver check judges an AMD-only node by too) and the workloads check's (the
-kubelet the pods check also asks which pods hold which GPU)."""
+(the GPU count the driver check judges an AMD-only node by too), the workloads check's (the
+kubelet the pods check also asks which pods hold which GPU) and the driver check's (the
+versions NVIDIA's rules of it hold the driver against, `checks.nvidia.driver`)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuprobe.config import MAX_INTEGER, brief
@@ -12,6 +14,7 @@ from gpuprobe.errors import ConfigError
 # The sections' names: their checks' names.
 GPUS = "gpus"
 WORKLOADS = "workloads"
+DRIVER = "driver"
 
 
 @dataclass(frozen=True)
@@ -64,3 +67,20 @@ class WorkloadsConfig:
             )
         if not self.idle_window_seconds > 0:  # NaN too
             raise ConfigError(f"idle_window_seconds: {self.idle_window_seconds:g} must be above 0")
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """What the `driver` check holds the node's driver against."""
+
+    # The fleet's minimum driver version, e.g. "550.54.15" (below it: DRIVER_TOO_OLD, WARNING).
+    min_version: str | None = None
+    # CUDA toolkit versions that images on this node are built with, e.g. ["12.4", "12.8.1"].
+    required_cuda: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for key, value in [("min_version", self.min_version)] + [
+            ("required_cuda", v) for v in self.required_cuda
+        ]:
+            if value is not None and not re.fullmatch(r"\d+(\.\d+)*", value):
+                raise ConfigError(f"{key}: {value!r} is not a version like 550.54.15")

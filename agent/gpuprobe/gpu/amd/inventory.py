@@ -51,7 +51,8 @@ def read_uses(host: Host) -> list[GpuUse]:
 def _use(gpu: AmdGpu, handles: list[DeviceHandles] | None) -> GpuUse:
     identity = GpuIdentity("amd", gpu.index, gpu.unique_id, gpu.pci_address, gpu.name)
     minor = render_minor(gpu.render_node)
-    use = GpuUse(identity, minor=minor, utilization_percent=gpu.busy_percent)
+    ids = (gpu.pci_address,) if gpu.pci_address else ()
+    use = GpuUse(identity, minor=minor, plugin_ids=ids, utilization_percent=gpu.busy_percent)
     if handles is not None and minor is not None:  # no render node: its processes unknown
         use.processes = [GpuProcess(h.pid, gpu.index) for h in handles if h.computes_on(minor)]
     return use

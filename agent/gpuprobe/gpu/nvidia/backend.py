@@ -8,8 +8,6 @@ gives the same answers.
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuprobe.gpu.backend import (
     DriverFacts,
     GpuHealth,
@@ -109,42 +107,40 @@ class NvidiaBackend:
 def _health(reading: GpuReading) -> GpuHealth:
     """The `gpus` check's facts of one GPU in the interface's terms."""
     facts = reading.facts
-    links = facts.get("nvlinks")
+    links = facts.nvlinks
     return GpuHealth(
-        GpuIdentity(
-            "nvidia", reading.index, facts.get("uuid"), facts.get("pci_bus_id"), facts.get("name")
-        ),
+        GpuIdentity("nvidia", reading.index, facts.uuid, facts.address, facts.name),
         lost=reading.lost,
         reset_required=reading.reset_required,
         memory=MemoryHealth(
-            facts.get("ecc_uncorrected_volatile"),
-            facts.get("ecc_corrected_volatile"),
-            _sum(facts.get("remapped_rows_correctable"), facts.get("remapped_rows_uncorrectable")),
-            _any(facts.get("remapped_rows_pending"), facts.get("retired_pages_pending")),
-            facts.get("remapped_rows_failure"),
+            facts.ecc_uncorrected_volatile,
+            facts.ecc_corrected_volatile,
+            _sum(facts.remapped_rows_correctable, facts.remapped_rows_uncorrectable),
+            _any(facts.remapped_rows_pending, facts.retired_pages_pending),
+            facts.remapped_rows_failure,
         ),
         pcie=PcieLink(
-            generation=facts.get("pcie_link_generation"),
-            generation_max=facts.get("pcie_link_generation_max"),
-            width=facts.get("pcie_link_width"),
-            width_max=facts.get("pcie_link_width_max"),
+            generation=facts.pcie_link_generation,
+            generation_max=facts.pcie_link_generation_max,
+            width=facts.pcie_link_width,
+            width_max=facts.pcie_link_width_max,
         ),
         links=None
         if links is None
         else [InterconnectLink("nvlink", link["link"], link["up"]) for link in links],
-        temperature_celsius=facts.get("temperature_celsius"),
-        clock_event_reasons=facts.get("clock_event_reasons"),
-        errors=dict(facts.get("nvml_errors", {})),
+        temperature_celsius=facts.temperature_celsius,
+        clock_event_reasons=facts.clock_event_reasons,
+        errors=dict(facts.nvml_errors or {}),
     )
 
 
-def _sum(*counts: Any) -> int | None:
+def _sum(*counts: int | None) -> int | None:
     """The sum of the counts NVML gave; None when it gave none."""
-    given = [c for c in counts if isinstance(c, int)]
+    given = [c for c in counts if c is not None]
     return sum(given) if given else None
 
 
-def _any(*flags: Any) -> bool | None:
+def _any(*flags: bool | None) -> bool | None:
     """True when a flag is set, False when all given are clear, None when none is given."""
-    given = [f for f in flags if isinstance(f, bool)]
+    given = [f for f in flags if f is not None]
     return any(given) if given else None

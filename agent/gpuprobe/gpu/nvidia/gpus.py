@@ -6,7 +6,7 @@ lost is named, its neighbours still read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpuprobe.gpu.nvidia.device import Device, gpu_count, open_gpus, text
@@ -28,14 +28,107 @@ class NvidiaBus:
 
 
 @dataclass(frozen=True)
+class NvidiaGpuFacts:
+    """One GPU's facts as NVML answered (None: NVML cannot tell), in the order the `gpus`
+    check's `data.gpus[i]` lists them (`to_data`): its identity, then its health
+    (`gpu.nvidia.health.read_health`), then what the queries found out about the GPU itself.
+    """
+
+    index: int
+    vendor: str = VENDOR
+    # Lost when opened (its handle lost: NVML told nothing more), or lost while read.
+    lost_on_open: bool = False
+    uuid: str | None = None
+    name: str | None = None
+    serial: str | None = None
+    pci_bus_id: str | None = None
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    persistence_mode: bool | None = None
+    compute_mode: str | None = None
+    temperature_celsius: int | None = None
+    temperature_slowdown_celsius: int | None = None
+    temperature_shutdown_celsius: int | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    utilization_gpu_percent: int | None = None
+    utilization_memory_percent: int | None = None
+    ecc_mode_enabled: bool | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    ecc_corrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    retired_pages_pending: bool | None = None
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = None
+    pcie_link_generation: int | None = None
+    pcie_link_generation_max: int | None = None
+    # Each link NVML answers for: {"link": n, "up": bool}.
+    nvlinks: list[dict[str, Any]] | None = None
+    fabric_state: str | None = None
+    fabric_status: int | None = None
+    clock_event_reasons: list[str] | None = None
+    # Each compute process: {"pid", "name", "used_memory_bytes"}.
+    processes: list[dict[str, Any]] | None = None
+    recovery_action: str | None = None
+    mig_mode_current: int | None = None
+    idle: bool | None = None
+    lost_while_read: bool = False
+    nvml_errors: dict[str, str] | None = None
+    # The PCI address of a GPU NVML cannot name, from its place on the bus.
+    bus_place: str | None = None
+
+    @property
+    def lost(self) -> bool:
+        """NVML reports the GPU lost (fallen off the bus, or hung)."""
+        return self.lost_on_open or self.lost_while_read
+
+    @property
+    def address(self) -> str | None:
+        """The GPU's PCI address: NVML's, else its place on the bus."""
+        return self.pci_bus_id or self.bus_place
+
+    def to_data(self) -> dict[str, Any]:
+        """The `gpus` check's entry: what NVML told, in its order (a GPU lost when opened
+        says so before anything else; one lost while read, after its health)."""
+        data: dict[str, Any] = {"index": self.index, "vendor": self.vendor}
+        if self.lost_on_open:
+            data["lost"] = True
+        for name in _READ_KEYS:
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
+        if self.lost_while_read:
+            data["lost"] = True
+        if self.nvml_errors:
+            data["nvml_errors"] = dict(self.nvml_errors)
+        if self.bus_place is not None:
+            data["pci_bus_id"] = self.bus_place
+        return data
+
+
+# The fields NVML's answers fill, in the data's order (between the vendor and `lost`).
+_READ_KEYS = tuple(
+    f.name
+    for f in fields(NvidiaGpuFacts)
+    if f.name
+    not in {"index", "vendor", "lost_on_open", "lost_while_read", "nvml_errors", "bus_place"}
+)
+
+
+@dataclass(frozen=True)
 class GpuReading:
-    """One GPU as NVML answered: its facts (the `gpus` check's `data.gpus[i]` keys), and
-    whether NVML found it lost or needing a reset."""
+    """One GPU as NVML answered: its facts, and whether NVML found it lost or needing a
+    reset."""
 
     index: int
     lost: bool
     reset_required: bool
-    facts: dict[str, Any]
+    facts: NvidiaGpuFacts
 
 
 def read_bus(host: Host) -> NvidiaBus:
@@ -57,14 +150,21 @@ def read_gpus(
     processes = host.processes() if processes is None else processes
     readings = []
     for device in open_gpus(host.nvml, count):
-        facts = identity(device)
-        facts = {"index": facts.pop("index"), "vendor": VENDOR, **facts}
+        lost_on_open = device.lost
+        answers = identity(device)
         if not device.lost:
-            facts.update(read_health(device, processes))
-        _finish(device, facts)
+            answers.update(read_health(device, processes))
+        answers.pop("index")
+        answers.pop("lost", None)
+        facts = NvidiaGpuFacts(
+            device.index,
+            lost_on_open=lost_on_open,
+            lost_while_read=device.lost and not lost_on_open,
+            nvml_errors=dict(device.errors) if device.errors else None,
+            **answers,
+        )
         readings.append(GpuReading(device.index, device.lost, device.reset_required, facts))
-    _place_on_bus([r.facts for r in readings], bus, count)
-    return readings
+    return _place_on_bus(readings, bus, count)
 
 
 def fabric_manager_running(host: Host) -> bool:
@@ -95,20 +195,16 @@ def identity(device: Device) -> dict[str, Any]:
     return {k: v for k, v in facts.items() if v is not None}
 
 
-def _finish(device: Device, facts: dict[str, Any]) -> None:
-    """Add what the queries found out about the GPU itself: lost, and NVML's errors."""
-    if device.lost:
-        facts["lost"] = True
-    if device.errors:
-        facts["nvml_errors"] = dict(device.errors)
-
-
-def _place_on_bus(gpus: list[dict[str, Any]], bus: list[PciDevice], count: int) -> None:
+def _place_on_bus(readings: list[GpuReading], bus: list[PciDevice], count: int) -> list[GpuReading]:
     """Give a GPU NVML cannot name (its handle lost) its PCI address from its place on the
     bus: NVML numbers GPUs in PCI bus order, so index i is the i-th NVIDIA GPU on the bus
     when NVML sees every one of them."""
     if count != len(bus):
-        return  # a GPU missing from NVML shifts the order: the place says nothing
-    for facts in gpus:
-        if "uuid" not in facts and "pci_bus_id" not in facts:
-            facts["pci_bus_id"] = bus[facts["index"]].address
+        return readings  # a GPU missing from NVML shifts the order: the place says nothing
+    placed = []
+    for reading in readings:
+        facts = reading.facts
+        if facts.uuid is None and facts.pci_bus_id is None:
+            facts = replace(facts, bus_place=bus[facts.index].address)
+        placed.append(replace(reading, facts=facts))
+    return placed

@@ -2,7 +2,7 @@
 
 `read_health` asks NVML and returns the figures (the `gpus` check's per-GPU data keys); a
 query the GPU does not support leaves its key out. The `gpus` check judges them
-(`gpuprobe.checks.rules.gpu_health`). Answers are
+(`gpuprobe.checks.nvidia.gpu_health`). Answers are
 read as pynvml returns them (tuples as lists, structs as objects) and in the shapes other
 tools write into snapshots (a remapped-rows list or object, utilization as an object or a
 pair), so a snapshot recorded by another hand is judged the same.

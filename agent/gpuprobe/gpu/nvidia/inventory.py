@@ -54,7 +54,13 @@ def read_uses(nvml: Nvml) -> list[GpuUse]:
 
 def _use(nvml: Nvml, device: Device) -> GpuUse:
     identity = GpuIdentity("nvidia", device.index, device.uuid(), None, None)
-    use = GpuUse(identity, minor=as_int(device.get("nvmlDeviceGetMinorNumber")))
+    minor = as_int(device.get("nvmlDeviceGetMinorNumber"))
+    use = GpuUse(
+        identity,
+        minor=minor,
+        plugin_ids=(str(device.index), identity.uuid) if identity.uuid else (str(device.index),),
+        device_node=None if minor is None else f"/dev/nvidia{minor}",
+    )
     use.partitioned = mig_enabled(device)
     if use.partitioned:
         use.partitions = mig_devices(nvml, device)

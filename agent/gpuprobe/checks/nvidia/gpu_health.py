@@ -1,17 +1,18 @@
-"""What one GPU's health figures (`gpuprobe.gpu.nvidia.health.read_health`) mean: the `gpus` check's
-findings on ECC, remapped rows, PCIe, NVLink, fabric, clock event reasons, recovery action
-and idleness."""
+"""What one GPU's health figures mean (`gpuprobe.gpu.nvidia.gpus.NvidiaGpuFacts`, as
+`gpuprobe.gpu.nvidia.health.read_health` reads them): the `gpus` check's findings on ECC,
+remapped rows, PCIe, NVLink, fabric, clock event reasons, recovery action and idleness."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpuprobe.gpu.nvidia.gpus import NvidiaGpuFacts
 from gpuprobe.gpu.nvidia.health import RECOVERY_VERDICTS
 from gpuprobe.report import Action, Finding, Severity
 
 
 def health_findings(
-    facts: dict[str, Any],
+    facts: NvidiaGpuFacts,
     resource: str,
     where: str,
     *,
@@ -28,11 +29,11 @@ def health_findings(
     return findings
 
 
-def _ecc_findings(facts: dict[str, Any], resource: str, where: str) -> list[Finding]:
-    volatile = facts.get("ecc_uncorrected_volatile")
+def _ecc_findings(facts: NvidiaGpuFacts, resource: str, where: str) -> list[Finding]:
+    volatile = facts.ecc_uncorrected_volatile
     if not volatile:
         return []
-    aggregate = facts.get("ecc_uncorrected_aggregate")
+    aggregate = facts.ecc_uncorrected_aggregate
     lifetime = f" ({aggregate} over its lifetime)" if aggregate is not None else ""
     return [
         Finding(
@@ -47,11 +48,11 @@ def _ecc_findings(facts: dict[str, Any], resource: str, where: str) -> list[Find
     ]
 
 
-def _remap_findings(facts: dict[str, Any], resource: str, where: str) -> list[Finding]:
+def _remap_findings(facts: NvidiaGpuFacts, resource: str, where: str) -> list[Finding]:
     findings = []
-    unc = facts.get("remapped_rows_uncorrectable")
+    unc = facts.remapped_rows_uncorrectable
     rows = f"{unc} uncorrectable row{_s(unc)} remapped" if unc else "rows remapped"
-    if facts.get("remapped_rows_failure"):
+    if facts.remapped_rows_failure:
         findings.append(
             Finding(
                 "ROW_REMAP_FAILURE",
@@ -62,7 +63,7 @@ def _remap_findings(facts: dict[str, Any], resource: str, where: str) -> list[Fi
                 resource,
             )
         )
-    if facts.get("remapped_rows_pending"):
+    if facts.remapped_rows_pending:
         findings.append(
             Finding(
                 "ROW_REMAP_PENDING",
@@ -73,7 +74,7 @@ def _remap_findings(facts: dict[str, Any], resource: str, where: str) -> list[Fi
                 resource,
             )
         )
-    if facts.get("retired_pages_pending"):
+    if facts.retired_pages_pending:
         findings.append(
             Finding(
                 "RETIRED_PAGES_PENDING",
@@ -87,11 +88,11 @@ def _remap_findings(facts: dict[str, Any], resource: str, where: str) -> list[Fi
     return findings
 
 
-def _pcie_findings(facts: dict[str, Any], resource: str, where: str) -> list[Finding]:
-    width, widest = facts.get("pcie_link_width"), facts.get("pcie_link_width_max")
+def _pcie_findings(facts: NvidiaGpuFacts, resource: str, where: str) -> list[Finding]:
+    width, widest = facts.pcie_link_width, facts.pcie_link_width_max
     if width is None or widest is None or width >= widest or width == 0:
         return []  # a lower *generation* is power saving on an idle GPU, not a fault
-    gen = facts.get("pcie_link_generation")
+    gen = facts.pcie_link_generation
     at = f" at Gen{gen}" if gen else ""
     return [
         Finding(
@@ -106,9 +107,9 @@ def _pcie_findings(facts: dict[str, Any], resource: str, where: str) -> list[Fin
 
 
 def _nvlink_findings(
-    facts: dict[str, Any], resource: str, where: str, nvswitch_system: bool
+    facts: NvidiaGpuFacts, resource: str, where: str, nvswitch_system: bool
 ) -> list[Finding]:
-    links = facts.get("nvlinks") or []
+    links = facts.nvlinks or []
     down = [link["link"] for link in links if not link["up"]]
     if not down:
         return []
@@ -131,10 +132,10 @@ def _nvlink_findings(
 
 
 def _fabric_findings(
-    facts: dict[str, Any], resource: str, where: str, fabric_manager_running: bool | None
+    facts: NvidiaGpuFacts, resource: str, where: str, fabric_manager_running: bool | None
 ) -> list[Finding]:
-    state = facts.get("fabric_state")
-    status = facts.get("fabric_status")
+    state = facts.fabric_state
+    status = facts.fabric_status
     failed = state == "COMPLETED" and status not in (None, 0)
     if state not in ("NOT_STARTED", "IN_PROGRESS") and not failed:
         return []
@@ -178,11 +179,11 @@ def _fabric_findings(
     ]
 
 
-def _clock_findings(facts: dict[str, Any], resource: str, where: str) -> list[Finding]:
-    reasons = set(facts.get("clock_event_reasons") or [])
+def _clock_findings(facts: NvidiaGpuFacts, resource: str, where: str) -> list[Finding]:
+    reasons = set(facts.clock_event_reasons or [])
     findings = []
-    temperature = facts.get("temperature_celsius")
-    slowdown = facts.get("temperature_slowdown_celsius")
+    temperature = facts.temperature_celsius
+    slowdown = facts.temperature_slowdown_celsius
     hot = temperature is not None and slowdown is not None and temperature >= slowdown
     if reasons & {"SwThermalSlowdown", "HwThermalSlowdown"} or hot:
         degrees = f" at {temperature} °C" if temperature is not None else ""
@@ -222,8 +223,8 @@ def _clock_findings(facts: dict[str, Any], resource: str, where: str) -> list[Fi
     return findings
 
 
-def _recovery_findings(facts: dict[str, Any], resource: str, where: str) -> list[Finding]:
-    verdict = RECOVERY_VERDICTS.get(facts.get("recovery_action", "NONE"))
+def _recovery_findings(facts: NvidiaGpuFacts, resource: str, where: str) -> list[Finding]:
+    verdict = RECOVERY_VERDICTS.get(facts.recovery_action or "NONE")
     if verdict is None:
         return []
     severity, action, what = verdict
@@ -231,7 +232,7 @@ def _recovery_findings(facts: dict[str, Any], resource: str, where: str) -> list
         Finding(
             "GPU_RECOVERY_REQUIRED",
             severity,
-            f"{where}: the driver's recovery action is {facts['recovery_action']}: the GPU "
+            f"{where}: the driver's recovery action is {facts.recovery_action}: the GPU "
             f"needs {what} before it is trusted again",
             action,
             resource,
