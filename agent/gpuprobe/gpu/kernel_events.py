@@ -1,22 +1,35 @@
-"""The kinds of kernel-log event the vendors' parsers read, and the mark each kind's lines bear.
+"""The kinds of kernel-log event the vendors' parsers read, the mark each kind's lines bear,
+and the parsers themselves, each run once on each record.
 
-Each parser declares its kinds (`EVENTS`: kind → the text every line of that kind holds):
-NVIDIA's driver lines (`gpuprobe.gpu.kernel_log`: XIDs, XID-less faults, GPUs' UUIDs: all
-`NVRM: `; SXids), amdgpu's (`gpuprobe.gpu.amd.faults`), PCIe AER's (`gpuprobe.gpu.aer`) and the
-kernel's boot line. `PARSERS` registers them; the event path subscribes by kind (`markers`,
-`kind_of`) instead of keeping its own copy of the texts.
+Each parser declares its kinds (`EVENTS`: kind → the text every line of that kind holds) and
+reads one record into its own typed event (`event_of`): NVIDIA's driver lines
+(`gpuprobe.gpu.kernel_log`: XIDs, XID-less faults, GPUs' UUIDs: all `NVRM: `; SXids; the
+kernel's boot line), amdgpu's (`gpuprobe.gpu.amd.faults`), PCIe AER's (`gpuprobe.gpu.aer`).
+`PARSERS` registers them; `entry_of` runs each once on a record (the kernel journal keeps the
+entry, `gpu.journal`); the event path subscribes by kind (`markers`, `kind_of`) instead of
+keeping its own copy of the texts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from gpuprobe.gpu import aer, kernel_log
 from gpuprobe.gpu.amd import faults
+from gpuprobe.gpu.journal.record import Entry, LogRecord
 
-# Every parser of kernel lines, by vendor: each module's EVENTS.
+# Every parser of kernel lines, by vendor: each module's EVENTS and event_of.
 PARSERS = (kernel_log, faults, aer)
 EVENTS: dict[str, str] = {kind: mark for parser in PARSERS for kind, mark in parser.EVENTS.items()}
+READERS: tuple[Callable[[LogRecord], object | None], ...] = tuple(
+    parser.event_of for parser in PARSERS
+)
+
+
+def entry_of(record: LogRecord) -> Entry:
+    """The record with the events every registered parser makes of it (each run once)."""
+    events = tuple(event for event in (read(record) for read in READERS) if event is not None)
+    return Entry(record, events)
 
 
 def markers(kinds: Iterable[str]) -> tuple[str, ...]:

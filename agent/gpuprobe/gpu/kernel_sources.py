@@ -1,15 +1,17 @@
 """The kernel log of this boot, read once a run: `/dev/kmsg` and the host's log files.
 
-Every parser of kernel lines (NVIDIA's XIDs, SXids and XID-less faults in
-`gpuprobe.gpu.kernel_log`, amdgpu's faults in `gpuprobe.gpu.amd.faults`, both from every
-stream, `/dev/kmsg`'s among them) reads the texts one
-`read_kernel_log` gave, so the xid check's run reads each source once whatever vendors the
-node has (the pods check, which ties pod failures to XIDs, reads it in its own run).
+Every record is parsed once, by every registered parser (`gpu.kernel_events.entry_of`:
+NVIDIA's XIDs, SXids and XID-less faults in `gpuprobe.gpu.kernel_log`, amdgpu's faults in
+`gpuprobe.gpu.amd.faults`, PCIe AER's in `gpuprobe.gpu.aer`); the readers fold the kept events
+(`nvidia_logs`, `amdgpu_faults`), so the xid check's run reads each source once whatever
+vendors the node has (the pods check, which ties pod failures to XIDs, reads it in its own
+run).
 
-`/dev/kmsg` (this boot's ring, `gpuprobe.gpu.kmsg`) is followed: its `KmsgLog` lives in
-`host.memory`, so a long-lived agent reads only the records that arrived since its last run
-and keeps the rest. A log file is read from its last `max_bytes`; the rotated files of one log
-(`kern.log.1`, `kern.log`) are one stream, oldest first.
+`/dev/kmsg` (this boot's ring, `gpuprobe.gpu.kmsg`) is followed by the host's kernel journal
+(`gpu.journal.journal.KernelJournal`, in `host.memory`): a long-lived agent reads and parses
+only the records that arrived since its last run and keeps the rest with their events. A log
+file is read from its last `max_bytes`, each line parsed once a read; the rotated files of one
+log (`kern.log.1`, `kern.log`) are one stream, oldest first.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from __future__ import annotations
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NotRequired, TypedDict
 
-from gpuprobe.gpu import kernel_log, log_tail
+from gpuprobe.gpu import kernel_events, kernel_log, log_tail
 from gpuprobe.gpu.amd import faults
+from gpuprobe.gpu.journal.journal import KernelJournal
+from gpuprobe.gpu.journal.record import Entry, LogRecord
 from gpuprobe.gpu.kmsg import KmsgLog, since_boot
 from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, Tail
 from gpuprobe.host import Host
@@ -34,6 +39,7 @@ PROC_STAT = "/proc/stat"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # Where the followed /dev/kmsg lives in `host.memory` (shared by every check that reads it).
 MEMORY = "kernel_log"
+_JOURNAL_LOCK = threading.Lock()
 
 
 class KernelSource(TypedDict):
@@ -55,11 +61,12 @@ class KernelSource(TypedDict):
 
 @dataclass(frozen=True)
 class LogStream:
-    """One log's text of this read: `/dev/kmsg`'s records as lines (`kind` `kmsg`, one
-    text), or a log file's rotated parts that could be read, oldest first (`kind` `file`)."""
+    """One log's records of this read, each with its events, oldest first: `/dev/kmsg`'s
+    (`kind` `kmsg`, this boot's by nature), or a log file's rotated parts that could be read
+    (`kind` `file`)."""
 
     kind: str
-    texts: tuple[str, ...]
+    entries: list[Entry]
 
 
 @dataclass(frozen=True)
@@ -78,9 +85,7 @@ class KernelLogRead:
     def nvidia_logs(self) -> list[kernel_log.KernelLog]:
         """NVIDIA's lines of each stream (XIDs, SXids, GPUs' UUIDs), one `KernelLog` a stream."""
         return [
-            kernel_log.read_stream(
-                stream.texts, boot=self.boot, now=self.now, boots=stream.kind != "kmsg"
-            )
+            kernel_log.fold(stream.entries, boot=self.boot, boots=stream.kind != "kmsg")
             for stream in self.streams
         ]
 
@@ -89,11 +94,8 @@ class KernelLogRead:
         they are the only kernel log), each stream's in log order."""
         found: list[list[faults.AmdgpuFault]] = []
         for stream in self.streams:
-            texts = [text for text in stream.texts if text]
             one_boot = stream.kind == "kmsg"  # the ring is this boot's: no boot line in it
-            found.append(
-                faults.read_faults(texts, boot=self.boot, now=self.now, boots=not one_boot)
-            )
+            found.append(faults.fold(stream.entries, boot=self.boot, boots=not one_boot))
         return found
 
 
@@ -107,12 +109,13 @@ def read_kernel_log(
     opened: list[str] = []
     described: list[KernelSource] = []
     if kmsg:
-        view = followed_kmsg(host).read(boot)
+        read = kernel_journal(host).this_boot(boot, boot_id(host), known=True)
+        view = read.ring
         entry: KernelSource = {"source": KMSG, "kind": "kmsg", "since": None}
         if view.error is not None:
             entry["error"] = view.error
         else:
-            streams.append(LogStream("kmsg", ("\n".join(view.lines),)))
+            streams.append(LogStream("kmsg", read.entries))
             opened.append(KMSG)
             first = since_boot(boot, view.first_usec) if view.first_usec is not None else None
             if first is not None:
@@ -122,19 +125,19 @@ def read_kernel_log(
             entry["lost"] = view.lost
         described.append(entry)
     for group in rotation_streams(paths):
-        texts = []
+        entries: list[Entry] = []
         for path in group:
             tail = tail_log(host, path, max_bytes)
             if tail is not None:
-                content = tail.data.decode("utf-8", errors="replace")
-                texts.append(content)
+                records = file_records(tail.data.decode("utf-8", errors="replace"), now)
+                entries += [kernel_events.entry_of(record) for record in records]
                 opened.append(path)
-                since = _first_time(content, boot, now)
+                since = _first_time(records)
                 file_entry: KernelSource = {"source": path, "kind": "file", "since": since}
                 if tail.skipped:
                     file_entry["lost"] = tail.skipped  # lines too long to be the kernel's
                 described.append(file_entry)
-        streams.append(LogStream("file", tuple(texts)))
+        streams.append(LogStream("file", entries))
     return KernelLogRead(boot, now, tuple(streams), tuple(opened), tuple(described))
 
 
@@ -147,6 +150,26 @@ def boot_id(host: Host) -> str | None:
     """This boot's id (the kernel's random `boot_id`): a reboot changes it; None when
     unknown."""
     return (host.fs.try_read_text(BOOT_ID) or "").strip() or None
+
+
+def kernel_journal(host: Host) -> KernelJournal:
+    """This host's kernel journal over its followed `/dev/kmsg`: kept in `host.memory`, so a
+    long-lived agent reads and parses each record once."""
+    memory = host.memory.of(MEMORY)
+    with _JOURNAL_LOCK:
+        journal = memory.get("journal")
+        if not isinstance(journal, KernelJournal):
+            journal = KernelJournal(
+                followed_kmsg(host), boot=boot_time(host), boot_id=boot_id(host)
+            )
+            memory["journal"] = journal
+    return journal
+
+
+def file_records(text: str, now: datetime) -> list[LogRecord]:
+    """A log file's text as records, one a line (each line's stamp read when first asked
+    for)."""
+    return [LogRecord.of_line(line, now) for line in text.splitlines()]
 
 
 def followed_kmsg(host: Host) -> KmsgLog:
@@ -190,10 +213,9 @@ def tail_log(host: Host, path: str, max_bytes: int) -> Tail | None:
         return None
 
 
-def _first_time(text: str, boot: datetime | None, now: datetime) -> str | None:
-    """The stamp of a log text's first stamped line (of its first 100 lines)."""
-    for line in text.splitlines()[:100]:
-        stamp = kernel_log.line_time(line, boot=boot, now=now)
-        if stamp is not None:
-            return format_time(stamp)
+def _first_time(records: list[LogRecord]) -> str | None:
+    """The stamp of a log's first stamped line (of its first 100 lines)."""
+    for record in records[:100]:
+        if record.time is not None:
+            return format_time(record.time)
     return None

@@ -158,6 +158,7 @@ class KmsgLog:
     `max_records`, the oldest dropped first). Thread-safe."""
 
     def __init__(self, reader: KmsgReader, max_records: int = 65_536) -> None:
+        self.max_records = max_records
         self.reader = reader
         self._records: deque[KmsgRecord] = deque(maxlen=max_records)
         self._seen = SeenRecords(max_records + SEEN_SLACK)
@@ -192,6 +193,30 @@ class KmsgLog:
         """The kernel records that arrived since the last read (kept, too)."""
         with self._lock:
             return self._take()
+
+    def kept_since(self, count: int) -> tuple[list[KmsgRecord], KmsgView]:
+        """Read what arrived; the kept records after the first `count` ever kept (those
+        still kept, oldest first) and the ring's state (`KmsgView`, without lines; its
+        `records`: how many were ever kept, the next call's `count`)."""
+        with self._lock:
+            self._take()
+            missing = min(self._kept - count, len(self._records))
+            new = [self._records[i] for i in range(-missing, 0)] if missing > 0 else []
+            first = self._first
+            view = KmsgView(
+                [],
+                self._error,
+                first.sequence if first else None,
+                first.usec if first else None,
+                self._kept,
+                self._lost,
+            )
+            return new, view
+
+    def kept(self) -> list[KmsgRecord]:
+        """Every kernel record kept, oldest first."""
+        with self._lock:
+            return list(self._records)
 
     def _lines_of(self, boot: datetime | None) -> list[str]:
         """The kept records as lines, each record's line made once (again only when the boot

@@ -1,0 +1,97 @@
+"""One record of the kernel log, as read once from its source, and the events parsed from it.
+
+A record is what its source gave: `/dev/kmsg`'s and journald's the kernel's message with its
+time from the record itself (the boot time plus its monotonic stamp; journald's realtime
+stamp); a log file's its line, whose time is its syslog stamp (read once, when first asked,
+for the lines a parser holds). The parsers read `text`, never a record printed back to text.
+
+`Entry` is a record with the events every registered parser made of it (`gpu.kernel_events`):
+made once when the record is read, kept with it, so a fold over a boot's records (the xid
+check's XIDs, amdgpu's faults) runs no parser again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
+
+from gpuprobe.gpu.journal import syslog
+
+T = TypeVar("T")
+
+
+class LogRecord:
+    """One kernel-log record: the text the parsers read, when it was written (`time`, None
+    when unknown; `zoned` when that time carries its zone, so it can be held against the boot
+    time), whether the kernel wrote it, its microseconds since boot (where the source gives
+    them), its boot's id and its cursor (where the source gives them)."""
+
+    __slots__ = ("_kernel", "_time", "_timed", "_zoned", "boot_id", "cursor", "now", "text", "usec")
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        time: datetime | None = None,
+        zoned: bool = False,
+        kernel: bool = True,
+        usec: int | None = None,
+        boot_id: str | None = None,
+        cursor: str | None = None,
+    ) -> None:
+        self.text = text
+        self._time, self._zoned, self._kernel, self._timed = time, zoned, kernel, True
+        self.usec, self.boot_id, self.cursor = usec, boot_id, cursor
+        self.now: datetime | None = None
+
+    @classmethod
+    def of_line(cls, line: str, now: datetime) -> LogRecord:
+        """A log file's line: its stamp, zone and tag read when first asked for (most lines
+        of a log no parser holds)."""
+        record = cls(line)
+        record._timed, record.now = False, now
+        return record
+
+    def _read_stamp(self) -> None:
+        if not self._timed:
+            assert self.now is not None
+            self._time = syslog.line_time(self.text, now=self.now)
+            self._zoned = syslog.zoned(self.text)
+            self._kernel = syslog.is_kernel_line(self.text)
+            self._timed = True
+
+    @property
+    def time(self) -> datetime | None:
+        self._read_stamp()
+        return self._time
+
+    @property
+    def zoned(self) -> bool:
+        self._read_stamp()
+        return self._zoned
+
+    @property
+    def kernel(self) -> bool:
+        """Whether the kernel wrote it (a syslog file's other programs' lines are not)."""
+        self._read_stamp()
+        return self._kernel
+
+    def __repr__(self) -> str:
+        return f"LogRecord({self.text!r}, cursor={self.cursor!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A record with the events the registered parsers made of it (each parser's own typed
+    event; none when no parser reads the record)."""
+
+    record: LogRecord
+    events: tuple[object, ...] = ()
+
+    def event(self, kind: type[T]) -> T | None:
+        """The record's event of one parser's type, or None."""
+        for event in self.events:
+            if isinstance(event, kind):
+                return event
+        return None

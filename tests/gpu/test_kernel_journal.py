@@ -1,0 +1,280 @@
+"""The kernel journal: each record read once and parsed once into the vendors' typed events,
+kept per boot with cursors; journald read through real journal files.
+
+The journal files are made by systemd's own `systemd-journal-remote` from a stream in the
+Journal Export Format (systemd.io/JOURNAL_EXPORT_FORMATS), the fields those journald keeps for
+a kernel record (systemd.journal-fields(7): `_TRANSPORT=kernel`, `SYSLOG_FACILITY=0`,
+`SYSLOG_IDENTIFIER=kernel`, `_KERNEL_SUBSYSTEM`, `_KERNEL_DEVICE`), and read back with the real
+`journalctl`. The messages are the driver's lines the other kernel-log tests carry (XID 79 as
+NVIDIA's driver logs it, an NVSwitch SXid from the Fabric Manager guide, amdgpu's reset line,
+the AER driver's received line)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from conftest import require, require_tool
+from gpuprobe.gpu import aer, kernel_events, kernel_log
+from gpuprobe.gpu.amd import faults
+from gpuprobe.gpu.journal import journald
+from gpuprobe.gpu.journal.journal import Cursor, KernelJournal
+from gpuprobe.gpu.journal.record import Entry, LogRecord
+from gpuprobe.gpu.kmsg import KmsgLog
+from gpuprobe.host.fs import HostFS
+from gpuprobe.host.journald import read_kernel
+from gpuprobe.host.kmsg import KmsgReader
+
+BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+BOOT_ID = "3f0c2a9e8d7b4c1aa5e6f7081920abcd"
+OTHER_BOOT = "9a8b7c6d5e4f40312a1b2c3d4e5f6071"
+MACHINE_ID = "0123456789abcdef0123456789abcdef"
+XID = "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+SXID = (
+    "nvidia-nvswitch3: SXid (PCI:0000:c1:00.0): 28006, Non-fatal, Link 46 MC TS crumbstore "
+    "MCTO (First)"
+)
+AMD = "amdgpu 0000:c5:00.0: amdgpu: GPU reset(3) succeeded!"
+AER = "pcieport 0000:17:01.0: AER: Uncorrected (Fatal) error received: 0000:18:00.0"
+NOISE = "mlx5_core 0000:0c:00.0: Port module event: module 0, Cable unplugged"
+# Records as the kernel prints them to /dev/kmsg (priority, sequence, usec, flags; message).
+RING = [
+    "5,0,0,-;Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP",
+    f"6,1,21337118,-;{NOISE}",
+    f"4,2,4361822917,-;{XID}\n SUBSYSTEM=pci\n DEVICE=+pci:0000:18:00.0",
+]
+
+
+def write_ring(root: Path, records: list[str], mode: str = "w") -> None:
+    path = root / "dev" / "kmsg"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, mode) as f:
+        f.write("".join(r + "\n" for r in records))
+
+
+def journal_of(root: Path, boot_id: str = BOOT_ID) -> KernelJournal:
+    return KernelJournal(
+        KmsgLog(KmsgReader(HostFS(root, snapshot=True))), boot=BOOT, boot_id=boot_id
+    )
+
+
+def texts(entries: list[Entry]) -> list[str]:
+    return [e.record.text for e in entries]
+
+
+def test_each_record_is_parsed_once_by_every_registered_parser(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record is parsed once when first read, whoever reads it (the follower or a round),
+    however often the boot is read after: a full ring is not parsed again every run."""
+    calls: Counter[str] = Counter()
+
+    def counted(name: str, read):  # type: ignore[no-untyped-def]
+        def wrapper(record: LogRecord) -> object | None:
+            calls[f"{name}:{record.text[:12]}"] += 1
+            return read(record)
+
+        return wrapper
+
+    readers = tuple(counted(p.__name__, p.event_of) for p in kernel_events.PARSERS)
+    monkeypatch.setattr(kernel_events, "READERS", readers)
+    write_ring(tmp_path, RING)
+    journal = journal_of(tmp_path)
+    assert texts(journal.follow()) == [
+        RING[0].partition(";")[2],
+        NOISE,
+        XID,
+    ]  # the follower took them
+    for _ in range(3):
+        assert len(journal.this_boot(BOOT, BOOT_ID, known=True).entries) == 3
+    assert set(calls.values()) == {1} and len(calls) == 3 * len(kernel_events.PARSERS)
+    write_ring(tmp_path, [f"4,3,4361900000,-;{AMD}"], mode="a")
+    assert texts(journal.this_boot().entries)[-1] == AMD
+    assert set(calls.values()) == {1} and len(calls) == 4 * len(kernel_events.PARSERS)
+
+
+def test_a_records_events_are_typed_and_timed_from_the_record(tmp_path: Path) -> None:
+    """The XID's time is the boot time plus the record's monotonic stamp, to the microsecond:
+    no text printed and read back."""
+    write_ring(tmp_path, [*RING, f"4,3,4361900000,-;{AMD}", f"3,4,4362000000,-;{AER}"])
+    entries = journal_of(tmp_path).this_boot().entries
+    xid = entries[2].event(kernel_log.NvrmEvent)
+    assert xid is not None and isinstance(xid.found, kernel_log.XidLine)
+    assert (xid.found.pci, xid.found.xid, xid.found.time) == (
+        "0000:18:00",
+        79,
+        datetime(2026, 11, 29, 9, 12, 41, 822917, tzinfo=UTC),
+    )
+    assert entries[2].record.cursor == f"kmsg;b={BOOT_ID};s=2"
+    amd = entries[3].event(faults.AmdgpuEvent)
+    assert amd is not None and amd.fault is not None
+    assert (amd.fault.pci, amd.fault.cause) == ("0000:c5:00.0", faults.GPU_RESET)
+    found = entries[4].event(aer.AerEvent)
+    assert found is not None
+    assert (found.port, found.source, found.severity, found.multiple) == (
+        "0000:17:01.0",
+        "0000:18:00.0",
+        "Uncorrected (Fatal)",
+        False,
+    )
+    assert entries[1].events == ()  # a NIC's line: no parser reads it
+    log = kernel_log.fold(entries, boot=BOOT, boots=False)
+    assert [(x.pci, x.xid) for x in log.xids] == [("0000:18:00", 79)]
+
+
+def test_since_a_cursor_gives_only_the_new_records_across_a_restart(tmp_path: Path) -> None:
+    """A reader that kept its cursor, restarted (a new journal on the same ring), gets only
+    what came after it."""
+    write_ring(tmp_path, RING)
+    first = journal_of(tmp_path).this_boot()
+    assert first.cursor == f"kmsg;b={BOOT_ID};s=2"
+    write_ring(tmp_path, [f"4,3,4361900000,-;{AMD}", f"3,4,4362000000,-;{AER}"], mode="a")
+    restarted = journal_of(tmp_path)  # reads the whole ring again, from its start
+    since = restarted.since(first.cursor)
+    assert texts(since.entries) == [AMD, AER]
+    assert since.cursor == f"kmsg;b={BOOT_ID};s=4"
+    assert restarted.since(since.cursor).entries == []
+    assert len(restarted.since(None).entries) == 5
+
+
+def test_a_boot_change_starts_a_new_boots_records(tmp_path: Path) -> None:
+    """The boot id changed: the new boot's records only; a cursor of the old boot gives the
+    whole new boot; the old boot is kept as the previous one."""
+    write_ring(tmp_path, RING)
+    journal = journal_of(tmp_path)
+    old = journal.this_boot()
+    write_ring(tmp_path, [f"4,0,1000,-;{AMD}"], mode="a")  # the new boot's ring restarts at 0
+    new = journal.this_boot(BOOT, OTHER_BOOT, known=True)
+    assert texts(new.entries) == [AMD]
+    assert new.entries[0].record.cursor == f"kmsg;b={OTHER_BOOT};s=0"
+    assert texts(journal.since(old.cursor).entries) == [AMD]
+    previous = journal.previous_boot()
+    assert previous is not None and previous[0] == BOOT_ID and len(previous[1]) == 3
+
+
+def test_an_unreadable_ring_says_so(tmp_path: Path) -> None:
+    read = journal_of(tmp_path).this_boot()
+    assert read.ring.error == "absent" and read.entries == [] and read.cursor is None
+
+
+@pytest.mark.parametrize("text", ["", "kmsg;b=x", "kmsg;s=3", "journal;b=x;s=1", "kmsg;b=-;s=-1"])
+def test_what_is_no_cursor_reads_as_none(text: str) -> None:
+    assert Cursor.parse(text) is None
+
+
+# journald, through real journal files
+
+JOURNAL_REMOTE = "/lib/systemd/systemd-journal-remote"
+
+
+def export_entry(message: str, usec: int, *, boot_id: str = BOOT_ID, kernel: bool = True) -> str:
+    """One entry in the Journal Export Format, with the fields journald keeps for a kernel
+    record (or for a process's record written to the journal, `kernel` False)."""
+    realtime = int(BOOT.timestamp() * 1_000_000) + usec
+    fields = [
+        f"__REALTIME_TIMESTAMP={realtime}",
+        f"__MONOTONIC_TIMESTAMP={usec}",
+        f"_BOOT_ID={boot_id}",
+        f"_MACHINE_ID={MACHINE_ID}",
+        "_HOSTNAME=gpu-node-17",
+    ]
+    if kernel:
+        fields += [
+            "_TRANSPORT=kernel",
+            "SYSLOG_FACILITY=0",
+            "SYSLOG_IDENTIFIER=kernel",
+            "PRIORITY=4",
+            f"_SOURCE_MONOTONIC_TIMESTAMP={usec}",
+        ]
+    else:
+        fields += ["_TRANSPORT=syslog", "SYSLOG_IDENTIFIER=myapp", "_PID=4242", "PRIORITY=4"]
+    return "\n".join([*fields, f"MESSAGE={message}"]) + "\n\n"
+
+
+def make_journal(root: Path, entries: list[str], name: str = "system.journal") -> Path:
+    """A real journal file under the root's /var/log/journal/<machine id>/, written by
+    systemd-journal-remote from the export stream."""
+    require(Path(JOURNAL_REMOTE).exists(), "systemd-journal-remote is not installed")
+    require_tool("journalctl")
+    directory = root / "var" / "log" / "journal" / MACHINE_ID
+    directory.mkdir(parents=True, exist_ok=True)
+    stream = root / "export.txt"
+    stream.write_text("".join(entries))
+    target = directory / name
+    subprocess.run(
+        [JOURNAL_REMOTE, f"--output={target}", str(stream)], check=True, capture_output=True
+    )
+    return target
+
+
+def test_journald_gives_this_boots_kernel_records_with_cursors(tmp_path: Path) -> None:
+    make_journal(
+        tmp_path,
+        [
+            export_entry(XID, 1_000_000, boot_id=OTHER_BOOT),  # an earlier boot's
+            export_entry("Linux version 6.8.0-49-generic", 0),
+            export_entry(XID, 4_361_822_917, kernel=False),  # a process planting the text
+            export_entry(XID, 4_361_822_917),
+            export_entry(SXID, 4_361_900_000),
+        ],
+    )
+    fs = HostFS(tmp_path, snapshot=True)
+    boot = journald.read_boot(fs, BOOT_ID)
+    assert boot.errors == {"/var/log/journal": None, "/run/log/journal": "absent"}
+    assert journald.read_boot(fs, "00000000000000000000000000000000").errors == {
+        "/var/log/journal": "no kernel records of this boot",
+        "/run/log/journal": "absent",
+    }
+    assert [r.text for r in boot.records] == ["Linux version 6.8.0-49-generic", XID, SXID]
+    xid = boot.records[1]
+    assert xid.time == datetime(2026, 11, 29, 9, 12, 41, 822917, tzinfo=UTC)
+    assert (xid.usec, xid.boot_id, xid.zoned) == (4_361_822_917, BOOT_ID, True)
+    assert xid.cursor is not None and f"b={BOOT_ID}" in xid.cursor
+    entries = [kernel_events.entry_of(r) for r in boot.records]
+    log = kernel_log.fold(entries, boot=BOOT, boots=False)  # a journal's boot is one boot
+    assert [(x.pci, x.xid, x.time) for x in log.xids] == [("0000:18:00", 79, xid.time)]
+    assert [(s.device, s.sxid, s.link) for s in log.sxids] == [("nvidia-nvswitch3", 28006, 46)]
+    # since the XID's cursor: the SXid only; since the last: nothing new
+    after = journald.read_boot(fs, BOOT_ID, after_cursor=xid.cursor)
+    assert [r.text for r in after.records] == [SXID]
+    assert journald.read_boot(fs, BOOT_ID, after_cursor=after.cursor).records == []
+    assert [r.text for r in journald.read_boot(fs, OTHER_BOOT).records] == [XID]
+
+
+def test_journald_new_records_after_a_cursor_survive_a_restart(tmp_path: Path) -> None:
+    """journald rotated its file (a new file beside the archived one): a cursor kept across
+    the restart gives only the records after it."""
+    make_journal(tmp_path, [export_entry(XID, 4_361_822_917)], "system@archived.journal")
+    fs = HostFS(tmp_path, snapshot=True)
+    cursor = journald.read_boot(fs, BOOT_ID).cursor
+    make_journal(tmp_path, [export_entry(AMD, 4_400_000_000)])
+    assert [r.text for r in journald.read_boot(fs, BOOT_ID, after_cursor=cursor).records] == [AMD]
+
+
+def test_unreadable_journals_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No journal directory, a file where it should be, no journalctl: each says why, never
+    an empty boot read as all clear."""
+    fs = HostFS(tmp_path, snapshot=True)
+    assert read_kernel(fs, "/var/log/journal", boot_id=BOOT_ID).error == "absent"
+    (tmp_path / "var" / "log").mkdir(parents=True)
+    (tmp_path / "var" / "log" / "journal").write_text("not a directory")
+    assert read_kernel(fs, "/var/log/journal", boot_id=BOOT_ID).error == "absent"
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert journald.read_boot(fs, BOOT_ID).errors == {
+        "/var/log/journal": "journalctl not found",
+        "/run/log/journal": "journalctl not found",
+    }
+
+
+def test_a_damaged_journal_file_is_no_empty_boot(tmp_path: Path) -> None:
+    """A journal file cut short (a node that lost power): journalctl passes over it without
+    a word; a boot with no kernel record at all says so rather than reading as all clear."""
+    target = make_journal(tmp_path, [export_entry(XID, 4_361_822_917)])
+    target.write_bytes(target.read_bytes()[:4096])
+    read = read_kernel(HostFS(tmp_path, snapshot=True), "/var/log/journal", boot_id=BOOT_ID)
+    assert (read.records, read.error) == ([], "no kernel records of this boot")
