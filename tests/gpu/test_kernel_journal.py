@@ -19,16 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require, require_tool
+from conftest import require, require_tool, snapshot
 from gpuprobe.gpu import aer, kernel_events, kernel_log
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.journal import journald
 from gpuprobe.gpu.journal.journal import Cursor, KernelJournal
 from gpuprobe.gpu.journal.record import Entry, LogRecord
 from gpuprobe.gpu.kmsg import KmsgLog
+from gpuprobe.host import snapshot_host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.journald import read_kernel
 from gpuprobe.host.kmsg import KmsgReader
+from gpuprobe.pipeline import run_checks
+from helpers import codes, config
 
 BOOT = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
 BOOT_ID = "3f0c2a9e8d7b4c1aa5e6f7081920abcd"
@@ -278,3 +281,58 @@ def test_a_damaged_journal_file_is_no_empty_boot(tmp_path: Path) -> None:
     target.write_bytes(target.read_bytes()[:4096])
     read = read_kernel(HostFS(tmp_path, snapshot=True), "/var/log/journal", boot_id=BOOT_ID)
     assert (read.records, read.error) == ([], "no kernel records of this boot")
+
+
+# the xid check reading the journal
+
+NODE_BOOT = "3f0c5a8e-6a1d-4f0b-9a57-2b8c1e7d4f10"  # synthetic-h100-8gpu-healthy's boot_id
+
+
+def journald_node(tmp_path: Path, entries: list[str]) -> Path:
+    """synthetic-h100-8gpu-healthy as a journald-only node (no kernel log file), its journal
+    holding `entries`."""
+    node = tmp_path / "node"
+    shutil.copytree(snapshot("synthetic-h100-8gpu-healthy"), node)
+    (node / "rootfs" / "var" / "log" / "kern.log").unlink()
+    make_journal(node / "rootfs", entries)
+    return node
+
+
+def test_the_xid_check_reads_its_xid_from_the_journal(tmp_path: Path) -> None:
+    boot = NODE_BOOT.replace("-", "")
+    node = journald_node(
+        tmp_path,
+        [
+            export_entry(XID, 1_000_000, boot_id=OTHER_BOOT),
+            export_entry(XID, 4_361_822_917, boot_id=boot),
+        ],
+    )
+    cfg = config(xid={"journald": True, "kmsg": False})
+    result = run_checks(snapshot_host(str(node)), cfg, ["xid"]).checks[0]
+    assert [(c[0], c[1]) for c in codes(result)] == [("XID", "CRITICAL")]
+    (entry,) = result.data["xids"]
+    assert (entry["gpu"], entry["xid"], entry["count"], entry["source"]) == (0, 79, 1, "kernel-log")
+    assert entry["last_seen"] == "2026-11-29T09:12:41Z"
+    assert result.data["sources"]["kernel_logs"] == ["journald"]
+    assert result.data["sources"]["kernel"][0] == {
+        "source": "journald",
+        "kind": "journald",
+        "since": "2026-11-29T09:12:41Z",
+        "records": 1,
+    }
+
+
+def test_a_journal_that_cannot_be_read_is_no_all_clear(tmp_path: Path) -> None:
+    """journald the only kernel-log source, and no journal on the node: the check says it read
+    no source of XIDs (UNKNOWN), naming why."""
+    node = journald_node(tmp_path, [export_entry(XID, 4_361_822_917, boot_id=OTHER_BOOT)])
+    cfg = config(xid={"journald": True, "kmsg": False})
+    result = run_checks(snapshot_host(str(node)), cfg, ["xid"]).checks[0]
+    assert result.status.value == "UNKNOWN" and result.data["xids"] == []
+    assert result.data["sources"]["kernel"][0] == {
+        "source": "journald",
+        "kind": "journald",
+        "since": None,
+        "error": "/var/log/journal: no kernel records of this boot; /run/log/journal: absent",
+    }
+    assert result.data["sources"]["kernel_logs"] == []

@@ -28,6 +28,7 @@ from typing import NotRequired, TypedDict
 from gpuprobe.gpu import kernel_events, kernel_log, log_tail
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.journal.journal import KernelJournal
+from gpuprobe.gpu.journal.journald import JournaldJournal
 from gpuprobe.gpu.journal.record import Entry, LogRecord
 from gpuprobe.gpu.kmsg import KmsgLog, since_boot
 from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, Tail
@@ -40,12 +41,15 @@ BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # Where the followed /dev/kmsg lives in `host.memory` (shared by every check that reads it).
 MEMORY = "kernel_log"
 _JOURNAL_LOCK = threading.Lock()
+# The systemd journal as a kernel-log source (its directories: `gpuprobe.host.journald`).
+JOURNALD = "journald"
 
 
 class KernelSource(TypedDict):
-    """One kernel-log source as read: the device or file, its kind (`kmsg` | `file`), since
-    when it holds this boot's records (its first record or line's time; null when unknown),
-    and for `/dev/kmsg` the first record's sequence number, the records kept and the records
+    """One kernel-log source as read: the device, journal or file, its kind (`kmsg` |
+    `journald` | `file`), since when it holds this boot's records (its first record or line's
+    time; null when unknown), for the journal the records kept, and for `/dev/kmsg` the first
+    record's sequence number, the records kept and the records
     lost (overwritten in the ring before they were read, or lines too long to be records), or
     why it could not be read (`absent`, `EPERM`, ...); a file's `lost`, when any, counts the
     lines passed over as too long to be the kernel's."""
@@ -62,8 +66,8 @@ class KernelSource(TypedDict):
 @dataclass(frozen=True)
 class LogStream:
     """One log's records of this read, each with its events, oldest first: `/dev/kmsg`'s
-    (`kind` `kmsg`, this boot's by nature), or a log file's rotated parts that could be read
-    (`kind` `file`)."""
+    (`kind` `kmsg`, this boot's by nature), the journal's (`kind` `journald`, this boot's by
+    its `_BOOT_ID`), or a log file's rotated parts that could be read (`kind` `file`)."""
 
     kind: str
     entries: list[Entry]
@@ -85,7 +89,7 @@ class KernelLogRead:
     def nvidia_logs(self) -> list[kernel_log.KernelLog]:
         """NVIDIA's lines of each stream (XIDs, SXids, GPUs' UUIDs), one `KernelLog` a stream."""
         return [
-            kernel_log.fold(stream.entries, boot=self.boot, boots=stream.kind != "kmsg")
+            kernel_log.fold(stream.entries, boot=self.boot, boots=stream.kind == "file")
             for stream in self.streams
         ]
 
@@ -94,16 +98,24 @@ class KernelLogRead:
         they are the only kernel log), each stream's in log order."""
         found: list[list[faults.AmdgpuFault]] = []
         for stream in self.streams:
-            one_boot = stream.kind == "kmsg"  # the ring is this boot's: no boot line in it
-            found.append(faults.fold(stream.entries, boot=self.boot, boots=not one_boot))
+            # the ring and the journal's boot are this boot's: a boot line in them begins nothing
+            files = stream.kind == "file"
+            found.append(faults.fold(stream.entries, boot=self.boot, boots=files))
         return found
 
 
 def read_kernel_log(
-    host: Host, *, kmsg: bool, paths: Iterable[str], max_bytes: int, now: datetime
+    host: Host,
+    *,
+    kmsg: bool,
+    paths: Iterable[str],
+    max_bytes: int,
+    now: datetime,
+    journald: bool = False,
 ) -> KernelLogRead:
-    """This boot's kernel log: `/dev/kmsg` when `kmsg`, and the log files at `paths` (each
-    file's last `max_bytes`), a file's rotated parts read as one stream oldest first."""
+    """This boot's kernel log: `/dev/kmsg` when `kmsg`, the host's systemd journal when
+    `journald`, and the log files at `paths` (each file's last `max_bytes`), a file's rotated
+    parts read as one stream oldest first."""
     boot = boot_time(host)
     streams: list[LogStream] = []
     opened: list[str] = []
@@ -124,6 +136,8 @@ def read_kernel_log(
             entry["records"] = view.records
             entry["lost"] = view.lost
         described.append(entry)
+    if journald:
+        described.append(_read_journald(host, streams, opened))
     for group in rotation_streams(paths):
         entries: list[Entry] = []
         for path in group:
@@ -150,6 +164,38 @@ def boot_id(host: Host) -> str | None:
     """This boot's id (the kernel's random `boot_id`): a reboot changes it; None when
     unknown."""
     return (host.fs.try_read_text(BOOT_ID) or "").strip() or None
+
+
+def _read_journald(host: Host, streams: list[LogStream], opened: list[str]) -> KernelSource:
+    """The journal's kernel records of this boot, as a stream (when any directory could be
+    read) and its source's description."""
+    entry: KernelSource = {"source": JOURNALD, "kind": "journald", "since": None}
+    this_boot = boot_id(host)
+    if this_boot is None:
+        entry["error"] = "boot id unknown"
+        return entry
+    entries, errors = followed_journald(host).this_boot(this_boot)
+    if all(error is not None for error in errors.values()):
+        entry["error"] = "; ".join(f"{where}: {error}" for where, error in errors.items())
+        return entry
+    streams.append(LogStream("journald", entries))
+    opened.append(JOURNALD)
+    first = entries[0].record.time if entries else None
+    entry["since"] = format_time(first) if first is not None else None
+    entry["records"] = len(entries)
+    return entry
+
+
+def followed_journald(host: Host) -> JournaldJournal:
+    """This host's systemd journal, followed by cursor: kept in `host.memory`, so a
+    long-lived agent reads and parses each record once."""
+    memory = host.memory.of(MEMORY)
+    with _JOURNAL_LOCK:
+        journal = memory.get("journald")
+        if not isinstance(journal, JournaldJournal):
+            journal = JournaldJournal(host.fs)
+            memory["journald"] = journal
+    return journal
 
 
 def kernel_journal(host: Host) -> KernelJournal:

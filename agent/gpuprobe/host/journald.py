@@ -53,7 +53,8 @@ def read_kernel(
     command = [journalctl, "--directory", str(where), "-o", "json", "--no-pager", "-q"]
     if after_cursor is not None:
         command += ["--after-cursor", after_cursor]
-    command += ["_TRANSPORT=kernel", f"_BOOT_ID={boot_id}"]
+    # /proc gives the boot id with dashes (a UUID), the journal without
+    command += ["_TRANSPORT=kernel", f"_BOOT_ID={boot_id.replace('-', '').lower()}"]
     try:
         done = subprocess.run(
             command, capture_output=True, timeout=TIMEOUT_SECONDS, check=False, env={}

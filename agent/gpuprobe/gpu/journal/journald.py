@@ -10,10 +10,13 @@ no process can log a record that reads as the kernel's).
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from gpuprobe.gpu.journal.record import LogRecord
+from gpuprobe.gpu import kernel_events
+from gpuprobe.gpu.journal.record import Entry, LogRecord
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.journald import JOURNAL_DIRS, read_kernel
 
@@ -89,3 +92,29 @@ def _number(value: object) -> int | None:
     if isinstance(value, str) and value.isdigit() and len(value) <= 20:
         return int(value)
     return None
+
+
+class JournaldJournal:
+    """The host's journal followed by cursor: each read asks journalctl only for the records
+    after the last one it kept (the whole boot the first time, and again when the boot id
+    changed), parses each once (`gpu.kernel_events.entry_of`) and keeps at most
+    `max_records` of the boot with their events. Thread-safe."""
+
+    def __init__(self, fs: HostFS, max_records: int = 65_536) -> None:
+        self.fs = fs
+        self._entries: deque[Entry] = deque(maxlen=max_records)
+        self._boot_id: str | None = None
+        self._cursor: str | None = None
+        self._lock = threading.Lock()
+
+    def this_boot(self, boot_id: str) -> tuple[list[Entry], dict[str, str | None]]:
+        """Every kept record of boot `boot_id` (the new ones read now), and each journal
+        directory's error of this read (None where it was read)."""
+        with self._lock:
+            if boot_id != self._boot_id:
+                self._entries.clear()
+                self._boot_id, self._cursor = boot_id, None
+            read = read_boot(self.fs, boot_id, after_cursor=self._cursor)
+            self._entries.extend(kernel_events.entry_of(record) for record in read.records)
+            self._cursor = read.cursor
+            return list(self._entries), read.errors
