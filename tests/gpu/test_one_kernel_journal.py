@@ -41,6 +41,20 @@ def test_the_kmsg_reader_and_its_followed_ring_are_made_in_one_place_each() -> N
     assert made_in("KmsgLog") == ["gpu/kernel_sources.py"]
 
 
+def test_the_journals_and_their_readers_are_made_in_one_place_each() -> None:
+    """The kernel journal over /dev/kmsg and the systemd journal's follower are each made in
+    one place (kept in host memory); journalctl is run from one module; every record is made
+    an entry (its parsers run) by the registry alone."""
+    assert made_in("KernelJournal") == ["gpu/kernel_sources.py"]
+    assert made_in("JournaldJournal") == ["gpu/kernel_sources.py"]
+    assert made_in("read_kernel") == ["gpu/journal/journald.py"]
+    assert sorted(set(made_in("entry_of"))) == [
+        "gpu/journal/journal.py",
+        "gpu/journal/journald.py",
+        "gpu/kernel_sources.py",
+    ]
+
+
 def test_the_event_path_follows_the_rounds_ring(tmp_path: Path) -> None:
     """The daemon's kernel-log follower holds the host's one followed ring, not its own."""
     host = snapshot_host(snapshot("synthetic-kmsg-journald-only"), "gpu-node-17")
