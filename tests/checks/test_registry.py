@@ -25,6 +25,8 @@ from helpers import node_report
 # the pods of every check's GPU findings; state is what the runner keeps for the checks) and
 # `rules`, what checks judge by that is no check of its own.
 MACHINERY = {"context", "record", "registry", "runner", "state", "attribution", "rules"}
+# One folder per GPU vendor: its rules (no check).
+VENDOR_FOLDERS = ("nvidia", "amd")
 # Config's own sections, which belong to no one check: how checks run, the daemon, the
 # bandwidth tests it serves, and its effects on the cluster (and the checks' sections by name).
 SHARED_SECTIONS = {"checks", "serve", "sections", "bandwidth", "kubernetes", "remediation"}
@@ -39,7 +41,11 @@ CHECKS_DOC = (ROOT / "docs/checks.md").read_text()
 
 
 def check_modules() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(checks.__path__) if m.name not in MACHINERY)
+    return sorted(
+        m.name
+        for m in pkgutil.iter_modules(checks.__path__)
+        if m.name not in MACHINERY and m.name not in VENDOR_FOLDERS
+    )
 
 
 def test_the_registry_holds_every_check_module_once_in_report_order() -> None:

@@ -74,6 +74,7 @@ def test_nothing_imports_the_removed_doors_to_the_gpus() -> None:
 # joins it; the vendor rules that must stay vendor-specific are to move into one folder per
 # vendor.
 VENDOR_IMPORTERS = {
+    "checks/amd/xid_amdgpu.py",
     "checks/driver.py",
     "checks/gpus.py",
     "checks/mig.py",
@@ -83,7 +84,6 @@ VENDOR_IMPORTERS = {
     "checks/rules/imex.py",
     "checks/sharing.py",
     "checks/toolkit.py",
-    "checks/xid/amdgpu.py",
     "checks/xid/findings.py",
     "checks/xid/model.py",
     "workloads/attribution.py",

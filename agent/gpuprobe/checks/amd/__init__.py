@@ -1,0 +1,1 @@
+"""AMD's rules: AMD's part of the vendor-neutral checks."""
