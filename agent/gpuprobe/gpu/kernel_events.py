@@ -28,8 +28,12 @@ READERS: tuple[Callable[[LogRecord], object | None], ...] = tuple(
 
 def entry_of(record: LogRecord) -> Entry:
     """The record with the events every registered parser makes of it (each run once)."""
-    events = tuple(event for event in (read(record) for read in READERS) if event is not None)
-    return Entry(record, events)
+    events = []
+    for read in READERS:
+        event = read(record)
+        if event is not None:
+            events.append(event)
+    return Entry(record, tuple(events)) if events else Entry(record)
 
 
 def markers(kinds: Iterable[str]) -> tuple[str, ...]:

@@ -112,8 +112,6 @@ _PROCESS_LINE = re.compile(
 _BOOT = re.compile(r"(?:kernel: )?(?:\[\s*\d+\.\d+\] )?Linux version \d")
 # The kind of event this reads, by the text its lines bear (`gpu.kernel_events`).
 EVENTS = {"amdgpu_fault": "amdgpu"}
-# What a line this reads holds (a fault, its device, its process, a boot): the cheap test.
-_MARKERS = ("amdgpu", "GPU reset", "GPU Recovery", "Linux version", "rocess")
 
 
 @dataclass(frozen=True)
@@ -148,7 +146,7 @@ def event_of(record: LogRecord) -> AmdgpuEvent | None:
     """The record in amdgpu's words, or None when it holds none of the lines this reads
     (another program's line in syslog included)."""
     line = record.text
-    if not any(marker in line for marker in _MARKERS) or not record.kernel:
+    if not _marked(line) or not record.kernel:
         return None
     device = _DEVICE.search(line)
     named = _PROCESS_LINE.search(line)
@@ -162,6 +160,18 @@ def event_of(record: LogRecord) -> AmdgpuEvent | None:
         else None,
         reset_begin=_RESET_BEGIN in line,
         reset_resuming=_RESET_RESUMING in line,
+    )
+
+
+def _marked(line: str) -> bool:
+    """Whether a line holds what this reads (a fault, its device, its process, a boot): the
+    cheap test, run on every kernel record."""
+    return (
+        "amdgpu" in line
+        or "GPU reset" in line
+        or "GPU Recovery" in line
+        or "Linux version" in line
+        or "rocess" in line
     )
 
 

@@ -21,10 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuprobe.gpu import kernel_events
-from gpuprobe.gpu.journal.record import Entry, LogRecord
-from gpuprobe.gpu.kmsg import KmsgLog, KmsgRecord, KmsgView, since_boot
-
-KMSG_CURSOR = "kmsg"
+from gpuprobe.gpu.journal.record import KMSG_CURSOR, Entry, LogRecord
+from gpuprobe.gpu.kmsg import KmsgLog, KmsgRecord, KmsgView
 
 
 @dataclass(frozen=True)
@@ -131,18 +129,16 @@ class KernelJournal:
         return made
 
     def _entry(self, record: KmsgRecord) -> Entry:
-        time = since_boot(self._boot, record.usec)
-        made = LogRecord(
+        made = LogRecord.of_kmsg(
             record.message,
-            time=time,
-            zoned=time is not None,
+            boot=self._boot,
             usec=record.usec,
+            sequence=record.sequence,
             boot_id=self._boot_id,
-            cursor=str(Cursor(self._boot_id, record.sequence)),
         )
         return kernel_events.entry_of(made)
 
 
 def _sequence(entry: Entry) -> int:
-    cursor = Cursor.parse(entry.record.cursor or "")
-    return cursor.sequence if cursor is not None else -1
+    sequence = entry.record.sequence
+    return sequence if sequence is not None else -1

@@ -13,21 +13,47 @@ check's XIDs, amdgpu's faults) runs no parser again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypeVar
 
 from gpuprobe.gpu.journal import syslog
 
 T = TypeVar("T")
+# A /dev/kmsg cursor: `kmsg;b=<boot id>;s=<sequence number>` (`gpu.journal.journal.Cursor`).
+KMSG_CURSOR = "kmsg"
+
+
+def _since(boot: datetime | None, usec: int) -> datetime | None:
+    """The time `usec` microseconds after the boot; None when the boot is unknown or the
+    time lies past any calendar (a forged stamp)."""
+    if boot is None:
+        return None
+    try:
+        return boot + timedelta(microseconds=usec)
+    except OverflowError:
+        return None
 
 
 class LogRecord:
     """One kernel-log record: the text the parsers read, when it was written (`time`, None
     when unknown; `zoned` when that time carries its zone, so it can be held against the boot
     time), whether the kernel wrote it, its microseconds since boot (where the source gives
-    them), its boot's id and its cursor (where the source gives them)."""
+    them), its boot's id and its cursor (where the source gives them: journald's `__CURSOR`;
+    a `/dev/kmsg` record's is made from its boot and sequence number when asked for)."""
 
-    __slots__ = ("_kernel", "_time", "_timed", "_zoned", "boot_id", "cursor", "now", "text", "usec")
+    __slots__ = (
+        "_boot",
+        "_cursor",
+        "_kernel",
+        "_time",
+        "_timed",
+        "_zoned",
+        "boot_id",
+        "now",
+        "sequence",
+        "text",
+        "usec",
+    )
 
     def __init__(
         self,
@@ -42,8 +68,27 @@ class LogRecord:
     ) -> None:
         self.text = text
         self._time, self._zoned, self._kernel, self._timed = time, zoned, kernel, True
-        self.usec, self.boot_id, self.cursor = usec, boot_id, cursor
+        self.usec, self.boot_id, self._cursor = usec, boot_id, cursor
         self.now: datetime | None = None
+        self._boot: datetime | None = None
+        self.sequence: int | None = None
+
+    @classmethod
+    def of_kmsg(
+        cls, message: str, *, boot: datetime | None, usec: int, sequence: int, boot_id: str | None
+    ) -> LogRecord:
+        """A `/dev/kmsg` record: the kernel's message, its time the boot time plus its
+        monotonic stamp (made when first asked for: most records no parser holds)."""
+        record = cls(message, usec=usec, boot_id=boot_id)
+        record._timed, record._boot, record.sequence = False, boot, sequence
+        return record
+
+    @property
+    def cursor(self) -> str | None:
+        """Where a reader stands after this record (`since`)."""
+        if self._cursor is None and self.sequence is not None:
+            self._cursor = f"{KMSG_CURSOR};b={self.boot_id or '-'};s={self.sequence}"
+        return self._cursor
 
     @classmethod
     def of_line(cls, line: str, now: datetime) -> LogRecord:
@@ -54,12 +99,16 @@ class LogRecord:
         return record
 
     def _read_stamp(self) -> None:
-        if not self._timed:
-            assert self.now is not None
-            self._time = syslog.line_time(self.text, now=self.now)
-            self._zoned = syslog.zoned(self.text)
-            self._kernel = syslog.is_kernel_line(self.text)
-            self._timed = True
+        if self._timed:
+            return
+        self._timed = True
+        if self.now is None:  # a /dev/kmsg record: the kernel's, timed from the boot
+            self._time = _since(self._boot, self.usec or 0)
+            self._zoned = self._time is not None
+            return
+        self._time = syslog.line_time(self.text, now=self.now)
+        self._zoned = syslog.zoned(self.text)
+        self._kernel = syslog.is_kernel_line(self.text)
 
     @property
     def time(self) -> datetime | None:
