@@ -13,25 +13,15 @@ check's XIDs, amdgpu's faults) runs no parser again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TypeVar
 
 from gpuprobe.gpu.journal import syslog
+from gpuprobe.gpu.kmsg import since_boot
 
 T = TypeVar("T")
 # A /dev/kmsg cursor: `kmsg;b=<boot id>;s=<sequence number>` (`gpu.journal.journal.Cursor`).
 KMSG_CURSOR = "kmsg"
-
-
-def _since(boot: datetime | None, usec: int) -> datetime | None:
-    """The time `usec` microseconds after the boot; None when the boot is unknown or the
-    time lies past any calendar (a forged stamp)."""
-    if boot is None:
-        return None
-    try:
-        return boot + timedelta(microseconds=usec)
-    except OverflowError:
-        return None
 
 
 class LogRecord:
@@ -103,7 +93,7 @@ class LogRecord:
             return
         self._timed = True
         if self.now is None:  # a /dev/kmsg record: the kernel's, timed from the boot
-            self._time = _since(self._boot, self.usec or 0)
+            self._time = since_boot(self._boot, self.usec or 0)
             self._zoned = self._time is not None
             return
         self._time = syslog.line_time(self.text, now=self.now)
