@@ -68,9 +68,12 @@ class LogRecord:
         cls, message: str, *, boot: datetime | None, usec: int, sequence: int, boot_id: str | None
     ) -> LogRecord:
         """A `/dev/kmsg` record: the kernel's message, its time the boot time plus its
-        monotonic stamp (made when first asked for: most records no parser holds)."""
-        record = cls(message, usec=usec, boot_id=boot_id)
-        record._timed, record._boot, record.sequence = False, boot, sequence
+        monotonic stamp (made when first asked for: most records no parser holds). Made
+        without `__init__`'s defaults: a full ring makes 65,536 of them."""
+        record = cls.__new__(cls)
+        record.text, record.usec, record.boot_id, record.sequence = message, usec, boot_id, sequence
+        record._boot, record._timed, record._kernel = boot, False, True
+        record._time, record._zoned, record._cursor, record.now = None, False, None, None
         return record
 
     @property
