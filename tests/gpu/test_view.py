@@ -78,14 +78,13 @@ VENDOR_IMPORTERS = {
     "checks/driver.py",
     "checks/gpus.py",
     "checks/mig.py",
+    "checks/nvidia/xid_events.py",
     "checks/pods.py",
     "checks/rules/amd_gpus.py",
     "checks/rules/gpu_health.py",
     "checks/rules/imex.py",
     "checks/sharing.py",
     "checks/toolkit.py",
-    "checks/xid/findings.py",
-    "checks/xid/model.py",
     "workloads/attribution.py",
 }
 

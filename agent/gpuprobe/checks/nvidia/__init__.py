@@ -1,0 +1,1 @@
+"""NVIDIA's rules: the checks wholly NVIDIA's and NVIDIA's part of the vendor-neutral ones."""
