@@ -6,8 +6,9 @@ reads one record into its own typed event (`event_of`): NVIDIA's driver lines
 (`gpuprobe.gpu.kernel_log`: XIDs, XID-less faults, GPUs' UUIDs: all `NVRM: `; SXids; the
 kernel's boot line), amdgpu's (`gpuprobe.gpu.amd.faults`), PCIe AER's (`gpuprobe.gpu.aer`).
 `PARSERS` registers them; `entry_of` runs each once on a record (the kernel journal keeps the
-entry, `gpu.journal`); the event path subscribes by kind (`markers`, `kind_of`) instead of
-keeping its own copy of the texts.
+entry, `gpu.journal`) with the kinds of event the record is; the event path subscribes by kind
+(`Entry.kinds`; `markers` for the follower's cheap test of a file's bytes) instead of keeping
+its own copy of the texts.
 """
 
 from __future__ import annotations
@@ -24,26 +25,27 @@ EVENTS: dict[str, str] = {kind: mark for parser in PARSERS for kind, mark in par
 READERS: tuple[Callable[[LogRecord], object | None], ...] = tuple(
     parser.event_of for parser in PARSERS
 )
+# Each parser's kinds and their marks, in READERS' order.
+_KINDS: tuple[tuple[tuple[str, str], ...], ...] = tuple(
+    tuple(parser.EVENTS.items()) for parser in PARSERS
+)
 
 
 def entry_of(record: LogRecord) -> Entry:
-    """The record with the events every registered parser makes of it (each run once)."""
+    """The record with the events every registered parser makes of it (each run once) and
+    the kinds of event it is."""
     events = []
-    for read in READERS:
+    kinds: set[str] = set()
+    for read, marks in zip(READERS, _KINDS, strict=True):
         event = read(record)
         if event is not None:
             events.append(event)
-    return Entry(record, tuple(events)) if events else Entry(record)
+            kinds.update(kind for kind, mark in marks if mark in record.text)
+    if not events:
+        return Entry(record)
+    return Entry(record, tuple(events), frozenset(kinds))
 
 
 def markers(kinds: Iterable[str]) -> tuple[str, ...]:
     """The texts the lines of `kinds` bear (raises KeyError for a kind no parser reads)."""
     return tuple(dict.fromkeys(EVENTS[kind] for kind in kinds))
-
-
-def kind_of(line: str, kinds: Iterable[str]) -> str | None:
-    """The first of `kinds` a kernel line is of, by its mark; None when of none."""
-    for kind in kinds:
-        if EVENTS[kind] in line:
-            return kind
-    return None

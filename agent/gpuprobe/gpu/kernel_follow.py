@@ -30,8 +30,11 @@ import select
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from gpuprobe.gpu.journal.journal import KernelJournal
+from gpuprobe.gpu.journal.record import Entry, LogRecord
+from gpuprobe.gpu.kernel_events import entry_of
 from gpuprobe.gpu.kernel_log import is_kernel_line
 from gpuprobe.gpu.log_tail import MAX_LINE_BYTES
 from gpuprobe.host.fs import HostFS
@@ -120,6 +123,22 @@ class KernelLogFollower:
         """The kernel's lines logged since the last call: the files' new lines, then the new
         kernel records' messages (at most MAX_CALL_BYTES of the files: `behind` says more
         is there)."""
+        lines = self._file_lines()
+        if self._kmsg is not None:
+            lines += [entry.record.text for entry in self._kmsg.follow()]
+        return lines
+
+    def new_entries(self) -> list[Entry]:
+        """What `new_lines` gives, as kernel-journal entries: each file line parsed once by
+        every registered parser (its stamp read as of now), then the new `/dev/kmsg` records
+        the journal parsed as they arrived."""
+        now = datetime.now(UTC)
+        entries = [entry_of(LogRecord.of_line(line, now)) for line in self._file_lines()]
+        if self._kmsg is not None:
+            entries += self._kmsg.follow()
+        return entries
+
+    def _file_lines(self) -> list[str]:
         lines: list[str] = []
         budget = MAX_CALL_BYTES
         self.behind = False
@@ -131,8 +150,6 @@ class KernelLogFollower:
                     break
             else:
                 self.behind = True
-        if self._kmsg is not None:
-            lines += [entry.record.text for entry in self._kmsg.follow()]
         return lines
 
     def close(self) -> None:

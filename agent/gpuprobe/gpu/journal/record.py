@@ -126,10 +126,12 @@ class LogRecord:
 @dataclass(frozen=True, slots=True)
 class Entry:
     """A record with the events the registered parsers made of it (each parser's own typed
-    event; none when no parser reads the record)."""
+    event; none when no parser reads the record) and the kinds of event it is (a kind whose
+    parser read it and whose mark it bears: what the event path subscribes to)."""
 
     record: LogRecord
     events: tuple[object, ...] = ()
+    kinds: frozenset[str] = frozenset()
 
     def event(self, kind: type[T]) -> T | None:
         """The record's event of one parser's type, or None."""
