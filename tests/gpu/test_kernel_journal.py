@@ -336,3 +336,19 @@ def test_a_journal_that_cannot_be_read_is_no_all_clear(tmp_path: Path) -> None:
         "error": "/var/log/journal: no kernel records of this boot; /run/log/journal: absent",
     }
     assert result.data["sources"]["kernel_logs"] == []
+
+
+def test_a_read_of_the_journal_is_bounded_to_the_newest_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A boot with more kernel records than the journal keeps: the newest are read (the
+    XID last among them), not the whole boot into memory."""
+    from gpuprobe.host import journald as host_journald
+
+    make_journal(
+        tmp_path,
+        [export_entry(NOISE, 1_000), export_entry(AMD, 2_000), export_entry(XID, 3_000)],
+    )
+    monkeypatch.setattr(host_journald, "MAX_RECORDS", 2)
+    boot = journald.read_boot(HostFS(tmp_path, snapshot=True), BOOT_ID)
+    assert [r.text for r in boot.records] == [AMD, XID]

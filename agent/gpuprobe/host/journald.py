@@ -5,8 +5,9 @@ On a node the DaemonSet mounts the host's journals read-only (`/var/log/journal`
 own reader of its file format), the kernel's records only (`_TRANSPORT=kernel`) of one boot
 (`_BOOT_ID`), after a cursor when one is given, as JSON (`-o json`: one object a line, each
 field a string, or a list of byte values where the text is not UTF-8). A directory is resolved
-inside the host's root as a chroot would (`HostFS.tree`). What journalctl wrote is bounded
-(`MAX_BYTES`) and so is its time (`TIMEOUT_SECONDS`).
+inside the host's root as a chroot would (`HostFS.tree`). What journalctl gives is bounded
+(the newest `MAX_RECORDS` records, `MAX_BYTES` of them read) and so is its time
+(`TIMEOUT_SECONDS`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from gpuprobe.host.fs import HostFS
 JOURNAL_DIRS = ("/var/log/journal", "/run/log/journal")
 TIMEOUT_SECONDS = 20.0
 NO_RECORDS = "no kernel records of this boot"
-# The most of journalctl's output read: a boot's kernel records are far fewer.
+# The most records asked for in one read (the newest: `-n`), as many as the kernel journal
+# keeps, and the most of journalctl's output read.
+MAX_RECORDS = 65_536
 MAX_BYTES = 64 * 1024 * 1024
 
 
@@ -51,6 +54,7 @@ def read_kernel(
     if not where.is_dir():
         return JournaldRead(directory, error="absent")
     command = [journalctl, "--directory", str(where), "-o", "json", "--no-pager", "-q"]
+    command += ["-n", str(MAX_RECORDS)]
     if after_cursor is not None:
         command += ["--after-cursor", after_cursor]
     # /proc gives the boot id with dashes (a UUID), the journal without
