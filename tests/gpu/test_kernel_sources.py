@@ -14,13 +14,8 @@ from gpuprobe.checks import xid
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
-from gpuprobe.gpu.kernel_sources import (
-    KernelLogRead,
-    boot_id,
-    read_kernel_log,
-    rotation_streams,
-    tail_log,
-)
+from gpuprobe.gpu.journal.files import rotation_streams, tail_log
+from gpuprobe.gpu.kernel_sources import KernelLogRead, boot_id, read_kernel_log
 from gpuprobe.gpu.log_tail import Tail
 from gpuprobe.host import Host, snapshot_host
 from helpers import snapshot

@@ -11,27 +11,24 @@ run).
 (`gpu.journal.journal.KernelJournal`, in `host.memory`): a long-lived agent reads and parses
 only the records that arrived since its last run and keeps the rest with their events. A log
 file is read from its last `max_bytes`, each line parsed once a read; the rotated files of one
-log (`kern.log.1`, `kern.log`) are one stream, oldest first.
+log (`kern.log.1`, `kern.log`) are one stream, oldest first (`gpu.journal.files`).
 """
 
 from __future__ import annotations
 
-import os
-import re
-import stat
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NotRequired, TypedDict
 
-from gpuprobe.gpu import kernel_events, kernel_log, log_tail
+from gpuprobe.gpu import kernel_events, kernel_log
 from gpuprobe.gpu.amd import faults
+from gpuprobe.gpu.journal import files
 from gpuprobe.gpu.journal.journal import KernelJournal
 from gpuprobe.gpu.journal.journald import JournaldJournal
-from gpuprobe.gpu.journal.record import Entry, LogRecord
+from gpuprobe.gpu.journal.record import Entry
 from gpuprobe.gpu.kmsg import KmsgLog, since_boot
-from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, Tail
 from gpuprobe.host import Host
 from gpuprobe.host.kmsg import KMSG
 from gpuprobe.report import format_time
@@ -138,19 +135,17 @@ def read_kernel_log(
         described.append(entry)
     if journald:
         described.append(_read_journald(host, streams, opened))
-    for group in rotation_streams(paths):
+    for group in files.rotation_streams(paths):
         entries: list[Entry] = []
-        for path in group:
-            tail = tail_log(host, path, max_bytes)
-            if tail is not None:
-                records = file_records(tail.data.decode("utf-8", errors="replace"), now)
-                entries += [kernel_events.entry_of(record) for record in records]
-                opened.append(path)
-                since = _first_time(records)
-                file_entry: KernelSource = {"source": path, "kind": "file", "since": since}
-                if tail.skipped:
-                    file_entry["lost"] = tail.skipped  # lines too long to be the kernel's
-                described.append(file_entry)
+        for log in files.read_logs(host, group, max_bytes, now):
+            entries += [kernel_events.entry_of(record) for record in log.records]
+            opened.append(log.path)
+            first = log.first_time()
+            since = format_time(first) if first is not None else None
+            file_entry: KernelSource = {"source": log.path, "kind": "file", "since": since}
+            if log.lost:
+                file_entry["lost"] = log.lost  # lines too long to be the kernel's
+            described.append(file_entry)
         streams.append(LogStream("file", entries))
     return KernelLogRead(boot, now, tuple(streams), tuple(opened), tuple(described))
 
@@ -212,12 +207,6 @@ def kernel_journal(host: Host) -> KernelJournal:
     return journal
 
 
-def file_records(text: str, now: datetime) -> list[LogRecord]:
-    """A log file's text as records, one a line (each line's stamp read when first asked
-    for)."""
-    return [LogRecord.of_line(line, now) for line in text.splitlines()]
-
-
 def followed_kmsg(host: Host) -> KmsgLog:
     """This host's `/dev/kmsg`, followed: kept in `host.memory`, so a long-lived agent reads
     each record once."""
@@ -227,41 +216,3 @@ def followed_kmsg(host: Host) -> KmsgLog:
         log = memory.setdefault("kmsg", KmsgLog(host.kmsg()))
     assert isinstance(log, KmsgLog)
     return log
-
-
-def rotation_streams(paths: Iterable[str]) -> list[list[str]]:
-    """The log files grouped by log (`kern.log` with its `kern.log.1`, ...), each group oldest
-    first: by rotation number, the highest first and the live log last, whatever order they
-    are listed in (a boot marker in an older file must not drop the current boot's lines)."""
-    streams: dict[str, list[str]] = {}
-    for path in paths:
-        group = streams.setdefault(re.sub(r"\.\d+$", "", path), [])
-        if path not in group:
-            group.append(path)
-    return [sorted(group, key=_rotation, reverse=True) for group in streams.values()]
-
-
-def _rotation(path: str) -> int:
-    """A rotated file's number (`kern.log.2`: 2); the live log's is 0."""
-    match = re.search(r"\.(\d+)$", path)
-    return int(match.group(1)) if match else 0
-
-
-def tail_log(host: Host, path: str, max_bytes: int) -> Tail | None:
-    """A log file's last `max_bytes` by whole lines, lines longer than any kernel line passed
-    over (`gpuprobe.gpu.log_tail`); None when it cannot be read or is no regular file."""
-    try:
-        with host.fs.open_binary(path) as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None  # a device or FIFO in a log's place (/dev/zero): no log
-            return log_tail.read_tail(f, max_bytes, MAX_LINE_BYTES, MAX_SCAN_BYTES)
-    except OSError:
-        return None
-
-
-def _first_time(records: list[LogRecord]) -> str | None:
-    """The stamp of a log's first stamped line (of its first 100 lines)."""
-    for record in records[:100]:
-        if record.time is not None:
-            return format_time(record.time)
-    return None
