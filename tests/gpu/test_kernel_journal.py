@@ -352,3 +352,36 @@ def test_a_read_of_the_journal_is_bounded_to_the_newest_records(
     monkeypatch.setattr(host_journald, "MAX_RECORDS", 2)
     boot = journald.read_boot(HostFS(tmp_path, snapshot=True), BOOT_ID)
     assert [r.text for r in boot.records] == [AMD, XID]
+
+
+def test_the_followed_journal_parses_each_record_once_and_starts_anew_on_a_new_boot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's journal follower: a second read asks journalctl only for what came after
+    its cursor (nothing parsed again), keeps the boot's records, and a new boot id starts
+    that boot's records alone."""
+    from gpuprobe.gpu.journal.journald import JournaldJournal
+
+    make_journal(
+        tmp_path,
+        [
+            export_entry(XID, 4_361_822_917),
+            export_entry(AMD, 4_400_000_000),
+            export_entry(SXID, 1_000_000, boot_id=OTHER_BOOT),
+        ],
+    )
+    parsed: list[str] = []
+    real = kernel_events.entry_of
+
+    def counted(record: LogRecord) -> Entry:
+        parsed.append(record.text)
+        return real(record)
+
+    monkeypatch.setattr(kernel_events, "entry_of", counted)
+    journal = JournaldJournal(HostFS(tmp_path, snapshot=True))
+    entries, errors = journal.this_boot(BOOT_ID)
+    assert texts(entries) == [XID, AMD] and errors["/var/log/journal"] is None
+    assert journal.this_boot(BOOT_ID)[0] == entries  # kept; journalctl gave nothing new
+    assert parsed == [XID, AMD]
+    assert texts(journal.this_boot(OTHER_BOOT)[0]) == [SXID]
+    assert parsed == [XID, AMD, SXID]
