@@ -385,3 +385,18 @@ def test_the_followed_journal_parses_each_record_once_and_starts_anew_on_a_new_b
     assert parsed == [XID, AMD]
     assert texts(journal.this_boot(OTHER_BOOT)[0]) == [SXID]
     assert parsed == [XID, AMD, SXID]
+
+
+def test_a_changed_boot_time_re_times_the_kept_records_once(tmp_path: Path) -> None:
+    """/proc/stat's btime moved (the clock was stepped): the kept records are timed from the
+    new boot time, each made again once, none twice."""
+    write_ring(tmp_path, RING)
+    journal = journal_of(tmp_path)
+    assert journal.this_boot().entries[2].record.time == datetime(
+        2026, 11, 29, 9, 12, 41, 822917, tzinfo=UTC
+    )
+    later = datetime(2026, 11, 29, 8, 0, 1, tzinfo=UTC)
+    entries = journal.this_boot(later, BOOT_ID, known=True).entries
+    assert texts(entries) == [RING[0].partition(";")[2], NOISE, XID]
+    assert entries[2].record.time == datetime(2026, 11, 29, 9, 12, 42, 822917, tzinfo=UTC)
+    assert entries[2].record.cursor == f"kmsg;b={BOOT_ID};s=2"

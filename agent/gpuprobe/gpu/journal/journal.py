@@ -28,17 +28,14 @@ from gpuprobe.gpu.kmsg import KmsgLog, KmsgRecord, KmsgView
 @dataclass(frozen=True)
 class Cursor:
     """Where a reader stands in `/dev/kmsg`: the boot, and the last record's sequence
-    number."""
+    number (written by `LogRecord.cursor`)."""
 
     boot_id: str | None
     sequence: int
 
-    def __str__(self) -> str:
-        return f"{KMSG_CURSOR};b={self.boot_id or '-'};s={self.sequence}"
-
     @classmethod
     def parse(cls, text: str) -> Cursor | None:
-        """A cursor as `str` wrote it; None when it is not one."""
+        """A cursor as a record wrote it; None when it is not one."""
         kind, _, rest = text.partition(";")
         fields = dict(part.partition("=")[::2] for part in rest.split(";"))
         if kind != KMSG_CURSOR or "b" not in fields or not fields.get("s", "").isdigit():
@@ -117,9 +114,10 @@ class KernelJournal:
             self._entries.clear()
             self._boot, self._boot_id = boot, boot_id
         elif boot != self._boot:
+            # the kept records made again, timed from the new boot time, by the next sync
             self._boot = boot
-            kept = self.kmsg.kept()[-len(self._entries) :] if self._entries else []
-            self._entries = deque((self._entry(r) for r in kept), self._entries.maxlen)
+            self._made -= len(self._entries)
+            self._entries.clear()
 
     def _sync(self) -> list[Entry]:
         new, self._view = self.kmsg.kept_since(self._made)
