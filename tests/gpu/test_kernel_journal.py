@@ -400,3 +400,27 @@ def test_a_changed_boot_time_re_times_the_kept_records_once(tmp_path: Path) -> N
     assert texts(entries) == [RING[0].partition(";")[2], NOISE, XID]
     assert entries[2].record.time == datetime(2026, 11, 29, 9, 12, 42, 822917, tzinfo=UTC)
     assert entries[2].record.cursor == f"kmsg;b={BOOT_ID};s=2"
+
+
+def test_a_files_lines_no_parser_reads_are_kept_as_text_and_still_move_the_log_on() -> None:
+    """A log file's lines holding none of the parsers' cheap tests make no record (a 16 MiB
+    log is mostly such lines); an amdgpu reset left open is still found unfinished when the
+    log moves on past it in them (NixOS/nixpkgs#176915's shape: a blocked task three minutes
+    on), as when every line is a record."""
+    from gpuprobe.gpu.journal.record import Span
+
+    log = [
+        "[Wed Jun  8 16:35:32 2022] amdgpu 0000:03:00.0: amdgpu: GPU reset begin!",
+        "[Wed Jun  8 16:35:40 2022] EXT4-fs (nvme0n1p2): re-mounted. Quota mode: none.",
+        "[Wed Jun  8 16:38:26 2022] INFO: task InputThread:1375 blocked for more than 122 seconds.",
+        "[Wed Jun  8 16:38:27 2022] NVRM: GPU at PCI:0000:18:00: GPU-5f1c0a4e-9d7b",
+    ]
+    now = datetime(2022, 6, 8, 17, 0, tzinfo=UTC)
+    items = kernel_events.items_of(log, now)
+    assert [type(i).__name__ for i in items] == ["Entry", "Span", "Entry"]
+    span = items[1]
+    assert isinstance(span, Span) and span.lines == log[1:3] and span.events == ()
+    found = faults.fold(items, boot=None, boots=True)
+    assert found == faults.read_faults(["\n".join(log)], boot=None, now=now)
+    assert [(f.pci, f.cause) for f in found] == [("0000:03:00.0", faults.GPU_RESET_UNFINISHED)]
+    assert kernel_log.fold(items, boot=None).uuids == {"0000:18:00": "GPU-5f1c0a4e-9d7b"}

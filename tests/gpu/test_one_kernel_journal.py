@@ -46,15 +46,15 @@ def test_the_journals_and_their_readers_are_made_in_one_place_each() -> None:
     """The kernel journal over /dev/kmsg and the systemd journal's follower are each made in
     one place (kept in host memory); journalctl is run from one module; every record is made
     an entry (its parsers run) by the registry alone, where each source is read: the two
-    journals, a round's file tails, the event path's followed files."""
+    journals, a round's file tails (`items_of`), the event path's followed files."""
     assert made_in("KernelJournal") == ["gpu/kernel_sources.py"]
     assert made_in("JournaldJournal") == ["gpu/kernel_sources.py"]
     assert made_in("read_kernel") == ["gpu/journal/journald.py"]
     assert sorted(set(made_in("entry_of"))) == [
         "gpu/journal/journal.py",
         "gpu/journal/journald.py",
+        "gpu/kernel_events.py",
         "gpu/kernel_follow.py",
-        "gpu/kernel_sources.py",
     ]
 
 

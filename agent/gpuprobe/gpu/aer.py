@@ -44,6 +44,8 @@ _TOTALS = {
 # The kernel's AER lines (`pcieport 0000:17:01.0: AER: ...`) tell that these counters moved:
 # the kind of event they are (`gpu.kernel_events`).
 EVENTS = {"aer": "AER:"}
+# The cheap test: a line holding none of these is none this reads (`event_of` gives None).
+PREFILTER = ("AER:",)
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # The AER driver's line for an error a root port received (drivers/pci/pcie/aer.c,
 # `aer_print_port_info`: "%s%s error received: %04x:%02x:%02x.%d", "Multiple " first when the

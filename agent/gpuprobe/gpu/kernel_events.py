@@ -13,11 +13,13 @@ its own copy of the texts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 
 from gpuprobe.gpu import aer, kernel_log
 from gpuprobe.gpu.amd import faults
-from gpuprobe.gpu.journal.record import Entry, LogRecord
+from gpuprobe.gpu.journal.record import Entry, Item, LogRecord, Span
 
 # Every parser of kernel lines, by vendor: each module's EVENTS and event_of.
 PARSERS = (kernel_log, faults, aer)
@@ -25,6 +27,12 @@ EVENTS: dict[str, str] = {kind: mark for parser in PARSERS for kind, mark in par
 READERS: tuple[Callable[[LogRecord], object | None], ...] = tuple(
     parser.event_of for parser in PARSERS
 )
+# Every parser's cheap test in one: a line matching none is one no parser reads.
+_READ_BY_ANY = re.compile(
+    "|".join(re.escape(m) for m in dict.fromkeys(m for p in PARSERS for m in p.PREFILTER))
+)
+# How many of a file's lines `items_of` tests at once.
+_BLOCK = 256
 # Each parser's kinds and their marks, in READERS' order.
 _KINDS: tuple[tuple[tuple[str, str], ...], ...] = tuple(
     tuple(parser.EVENTS.items()) for parser in PARSERS
@@ -49,3 +57,29 @@ def entry_of(record: LogRecord) -> Entry:
 def markers(kinds: Iterable[str]) -> tuple[str, ...]:
     """The texts the lines of `kinds` bear (raises KeyError for a kind no parser reads)."""
     return tuple(dict.fromkeys(EVENTS[kind] for kind in kinds))
+
+
+def items_of(lines: Sequence[str], now: datetime) -> list[Item]:
+    """A log file's lines as stream items: an entry for each line a parser may read (made
+    and parsed once), the runs of lines between them kept as spans of text. Lines are tested
+    a block at a time first (one scan of the block's text): a log is mostly lines no parser
+    reads."""
+    items: list[Item] = []
+    run: list[str] = []
+    search = _READ_BY_ANY.search
+    for start in range(0, len(lines), _BLOCK):
+        block = lines[start : start + _BLOCK]
+        if search("\n".join(block)) is None:
+            run += block
+            continue
+        for line in block:
+            if search(line) is None:
+                run.append(line)
+                continue
+            if run:
+                items.append(Span(run, now))
+                run = []
+            items.append(entry_of(LogRecord.of_line(line, now)))
+    if run:
+        items.append(Span(run, now))
+    return items

@@ -48,7 +48,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from gpuprobe.gpu.journal.record import Entry, LogRecord
+from gpuprobe.gpu.journal.record import Entry, Item, LogRecord
 from gpuprobe.gpu.journal.syslog import KERNEL_TAG, is_kernel_line, kernel_text
 from gpuprobe.gpu.journal.syslog import line_time as _line_time
 
@@ -101,6 +101,8 @@ _BOOT = re.compile(r"kernel: (?:\[\s*\d+\.\d+\] )?Linux version \d")
 # every line of NVIDIA's driver (XIDs, XID-less faults, GPUs' UUIDs), NVSwitch SXids, and
 # the kernel's boot line.
 EVENTS = {"nvrm": "NVRM: ", "sxid": "SXid", "boot": "Linux version"}
+# The cheap test: a line holding none of these is none this reads (`event_of` gives None).
+PREFILTER = ("NVRM", "SXid", "Linux version")
 # A kernel line written just before the boot time is still this boot's (clock adjustments).
 BOOT_SLACK = timedelta(minutes=5)
 
@@ -198,7 +200,7 @@ def event_of(record: LogRecord) -> NvrmEvent | None:
     )
 
 
-def fold(entries: Iterable[Entry], *, boot: datetime | None, boots: bool = True) -> KernelLog:
+def fold(entries: Iterable[Item], *, boot: datetime | None, boots: bool = True) -> KernelLog:
     """The current boot's XIDs and SXids in one log's entries, oldest first, from the events
     `event_of` made of them. `boots` False: the log is one boot's by its nature (`/dev/kmsg`'s
     ring, a journal's boot), a `Linux version` line in it begins nothing."""

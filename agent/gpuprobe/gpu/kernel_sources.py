@@ -17,7 +17,7 @@ log (`kern.log.1`, `kern.log`) are one stream, oldest first (`gpu.journal.files`
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NotRequired, TypedDict
@@ -27,7 +27,7 @@ from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.journal import files
 from gpuprobe.gpu.journal.journal import KernelJournal
 from gpuprobe.gpu.journal.journald import JournaldJournal
-from gpuprobe.gpu.journal.record import Entry
+from gpuprobe.gpu.journal.record import Item
 from gpuprobe.gpu.kmsg import KmsgLog, since_boot
 from gpuprobe.host import Host
 from gpuprobe.host.kmsg import KMSG
@@ -67,7 +67,7 @@ class LogStream:
     its `_BOOT_ID`), or a log file's rotated parts that could be read (`kind` `file`)."""
 
     kind: str
-    entries: list[Entry]
+    entries: Sequence[Item]
 
 
 @dataclass(frozen=True)
@@ -136,9 +136,9 @@ def read_kernel_log(
     if journald:
         described.append(_read_journald(host, streams, opened))
     for group in files.rotation_streams(paths):
-        entries: list[Entry] = []
+        entries: list[Item] = []
         for log in files.read_logs(host, group, max_bytes, now):
-            entries += [kernel_events.entry_of(record) for record in log.records]
+            entries += kernel_events.items_of(log.lines, now)
             opened.append(log.path)
             first = log.first_time()
             since = format_time(first) if first is not None else None

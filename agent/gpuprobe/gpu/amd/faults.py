@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpuprobe.gpu.journal.record import Entry, LogRecord
+from gpuprobe.gpu.journal.record import Entry, Item, LogRecord
 
 RING_TIMEOUT = "ring_timeout"
 GPU_RESET = "gpu_reset"
@@ -163,9 +163,13 @@ def event_of(record: LogRecord) -> AmdgpuEvent | None:
     )
 
 
+# The cheap test (`_marked`): what a line this reads holds (a fault, its device, its process,
+# a boot); a line holding none of these is none this reads (`event_of` gives None).
+PREFILTER = ("amdgpu", "GPU reset", "GPU Recovery", "Linux version", "rocess")
+
+
 def _marked(line: str) -> bool:
-    """Whether a line holds what this reads (a fault, its device, its process, a boot): the
-    cheap test, run on every kernel record."""
+    """Whether a line holds one of PREFILTER (written out: it runs on every kernel record)."""
     return (
         "amdgpu" in line
         or "GPU reset" in line
@@ -237,7 +241,7 @@ def read_faults(
 
 
 def fold(
-    entries: Iterable[Entry], *, boot: datetime | None, boots: bool = True
+    entries: Iterable[Item], *, boot: datetime | None, boots: bool = True
 ) -> list[AmdgpuFault]:
     """This boot's amdgpu faults in one log's entries, oldest first, from the events `event_of`
     made of them: what a log held before its last `Linux version` line belongs to earlier
@@ -250,8 +254,10 @@ def fold(
     faults: list[AmdgpuFault] = []
     resets = _Resets()
     for entry in entries:
-        if resets.begun:
-            faults += resets.moved_on(entry.record)
+        for record in entry.records() if resets.begun else ():
+            if not resets.begun:
+                break
+            faults += resets.moved_on(record)
         event = entry.event(AmdgpuEvent)
         if event is None:
             continue  # no line this reads, or another program's line in syslog

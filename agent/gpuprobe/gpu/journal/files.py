@@ -3,8 +3,9 @@ run, one record a line.
 
 A log file is read from its last `max_bytes` by whole lines, lines longer than any kernel
 line passed over and counted (`gpu.log_tail`); the rotated files of one log (`kern.log.1`,
-`kern.log`) are one stream, oldest first (`rotation_streams`). Each line is a `LogRecord` whose
-stamp, zone and tag are read when first asked for (`gpu.journal.syslog`); a file's boots are
+`kern.log`) are one stream, oldest first (`rotation_streams`). A line a parser may read is made
+a `LogRecord` whose stamp, zone and tag are read when first asked for (`gpu.journal.syslog`);
+the runs of lines between are kept as text (`gpu.kernel_events.items_of`); a file's boots are
 told by its boot lines (the vendors' folds). Every path is resolved inside the root as a chroot
 would (`HostFS.tree`); a device or FIFO in a log's place is no log.
 """
@@ -26,19 +27,23 @@ from gpuprobe.host import Host
 
 @dataclass(frozen=True)
 class LogRead:
-    """One file's read: its host path, its lines as records (oldest first) and how many lines
-    were passed over as too long to be the kernel's."""
+    """One file's read: its host path, its lines (oldest first; a record made of each line a
+    parser reads, `gpu.kernel_events.items_of`), when it was read (an undated syslog stamp
+    takes its year from it) and how many lines were passed over as too long to be the
+    kernel's."""
 
     path: str
-    records: list[LogRecord]
+    lines: list[str]
+    now: datetime
     lost: int
 
     def first_time(self) -> datetime | None:
         """The stamp of the log's first stamped line (of its first 100 lines): since when it
         holds records."""
-        for record in self.records[:100]:
-            if record.time is not None:
-                return record.time
+        for line in self.lines[:100]:
+            time = LogRecord.of_line(line, self.now).time
+            if time is not None:
+                return time
         return None
 
 
@@ -49,15 +54,9 @@ def read_logs(host: Host, group: list[str], max_bytes: int, now: datetime) -> li
     for path in group:
         tail = tail_log(host, path, max_bytes)
         if tail is not None:
-            text = tail.data.decode("utf-8", errors="replace")
-            reads.append(LogRead(path, file_records(text, now), tail.skipped))
+            lines = tail.data.decode("utf-8", errors="replace").splitlines()
+            reads.append(LogRead(path, lines, now, tail.skipped))
     return reads
-
-
-def file_records(text: str, now: datetime) -> list[LogRecord]:
-    """A log file's text as records, one a line (each line's stamp read when first asked
-    for)."""
-    return [LogRecord.of_line(line, now) for line in text.splitlines()]
 
 
 def rotation_streams(paths: Iterable[str]) -> list[list[str]]:

@@ -7,11 +7,13 @@ for the lines a parser holds). The parsers read `text`, never a record printed b
 
 `Entry` is a record with the events every registered parser made of it (`gpu.kernel_events`):
 made once when the record is read, kept with it, so a fold over a boot's records (the xid
-check's XIDs, amdgpu's faults) runs no parser again.
+check's XIDs, amdgpu's faults) runs no parser again. A log file's lines that no parser reads
+are kept as a `Span` of text between the entries.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
@@ -139,3 +141,32 @@ class Entry:
             if isinstance(event, kind):
                 return event
         return None
+
+    def records(self) -> Iterator[LogRecord]:
+        """The records this stands for: its own."""
+        yield self.record
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A run of a log file's lines no registered parser reads (most of a log: they hold none
+    of the parsers' cheap tests), kept as text: no record is made of them unless a fold needs
+    their times (`records`: an amdgpu reset still open, waiting for the log to move on)."""
+
+    lines: list[str]
+    now: datetime
+    events: tuple[object, ...] = ()
+    kinds: frozenset[str] = frozenset()
+
+    def event(self, kind: type[T]) -> T | None:
+        """None: no parser reads these lines."""
+        return None
+
+    def records(self) -> Iterator[LogRecord]:
+        """The lines as records, each made as it is reached."""
+        for line in self.lines:
+            yield LogRecord.of_line(line, self.now)
+
+
+# One item of a log's stream: a record with its events, or a run of lines none reads.
+Item = Entry | Span
