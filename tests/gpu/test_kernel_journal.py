@@ -424,3 +424,32 @@ def test_a_files_lines_no_parser_reads_are_kept_as_text_and_still_move_the_log_o
     assert found == faults.read_faults(["\n".join(log)], boot=None, now=now)
     assert [(f.pci, f.cause) for f in found] == [("0000:03:00.0", faults.GPU_RESET_UNFINISHED)]
     assert kernel_log.fold(items, boot=None).uuids == {"0000:18:00": "GPU-5f1c0a4e-9d7b"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # journalctl writes a message that is not UTF-8 as its bytes (JSON output, journalctl(1))
+        ({"MESSAGE": [0xFF, 0x41], "__CURSOR": "c"}, ("\ufffdA", None, None)),
+        ({"MESSAGE": [72, 300]}, None),  # no byte: no message
+        ({"MESSAGE": None}, None),
+        ({"MESSAGE": "m", "__REALTIME_TIMESTAMP": "9" * 20}, ("m", None, None)),  # past 9999
+        ({"MESSAGE": "m", "__MONOTONIC_TIMESTAMP": "-5"}, ("m", None, None)),
+        (
+            {
+                "MESSAGE": "m",
+                "__REALTIME_TIMESTAMP": "1764403961822917",
+                "__MONOTONIC_TIMESTAMP": "7",
+            },
+            ("m", datetime(2025, 11, 29, 8, 12, 41, 822917, tzinfo=UTC), 7),
+        ),
+    ],
+)
+def test_a_journal_entry_with_odd_fields_is_read_or_passed_over(
+    fields: dict[str, object], expected: tuple[str, datetime | None, int | None] | None
+) -> None:
+    record = journald.record_of(fields)
+    if expected is None:
+        assert record is None
+    else:
+        assert record is not None and (record.text, record.time, record.usec) == expected
