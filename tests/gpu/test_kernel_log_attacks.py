@@ -146,12 +146,13 @@ def test_a_device_that_never_runs_dry_costs_a_bounded_read(
         assert batch.more and sum(len(r) for r in batch.records) <= READ_BYTES + 8192
         del batch
         tracemalloc.start()
-        view = KmsgLog(reader).read(BOOT)
+        log = KmsgLog(reader)
+        view = log.read()
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
     finally:
         reader.close()
-    assert view.records == 0 and view.lines == []  # zeros are no records
+    assert view.records == 0 and log.kept() == []  # zeros are no records
     assert peak < 3 * READ_BYTES
 
 
@@ -161,7 +162,7 @@ def test_a_device_that_only_ever_overruns_ends_each_read(monkeypatch: pytest.Mon
     reader = endless(monkeypatch, OSError(errno.EPIPE, "Broken pipe"))
     try:
         batch = reader.read()
-        view = KmsgLog(reader).read(BOOT)
+        view = KmsgLog(reader).read()
     finally:
         reader.close()
     assert batch.more and batch.overruns == MAX_OVERRUNS and batch.records == []
@@ -318,8 +319,9 @@ def test_a_kmsg_file_line_longer_than_any_record_is_skipped_and_counted(tmp_path
     with open(ring, "a") as f:
         f.write("6,3,22000000,-;" + "x" * (10 * 1024 * 1024) + "\n")
         f.write(FALLEN_RECORD.format(seq=4) + "\n")
-    view = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True))).read(BOOT)
-    assert view.lines[-1].endswith("GPU has fallen off the bus.")
+    log = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True)))
+    view = log.read()
+    assert log.kept()[-1].message.endswith("GPU has fallen off the bus.")
     assert view.records == 4 and view.lost == 1  # the record it held (3): a gap
 
 
@@ -435,7 +437,8 @@ def test_another_record_under_a_number_already_read_is_not_hidden(tmp_path: Path
     xid = FALLEN_RECORD.format(seq=3).split("\n")[0]
     write_ring(ring, [*RING, xid[:60], xid])
     log = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True)))
-    assert [line.endswith("GPU has fallen off the bus.") for line in log.read(BOOT).lines] == [
+    log.read()
+    assert [r.message.endswith("GPU has fallen off the bus.") for r in log.kept()] == [
         False,
         False,
         False,

@@ -14,13 +14,8 @@ from gpuprobe.checks import xid
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
-from gpuprobe.gpu.kernel_sources import (
-    KernelLogRead,
-    boot_id,
-    read_kernel_log,
-    rotation_streams,
-    tail_log,
-)
+from gpuprobe.gpu.journal.files import rotation_streams, tail_log
+from gpuprobe.gpu.kernel_sources import KernelLogRead, boot_id, read_kernel_log
 from gpuprobe.gpu.log_tail import Tail
 from gpuprobe.host import Host, snapshot_host
 from helpers import snapshot
@@ -47,7 +42,12 @@ def test_an_amd_nodes_log_files_give_the_sources_and_amdgpus_faults() -> None:
         {"source": "/dev/kmsg", "kind": "kmsg", "since": None, "error": "absent"},
         {"source": "/var/log/kern.log", "kind": "file", "since": "2026-11-29T08:00:02Z"},
     )
-    assert [(s.kind, len(s.texts)) for s in log.streams] == [("file", 1), ("file", 0), ("file", 0)]
+    # kern.log's lines, each one record (syslog and messages absent)
+    assert [(s.kind, len(s.entries)) for s in log.streams] == [
+        ("file", 18),
+        ("file", 0),
+        ("file", 0),
+    ]
     assert [[(f.pci, f.cause, f.process) for f in s] for s in log.amdgpu_faults()] == [
         [
             ("0000:38:00.0", "ring_timeout", "python3 (pid 48211)"),

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import require_root, snapshot
-from gpuprobe.gpu.kmsg import KmsgLog, log_line, parse_record
+from gpuprobe.gpu.journal.record import LogRecord
+from gpuprobe.gpu.kmsg import KmsgLog, parse_record
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.kmsg import KmsgReader
@@ -64,12 +65,16 @@ def test_a_record_with_its_dictionary_parses_into_its_fields() -> None:
     # A process writing to /dev/kmsg gets the user facility (1): 14 = 1 << 3 | 6.
     user = parse_record("14,1600,4400000000,-;NVRM: Xid (PCI:0000:18:00): 79, forged")
     assert user is not None and (user.facility, user.level) == (1, 6) and not user.kernel
-    # The line the kernel-log readers read: stamped with the boot time plus its monotonic time.
-    assert log_line(record, BOOT) == (
-        "2026-11-29T09:12:41Z kernel: NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', "
-        "name=<unknown>, GPU has fallen off the bus."
+    # The record the kernel-log parsers read: its message, timed from the boot time plus its
+    # monotonic stamp (no text printed and read back); no time while the boot's is unknown.
+    journal = LogRecord.of_kmsg(
+        record.message, boot=BOOT, usec=record.usec, sequence=record.sequence, boot_id=None
     )
-    assert log_line(record, None).startswith("kernel: [ 4361.822917] NVRM: Xid")
+    assert journal.text == record.message
+    assert journal.time == datetime(2026, 11, 29, 9, 12, 41, 822917, tzinfo=UTC)
+    assert journal.zoned and journal.cursor == "kmsg;b=-;s=4"
+    unknown = LogRecord.of_kmsg(record.message, boot=None, usec=1, sequence=4, boot_id=None)
+    assert (unknown.time, unknown.zoned, unknown.usec) == (None, False, 1)
 
 
 @pytest.mark.parametrize(
@@ -83,7 +88,7 @@ def test_a_snapshot_file_is_followed_without_re_reading(tmp_path: Path) -> None:
     ring = tmp_path / "dev" / "kmsg"
     write_ring(ring, RING)
     log = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True)))
-    first = log.read(BOOT)
+    first = log.read()
     assert first.error is None and first.records == 4 and first.lost == 0
     assert first.first_sequence == 0 and first.first_usec == 0
     assert log.follow() == []  # nothing new: nothing read again
@@ -91,21 +96,21 @@ def test_a_snapshot_file_is_followed_without_re_reading(tmp_path: Path) -> None:
     new = log.follow()
     assert [r.sequence for r in new] == [4]  # the user-facility record is not the kernel's
     assert new[0].dictionary["DEVICE"] == "+pci:0000:18:00.0"
-    view = log.read(BOOT)
+    view = log.read()
     assert view.records == 5 and view.lost == 0
-    assert view.lines[-1].endswith("GPU has fallen off the bus.")
+    assert log.kept()[-1].message.endswith("GPU has fallen off the bus.")
     # a gap in the sequence numbers: records the ring overwrote before they were read
     aer = "3,9,4362000000,-;pcieport 0000:17:01.0: AER: device recovery failed"
     append_ring(ring, [aer])
     assert [r.sequence for r in log.follow()] == [9]
-    assert log.read(BOOT).lost == 3
+    assert log.read().lost == 3
 
 
 def test_a_truncated_or_replaced_file_is_read_again_by_sequence(tmp_path: Path) -> None:
     ring = tmp_path / "dev" / "kmsg"
     write_ring(ring, RING)
     log = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True)))
-    log.read(BOOT)
+    log.read()
     # truncated and written again with the old records and a new one: only the new one counts
     write_ring(ring, [RING[-1], FALLEN])
     assert [r.sequence for r in log.follow()] == [4]
@@ -114,14 +119,14 @@ def test_a_truncated_or_replaced_file_is_read_again_by_sequence(tmp_path: Path) 
     write_ring(replacement, [FALLEN])
     os.replace(replacement, ring)
     assert log.follow() == []
-    assert log.read(BOOT).records == 5
+    assert log.read().records == 5
 
 
 def test_a_partly_written_record_waits_for_its_newline(tmp_path: Path) -> None:
     ring = tmp_path / "dev" / "kmsg"
     write_ring(ring, RING)
     log = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True)))
-    log.read(BOOT)
+    log.read()
     head, tail = FALLEN[:40], FALLEN[40:]
     with open(ring, "a") as f:
         f.write(head)
@@ -132,8 +137,9 @@ def test_a_partly_written_record_waits_for_its_newline(tmp_path: Path) -> None:
 
 
 def test_an_absent_device_says_so(tmp_path: Path) -> None:
-    view = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True))).read(BOOT)
-    assert view.error == "absent" and view.lines == [] and view.records == 0
+    log = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True)))
+    view = log.read()
+    assert view.error == "absent" and log.kept() == [] and view.records == 0
 
 
 def test_an_overrun_of_the_ring_is_skipped_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,7 +168,7 @@ def test_an_overrun_of_the_ring_is_skipped_and_counted(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(os, "read", device)
     try:
-        view = log.read(BOOT)
+        view = log.read()
     finally:
         reader.close()
     assert view.error is None
@@ -270,31 +276,3 @@ def test_the_journald_only_snapshot_reads_its_fault_from_the_ring() -> None:
         "records": 6,  # the seventh, a process's, is not the kernel's
         "lost": 0,
     }
-
-
-def test_each_record_is_made_a_line_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A full ring is not formatted anew every run: each record's line is made once (and
-    again only when the boot time read changes); the lines are the same either way."""
-    from gpuprobe.gpu import kmsg
-
-    ring = tmp_path / "dev" / "kmsg"
-    write_ring(ring, RING)
-    made: list[int] = []
-    real = kmsg.log_line
-
-    def counted(record: kmsg.KmsgRecord, boot: datetime | None) -> str:
-        made.append(record.sequence)
-        return real(record, boot)
-
-    monkeypatch.setattr(kmsg, "log_line", counted)
-    log = KmsgLog(KmsgReader(HostFS(tmp_path, snapshot=True)), max_records=3)
-    first = log.read(BOOT).lines
-    assert made == [1, 2, 3]  # the ring's last three kept
-    assert log.read(BOOT).lines == first and made == [1, 2, 3]
-    append_ring(ring, [FALLEN])
-    assert log.follow()[0].sequence == 4  # taken by the follower: made a line at the next read
-    view = log.read(BOOT)
-    assert made == [1, 2, 3, 4]
-    assert view.lines == [real(r, BOOT) for r in log._records] and len(view.lines) == 3
-    assert log.read(None).lines[-1].startswith("kernel: [ 4361.822917] NVRM: Xid")
-    assert made == [1, 2, 3, 4, 2, 3, 4]

@@ -14,6 +14,7 @@ from gpuprobe.config import Config
 from gpuprobe.daemon.signals import XID_EVENTS, concerns_xid
 from gpuprobe.gpu import kernel_events, kernel_log
 from gpuprobe.gpu.amd import faults
+from gpuprobe.gpu.journal.record import LogRecord
 from gpuprobe.gpu.kernel_sources import followed_kmsg
 from gpuprobe.host import snapshot_host
 from gpuprobe.serve.agent import Agent, ServeOptions
@@ -39,6 +40,22 @@ def made_in(name: str) -> list[str]:
 def test_the_kmsg_reader_and_its_followed_ring_are_made_in_one_place_each() -> None:
     assert made_in("KmsgReader") == ["host/__init__.py"]
     assert made_in("KmsgLog") == ["gpu/kernel_sources.py"]
+
+
+def test_the_journals_and_their_readers_are_made_in_one_place_each() -> None:
+    """The kernel journal over /dev/kmsg and the systemd journal's follower are each made in
+    one place (kept in host memory); journalctl is run from one module; every record is made
+    an entry (its parsers run) by the registry alone, where each source is read: the two
+    journals, a round's file tails (`items_of`), the event path's followed files."""
+    assert made_in("KernelJournal") == ["gpu/kernel_sources.py"]
+    assert made_in("JournaldJournal") == ["gpu/kernel_sources.py"]
+    assert made_in("read_kernel") == ["gpu/journal/journald.py"]
+    assert sorted(set(made_in("entry_of"))) == [
+        "gpu/journal/journal.py",
+        "gpu/journal/journald.py",
+        "gpu/kernel_events.py",
+        "gpu/kernel_follow.py",
+    ]
 
 
 def test_the_event_path_follows_the_rounds_ring(tmp_path: Path) -> None:
@@ -78,9 +95,13 @@ def test_the_event_path_subscribes_by_the_parsers_kinds() -> None:
     assert kernel_log.parse_sxid(sxid, boot=None, now=now) is not None
     assert faults.parse_fault(amd, boot=None, now=now) is not None
     lines = (xid, sxid, amd, aer_line, noise)
-    kinds = [kernel_events.kind_of(line, XID_EVENTS) for line in lines]
-    assert kinds == ["nvrm", "sxid", "amdgpu_fault", "aer", None]
-    assert [concerns_xid(line) for line in (xid, noise)] == [True, False]
+    entries = [kernel_events.entry_of(LogRecord.of_line(line, now)) for line in lines]
+    assert [set(e.kinds) for e in entries] == [{"nvrm"}, {"sxid"}, {"amdgpu_fault"}, {"aer"}, set()]
+    assert [concerns_xid(e) for e in entries] == [True, True, True, True, False]
+    # a boot line is an event (the journal's boots) of a kind the xid check does not wake on
+    boot = kernel_events.entry_of(LogRecord.of_line("kernel: Linux version 6.8.0-49", now))
+    assert boot.kinds == {"boot"} and not concerns_xid(boot)
+    assert set(XID_EVENTS) <= set(kernel_events.EVENTS)
     source = ast.parse((PACKAGE / "daemon" / "signals.py").read_text())
     texts = {n.value for n in ast.walk(source) if isinstance(n, ast.Constant)}
     assert not texts & set(kernel_events.EVENTS.values())

@@ -40,7 +40,7 @@ from gpuprobe.daemon.store import AgentState, ReportStore
 from gpuprobe.effects.daemon import EffectsLink, wanted
 from gpuprobe.errors import UsageError
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
-from gpuprobe.gpu.kernel_sources import boot_id, followed_kmsg
+from gpuprobe.gpu.kernel_sources import boot_id, kernel_journal
 from gpuprobe.host import Host
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
@@ -168,7 +168,7 @@ class Daemon:
             follower = KernelLogFollower(
                 self.host.fs,
                 settings.kernel_logs,
-                kmsg=followed_kmsg(self.host) if settings.kmsg else None,
+                kmsg=kernel_journal(self.host) if settings.kmsg else None,
                 markers=KERNEL_MARKERS,
             )
             source = kernel_log_source(follower, signals.stop_read, woken)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from gpuprobe.checks.runner import Ran
 from gpuprobe.gpu import kernel_events
+from gpuprobe.gpu.journal.record import Entry
 from gpuprobe.gpu.kernel_follow import SAFETY_POLL_SECONDS, KernelLogFollower
 from gpuprobe.host.nvml import NvmlError
 from gpuprobe.host.nvml_relay import EventRelay
@@ -188,9 +189,9 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int, checks: Sequenc
                 follower.wait(SAFETY_POLL_SECONDS, stop_fd)
                 if stop.is_set():
                     return
-                hits = [line for line in follower.new_lines() if concerns_xid(line)]
+                hits = [entry for entry in follower.new_entries() if concerns_xid(entry)]
                 if hits:
-                    wake(checks, f"kernel log: {hits[0].strip()[:160]}")
+                    wake(checks, f"kernel log: {hits[0].record.text.strip()[:160]}")
                 if follower.lost > lost:  # lines too long to be the kernel's: passed over
                     log.warning("kernel log lines passed over", extra={"lost": follower.lost})
                     lost = follower.lost
@@ -200,9 +201,9 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int, checks: Sequenc
     return follow
 
 
-def concerns_xid(line: str) -> bool:
-    """Whether a kernel-log line is of a kind the `xid` check reads."""
-    return kernel_events.kind_of(line, XID_EVENTS) is not None
+def concerns_xid(entry: Entry) -> bool:
+    """Whether a kernel-log record is of a kind of event the `xid` check reads."""
+    return not entry.kinds.isdisjoint(XID_EVENTS)
 
 
 def nvml_source(relay: EventRelay, checks: Sequence[str]) -> Source:

@@ -25,6 +25,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
+from gpuprobe.gpu.journal.record import LogRecord
 from gpuprobe.host import Host
 from gpuprobe.host.fs import HostFS
 
@@ -43,7 +44,19 @@ _TOTALS = {
 # The kernel's AER lines (`pcieport 0000:17:01.0: AER: ...`) tell that these counters moved:
 # the kind of event they are (`gpu.kernel_events`).
 EVENTS = {"aer": "AER:"}
+# The cheap test: a line holding none of these is none this reads (`event_of` gives None).
+PREFILTER = ("AER:",)
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+# The AER driver's line for an error a root port received (drivers/pci/pcie/aer.c,
+# `aer_print_port_info`: "%s%s error received: %04x:%02x:%02x.%d", "Multiple " first when the
+# port saw several; severity "Corrected", "Uncorrected (Non-Fatal)" or "Uncorrected (Fatal)"),
+# after the reporting port's device name: `pcieport 0000:17:01.0: AER: Uncorrected (Fatal)
+# error received: 0000:18:00.0`.
+_RECEIVED = re.compile(
+    r"(?P<port>[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): AER: (?P<multiple>Multiple )?"
+    r"(?P<severity>Corrected|Uncorrected \((?:Non-)?Fatal\)) error received: "
+    r"(?P<source>[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])"
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,35 @@ class AerDevice:
     counts: dict[str, AerCounts]
     below: str | None = None
     root_port: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AerEvent:
+    """An AER error a PCIe port received, as the kernel logged it, parsed once: the port that
+    reported it, the device it came from, its severity (`Corrected`, `Uncorrected
+    (Non-Fatal)`, `Uncorrected (Fatal)`) and whether the port saw several."""
+
+    record: LogRecord
+    port: str
+    source: str
+    severity: str
+    multiple: bool
+
+
+def event_of(record: LogRecord) -> AerEvent | None:
+    """The AER error a kernel record reports, or None (the counters say how many: `read`)."""
+    if "AER:" not in record.text or not record.kernel:
+        return None
+    match = _RECEIVED.search(record.text)
+    if match is None:
+        return None
+    return AerEvent(
+        record,
+        port=match.group("port"),
+        source=match.group("source"),
+        severity=match.group("severity"),
+        multiple=match.group("multiple") is not None,
+    )
 
 
 def parse(text: str, kind: str) -> AerCounts | None:

@@ -4,8 +4,9 @@
 The files are followed by position: a file whose inode changed (rotated: `kern.log` renamed to
 `kern.log.1` and a new one created) is read from its start, one that shrank (truncated,
 `copytruncate`) from its start too. `/dev/kmsg` is followed by sequence number
-(`gpuprobe.gpu.kmsg`): the host's one followed ring (`kernel_sources.followed_kmsg`), so a
-record the follower takes is kept for the checks' rounds and never read from the device twice.
+(`gpuprobe.gpu.kmsg`) through the host's kernel journal (`kernel_sources.kernel_journal`), so
+a record the follower takes is parsed once and kept, with its events, for the checks' rounds,
+never read from the device twice.
 What is already there when following starts is not given: the checks' own rounds read it.
 Every path is resolved inside the root as a chroot would (`HostFS.tree`).
 
@@ -29,9 +30,12 @@ import select
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from gpuprobe.gpu.journal.journal import KernelJournal
+from gpuprobe.gpu.journal.record import Entry, LogRecord
+from gpuprobe.gpu.kernel_events import entry_of
 from gpuprobe.gpu.kernel_log import is_kernel_line
-from gpuprobe.gpu.kmsg import KmsgLog
 from gpuprobe.gpu.log_tail import MAX_LINE_BYTES
 from gpuprobe.host.fs import HostFS
 from gpuprobe.host.inotify import Inotify, open_inotify
@@ -65,14 +69,14 @@ class KernelLogFollower:
         self,
         fs: HostFS,
         paths: Sequence[str],
-        kmsg: KmsgLog | None,
+        kmsg: KernelJournal | None,
         markers: Sequence[str] = (),
     ) -> None:
         self.fs = fs
         self.markers = tuple(m.encode() for m in markers)
         self.paths = list(dict.fromkeys(paths))
         self._positions = {path: _Position() for path in self.paths}
-        # The host's one followed /dev/kmsg (`kernel_sources.followed_kmsg`): what the
+        # The host's kernel journal (`kernel_sources.kernel_journal`): what the
         # follower takes is kept there for the checks' rounds, read once.
         self._kmsg = kmsg
         self._inotify: Inotify | None = None
@@ -93,7 +97,7 @@ class KernelLogFollower:
         self._inotify = open_inotify()
         if self._inotify is not None:
             directories = {os.path.dirname(p) for p in self.paths}
-            if self._kmsg is not None and self._kmsg.reader.fileno() is None:
+            if self._kmsg is not None and self._kmsg.kmsg.reader.fileno() is None:
                 directories.add(os.path.dirname(KMSG))  # a snapshot's file, not the device
             watched = [self._watch(d) for d in sorted(directories)]
             self.watching = any(watched)
@@ -119,6 +123,22 @@ class KernelLogFollower:
         """The kernel's lines logged since the last call: the files' new lines, then the new
         kernel records' messages (at most MAX_CALL_BYTES of the files: `behind` says more
         is there)."""
+        lines = self._file_lines()
+        if self._kmsg is not None:
+            lines += [entry.record.text for entry in self._kmsg.follow()]
+        return lines
+
+    def new_entries(self) -> list[Entry]:
+        """What `new_lines` gives, as kernel-journal entries: each file line parsed once by
+        every registered parser (its stamp read as of now), then the new `/dev/kmsg` records
+        the journal parsed as they arrived."""
+        now = datetime.now(UTC)
+        entries = [entry_of(LogRecord.of_line(line, now)) for line in self._file_lines()]
+        if self._kmsg is not None:
+            entries += self._kmsg.follow()
+        return entries
+
+    def _file_lines(self) -> list[str]:
         lines: list[str] = []
         budget = MAX_CALL_BYTES
         self.behind = False
@@ -130,8 +150,6 @@ class KernelLogFollower:
                     break
             else:
                 self.behind = True
-        if self._kmsg is not None:
-            lines += [r.message for r in self._kmsg.follow()]
         return lines
 
     def close(self) -> None:
@@ -139,10 +157,10 @@ class KernelLogFollower:
         if self._inotify is not None:
             self._inotify.close()
         if self._kmsg is not None:
-            self._kmsg.reader.close()
+            self._kmsg.kmsg.reader.close()
 
     def _kmsg_fd(self) -> int | None:
-        return self._kmsg.reader.fileno() if self._kmsg is not None else None
+        return self._kmsg.kmsg.reader.fileno() if self._kmsg is not None else None
 
     def _watch(self, directory: str) -> bool:
         assert self._inotify is not None

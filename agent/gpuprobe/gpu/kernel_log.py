@@ -33,14 +33,12 @@ The NVSwitch driver logs SXids (NVIDIA Fabric Manager user guide, "NVSwitch SXid
 the first line the error (its `Fatal` / `Non-fatal` word, port and text), the others its details.
 Only the current boot counts (a reboot clears what an XID left behind): a log's lines before
 its last `Linux version` line belong to earlier boots, and so do lines stamped (with a time
-zone) before the boot time. Syslog's traditional stamps (`Nov 29 20:58:01`) carry no year and
-no zone: the year is inferred from the boot time (else from now) and the zone taken as UTC.
+zone) before the boot time. The lines' shapes (stamps, hosts, tags; only the kernel's lines
+count) are read by `gpuprobe.gpu.journal.syslog`.
 
-Only the kernel's lines count. A syslog file (`syslog`, `messages`) holds every program's
-lines, each under its tag (`Nov 29 20:58:01 gpu-node-17 myapp[4242]: ...`); a line counts only
-when its tag is `kernel` (`is_kernel_line`), so no program can log an XID or a boot marker
-that reads as the kernel's. Lines without a syslog header (`dmesg` output, `/dev/kmsg`'s
-records) are the kernel's.
+Each record is parsed once (`event_of`, registered with `gpu.kernel_events`), into an `NvrmEvent`
+the kernel journal keeps with it; `fold` reads one boot's XIDs, SXids and GPUs' UUIDs from the
+kept events (the multi-line fallen-off-the-bus message joined), running no parser again.
 """
 
 from __future__ import annotations
@@ -49,6 +47,29 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+
+from gpuprobe.gpu.journal.record import Entry, Item, LogRecord
+from gpuprobe.gpu.journal.syslog import KERNEL_TAG, is_kernel_line, kernel_text
+from gpuprobe.gpu.journal.syslog import line_time as _line_time
+
+__all__ = [
+    "KERNEL_TAG",
+    "GpuAttached",
+    "KernelLog",
+    "NvrmEvent",
+    "SxidLine",
+    "XidLine",
+    "boot_time",
+    "event_of",
+    "fold",
+    "is_kernel_line",
+    "kernel_text",
+    "line_time",
+    "parse_sxid",
+    "parse_xid",
+    "pci_prefix",
+    "read_stream",
+]
 
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})"
@@ -76,38 +97,14 @@ _SXID = re.compile(
 _SXID_LINK = re.compile(r"\bLink (\d+)\b")
 _GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9A-Fa-f:.]+): (?P<uuid>GPU-[0-9A-Fa-f-]+)")
 _BOOT = re.compile(r"kernel: (?:\[\s*\d+\.\d+\] )?Linux version \d")
-# A syslog line's header: its stamp (RFC 3339 as rsyslog and `journalctl -o short-iso` write
-# it, or the traditional `Nov 29 20:58:01`, `.123456` with `-o short-precise`), then the host
-# and the tag (`kernel:`, `myapp[4242]:`); `/dev/kmsg`'s lines carry no host.
-_HEADER = re.compile(
-    r"^(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
-    r"|[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)"
-    r"\s+(?P<first>\S+)(?:\s+(?P<second>\S+))?"
-)
-# A syslog tag with its process id (`myapp[4242]:`) opening a line without a stamp.
-_PID_TAG = re.compile(r"[^\s\[\]]+\[\d+\]:")
-KERNEL_TAG = "kernel:"
 # The kinds of event this reads, by the text each kind's lines bear (`gpu.kernel_events`):
 # every line of NVIDIA's driver (XIDs, XID-less faults, GPUs' UUIDs), NVSwitch SXids, and
 # the kernel's boot line.
 EVENTS = {"nvrm": "NVRM: ", "sxid": "SXid", "boot": "Linux version"}
-# dmesg's stamp opening a message: `[ 6002.511207]`, `[Sun Nov 29 09:40:02 2026]`.
-_LEADING_STAMP = re.compile(r"^\s*\[(?:\s*\d+\.\d+|\w{3} \w{3} +\d{1,2} [\d:]{8} \d{4})\]\s*")
-_RFC3339 = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\s"
-)
-_SYSLOG = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})\s")
-_CTIME = re.compile(r"^\[(\w{3} \w{3} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]")
-_MONTHS = {
-    m: i
-    for i, m in enumerate(
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], 1
-    )
-}
+# The cheap test: a line holding none of these is none this reads (`event_of` gives None).
+PREFILTER = ("NVRM", "SXid", "Linux version")
 # A kernel line written just before the boot time is still this boot's (clock adjustments).
 BOOT_SLACK = timedelta(minutes=5)
-# How far ahead of UTC a local syslog stamp can read (the zone UTC+14).
-ZONE_AHEAD = timedelta(hours=14)
 
 
 @dataclass(frozen=True)
@@ -161,100 +158,131 @@ def pci_prefix(address: str) -> str:
         return address.strip().lower()
 
 
-def read_stream(
-    texts: Iterable[str], *, boot: datetime | None, now: datetime, boots: bool = True
-) -> KernelLog:
-    """The current boot's XIDs and SXids in one log, given oldest part first (`kern.log.1`,
-    `kern.log`). `boots` False: the log is one boot's by its nature (`/dev/kmsg`'s ring), a
-    `Linux version` line in it begins nothing."""
+@dataclass(frozen=True, slots=True)
+class GpuAttached:
+    """The driver named a GPU's UUID as it attached it (`NVRM: GPU at PCI:...: GPU-...`)."""
+
+    pci: str
+    uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class NvrmEvent:
+    """What one kernel record says in NVIDIA's words, parsed once: whether it is the kernel's
+    boot line, its text after `NVRM: ` (a multi-line message's part), what it reports (an XID,
+    an XID-less fault read as its XID, an SXid, a GPU's UUID), and whether it begins or ends
+    the multi-line fallen-off-the-bus message (the GPU's address where it begins it)."""
+
+    record: LogRecord
+    boot: bool
+    text: str
+    found: XidLine | SxidLine | GpuAttached | None
+    fallen_start: str | None
+    fallen_end: bool
+
+
+def event_of(record: LogRecord) -> NvrmEvent | None:
+    """The record in NVIDIA's words, or None when it holds none of the lines this reads
+    (another program's line in syslog included)."""
+    line = record.text
+    if "NVRM" not in line and "SXid" not in line and "Linux version" not in line:
+        return None  # the cheap test first: kernel logs are long
+    if not record.kernel:
+        return None  # another program's line in syslog: not the kernel's
+    start = _FALLEN_START.search(line)
+    return NvrmEvent(
+        record,
+        boot=_BOOT.search(line) is not None,
+        text=_nvrm_text(line),
+        found=_found(record),
+        fallen_start=pci_prefix(start.group("pci")) if start is not None else None,
+        fallen_end=_FALLEN_END in line,
+    )
+
+
+def fold(entries: Iterable[Item], *, boot: datetime | None, boots: bool = True) -> KernelLog:
+    """The current boot's XIDs and SXids in one log's entries, oldest first, from the events
+    `event_of` made of them. `boots` False: the log is one boot's by its nature (`/dev/kmsg`'s
+    ring, a journal's boot), a `Linux version` line in it begins nothing."""
     log = KernelLog([], {})
     falling: tuple[str, int, str] | None = None  # (pci, lines since its start, its lines)
-    for text in texts:
-        for line in text.splitlines():
-            if "NVRM" not in line and "SXid" not in line and "Linux version" not in line:
-                continue  # the cheap test first: kernel logs are long
-            if not is_kernel_line(line):
-                continue  # another program's line in syslog: not the kernel's
-            if boots and _BOOT.search(line):
-                log, falling = KernelLog([], {}), None
+    for entry in entries:
+        event = entry.event(NvrmEvent)
+        if event is None:
+            continue
+        record = event.record
+        if boots and event.boot:
+            log, falling = KernelLog([], {}), None
+            continue
+        if record.zoned and _before_boot(record.time, boot):
+            continue
+        if falling is not None:
+            pci, seen, joined = falling
+            joined = f"{joined} {event.text}"
+            falling = (pci, seen + 1, joined) if seen + 1 < _FALLEN_SPAN else None
+            if event.fallen_end:
+                log.xids.append(_derived(pci, FALLEN_OFF_THE_BUS, joined, record))
+                falling = None
                 continue
-            if _zoned(line) and _before_boot(line_time(line, boot=boot, now=now), boot):
-                continue
-            if falling is not None:
-                pci, seen, joined = falling
-                joined = f"{joined} {_nvrm_text(line)}"
-                falling = (pci, seen + 1, joined) if seen + 1 < _FALLEN_SPAN else None
-                if _FALLEN_END in line:
-                    log.xids.append(_derived(pci, FALLEN_OFF_THE_BUS, joined, line, boot, now))
-                    falling = None
-                    continue
-            _read_line(line, log, boot, now)
-            start = _FALLEN_START.search(line)
-            if start is not None:
-                pci = pci_prefix(start.group("pci"))
-                if _FALLEN_END in line:  # the whole message on one line (a journal export)
-                    text_ = _nvrm_text(line)
-                    log.xids.append(_derived(pci, FALLEN_OFF_THE_BUS, text_, line, boot, now))
-                else:
-                    falling = (pci, 0, _nvrm_text(line))
+        found = event.found
+        if isinstance(found, GpuAttached):
+            log.uuids[found.pci] = found.uuid
+        elif isinstance(found, XidLine):
+            log.xids.append(found)
+        elif isinstance(found, SxidLine):
+            log.sxids.append(found)
+        if event.fallen_start is not None:
+            if event.fallen_end:  # the whole message on one line (a journal export)
+                log.xids.append(
+                    _derived(event.fallen_start, FALLEN_OFF_THE_BUS, event.text, record)
+                )
+            else:
+                falling = (event.fallen_start, 0, event.text)
     numbered = {(x.pci, x.xid) for x in log.xids if x.logged_xid}
     log.xids = [x for x in log.xids if x.logged_xid or (x.pci, x.xid) not in numbered]
     return log
 
 
-def is_kernel_line(line: str) -> bool:
-    """Whether a log line is the kernel's: its syslog tag is `kernel` (after the stamp, with
-    or without a host), or it has no syslog header (dmesg's lines, kmsg's records) and opens
-    with no process's tag."""
-    header = _HEADER.match(line)
-    if header is None:
-        words = line.split(maxsplit=1)
-        return not (words and _PID_TAG.fullmatch(words[0]))
-    first, second = header.group("first"), header.group("second")
-    if first == KERNEL_TAG:
-        return True
-    return not first.endswith(":") and second == KERNEL_TAG
+def read_stream(
+    texts: Iterable[str], *, boot: datetime | None, now: datetime, boots: bool = True
+) -> KernelLog:
+    """The current boot's XIDs and SXids in one log's text, given oldest part first
+    (`kern.log.1`, `kern.log`): each line parsed once and folded (`fold`)."""
+    entries = []
+    for text in texts:
+        for line in text.splitlines():
+            event = event_of(LogRecord.of_line(line, now))
+            if event is not None:
+                entries.append(Entry(event.record, (event,)))
+    return fold(entries, boot=boot, boots=boots)
 
 
-def kernel_text(line: str) -> str:
-    """A kernel line's message without its stamps, host and tag: the same record read from
-    kern.log, syslog and /dev/kmsg gives the same text."""
-    _, tag, rest = line.partition(KERNEL_TAG + " ")
-    text = rest if tag else line
-    return _LEADING_STAMP.sub("", text, count=1).strip()
-
-
-def _read_line(line: str, log: KernelLog, boot: datetime | None, now: datetime) -> None:
-    """Fold one NVRM or SXid line into `log`."""
-    found = _GPU_AT.search(line)
-    if found:
-        log.uuids[pci_prefix(found.group("pci"))] = found.group("uuid")
-        return
-    xid = parse_xid(line, boot=boot, now=now)
+def _found(record: LogRecord) -> XidLine | SxidLine | GpuAttached | None:
+    """What one NVRM or SXid record reports."""
+    line = record.text
+    attached = _GPU_AT.search(line)
+    if attached:
+        return GpuAttached(pci_prefix(attached.group("pci")), attached.group("uuid"))
+    xid = _xid(record)
     if xid is not None:
-        log.xids.append(xid)
-        return
-    sxid = parse_sxid(line, boot=boot, now=now)
+        return xid
+    sxid = _sxid(record)
     if sxid is not None:
-        log.sxids.append(sxid)
-        return
+        return sxid
     fallen = _FALLEN_ONE_LINE.search(line)
     if fallen is not None:
         pci = pci_prefix(fallen.group("pci"))
-        log.xids.append(_derived(pci, FALLEN_OFF_THE_BUS, _nvrm_text(line), line, boot, now))
-        return
+        return _derived(pci, FALLEN_OFF_THE_BUS, _nvrm_text(line), record)
     failed = _INIT_FAILED.search(line)
     if failed is not None:
         pci = pci_prefix(failed.group("pci"))
-        message = failed.group("message").strip()
-        log.xids.append(_derived(pci, INIT_ERROR, message, line, boot, now))
+        return _derived(pci, INIT_ERROR, failed.group("message").strip(), record)
+    return None
 
 
-def _derived(
-    pci: str, xid: int, message: str, line: str, boot: datetime | None, now: datetime
-) -> XidLine:
+def _derived(pci: str, xid: int, message: str, record: LogRecord) -> XidLine:
     """An XID-less fault read as the XID NVIDIA files it under."""
-    return XidLine(pci, xid, message, line_time(line, boot=boot, now=now), line.strip(), False)
+    return XidLine(pci, xid, message, record.time, record.text.strip(), False)
 
 
 def _function(address: str) -> str:
@@ -271,7 +299,11 @@ def _nvrm_text(line: str) -> str:
 def parse_sxid(line: str, *, boot: datetime | None, now: datetime) -> SxidLine | None:
     """The SXid error a kernel log line reports (its first line, with the Fatal/Non-fatal
     word; the detail lines that follow it return None)."""
-    match = _SXID.search(line)
+    return _sxid(LogRecord.of_line(line, now))
+
+
+def _sxid(record: LogRecord) -> SxidLine | None:
+    match = _SXID.search(record.text)
     if match is None:
         return None
     message = match.group("message").strip()
@@ -285,73 +317,33 @@ def parse_sxid(line: str, *, boot: datetime | None, now: datetime) -> SxidLine |
         fatal=match.group("word") == "Fatal",
         link=int(link.group(1)) if link else None,
         message=message,
-        time=line_time(line, boot=boot, now=now),
-        line=line.strip(),
+        time=record.time,
+        line=record.text.strip(),
     )
 
 
 def parse_xid(line: str, *, boot: datetime | None, now: datetime) -> XidLine | None:
     """The XID a kernel log line reports, or None."""
-    match = _XID.search(line)
+    return _xid(LogRecord.of_line(line, now))
+
+
+def _xid(record: LogRecord) -> XidLine | None:
+    match = _XID.search(record.text)
     if match is None:
         return None
     return XidLine(
         pci=pci_prefix(match.group("pci")),
         xid=int(match.group("xid")),
         message=(match.group("message") or "").strip(),
-        time=line_time(line, boot=boot, now=now),
-        line=line.strip(),
+        time=record.time,
+        line=record.text.strip(),
     )
 
 
 def line_time(line: str, *, boot: datetime | None, now: datetime) -> datetime | None:
-    """When a log line was written, from its RFC 3339, syslog or `dmesg --ctime` stamp."""
-    match = _RFC3339.match(line)
-    if match:
-        try:
-            stamp = datetime.fromisoformat(match.group(1).replace(" ", "T"))
-        except ValueError:
-            return None
-        return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
-    match = _SYSLOG.match(line)
-    if match:
-        return _syslog_time(match, now=now)
-    match = _CTIME.match(line)
-    if match:
-        try:
-            return datetime.strptime(match.group(1), "%a %b %d %H:%M:%S %Y").replace(tzinfo=UTC)
-        except ValueError:
-            return None
-    return None
-
-
-def _syslog_time(match: re.Match[str], *, now: datetime) -> datetime | None:
-    month = _MONTHS.get(match.group(1))
-    if month is None:
-        return None
-    day, hour, minute, second = (int(match.group(i)) for i in range(2, 6))
-
-    def at(year: int) -> datetime | None:
-        try:
-            return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
-        except ValueError:  # 29 February in a year without it
-            return None
-
-    # The year that puts the line last before now: a log holds no line from the future. A
-    # syslog stamp is local time, so one written just now may read up to 14 hours ahead
-    # (UTC+14); such a line is this year's, held at now. (The boot does not decide: a line
-    # read on 1 December from 28 November is this year's even after a reboot on 30 November.)
-    stamp = at(now.year)
-    if stamp is None or stamp > now + ZONE_AHEAD:
-        stamp = at(now.year - 1)
-    return min(stamp, now) if stamp is not None else None
-
-
-def _zoned(line: str) -> bool:
-    """Whether a line's stamp carries its zone (RFC 3339 with an offset), so it can be held
-    against the boot time; a syslog stamp in local time could be hours off."""
-    match = _RFC3339.match(line)
-    return match is not None and bool(re.search(r"(Z|[+-]\d{2}:?\d{2})$", match.group(1)))
+    """When a log line was written, from its RFC 3339, syslog or `dmesg --ctime` stamp
+    (`gpuprobe.gpu.journal.syslog`)."""
+    return _line_time(line, now=now)
 
 
 def _before_boot(time: datetime | None, boot: datetime | None) -> bool:

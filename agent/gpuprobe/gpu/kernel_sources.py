@@ -1,31 +1,34 @@
 """The kernel log of this boot, read once a run: `/dev/kmsg` and the host's log files.
 
-Every parser of kernel lines (NVIDIA's XIDs, SXids and XID-less faults in
-`gpuprobe.gpu.kernel_log`, amdgpu's faults in `gpuprobe.gpu.amd.faults`, both from every
-stream, `/dev/kmsg`'s among them) reads the texts one
-`read_kernel_log` gave, so the xid check's run reads each source once whatever vendors the
-node has (the pods check, which ties pod failures to XIDs, reads it in its own run).
+Every record is parsed once, by every registered parser (`gpu.kernel_events.entry_of`:
+NVIDIA's XIDs, SXids and XID-less faults in `gpuprobe.gpu.kernel_log`, amdgpu's faults in
+`gpuprobe.gpu.amd.faults`, PCIe AER's in `gpuprobe.gpu.aer`); the readers fold the kept events
+(`nvidia_logs`, `amdgpu_faults`), so the xid check's run reads each source once whatever
+vendors the node has (the pods check, which ties pod failures to XIDs, reads it in its own
+run).
 
-`/dev/kmsg` (this boot's ring, `gpuprobe.gpu.kmsg`) is followed: its `KmsgLog` lives in
-`host.memory`, so a long-lived agent reads only the records that arrived since its last run
-and keeps the rest. A log file is read from its last `max_bytes`; the rotated files of one log
-(`kern.log.1`, `kern.log`) are one stream, oldest first.
+`/dev/kmsg` (this boot's ring, `gpuprobe.gpu.kmsg`) is followed by the host's kernel journal
+(`gpu.journal.journal.KernelJournal`, in `host.memory`): a long-lived agent reads and parses
+only the records that arrived since its last run and keeps the rest with their events. A log
+file is read from its last `max_bytes`, each line parsed once a read; the rotated files of one
+log (`kern.log.1`, `kern.log`) are one stream, oldest first (`gpu.journal.files`).
 """
 
 from __future__ import annotations
 
-import os
-import re
-import stat
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NotRequired, TypedDict
 
-from gpuprobe.gpu import kernel_log, log_tail
+from gpuprobe.gpu import kernel_events, kernel_log
 from gpuprobe.gpu.amd import faults
+from gpuprobe.gpu.journal import files
+from gpuprobe.gpu.journal.journal import KernelJournal
+from gpuprobe.gpu.journal.journald import JournaldJournal
+from gpuprobe.gpu.journal.record import Item
 from gpuprobe.gpu.kmsg import KmsgLog, since_boot
-from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, Tail
 from gpuprobe.host import Host
 from gpuprobe.host.kmsg import KMSG
 from gpuprobe.report import format_time
@@ -34,12 +37,16 @@ PROC_STAT = "/proc/stat"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 # Where the followed /dev/kmsg lives in `host.memory` (shared by every check that reads it).
 MEMORY = "kernel_log"
+_JOURNAL_LOCK = threading.Lock()
+# The systemd journal as a kernel-log source (its directories: `gpuprobe.host.journald`).
+JOURNALD = "journald"
 
 
 class KernelSource(TypedDict):
-    """One kernel-log source as read: the device or file, its kind (`kmsg` | `file`), since
-    when it holds this boot's records (its first record or line's time; null when unknown),
-    and for `/dev/kmsg` the first record's sequence number, the records kept and the records
+    """One kernel-log source as read: the device, journal or file, its kind (`kmsg` |
+    `journald` | `file`), since when it holds this boot's records (its first record or line's
+    time; null when unknown), for the journal the records kept, and for `/dev/kmsg` the first
+    record's sequence number, the records kept and the records
     lost (overwritten in the ring before they were read, or lines too long to be records), or
     why it could not be read (`absent`, `EPERM`, ...); a file's `lost`, when any, counts the
     lines passed over as too long to be the kernel's."""
@@ -55,11 +62,12 @@ class KernelSource(TypedDict):
 
 @dataclass(frozen=True)
 class LogStream:
-    """One log's text of this read: `/dev/kmsg`'s records as lines (`kind` `kmsg`, one
-    text), or a log file's rotated parts that could be read, oldest first (`kind` `file`)."""
+    """One log's records of this read, each with its events, oldest first: `/dev/kmsg`'s
+    (`kind` `kmsg`, this boot's by nature), the journal's (`kind` `journald`, this boot's by
+    its `_BOOT_ID`), or a log file's rotated parts that could be read (`kind` `file`)."""
 
     kind: str
-    texts: tuple[str, ...]
+    entries: Sequence[Item]
 
 
 @dataclass(frozen=True)
@@ -78,9 +86,7 @@ class KernelLogRead:
     def nvidia_logs(self) -> list[kernel_log.KernelLog]:
         """NVIDIA's lines of each stream (XIDs, SXids, GPUs' UUIDs), one `KernelLog` a stream."""
         return [
-            kernel_log.read_stream(
-                stream.texts, boot=self.boot, now=self.now, boots=stream.kind != "kmsg"
-            )
+            kernel_log.fold(stream.entries, boot=self.boot, boots=stream.kind == "file")
             for stream in self.streams
         ]
 
@@ -89,30 +95,36 @@ class KernelLogRead:
         they are the only kernel log), each stream's in log order."""
         found: list[list[faults.AmdgpuFault]] = []
         for stream in self.streams:
-            texts = [text for text in stream.texts if text]
-            one_boot = stream.kind == "kmsg"  # the ring is this boot's: no boot line in it
-            found.append(
-                faults.read_faults(texts, boot=self.boot, now=self.now, boots=not one_boot)
-            )
+            # the ring and the journal's boot are this boot's: a boot line in them begins nothing
+            files = stream.kind == "file"
+            found.append(faults.fold(stream.entries, boot=self.boot, boots=files))
         return found
 
 
 def read_kernel_log(
-    host: Host, *, kmsg: bool, paths: Iterable[str], max_bytes: int, now: datetime
+    host: Host,
+    *,
+    kmsg: bool,
+    paths: Iterable[str],
+    max_bytes: int,
+    now: datetime,
+    journald: bool = False,
 ) -> KernelLogRead:
-    """This boot's kernel log: `/dev/kmsg` when `kmsg`, and the log files at `paths` (each
-    file's last `max_bytes`), a file's rotated parts read as one stream oldest first."""
+    """This boot's kernel log: `/dev/kmsg` when `kmsg`, the host's systemd journal when
+    `journald`, and the log files at `paths` (each file's last `max_bytes`), a file's rotated
+    parts read as one stream oldest first."""
     boot = boot_time(host)
     streams: list[LogStream] = []
     opened: list[str] = []
     described: list[KernelSource] = []
     if kmsg:
-        view = followed_kmsg(host).read(boot)
+        read = kernel_journal(host).this_boot(boot, boot_id(host), known=True)
+        view = read.ring
         entry: KernelSource = {"source": KMSG, "kind": "kmsg", "since": None}
         if view.error is not None:
             entry["error"] = view.error
         else:
-            streams.append(LogStream("kmsg", ("\n".join(view.lines),)))
+            streams.append(LogStream("kmsg", read.entries))
             opened.append(KMSG)
             first = since_boot(boot, view.first_usec) if view.first_usec is not None else None
             if first is not None:
@@ -121,20 +133,20 @@ def read_kernel_log(
             entry["records"] = view.records
             entry["lost"] = view.lost
         described.append(entry)
-    for group in rotation_streams(paths):
-        texts = []
-        for path in group:
-            tail = tail_log(host, path, max_bytes)
-            if tail is not None:
-                content = tail.data.decode("utf-8", errors="replace")
-                texts.append(content)
-                opened.append(path)
-                since = _first_time(content, boot, now)
-                file_entry: KernelSource = {"source": path, "kind": "file", "since": since}
-                if tail.skipped:
-                    file_entry["lost"] = tail.skipped  # lines too long to be the kernel's
-                described.append(file_entry)
-        streams.append(LogStream("file", tuple(texts)))
+    if journald:
+        described.append(_read_journald(host, streams, opened))
+    for group in files.rotation_streams(paths):
+        entries: list[Item] = []
+        for log in files.read_logs(host, group, max_bytes, now):
+            entries += kernel_events.items_of(log.lines, now)
+            opened.append(log.path)
+            first = log.first_time()
+            since = format_time(first) if first is not None else None
+            file_entry: KernelSource = {"source": log.path, "kind": "file", "since": since}
+            if log.lost:
+                file_entry["lost"] = log.lost  # lines too long to be the kernel's
+            described.append(file_entry)
+        streams.append(LogStream("file", entries))
     return KernelLogRead(boot, now, tuple(streams), tuple(opened), tuple(described))
 
 
@@ -149,6 +161,52 @@ def boot_id(host: Host) -> str | None:
     return (host.fs.try_read_text(BOOT_ID) or "").strip() or None
 
 
+def _read_journald(host: Host, streams: list[LogStream], opened: list[str]) -> KernelSource:
+    """The journal's kernel records of this boot, as a stream (when any directory could be
+    read) and its source's description."""
+    entry: KernelSource = {"source": JOURNALD, "kind": "journald", "since": None}
+    this_boot = boot_id(host)
+    if this_boot is None:
+        entry["error"] = "boot id unknown"
+        return entry
+    entries, errors = followed_journald(host).this_boot(this_boot)
+    if all(error is not None for error in errors.values()):
+        entry["error"] = "; ".join(f"{where}: {error}" for where, error in errors.items())
+        return entry
+    streams.append(LogStream("journald", entries))
+    opened.append(JOURNALD)
+    first = entries[0].record.time if entries else None
+    entry["since"] = format_time(first) if first is not None else None
+    entry["records"] = len(entries)
+    return entry
+
+
+def followed_journald(host: Host) -> JournaldJournal:
+    """This host's systemd journal, followed by cursor: kept in `host.memory`, so a
+    long-lived agent reads and parses each record once."""
+    memory = host.memory.of(MEMORY)
+    with _JOURNAL_LOCK:
+        journal = memory.get("journald")
+        if not isinstance(journal, JournaldJournal):
+            journal = JournaldJournal(host.fs)
+            memory["journald"] = journal
+    return journal
+
+
+def kernel_journal(host: Host) -> KernelJournal:
+    """This host's kernel journal over its followed `/dev/kmsg`: kept in `host.memory`, so a
+    long-lived agent reads and parses each record once."""
+    memory = host.memory.of(MEMORY)
+    with _JOURNAL_LOCK:
+        journal = memory.get("journal")
+        if not isinstance(journal, KernelJournal):
+            journal = KernelJournal(
+                followed_kmsg(host), boot=boot_time(host), boot_id=boot_id(host)
+            )
+            memory["journal"] = journal
+    return journal
+
+
 def followed_kmsg(host: Host) -> KmsgLog:
     """This host's `/dev/kmsg`, followed: kept in `host.memory`, so a long-lived agent reads
     each record once."""
@@ -158,42 +216,3 @@ def followed_kmsg(host: Host) -> KmsgLog:
         log = memory.setdefault("kmsg", KmsgLog(host.kmsg()))
     assert isinstance(log, KmsgLog)
     return log
-
-
-def rotation_streams(paths: Iterable[str]) -> list[list[str]]:
-    """The log files grouped by log (`kern.log` with its `kern.log.1`, ...), each group oldest
-    first: by rotation number, the highest first and the live log last, whatever order they
-    are listed in (a boot marker in an older file must not drop the current boot's lines)."""
-    streams: dict[str, list[str]] = {}
-    for path in paths:
-        group = streams.setdefault(re.sub(r"\.\d+$", "", path), [])
-        if path not in group:
-            group.append(path)
-    return [sorted(group, key=_rotation, reverse=True) for group in streams.values()]
-
-
-def _rotation(path: str) -> int:
-    """A rotated file's number (`kern.log.2`: 2); the live log's is 0."""
-    match = re.search(r"\.(\d+)$", path)
-    return int(match.group(1)) if match else 0
-
-
-def tail_log(host: Host, path: str, max_bytes: int) -> Tail | None:
-    """A log file's last `max_bytes` by whole lines, lines longer than any kernel line passed
-    over (`gpuprobe.gpu.log_tail`); None when it cannot be read or is no regular file."""
-    try:
-        with host.fs.open_binary(path) as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None  # a device or FIFO in a log's place (/dev/zero): no log
-            return log_tail.read_tail(f, max_bytes, MAX_LINE_BYTES, MAX_SCAN_BYTES)
-    except OSError:
-        return None
-
-
-def _first_time(text: str, boot: datetime | None, now: datetime) -> str | None:
-    """The stamp of a log text's first stamped line (of its first 100 lines)."""
-    for line in text.splitlines()[:100]:
-        stamp = kernel_log.line_time(line, boot=boot, now=now)
-        if stamp is not None:
-            return format_time(stamp)
-    return None

@@ -1,5 +1,6 @@
-"""The kernel log from `/dev/kmsg`: its records parsed, followed by sequence number, and given
-as log lines the kernel-log readers (`gpuprobe.gpu.kernel_log`) read like a file's.
+"""The kernel log from `/dev/kmsg`: its records parsed and followed by sequence number, for the
+kernel journal (`gpuprobe.gpu.journal.journal`), which makes each kept record a `LogRecord`
+once and runs the vendors' parsers on it once.
 
 A record, as the kernel prints it (Documentation/ABI/testing/dev-kmsg):
 
@@ -33,7 +34,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpuprobe.host.kmsg import KmsgReader
-from gpuprobe.report import format_time
 
 KERNEL_FACILITY = 0
 # The kernel's sequence numbers and time stamps are u64.
@@ -90,16 +90,6 @@ def parse_record(text: str) -> KmsgRecord | None:
     return KmsgRecord(priority >> 3, priority & 7, sequence, usec, fields[3], message, dictionary)
 
 
-def log_line(record: KmsgRecord, boot: datetime | None) -> str:
-    """The record as a kernel log file's line: stamped with its time (boot time plus its
-    monotonic stamp, RFC 3339) when the boot time is known, else with its seconds since boot
-    as dmesg prints them."""
-    at = since_boot(boot, record.usec)
-    if at is None:
-        return f"kernel: [{record.usec / 1e6:12.6f}] {record.message}"
-    return f"{format_time(at)} kernel: {record.message}"
-
-
 def since_boot(boot: datetime | None, usec: int) -> datetime | None:
     """The time `usec` microseconds after the boot; None when the boot is unknown or the
     time lies past any calendar (a forged stamp)."""
@@ -139,12 +129,11 @@ class SeenRecords:
 
 @dataclass
 class KmsgView:
-    """What a `KmsgLog` holds after a read: its kernel records' lines oldest first, whether the
-    device could be read (`error` None), the first record it kept (sequence and microseconds
-    since boot: "since when"), how many records it kept, and how many it lost (overwritten in
-    the ring before they were read, or dropped past its bound)."""
+    """What a `KmsgLog` holds after a read: whether the device could be read (`error` None),
+    the first record it kept (sequence and microseconds since boot: "since when"), how many
+    records it kept, and how many it lost (overwritten in the ring before they were read, or
+    dropped past its bound)."""
 
-    lines: list[str]
     error: str | None
     first_sequence: int | None
     first_usec: int | None
@@ -153,19 +142,15 @@ class KmsgView:
 
 
 class KmsgLog:
-    """Follows `/dev/kmsg` without re-reading: each `read()` takes only the records that
-    arrived since the last, and returns every kernel record kept so far (at most
-    `max_records`, the oldest dropped first). Thread-safe."""
+    """Follows `/dev/kmsg` without re-reading: each read takes only the records that arrived
+    since the last, and keeps every kernel record (at most `max_records`, the oldest dropped
+    first). Thread-safe."""
 
     def __init__(self, reader: KmsgReader, max_records: int = 65_536) -> None:
+        self.max_records = max_records
         self.reader = reader
         self._records: deque[KmsgRecord] = deque(maxlen=max_records)
         self._seen = SeenRecords(max_records + SEEN_SLACK)
-        # The kept records' lines, made once each (`_lines_of`), for the boot time they
-        # were made with; `_formatted`: how many of the records kept so far have one.
-        self._lines: deque[str] = deque(maxlen=max_records)
-        self._lines_boot: datetime | None = None
-        self._formatted = 0
         self._last: int | None = None
         self._first: KmsgRecord | None = None
         self._kept = 0
@@ -173,37 +158,41 @@ class KmsgLog:
         self._error: str | None = None
         self._lock = threading.Lock()
 
-    def read(self, boot: datetime | None) -> KmsgView:
-        """Read what arrived and return everything kept, as log lines."""
+    def read(self) -> KmsgView:
+        """Read what arrived; the ring's state."""
         with self._lock:
             self._take()
-            lines = self._lines_of(boot)
-            first = self._first
-            return KmsgView(
-                lines,
-                self._error,
-                first.sequence if first else None,
-                first.usec if first else None,
-                self._kept,
-                self._lost,
-            )
+            return self._view()
 
     def follow(self) -> list[KmsgRecord]:
         """The kernel records that arrived since the last read (kept, too)."""
         with self._lock:
             return self._take()
 
-    def _lines_of(self, boot: datetime | None) -> list[str]:
-        """The kept records as lines, each record's line made once (again only when the boot
-        time read changed): a full ring is not formatted anew every run."""
-        missing = self._kept - self._formatted  # the newest records have no line yet
-        if boot != self._lines_boot or missing >= len(self._records):
-            self._lines = deque((log_line(r, boot) for r in self._records), self._records.maxlen)
-            self._lines_boot = boot
-        else:
-            self._lines.extend(log_line(self._records[i], boot) for i in range(-missing, 0))
-        self._formatted = self._kept
-        return list(self._lines)
+    def kept_since(self, count: int) -> tuple[list[KmsgRecord], KmsgView]:
+        """Read what arrived; the kept records after the first `count` ever kept (those
+        still kept, oldest first) and the ring's state (its `records`: how many were ever
+        kept, the next call's `count`)."""
+        with self._lock:
+            self._take()
+            missing = min(self._kept - count, len(self._records))
+            new = [self._records[i] for i in range(-missing, 0)] if missing > 0 else []
+            return new, self._view()
+
+    def kept(self) -> list[KmsgRecord]:
+        """Every kernel record kept, oldest first."""
+        with self._lock:
+            return list(self._records)
+
+    def _view(self) -> KmsgView:
+        first = self._first
+        return KmsgView(
+            self._error,
+            first.sequence if first else None,
+            first.usec if first else None,
+            self._kept,
+            self._lost,
+        )
 
     def _take(self) -> list[KmsgRecord]:
         new: list[KmsgRecord] = []

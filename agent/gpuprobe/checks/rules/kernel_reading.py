@@ -1,6 +1,6 @@
 """How a check reads this boot's kernel log: as the xid section says (`xid.kmsg`,
-`xid.kernel_logs`, `xid.kernel_log_max_bytes`), for every check that ties a fault to an XID
-(the xid check, the pods check)."""
+`xid.journald`, `xid.kernel_logs`, `xid.kernel_log_max_bytes`), for every check that ties a
+fault to an XID (the xid check, the pods check)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def read_sources(host: Host, config: Config, now: datetime) -> KernelLogRead:
     return read_kernel_log(
         host,
         kmsg=settings.kmsg,
+        journald=settings.journald,
         paths=settings.kernel_logs,
         max_bytes=settings.kernel_log_max_bytes,
         now=now,

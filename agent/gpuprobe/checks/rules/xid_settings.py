@@ -141,6 +141,9 @@ class XidConfig:
     )
     # Read /dev/kmsg too (this boot's kernel ring; followed by sequence number in the daemon).
     kmsg: bool = True
+    # Read the kernel's records of this boot from the host's systemd journal too
+    # (/var/log/journal, /run/log/journal, with journalctl; followed by cursor in the daemon).
+    journald: bool = False
     # How much of each log's end is read.
     kernel_log_max_bytes: int = 16 * 1024 * 1024
     # In the daemon, a WARNING XID (an application's) stays reported this long after it was

@@ -27,9 +27,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, NotRequired, TypedDict, cast
 
+from gpuprobe.checks.amd import xid_amdgpu as amdgpu
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS, Check, Policy
-from gpuprobe.checks.xid import aer, amdgpu, sxid
+from gpuprobe.checks.xid import aer, sxid
 from gpuprobe.checks.xid import state as xid_state
 from gpuprobe.checks.xid.clearing import clear
 from gpuprobe.checks.xid.findings import events_only, finding, log_code, read_nothing, summary
@@ -75,7 +76,7 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         switches = sxid.gather(seen, config)
         sxid.judge(switches, seen.cleared, memory, config, now)
         aer_findings, aer_data = aer.read(host, config, seen.gpus, memory, now)
-        amd = amdgpu.read(host, config, seen.kernel_log, memory)
+        amd = amdgpu.read(host, config, seen.kernel_log, memory.amdgpu_faults)
     amd_findings, amd_faults = amd if amd is not None else ([], [])
     active = [x for x in seen.xids if x.active]
     gpus = sorted({g.index for g in seen.gpus.values() if g.index is not None})

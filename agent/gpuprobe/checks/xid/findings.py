@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpuprobe.checks.nvidia.xid_events import EventInfo, event_finding
 from gpuprobe.checks.xid.model import XIDLESS, Seen
-from gpuprobe.gpu.nvidia.events import EventInfo
 from gpuprobe.gpu.xid_catalog import CATALOG_URL, XidInfo
 from gpuprobe.report import Action, Finding, Severity, gpu_resource
 
@@ -16,15 +16,6 @@ _XID_NAMED = re.compile(r": Xid (\d+), ")
 REMAP_RECORDED = 63
 # Xid 154: the GPU's recovery action changed (to the one its message names).
 RECOVERY_CHANGED = 154
-# What to do about a critical NVML event, by its action (`{gpu}`: ` -i <index>` when known).
-EVENT_ADVICE = {
-    Action.RESET_GPU: "drain the GPU and reset it (nvidia-smi -r{gpu}) or reboot; inspect the "
-    "GPU if it recurs",
-    Action.REBOOT_NODE: "drain and reboot the node; inspect the GPU if it happens again",
-    Action.DRAIN_NODE: "drain the GPU's peer-to-peer (NVLink) work, as the driver asks",
-    Action.HARDWARE_INSPECTION: "take the GPU out of service; have it inspected or replaced",
-    Action.FIX_CONFIG: "recover the GPU's IMEX domain, as the driver asks",
-}
 
 
 def finding(x: Seen) -> Finding:
@@ -42,16 +33,15 @@ def finding(x: Seen) -> Finding:
     )
     resource = gpu_resource(x.gpu.index, x.gpu.uuid) if x.gpu.index is not None else "node"
     if isinstance(info, EventInfo):
-        gpu = f" -i {x.gpu.index}" if x.gpu.index is not None else ""
-        advice = EVENT_ADVICE.get(info.action, "").format(gpu=gpu)
-        action = f" ({x.message})" if x.message else ""
-        return Finding(
-            info.code,
-            info.severity,
-            f"{where}: NVML event {x.event}{action}, {info.description}, seen {times} this "
-            f"boot{last}: {advice}{sticky}",
-            info.action,
-            resource,
+        return event_finding(
+            info,
+            where=where,
+            event=x.event,
+            detail=x.message,
+            index=x.gpu.index,
+            seen=f"{times} this boot{last}",
+            sticky=sticky,
+            resource=resource,
         )
     said = f' ("{_short(x.message)}")' if x.message else ""
     how = " (logged without an Xid number)" if x.source == XIDLESS else ""

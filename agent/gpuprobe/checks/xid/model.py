@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
+from gpuprobe.checks.nvidia import xid_events
+from gpuprobe.checks.nvidia.xid_events import EventInfo
 from gpuprobe.checks.xid.policy import Override, apply
 from gpuprobe.checks.xid.state import XidState
 from gpuprobe.gpu import nvlink5
 from gpuprobe.gpu.event_drain import XID_EVENT
 from gpuprobe.gpu.kernel_log import SxidLine
 from gpuprobe.gpu.kernel_sources import KernelLogRead
-from gpuprobe.gpu.nvidia import events as nvml_events
-from gpuprobe.gpu.nvidia.events import EventInfo
 from gpuprobe.gpu.xid_catalog import XidInfo, classify, classify_unlogged
 from gpuprobe.report import format_time
 
@@ -142,7 +142,7 @@ class Seen:
                 else classify_unlogged(self.xid, self.recovery_field)
             )
             return apply(found, self.override)
-        verdict = nvml_events.info(self.event, self.message)
+        verdict = xid_events.verdict(self.event, self.message)
         if verdict is None:  # an entry that no run of this version wrote
             raise ValueError(f"no verdict on NVML event type {self.event}")
         return verdict
@@ -175,7 +175,7 @@ class Seen:
                 None if pci is None else str(pci),
             )
             event = str(entry.get("event") or XID_EVENT)
-            if event != XID_EVENT and event not in nvml_events.EVENTS:
+            if event != XID_EVENT and not xid_events.known(event):
                 return None
             return cls(
                 gpu,
@@ -247,7 +247,7 @@ class Seen:
             "action": info.action.value,
             "description": info.description,
             "recovery_action": (self.message or None)
-            if self.event == nvml_events.RECOVERY
+            if self.event == xid_events.RECOVERY
             else None,
             "active": self.active,
             "cleared": self.cleared,

@@ -23,7 +23,9 @@ log some lines through DRM without it):
   process python pid 1796 thread python pid 1796)` (or `[mmhub0] no-retry page fault`).
 
 Each becomes an `AmdgpuFault` with its cause; how bad each cause is, and what to do, is in
-`CAUSES`, the analogue of NVIDIA's XID catalog.
+`CAUSES`, the analogue of NVIDIA's XID catalog. Each record is parsed once (`event_of`,
+registered with `gpu.kernel_events`) into an `AmdgpuEvent` the kernel journal keeps; `fold`
+reads one boot's faults from the kept events.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpuprobe.gpu.kernel_log import is_kernel_line, line_time
+from gpuprobe.gpu.journal.record import Entry, Item, LogRecord
 
 RING_TIMEOUT = "ring_timeout"
 GPU_RESET = "gpu_reset"
@@ -110,8 +112,6 @@ _PROCESS_LINE = re.compile(
 _BOOT = re.compile(r"(?:kernel: )?(?:\[\s*\d+\.\d+\] )?Linux version \d")
 # The kind of event this reads, by the text its lines bear (`gpu.kernel_events`).
 EVENTS = {"amdgpu_fault": "amdgpu"}
-# What a line this reads holds (a fault, its device, its process, a boot): the cheap test.
-_MARKERS = ("amdgpu", "GPU reset", "GPU Recovery", "Linux version", "rocess")
 
 
 @dataclass(frozen=True)
@@ -127,8 +127,65 @@ class AmdgpuFault:
     line: str
 
 
+@dataclass(frozen=True, slots=True)
+class AmdgpuEvent:
+    """What one kernel record says in amdgpu's words, parsed once: whether it is the kernel's
+    boot line, the fault it reports, the device it names, the process it names (the line after
+    a ring timeout or VM fault), and whether a GPU reset begins or resumes on it."""
+
+    record: LogRecord
+    boot: bool
+    fault: AmdgpuFault | None
+    device: str | None
+    process: str | None
+    reset_begin: bool
+    reset_resuming: bool
+
+
+def event_of(record: LogRecord) -> AmdgpuEvent | None:
+    """The record in amdgpu's words, or None when it holds none of the lines this reads
+    (another program's line in syslog included)."""
+    line = record.text
+    if not _marked(line) or not record.kernel:
+        return None
+    device = _DEVICE.search(line)
+    named = _PROCESS_LINE.search(line)
+    return AmdgpuEvent(
+        record,
+        boot="Linux version" in line and _BOOT.search(line) is not None,
+        fault=_fault(record),
+        device=device.group("pci").lower() if device else None,
+        process=f"{named.group('process')} (pid {named.group('pid')})"
+        if named is not None and named.group("process")
+        else None,
+        reset_begin=_RESET_BEGIN in line,
+        reset_resuming=_RESET_RESUMING in line,
+    )
+
+
+# The cheap test (`_marked`): what a line this reads holds (a fault, its device, its process,
+# a boot); a line holding none of these is none this reads (`event_of` gives None).
+PREFILTER = ("amdgpu", "GPU reset", "GPU Recovery", "Linux version", "rocess")
+
+
+def _marked(line: str) -> bool:
+    """Whether a line holds one of PREFILTER (written out: it runs on every kernel record)."""
+    return (
+        "amdgpu" in line
+        or "GPU reset" in line
+        or "GPU Recovery" in line
+        or "Linux version" in line
+        or "rocess" in line
+    )
+
+
 def parse_fault(line: str, *, boot: datetime | None, now: datetime) -> AmdgpuFault | None:
     """The amdgpu fault a kernel log line reports, or None."""
+    return _fault(LogRecord.of_line(line, now))
+
+
+def _fault(record: LogRecord) -> AmdgpuFault | None:
+    line = record.text
     if "amdgpu" not in line and "GPU reset" not in line:
         return None
     device = _DEVICE.search(line)
@@ -144,7 +201,7 @@ def parse_fault(line: str, *, boot: datetime | None, now: datetime) -> AmdgpuFau
         process=f"{process.group('process')} (pid {process.group('pid')})"
         if process and process.group("process")
         else None,
-        time=line_time(line, boot=boot, now=now),
+        time=record.time,
         line=line.strip(),
     )
 
@@ -172,37 +229,53 @@ def _classify(line: str) -> tuple[str | None, str]:
 def read_faults(
     texts: Iterable[str], *, boot: datetime | None, now: datetime, boots: bool = True
 ) -> list[AmdgpuFault]:
-    """This boot's amdgpu faults in one log, given oldest part first: what a log held
-    before its last `Linux version` line belongs to earlier boots (`boots` False: the log is
-    one boot's by its nature, `/dev/kmsg`'s ring). A fault line without a
-    device (the older DRM-prefixed ones) takes the device of the next line that names one
-    within the same burst (the driver logs the reset of that GPU right after), else the
-    device of the fault before it (`GPU Recovery Failed` follows its device's lines). A reset
-    that began and said nothing of its end before the log moved on is GPU_RESET_UNFINISHED."""
-    faults: list[AmdgpuFault] = []
-    resets = _Resets(boot, now)
+    """This boot's amdgpu faults in one log's text, given oldest part first: each line
+    parsed once and folded (`fold`)."""
+    entries = []
     for text in texts:
         for line in text.splitlines():
-            if resets.begun:
-                faults += resets.moved_on(line)
-            if not any(marker in line for marker in _MARKERS) or not is_kernel_line(line):
-                continue  # no line this reads, or another program's line in syslog
-            if boots and "Linux version" in line and _BOOT.search(line):
-                faults, resets = [], _Resets(boot, now)
-                continue
-            fault = parse_fault(line, boot=boot, now=now)
-            if fault is None:
-                device = _DEVICE.search(line)
-                if device:
-                    _adopt(faults, device.group("pci").lower())
-                _name_process(faults, line)
-                faults += resets.read(line, device.group("pci").lower() if device else None)
-                continue
-            if fault.pci is not None:
-                _adopt(faults, fault.pci)
-            if fault.cause in (GPU_RESET, GPU_RESET_FAILED):
-                resets.ended(fault.pci)
-            faults.append(fault)
+            record = LogRecord.of_line(line, now)
+            event = event_of(record)
+            entries.append(Entry(record, (event,) if event is not None else ()))
+    return fold(entries, boot=boot, boots=boots)
+
+
+def fold(
+    entries: Iterable[Item], *, boot: datetime | None, boots: bool = True
+) -> list[AmdgpuFault]:
+    """This boot's amdgpu faults in one log's entries, oldest first, from the events `event_of`
+    made of them: what a log held before its last `Linux version` line belongs to earlier
+    boots (`boots` False: the log is one boot's by its nature, `/dev/kmsg`'s ring). A fault
+    line without a device (the older DRM-prefixed ones) takes the device of the next line that
+    names one within the same burst (the driver logs the reset of that GPU right after), else
+    the device of the fault before it (`GPU Recovery Failed` follows its device's lines). A
+    reset that began and said nothing of its end before the log moved on (every record counts,
+    another program's too) is GPU_RESET_UNFINISHED."""
+    faults: list[AmdgpuFault] = []
+    resets = _Resets()
+    for entry in entries:
+        for record in entry.records() if resets.begun else ():
+            if not resets.begun:
+                break
+            faults += resets.moved_on(record)
+        event = entry.event(AmdgpuEvent)
+        if event is None:
+            continue  # no line this reads, or another program's line in syslog
+        if boots and event.boot:
+            faults, resets = [], _Resets()
+            continue
+        fault = event.fault
+        if fault is None:
+            if event.device:
+                _adopt(faults, event.device)
+            _name_process(faults, event.process)
+            faults += resets.read(event)
+            continue
+        if fault.pci is not None:
+            _adopt(faults, fault.pci)
+        if fault.cause in (GPU_RESET, GPU_RESET_FAILED):
+            resets.ended(fault.pci)
+        faults.append(fault)
     for i in range(1, len(faults)):
         if faults[i].pci is None and faults[i - 1].pci is not None:
             old = faults[i]
@@ -215,21 +288,21 @@ def read_faults(
 class _Resets:
     """The GPU resets a log began and has not said the end of, by device."""
 
-    def __init__(self, boot: datetime | None, now: datetime) -> None:
-        self.boot, self.now = boot, now
+    def __init__(self) -> None:
         self.begun: dict[str | None, tuple[datetime | None, float | None, str]] = {}
 
-    def read(self, line: str, pci: str | None) -> list[AmdgpuFault]:
+    def read(self, event: AmdgpuEvent) -> list[AmdgpuFault]:
         """A line of amdgpu's that is no fault: a reset's beginning (a reset of the same GPU
         still open is unfinished), or its resume (the reset itself done)."""
-        if _RESET_RESUMING in line:
+        pci = event.device
+        if event.reset_resuming:
             self.ended(pci)
             return []
-        if _RESET_BEGIN not in line:
+        if not event.reset_begin:
             return []
         unfinished = self._unfinished(pci) if pci in self.begun else []
-        time = line_time(line, boot=self.boot, now=self.now)
-        self.begun[pci] = (time, _monotonic(line), line.strip())
+        record = event.record
+        self.begun[pci] = (record.time, _monotonic(record), record.text.strip())
         return unfinished
 
     def ended(self, pci: str | None) -> None:
@@ -239,11 +312,11 @@ class _Resets:
         else:
             self.begun.pop(pci, None)
 
-    def moved_on(self, line: str) -> list[AmdgpuFault]:
+    def moved_on(self, record: LogRecord) -> list[AmdgpuFault]:
         """The resets still open when the log has gone on past RESET_SETTLE (by its wall or
         monotonic stamps)."""
-        time = line_time(line, boot=self.boot, now=self.now)
-        mono = _monotonic(line)
+        time = record.time
+        mono = _monotonic(record)
         found: list[AmdgpuFault] = []
         for pci, (began, began_mono, _) in list(self.begun.items()):
             late = (time is not None and began is not None and time - began >= RESET_SETTLE) or (
@@ -260,23 +333,22 @@ class _Resets:
         return [AmdgpuFault(pci, GPU_RESET_UNFINISHED, "", None, began, line)]
 
 
-def _monotonic(line: str) -> float | None:
-    """A line's seconds since boot (`[37937.169164]`), when it carries them."""
-    match = _MONOTONIC.search(line, 0, 80)
+def _monotonic(record: LogRecord) -> float | None:
+    """A record's seconds since boot: the source's (`/dev/kmsg`'s stamp), else the line's
+    (`[37937.169164]`), when it carries them."""
+    if record.usec is not None:
+        return record.usec / 1e6
+    match = _MONOTONIC.search(record.text, 0, 80)
     return float(match.group(1)) if match else None
 
 
-def _name_process(faults: list[AmdgpuFault], line: str) -> None:
-    """Give the last fault, when it names no process, the process this line names."""
-    if not faults or faults[-1].process is not None:
+def _name_process(faults: list[AmdgpuFault], process: str | None) -> None:
+    """Give the last fault, when it names no process, the process a line names."""
+    if not faults or faults[-1].process is not None or process is None:
         return
     if faults[-1].cause not in (RING_TIMEOUT, VM_FAULT):
         return
-    match = _PROCESS_LINE.search(line)
-    if match is None or not match.group("process"):
-        return
     old = faults[-1]
-    process = f"{match.group('process')} (pid {match.group('pid')})"
     faults[-1] = AmdgpuFault(old.pci, old.cause, old.detail, process, old.time, old.line)
 
 

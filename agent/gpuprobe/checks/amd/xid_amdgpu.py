@@ -1,4 +1,5 @@
-"""The xid check's judgement of AMD GPUs: amdgpu's faults in the kernel log (AMDGPU_FAULT).
+"""The xid check's judgement of AMD GPUs: amdgpu's faults in the kernel log (AMDGPU_FAULT),
+AMD's rules for the kernel journal's amdgpu events.
 
 amdgpu has no XID numbers: its faults are classes of messages (`gpuprobe.gpu.amd.faults`),
 each with a severity and an action. One finding per (GPU, cause) with how often it was
@@ -6,8 +7,9 @@ logged this boot, the last line's detail and the processes named. Like NVIDIA's 
 critical cause (a failed reset, an uncorrectable RAS error) stays for the boot; in the daemon
 a warning cause (a ring timeout, a recovered reset, VM faults) stays for
 `xid.warning_window_seconds` after it last grew. The kernel log is the one the run read for
-NVIDIA's XIDs (`gpuprobe.gpu.kernel_sources`); its files are searched for amdgpu's faults only
-where the PCI bus shows AMD GPUs.
+NVIDIA's XIDs (`gpuprobe.gpu.kernel_sources`: each record's `AmdgpuEvent` parsed once, folded
+here) and is judged for amdgpu's faults only where the PCI bus shows AMD GPUs. What it keeps
+between runs (each fault's count and when it last grew) is the xid check's memory, handed in.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypedDict
 
-from gpuprobe.checks.xid.memory import XidMemory
-from gpuprobe.checks.xid.settings import xid_settings
+from gpuprobe.checks.rules.xid_settings import xid_settings
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.amd import faults
@@ -64,16 +65,16 @@ class _Fault:
 
 
 def read(
-    host: Host, config: Config, log: KernelLogRead, kept: XidMemory
+    host: Host, config: Config, log: KernelLogRead, memory: dict[str, tuple[int, float]]
 ) -> tuple[list[Finding], list[AmdgpuFaultEntry]] | None:
-    """This boot's amdgpu faults in the run's read of the kernel log, as findings and data;
+    """This boot's amdgpu faults in the run's read of the kernel log, as findings and data
+    (`memory`: each fault's count and when it last grew, kept by the check between runs);
     None on a node without AMD GPUs."""
     gpus = GpuView(host).amd.sysfs_gpus()
     if not gpus:
         return None
     found = log.amdgpu_faults()
     grouped = _group(_unique(found), {g.pci_address: g for g in gpus})
-    memory = kept.amdgpu_faults
     wall = host.clock.wall()
     findings: list[Finding] = []
     data: list[AmdgpuFaultEntry] = []
