@@ -46,7 +46,16 @@ LINE_BYTES = 100 * 1024 * 1024
 
 def child(case: str, limit: float) -> dict[str, Any]:
     """Run one case in this process (its tree is the one on sys.path)."""
-    from gpuprobe.daemon.signals import KERNEL_MARKERS
+    try:  # the markers of the kinds the daemon's checks subscribe to
+        from gpuprobe.checks.registry import CHECKS, kernel_kinds
+        from gpuprobe.daemon.signals import kernel_markers
+
+        markers = kernel_markers(kernel_kinds(CHECKS))
+    except ImportError:  # a before-tree kept one list of them, or none
+        try:
+            from gpuprobe.daemon.signals import KERNEL_MARKERS as markers
+        except ImportError:
+            markers = ()
     from gpuprobe.gpu.kernel_follow import KernelLogFollower
     from gpuprobe.host.fs import HostFS
 
@@ -56,7 +65,7 @@ def child(case: str, limit: float) -> dict[str, Any]:
         log.write_text(NOISE)
         fs, paths = HostFS(tmp, snapshot=True), ["/var/log/kern.log"]
         try:  # as the daemon's event path makes it (a before-tree may take no markers)
-            follower = KernelLogFollower(fs, paths, None, markers=KERNEL_MARKERS)
+            follower = KernelLogFollower(fs, paths, None, markers=markers)
         except TypeError:
             follower = KernelLogFollower(fs, paths, False)
         follower.start()

@@ -15,6 +15,7 @@ from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import WAKE_KERNEL_LOG, WAKE_NVML_EVENTS, Check, Poll
 from gpuprobe.config import Config
 from gpuprobe.effects.terminating import KEEP, wanted
+from gpuprobe.gpu import kernel_events
 from gpuprobe.host import snapshot_host
 from gpuprobe.report import Action, CheckResult, Finding, NodeReport, PodRef, Severity, Status, now
 
@@ -79,6 +80,9 @@ def test_a_new_record_wakes_announces_and_clears_through_the_registry(
     throwaway: Check[object],
 ) -> None:
     assert registry.woken_by(WAKE_KERNEL_LOG, ["xid", "throwaway"]) == ["xid", "throwaway"]
+    # a record that names no kinds of kernel event is woken by every kind a parser reads
+    kinds = registry.kernel_kinds(["xid", "throwaway"])
+    assert kinds["throwaway"] == frozenset(kernel_events.EVENTS) > kinds["xid"]
     assert "THROWAWAY_NODE_GOES" in node_ends()
     lifecycle = CheckResult("lifecycle", "no notice", [])
     ends = CheckResult("throwaway", "the rack goes", [NOTICE])

@@ -18,14 +18,16 @@ import grpc
 import pytest
 
 from conftest import snapshot
-from gpuprobe.checks.registry import CHECKS
+from gpuprobe.checks.context import CheckContext
+from gpuprobe.checks.record import WAKE_KERNEL_LOG, Check
+from gpuprobe.checks.registry import CHECKS, kernel_kinds
 from gpuprobe.checks.runner import Ran
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig, TaintConfig
 from gpuprobe.daemon.signals import MIN_GAP_SECONDS, Signals, nvml_source
 from gpuprobe.host import snapshot_host
 from gpuprobe.host.nvml import ReplayNvml
 from gpuprobe.host.nvml_relay import EventRelay
-from gpuprobe.report import Status
+from gpuprobe.report import CheckResult, Status
 from gpuprobe.serve.agent import Agent, ServeOptions
 from gpuprobe.v1 import diagnostics_pb2 as pb
 from gpuprobe.v1 import diagnostics_pb2_grpc as pb_grpc
@@ -218,6 +220,46 @@ def test_lines_the_xid_check_does_not_read_wake_nothing(tmp_path: Path) -> None:
         )
         time.sleep(1.0)
         assert agent.signals.reruns == {}
+
+
+def boot_watch(context: CheckContext, config: Config) -> CheckResult:
+    return CheckResult("boot_watch", "watched", [])
+
+
+# A throwaway record that subscribes to one kind of kernel event, the kernel's boot line.
+BOOT_WATCH: Check[object] = Check(
+    "boot_watch", boot_watch, wakes=(WAKE_KERNEL_LOG,), kernel_events=("boot",)
+)
+# The kernel's first line of a boot, as rsyslog writes it to kern.log.
+BOOTED = (
+    "2026-11-29T09:52:11.004180+00:00 gpu-node-17 kernel: Linux version 6.8.0-49-generic "
+    "(buildd@lcy02-amd64-103) (x86_64-linux-gnu-gcc-12 (Ubuntu 12.3.0-1ubuntu1~22.04) 12.3.0, "
+    "GNU ld (GNU Binutils for Ubuntu) 2.38) #49~22.04.1-Ubuntu SMP PREEMPT_DYNAMIC Wed Nov  6 "
+    "17:42:15 UTC 2 (Ubuntu 6.8.0-49.49~22.04.1-generic 6.8.12)\n"
+)
+
+
+def test_each_check_is_woken_by_the_kinds_of_kernel_event_its_record_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(CHECKS, BOOT_WATCH.name, BOOT_WATCH)
+    node = node_copy(tmp_path)
+    with agent_on(node, Config(serve=SLOW), names=["xid", "boot_watch"]) as agent:
+        append(node / "rootfs/var/log/kern.log", BOOTED)
+        wait_for(lambda: agent.signals.reruns.get("boot_watch") == 1, timeout=WITHIN)
+        append(node / "rootfs/var/log/kern.log", FALLEN)
+        wait_for(lambda: xid_status(agent) is Status.CRITICAL, timeout=WITHIN)
+        time.sleep(2 * MIN_GAP_SECONDS)
+        assert agent.signals.reruns == {"boot_watch": 1, "xid": 1}
+
+
+def test_a_record_naming_a_kind_no_parser_reads_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    typo = Check("typo", boot_watch, wakes=(WAKE_KERNEL_LOG,), kernel_events=("xids",))
+    monkeypatch.setitem(CHECKS, typo.name, typo)
+    with pytest.raises(ValueError, match="check 'typo': no parser reads kernel events 'xids'"):
+        kernel_kinds(["xid", "typo"])
 
 
 def test_a_recorded_nvml_event_is_pumped_to_the_check_and_wakes_it() -> None:

@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from conftest import ROOT
+from gpuprobe.checks.registry import CHECKS, kernel_kinds
 from gpuprobe.config import Config
-from gpuprobe.daemon.signals import XID_EVENTS, concerns_xid
+from gpuprobe.daemon.signals import first_of_kinds, kernel_markers
 from gpuprobe.gpu import kernel_events, kernel_log
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.journal.record import LogRecord
@@ -97,11 +98,16 @@ def test_the_event_path_subscribes_by_the_parsers_kinds() -> None:
     lines = (xid, sxid, amd, aer_line, noise)
     entries = [kernel_events.entry_of(LogRecord.of_line(line, now)) for line in lines]
     assert [set(e.kinds) for e in entries] == [{"nvrm"}, {"sxid"}, {"amdgpu_fault"}, {"aer"}, set()]
-    assert [concerns_xid(e) for e in entries] == [True, True, True, True, False]
+    kinds = kernel_kinds(CHECKS)
+    assert kinds == {"xid": {"nvrm", "sxid", "aer", "amdgpu_fault"}}
+    assert kernel_markers(kinds) == ("AER:", "amdgpu", "NVRM: ", "SXid")
+    assert first_of_kinds(entries, kinds) == {"xid": entries[0]}
+    assert [first_of_kinds([e], kinds) for e in entries[1:]] == [
+        {"xid": e} for e in entries[1:4]
+    ] + [{}]
     # a boot line is an event (the journal's boots) of a kind the xid check does not wake on
     boot = kernel_events.entry_of(LogRecord.of_line("kernel: Linux version 6.8.0-49", now))
-    assert boot.kinds == {"boot"} and not concerns_xid(boot)
-    assert set(XID_EVENTS) <= set(kernel_events.EVENTS)
+    assert boot.kinds == {"boot"} and first_of_kinds([boot], kinds) == {}
     source = ast.parse((PACKAGE / "daemon" / "signals.py").read_text())
     texts = {n.value for n in ast.walk(source) if isinstance(n, ast.Constant)}
     assert not texts & set(kernel_events.EVENTS.values())

@@ -99,6 +99,10 @@ class Check(Generic[D]):
     # The node's event sources that re-run it at once between rounds (the daemon's event path):
     # `WAKE_NVML_EVENTS`, `WAKE_KERNEL_LOG`; none: only its own `poll`, or its interval.
     wakes: tuple[str, ...] = ()
+    # The kinds of kernel-log event (`gpu.kernel_events.EVENTS`: "nvrm", "sxid", "aer",
+    # "amdgpu_fault", "boot") whose records wake it, when `wakes` names `WAKE_KERNEL_LOG`;
+    # empty: a record of any kind a parser reads.
+    kernel_events: tuple[str, ...] = ()
     # A source of its own the daemon polls between rounds (the cloud's notices), under a
     # configuration and in the check's context (its host, its state); None (or None
     # returned): nothing to poll.

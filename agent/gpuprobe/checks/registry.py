@@ -26,9 +26,10 @@ from gpuprobe.checks import (
 )
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.nvidia import mig, sharing
-from gpuprobe.checks.record import Check, Policy
+from gpuprobe.checks.record import WAKE_KERNEL_LOG, Check, Policy
 from gpuprobe.config import Config
 from gpuprobe.errors import ConfigError
+from gpuprobe.gpu import kernel_events
 from gpuprobe.report import Finding
 from gpuprobe.report_view import DataKeys
 
@@ -129,6 +130,21 @@ def woken_by(source: str, names: Iterable[str]) -> list[str]:
     `wakes`), in report order."""
     named = set(names)
     return [c.name for c in CHECKS.values() if c.name in named and source in c.wakes]
+
+
+def kernel_kinds(names: Iterable[str]) -> dict[str, frozenset[str]]:
+    """Those of the named checks that the kernel log wakes (`WAKE_KERNEL_LOG`), in report
+    order, each with the kinds of kernel-log event that wake it (its record's
+    `kernel_events`; every kind a parser reads when it names none). Raises ValueError for a
+    kind no parser reads: a record with a typo there would never be woken."""
+    kinds: dict[str, frozenset[str]] = {}
+    for name in woken_by(WAKE_KERNEL_LOG, names):
+        wanted = CHECKS[name].kernel_events or tuple(kernel_events.EVENTS)
+        unknown = sorted(set(wanted) - set(kernel_events.EVENTS))
+        if unknown:
+            raise ValueError(f"check {name!r}: no parser reads kernel events {unknown[0]!r}")
+        kinds[name] = frozenset(wanted)
+    return kinds
 
 
 def notices() -> tuple[tuple[str, str, str], ...]:

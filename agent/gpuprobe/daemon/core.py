@@ -24,6 +24,7 @@ from gpuprobe.checks.registry import (
     CHECKS,
     active,
     clear,
+    kernel_kinds,
     refuse_unknown_names,
     section,
     woken_by,
@@ -35,7 +36,7 @@ from gpuprobe.config import Config
 from gpuprobe.daemon.links import bandwidth_tests
 from gpuprobe.daemon.pollers import NoticePoller
 from gpuprobe.daemon.scheduler import Scheduler, plan
-from gpuprobe.daemon.signals import KERNEL_MARKERS, Signals, kernel_log_source, nvml_source
+from gpuprobe.daemon.signals import Signals, kernel_log_source, kernel_markers, nvml_source
 from gpuprobe.daemon.store import AgentState, ReportStore
 from gpuprobe.effects.daemon import EffectsLink, wanted
 from gpuprobe.errors import UsageError
@@ -162,16 +163,16 @@ class Daemon:
             relay = EventRelay(self.host.nvml)
             self.host.nvml = relay  # the checks drain what the waiting thread received
             signals.add_source(WAKE_NVML_EVENTS, nvml_source(relay, woken))
-        woken = woken_by(WAKE_KERNEL_LOG, self.names)
-        if woken:
+        kinds = kernel_kinds(self.names)
+        if kinds:
             settings = section(self.config, XidConfig)
             follower = KernelLogFollower(
                 self.host.fs,
                 settings.kernel_logs,
                 kmsg=kernel_journal(self.host) if settings.kmsg else None,
-                markers=KERNEL_MARKERS,
+                markers=kernel_markers(kinds),
             )
-            source = kernel_log_source(follower, signals.stop_read, woken)
+            source = kernel_log_source(follower, signals.stop_read, kinds)
             signals.add_source(WAKE_KERNEL_LOG, source)
         return signals
 

@@ -6,8 +6,8 @@ followed as it grows (`/dev/kmsg` and the log files, `KernelLogFollower`), and a
 calls `Signals.wake(check_names, reason)` (a cloud provider's notices). A wake re-runs the
 named checks through the scheduler (`run_now`), so the report, `/metrics`, WatchReports and the
 node's effects follow as after a round. Which checks a source wakes, the checks' records say
-(`wakes`, `poll`). Checks that poll (storage, mesh, idle windows)
-keep their interval: nothing wakes them.
+(`wakes`, `poll`; of the kernel log, the kinds of event each subscribes to: `kernel_events`).
+Checks that poll (storage, mesh, idle windows) keep their interval: nothing wakes them.
 
 Bursts are coalesced: wakes within `SETTLE_SECONDS` of the first make one re-run, and a check
 is re-run at most once per `MIN_GAP_SECONDS` while wakes keep coming (an XID storm of thousands
@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpuprobe.checks.runner import Ran
 from gpuprobe.gpu import kernel_events
@@ -41,13 +41,6 @@ MIN_GAP_SECONDS = 1.0
 NVML_WAIT_SECONDS = 5.0
 # After NVML's event set failed, how long before the thread tries again.
 NVML_RETRY_SECONDS = 60.0
-# The kinds of kernel-log event that wake the checks the kernel log wakes (the `xid` check's
-# record; `gpu.kernel_events`): the NVIDIA driver's (XIDs, a GPU fallen off the bus,
-# RmInitAdapter), the NVSwitch driver's SXids, PCIe AER and the amdgpu driver's; the texts
-# their lines bear are the parsers' own.
-XID_EVENTS = ("nvrm", "sxid", "aer", "amdgpu_fault")
-KERNEL_MARKERS = kernel_events.markers(XID_EVENTS)
-
 Wake = Callable[[Sequence[str], str], None]
 Source = Callable[[Wake, threading.Event], None]
 
@@ -177,9 +170,18 @@ class Signals:
             self.reruns[name] = self.reruns.get(name, 0) + 1
 
 
-def kernel_log_source(follower: KernelLogFollower, stop_fd: int, checks: Sequence[str]) -> Source:
-    """The kernel log as a source: new lines the XID check reads wake `checks` (those whose
-    records name `WAKE_KERNEL_LOG`)."""
+def kernel_markers(kinds: Mapping[str, frozenset[str]]) -> tuple[str, ...]:
+    """The texts the lines of every kind in `kinds` bear (the parsers' own), for the
+    follower's cheap test of a file's bytes: a line bearing none wakes no check."""
+    return kernel_events.markers(sorted(set().union(*kinds.values())))
+
+
+def kernel_log_source(
+    follower: KernelLogFollower, stop_fd: int, kinds: Mapping[str, frozenset[str]]
+) -> Source:
+    """The kernel log as a source: a new record of a kind of event a check subscribes to
+    (`kinds`: check → kinds, from the records naming `WAKE_KERNEL_LOG`) wakes that check,
+    with the first such record as the reason."""
 
     def follow(wake: Wake, stop: threading.Event) -> None:
         follower.start()
@@ -189,9 +191,8 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int, checks: Sequenc
                 follower.wait(SAFETY_POLL_SECONDS, stop_fd)
                 if stop.is_set():
                     return
-                hits = [entry for entry in follower.new_entries() if concerns_xid(entry)]
-                if hits:
-                    wake(checks, f"kernel log: {hits[0].record.text.strip()[:160]}")
+                for check, entry in first_of_kinds(follower.new_entries(), kinds).items():
+                    wake([check], f"kernel log: {entry.record.text.strip()[:160]}")
                 if follower.lost > lost:  # lines too long to be the kernel's: passed over
                     log.warning("kernel log lines passed over", extra={"lost": follower.lost})
                     lost = follower.lost
@@ -201,9 +202,18 @@ def kernel_log_source(follower: KernelLogFollower, stop_fd: int, checks: Sequenc
     return follow
 
 
-def concerns_xid(entry: Entry) -> bool:
-    """Whether a kernel-log record is of a kind of event the `xid` check reads."""
-    return not entry.kinds.isdisjoint(XID_EVENTS)
+def first_of_kinds(
+    entries: Iterable[Entry], kinds: Mapping[str, frozenset[str]]
+) -> dict[str, Entry]:
+    """Each check of `kinds` that one of `entries` concerns, with the first such entry."""
+    first: dict[str, Entry] = {}
+    for entry in entries:
+        if not entry.kinds:
+            continue
+        for check, wanted in kinds.items():
+            if check not in first and not entry.kinds.isdisjoint(wanted):
+                first[check] = entry
+    return first
 
 
 def nvml_source(relay: EventRelay, checks: Sequence[str]) -> Source:

@@ -158,6 +158,9 @@ CHECK: Check[XidData] = Check(
     metrics=metric_families,
     condition="GPUHardwareReady",
     wakes=(WAKE_NVML_EVENTS, WAKE_KERNEL_LOG),
+    # the NVIDIA driver's lines (XIDs, a GPU fallen off the bus, RmInitAdapter), the NVSwitch
+    # driver's SXids, PCIe AER and the amdgpu driver's faults; not the kernel's boot line
+    kernel_events=("nvrm", "sxid", "aer", "amdgpu_fault"),
     clear=clear,
     keeps=KEEPS,
     policy=Policy(explain_policy, render),
