@@ -4,7 +4,7 @@ Two cases, each run in a fresh Python process per tree (so peak memory is the ca
 
 - burst: 20 MB of ordinary kernel lines are appended to a followed kern.log, then one XID
   line; the time from the append to the follower giving the XID, waiting as the daemon's
-  event path does (`wait`, then `new_lines`);
+  event path does (`wait`, then `new_entries`);
 - long line: an XID line, one line of 100 MB, then a second XID; whether both XIDs are given,
   how long it takes, and the process's peak RSS above what it held before the append.
 
@@ -46,16 +46,6 @@ LINE_BYTES = 100 * 1024 * 1024
 
 def child(case: str, limit: float) -> dict[str, Any]:
     """Run one case in this process (its tree is the one on sys.path)."""
-    try:  # the markers of the kinds the daemon's checks subscribe to
-        from gpuprobe.checks.registry import CHECKS, kernel_kinds
-        from gpuprobe.daemon.signals import kernel_markers
-
-        markers = kernel_markers(kernel_kinds(CHECKS))
-    except ImportError:  # a before-tree kept one list of them, or none
-        try:
-            from gpuprobe.daemon.signals import KERNEL_MARKERS as markers
-        except ImportError:
-            markers = ()
     from gpuprobe.gpu.kernel_follow import KernelLogFollower
     from gpuprobe.host.fs import HostFS
 
@@ -64,10 +54,7 @@ def child(case: str, limit: float) -> dict[str, Any]:
         log.parent.mkdir(parents=True)
         log.write_text(NOISE)
         fs, paths = HostFS(tmp, snapshot=True), ["/var/log/kern.log"]
-        try:  # as the daemon's event path makes it (a before-tree may take no markers)
-            follower = KernelLogFollower(fs, paths, None, markers=markers)
-        except TypeError:
-            follower = KernelLogFollower(fs, paths, False)
+        follower = made_follower(KernelLogFollower, fs, paths)
         follower.start()
         want = 1
         try:
@@ -89,7 +76,7 @@ def child(case: str, limit: float) -> dict[str, Any]:
             found: list[str] = []
             while len(found) < want and time.monotonic() - started < limit:
                 follower.wait(max(0.0, limit - (time.monotonic() - started)))
-                found += [line for line in follower.new_lines() if "NVRM: Xid" in line]
+                found += [text for text in new_texts(follower) if "NVRM: Xid" in text]
             elapsed = time.monotonic() - started
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         finally:
@@ -100,6 +87,39 @@ def child(case: str, limit: float) -> dict[str, Any]:
         "seconds": round(elapsed, 3),
         "rss_above_mb": round((peak - before) / 1024, 1),
     }
+
+
+def new_texts(follower: Any) -> list[str]:
+    """The texts of what the follower gives now (its entries; an early tree's lines)."""
+    if hasattr(follower, "new_entries"):
+        return [entry.record.text for entry in follower.new_entries()]
+    lines: list[str] = follower.new_lines()
+    return lines
+
+
+def made_follower(follower: Any, fs: Any, paths: list[str]) -> Any:
+    """The follower as the daemon's event path makes it in this tree: through the host's
+    followed files (this tree), with the markers of the kinds its checks subscribe to (the
+    tree before), or as the earliest trees made it."""
+    try:
+        from gpuprobe.gpu.journal.files import LogFiles
+
+        return follower(fs, paths, None, files=LogFiles())
+    except (ImportError, TypeError):
+        pass
+    try:
+        from gpuprobe.daemon.signals import KERNEL_MARKERS
+
+        return follower(fs, paths, None, markers=KERNEL_MARKERS)
+    except (ImportError, TypeError):
+        pass
+    try:
+        from gpuprobe.checks.registry import CHECKS, kernel_kinds
+        from gpuprobe.daemon.signals import kernel_markers
+
+        return follower(fs, paths, None, markers=kernel_markers(kernel_kinds(CHECKS)))
+    except (ImportError, TypeError):
+        return follower(fs, paths, False)
 
 
 def run(tree: Path, case: str, limit: float) -> dict[str, Any]:

@@ -6,6 +6,7 @@
     python bench/signal_latency.py --trials 5 --rounds-only     # the reference: rounds alone
     python bench/signal_latency.py --idle-cpu 600 --reference-agent DIR   # CPU at idle, paired
     python bench/signal_latency.py --ring-records 65536 ...   # with a full /dev/kmsg ring
+    python bench/signal_latency.py --idle-cpu 180 --log-bytes 16777216 --reference-agent DIR
 
 Each trial starts `gpuprobe serve` on a fresh copy of the 8-GPU snapshot
 `synthetic-h100-8gpu-healthy`, publishing to the tests' Kubernetes API stand-in
@@ -84,6 +85,13 @@ def main() -> None:
         help="fill the snapshot's /dev/kmsg with N kernel records first (65536: a full ring)",
     )
     parser.add_argument(
+        "--log-bytes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --idle-cpu: put N bytes of a NIC's kernel lines before kern.log's own",
+    )
+    parser.add_argument(
         "--rounds-only",
         action="store_true",
         help="the reference: serve.follow_events off, the fault waits for the next round",
@@ -139,6 +147,30 @@ def fill_ring(directory: Path, records: int) -> int:
         for sequence in range(1, records):
             f.write(KMSG_NOISE.format(sequence=sequence, usec=sequence * 1000))
     return max(records, 1)
+
+
+def memory_mib(pid: int) -> dict[str, float]:
+    """A process's resident memory now and at its peak (/proc's VmRSS, VmHWM), in MiB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    kib = {key: int(fields[key].split()[0]) for key in ("VmRSS", "VmHWM") if key in fields}
+    return {
+        "rss_mib": round(kib.get("VmRSS", 0) / 1024, 1),
+        "peak_rss_mib": round(kib.get("VmHWM", 0) / 1024, 1),
+    }
+
+
+def fill_log(directory: Path, size: int) -> None:
+    """Put `size` bytes of a NIC's kernel lines, as rsyslog writes them, before the snapshot's
+    own kern.log lines."""
+    log = directory / "rootfs/var/log/kern.log"
+    own = log.read_bytes()
+    line = (
+        b"2026-11-29T09:39:01.000000+00:00 gpu-node-17 kernel: mlx5_core 0000:0c:00.0: "
+        b"mlx5_port_module_event:1131:(pid 0): Port module event: module 0, Cable unplugged\n"
+    )
+    log.write_bytes(line * (size // len(line)) + own)
 
 
 def trial(
@@ -235,10 +267,13 @@ def idle_cpu(args: argparse.Namespace) -> dict[str, object]:
     env_before = os.environ.get("PYTHONPATH")
     order = ["reference", "this"] if args.reference_first else ["this", "reference"]
     snapshot = SNAPSHOT
-    if args.ring_records:  # both agents serve one copy holding the full ring
+    if args.ring_records or args.log_bytes:  # both agents serve one copy holding them
         snapshot = Path(tempfile.mkdtemp(prefix="gpuprobe-ring-")) / "node"
         shutil.copytree(SNAPSHOT, snapshot)
-        fill_ring(snapshot, args.ring_records)
+        if args.ring_records:
+            fill_ring(snapshot, args.ring_records)
+        if args.log_bytes:
+            fill_log(snapshot, args.log_bytes)
     try:
         for name in order:
             if name == "reference":
@@ -267,7 +302,8 @@ def idle_cpu(args: argparse.Namespace) -> dict[str, object]:
             name: {
                 "cpu_percent_of_one_core": round(
                     100 * (cpu_seconds(p.pid) - start[name]) / elapsed, 3
-                )
+                ),
+                **memory_mib(p.pid),
             }
             for name, (p, _) in procs.items()
         } | {
@@ -276,6 +312,7 @@ def idle_cpu(args: argparse.Namespace) -> dict[str, object]:
                 "duration_seconds": round(elapsed, 1),
                 "reference_agent": str(reference),
                 "ring_records": args.ring_records,
+                "log_bytes": args.log_bytes,
                 "started_first": order[0],
                 "load_average_1m_end": round(os.getloadavg()[0], 2),
             }

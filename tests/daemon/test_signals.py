@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
@@ -23,8 +24,11 @@ from gpuprobe.checks.record import WAKE_KERNEL_LOG, Check
 from gpuprobe.checks.registry import CHECKS, kernel_kinds
 from gpuprobe.checks.runner import Ran
 from gpuprobe.config import Config, KubernetesConfig, ServeConfig, TaintConfig
-from gpuprobe.daemon.signals import MIN_GAP_SECONDS, Signals, nvml_source
+from gpuprobe.daemon.signals import MIN_GAP_SECONDS, Signals, kernel_log_source, nvml_source
+from gpuprobe.gpu.journal.files import LogFiles
+from gpuprobe.gpu.kernel_follow import KernelLogFollower
 from gpuprobe.host import snapshot_host
+from gpuprobe.host.fs import HostFS
 from gpuprobe.host.nvml import ReplayNvml
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.report import CheckResult, Status
@@ -260,6 +264,40 @@ def test_a_record_naming_a_kind_no_parser_reads_is_refused(
     monkeypatch.setitem(CHECKS, typo.name, typo)
     with pytest.raises(ValueError, match="check 'typo': no parser reads kernel events 'xids'"):
         kernel_kinds(["xid", "typo"])
+
+
+def test_a_line_a_round_read_before_the_sources_thread_ran_still_wakes_its_check(
+    tmp_path: Path,
+) -> None:
+    """Following begins when the source is made (before the daemon's first round): a line
+    logged after it wakes the check it concerns, even when a round read the line first and
+    the source's thread started after that."""
+    log = tmp_path / "var/log/kern.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(SM_EXCEPTION.format(0, 1))  # there before: the first round's to read
+    fs, files = HostFS(tmp_path, snapshot=True), LogFiles()
+    follower = KernelLogFollower(fs, ["/var/log/kern.log"], None, files)
+    stop_read, stop_write = os.pipe()
+    source = kernel_log_source(follower, stop_read, {"xid": frozenset({"nvrm"})})
+    append(log, FALLEN)
+    files.read(fs, ["/var/log/kern.log"], 16 * 1024 * 1024, datetime.now(UTC))  # a round
+    woken: list[tuple[list[str], str]] = []
+    stop = threading.Event()
+
+    def wake(names: Sequence[str], reason: str) -> None:
+        woken.append((list(names), reason))
+        stop.set()
+
+    thread = threading.Thread(target=source, args=(wake, stop))
+    thread.start()
+    try:
+        wait_for(lambda: bool(woken), timeout=WITHIN)
+    finally:
+        stop.set()
+        os.close(stop_write)
+        thread.join(timeout=5)
+        os.close(stop_read)
+    assert woken == [(["xid"], f"kernel log: {FALLEN.strip()[:160]}")]
 
 
 def test_a_recorded_nvml_event_is_pumped_to_the_check_and_wakes_it() -> None:

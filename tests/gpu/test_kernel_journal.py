@@ -145,6 +145,18 @@ def test_since_a_cursor_gives_only_the_new_records_across_a_restart(tmp_path: Pa
     assert len(restarted.since(None).entries) == 5
 
 
+def test_a_rounds_read_does_not_take_a_record_from_the_event_path(tmp_path: Path) -> None:
+    """The event path's `follow` gives every record that arrived since it last asked, even one
+    a check's round read from the ring first (the pods check reads the kernel log too)."""
+    write_ring(tmp_path, RING)
+    journal = journal_of(tmp_path)
+    assert len(journal.follow()) == 3  # the event path starts: what is there is taken
+    write_ring(tmp_path, [f"4,3,4361900000,-;{AMD}"], mode="a")
+    assert texts(journal.this_boot().entries)[-1] == AMD  # a round read it first
+    assert texts(journal.follow()) == [AMD]
+    assert journal.follow() == []
+
+
 def test_a_boot_change_starts_a_new_boots_records(tmp_path: Path) -> None:
     """The boot id changed: the new boot's records only; a cursor of the old boot gives the
     whole new boot; the old boot is kept as the previous one."""

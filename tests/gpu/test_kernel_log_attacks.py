@@ -29,7 +29,9 @@ from gpuprobe.capture import prepare_target, write_snapshot
 from gpuprobe.config import Config
 from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.amd import faults
-from gpuprobe.gpu.kernel_follow import KernelLogFollower
+from gpuprobe.gpu.journal.files import LogFiles
+from gpuprobe.gpu.journal.record import Entry
+from gpuprobe.gpu.kernel_follow import MAX_BYTES, KernelLogFollower
 from gpuprobe.gpu.kmsg import KmsgLog, KmsgRecord, SeenRecords
 from gpuprobe.host import recording_host, snapshot_host
 from gpuprobe.host.fs import HostFS
@@ -196,12 +198,14 @@ def test_the_follower_reads_its_files_inside_the_root(tmp_path: Path) -> None:
     root = tmp_path / "root"
     (root / "var" / "log").mkdir(parents=True)
     (root / "var" / "log" / "kern.log").symlink_to(outside)
-    follower = KernelLogFollower(HostFS(root, snapshot=True), ["/var/log/kern.log"], kmsg=None)
+    follower = KernelLogFollower(
+        HostFS(root, snapshot=True), ["/var/log/kern.log"], kmsg=None, files=LogFiles()
+    )
     follower.start()
     try:
         with open(outside, "a") as f:
             f.write(XID_LINE)
-        assert follower.new_lines() == []
+        assert follower.new_entries() == []
     finally:
         follower.close()
 
@@ -222,10 +226,10 @@ def test_a_log_that_is_no_regular_file_is_not_read(tmp_path: Path, kind: str) ->
     result = run_checks(snapshot_host(str(dest)), config(), ["xid"]).checks[0]
     assert "/var/log/kern.log" not in result.data["sources"]["kernel_logs"]
     fs = HostFS(dest / "rootfs", snapshot=True)
-    follower = KernelLogFollower(fs, ["/var/log/kern.log"], None)
+    follower = KernelLogFollower(fs, ["/var/log/kern.log"], None, LogFiles())
     follower.start()
     try:
-        assert follower.new_lines() == [] and not follower.behind
+        assert follower.new_entries() == []
     finally:
         follower.close()
 
@@ -237,7 +241,9 @@ def followed(tmp_path: Path) -> tuple[KernelLogFollower, Path]:
     log = tmp_path / "var" / "log" / "kern.log"
     log.parent.mkdir(parents=True)
     log.write_text(NOISE)
-    follower = KernelLogFollower(HostFS(tmp_path, snapshot=True), ["/var/log/kern.log"], None)
+    follower = KernelLogFollower(
+        HostFS(tmp_path, snapshot=True), ["/var/log/kern.log"], None, LogFiles()
+    )
     follower.start()
     return follower, log
 
@@ -248,8 +254,12 @@ def xids_within(follower: KernelLogFollower, seconds: float) -> list[str]:
     deadline = time.monotonic() + seconds
     while not found and time.monotonic() < deadline:
         follower.wait(max(deadline - time.monotonic(), 0.0))
-        found = [line for line in follower.new_lines() if "NVRM: Xid" in line]
+        found = xid_texts(follower.new_entries())
     return found
+
+
+def xid_texts(entries: list[Entry]) -> list[str]:
+    return [e.record.text for e in entries if "NVRM: Xid" in e.record.text]
 
 
 def test_an_xid_after_a_20_mb_burst_is_noticed_within_two_seconds(tmp_path: Path) -> None:
@@ -281,16 +291,13 @@ def test_a_100_mb_line_is_passed_over_and_said_and_the_xids_around_it_are_given(
             fb.write(b"\n")
             fb.write(XID_LINE.replace("79,", "48,").encode())
         tracemalloc.start()
-        lines: list[str] = []
-        for _ in range(20):  # the event path calls again at once while behind
-            lines += follower.new_lines()
-            if not follower.behind:
-                break
+        lines = xid_texts(follower.new_entries())  # the log read afresh: its last 16 MiB
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        assert [line.split("): ")[1][:2] for line in lines if "Xid" in line] == ["79", "48"]
+        assert [line.split("): ")[1][:2] for line in lines] == ["79", "48"]
         assert follower.lost == 1
-        assert peak < 16 * 1024 * 1024
+        # the window's bytes, never the line: the line alone is 100 MiB
+        assert peak < 3 * MAX_BYTES
         # and following goes on
         with open(log, "a") as f:
             f.write(XID_LINE)
@@ -458,19 +465,22 @@ def test_seen_records_are_bounded() -> None:
     assert seen.add(records[0])  # forgotten past the bound
 
 
-def test_with_markers_the_follower_gives_only_the_lines_holding_one(tmp_path: Path) -> None:
+def test_the_follower_gives_the_entries_of_new_kernel_lines_a_parser_reads(
+    tmp_path: Path,
+) -> None:
     log = tmp_path / "var" / "log" / "kern.log"
     log.parent.mkdir(parents=True)
     log.write_text("")
     fs = HostFS(tmp_path, snapshot=True)
-    follower = KernelLogFollower(fs, ["/var/log/kern.log"], None, markers=("NVRM: ",))
+    follower = KernelLogFollower(fs, ["/var/log/kern.log"], None, LogFiles())
     follower.start()
     try:
         with open(log, "a") as f:
             f.write(NOISE * 3 + XID_LINE + NOISE)
-        assert follower.new_lines() == [XID_LINE.rstrip("\n")]
+        (entry,) = follower.new_entries()
+        assert (entry.record.text, entry.kinds) == (XID_LINE.rstrip("\n"), {"nvrm"})
         with open(log, "a") as f:
             f.write(NOISE * 3)
-        assert follower.new_lines() == []
+        assert follower.new_entries() == []
     finally:
         follower.close()

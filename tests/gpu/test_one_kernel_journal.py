@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import ROOT
 from gpuprobe.checks.registry import CHECKS, kernel_kinds
 from gpuprobe.config import Config
-from gpuprobe.daemon.signals import first_of_kinds, kernel_markers
+from gpuprobe.daemon.signals import first_of_kinds
 from gpuprobe.gpu import kernel_events, kernel_log
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.journal.record import LogRecord
@@ -44,19 +44,21 @@ def test_the_kmsg_reader_and_its_followed_ring_are_made_in_one_place_each() -> N
 
 
 def test_the_journals_and_their_readers_are_made_in_one_place_each() -> None:
-    """The kernel journal over /dev/kmsg and the systemd journal's follower are each made in
-    one place (kept in host memory); journalctl is run from one module; every record is made
-    an entry (its parsers run) by the registry alone, where each source is read: the two
-    journals, a round's file tails (`items_of`), the event path's followed files."""
+    """The kernel journal over /dev/kmsg, the systemd journal's follower and the followed log
+    files are each made in one place (kept in host memory); journalctl is run from one module;
+    every record is made an entry (its parsers run) by the registry alone, where each source is
+    read: the two
+    journals and the log files (`items_of`), which the rounds and the event path share."""
     assert made_in("KernelJournal") == ["gpu/kernel_sources.py"]
     assert made_in("JournaldJournal") == ["gpu/kernel_sources.py"]
+    assert made_in("LogFiles") == ["gpu/kernel_sources.py"]
     assert made_in("read_kernel") == ["gpu/journal/journald.py"]
     assert sorted(set(made_in("entry_of"))) == [
         "gpu/journal/journal.py",
         "gpu/journal/journald.py",
         "gpu/kernel_events.py",
-        "gpu/kernel_follow.py",
     ]
+    assert sorted(set(made_in("items_of"))) == ["gpu/journal/files.py"]
 
 
 def test_the_event_path_follows_the_rounds_ring(tmp_path: Path) -> None:
@@ -100,7 +102,6 @@ def test_the_event_path_subscribes_by_the_parsers_kinds() -> None:
     assert [set(e.kinds) for e in entries] == [{"nvrm"}, {"sxid"}, {"amdgpu_fault"}, {"aer"}, set()]
     kinds = kernel_kinds(CHECKS)
     assert kinds == {"xid": {"nvrm", "sxid", "aer", "amdgpu_fault"}}
-    assert kernel_markers(kinds) == ("AER:", "amdgpu", "NVRM: ", "SXid")
     assert first_of_kinds(entries, kinds) == {"xid": entries[0]}
     assert [first_of_kinds([e], kinds) for e in entries[1:]] == [
         {"xid": e} for e in entries[1:4]

@@ -36,12 +36,12 @@ from gpuprobe.config import Config
 from gpuprobe.daemon.links import bandwidth_tests
 from gpuprobe.daemon.pollers import NoticePoller
 from gpuprobe.daemon.scheduler import Scheduler, plan
-from gpuprobe.daemon.signals import Signals, kernel_log_source, kernel_markers, nvml_source
+from gpuprobe.daemon.signals import Signals, kernel_log_source, nvml_source
 from gpuprobe.daemon.store import AgentState, ReportStore
 from gpuprobe.effects.daemon import EffectsLink, wanted
 from gpuprobe.errors import UsageError
 from gpuprobe.gpu.kernel_follow import KernelLogFollower
-from gpuprobe.gpu.kernel_sources import boot_id, kernel_journal
+from gpuprobe.gpu.kernel_sources import boot_id, followed_files, kernel_journal
 from gpuprobe.host import Host
 from gpuprobe.host.nvml_relay import EventRelay
 from gpuprobe.kube.api import Access
@@ -170,7 +170,8 @@ class Daemon:
                 self.host.fs,
                 settings.kernel_logs,
                 kmsg=kernel_journal(self.host) if settings.kmsg else None,
-                markers=kernel_markers(kinds),
+                files=followed_files(self.host),
+                max_bytes=settings.kernel_log_max_bytes,
             )
             source = kernel_log_source(follower, signals.stop_read, kinds)
             signals.add_source(WAKE_KERNEL_LOG, source)

@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpuprobe.checks.runner import Ran
-from gpuprobe.gpu import kernel_events
 from gpuprobe.gpu.journal.record import Entry
 from gpuprobe.gpu.kernel_follow import SAFETY_POLL_SECONDS, KernelLogFollower
 from gpuprobe.host.nvml import NvmlError
@@ -170,32 +169,27 @@ class Signals:
             self.reruns[name] = self.reruns.get(name, 0) + 1
 
 
-def kernel_markers(kinds: Mapping[str, frozenset[str]]) -> tuple[str, ...]:
-    """The texts the lines of every kind in `kinds` bear (the parsers' own), for the
-    follower's cheap test of a file's bytes: a line bearing none wakes no check."""
-    return kernel_events.markers(sorted(set().union(*kinds.values())))
-
-
 def kernel_log_source(
     follower: KernelLogFollower, stop_fd: int, kinds: Mapping[str, frozenset[str]]
 ) -> Source:
     """The kernel log as a source: a new record of a kind of event a check subscribes to
     (`kinds`: check → kinds, from the records naming `WAKE_KERNEL_LOG`) wakes that check,
-    with the first such record as the reason."""
+    with the first such record as the reason. Following begins here, when the source is made
+    (before the first round): a record logged after it wakes its checks even when a round
+    read it before the source's thread ran."""
+    follower.begin()
 
     def follow(wake: Wake, stop: threading.Event) -> None:
-        follower.start()
+        follower.watch()
         lost = 0
         try:
-            while not stop.is_set():
-                follower.wait(SAFETY_POLL_SECONDS, stop_fd)
-                if stop.is_set():
-                    return
+            while not stop.is_set():  # what came before the watches first, then each wake-up
                 for check, entry in first_of_kinds(follower.new_entries(), kinds).items():
                     wake([check], f"kernel log: {entry.record.text.strip()[:160]}")
                 if follower.lost > lost:  # lines too long to be the kernel's: passed over
                     log.warning("kernel log lines passed over", extra={"lost": follower.lost})
                     lost = follower.lost
+                follower.wait(SAFETY_POLL_SECONDS, stop_fd)
         finally:
             follower.close()
 

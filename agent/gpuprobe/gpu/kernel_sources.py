@@ -9,9 +9,10 @@ run).
 
 `/dev/kmsg` (this boot's ring, `gpuprobe.gpu.kmsg`) is followed by the host's kernel journal
 (`gpu.journal.journal.KernelJournal`, in `host.memory`): a long-lived agent reads and parses
-only the records that arrived since its last run and keeps the rest with their events. A log
-file is read from its last `max_bytes`, each line parsed once a read; the rotated files of one
-log (`kern.log.1`, `kern.log`) are one stream, oldest first (`gpu.journal.files`).
+only the records that arrived since its last run and keeps the rest with their events. So are
+the log files (`gpu.journal.files.LogFiles`, in `host.memory`): each file's last `max_bytes`,
+then only what was written since, each line parsed once; the rotated files of one log
+(`kern.log.1`, `kern.log`) are one stream, oldest first.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NotRequired, TypedDict
 
-from gpuprobe.gpu import kernel_events, kernel_log
+from gpuprobe.gpu import kernel_log
 from gpuprobe.gpu.amd import faults
 from gpuprobe.gpu.journal import files
 from gpuprobe.gpu.journal.journal import KernelJournal
@@ -135,13 +136,12 @@ def read_kernel_log(
         described.append(entry)
     if journald:
         described.append(_read_journald(host, streams, opened))
-    for group in files.rotation_streams(paths):
+    for group in followed_files(host).read(host.fs, paths, max_bytes, now):
         entries: list[Item] = []
-        for log in files.read_logs(host, group, max_bytes, now):
-            entries += kernel_events.items_of(log.lines, now)
+        for log in group:
+            entries += log.items
             opened.append(log.path)
-            first = log.first_time()
-            since = format_time(first) if first is not None else None
+            since = format_time(log.since) if log.since is not None else None
             file_entry: KernelSource = {"source": log.path, "kind": "file", "since": since}
             if log.lost:
                 file_entry["lost"] = log.lost  # lines too long to be the kernel's
@@ -191,6 +191,18 @@ def followed_journald(host: Host) -> JournaldJournal:
             journal = JournaldJournal(host.fs)
             memory["journald"] = journal
     return journal
+
+
+def followed_files(host: Host) -> files.LogFiles:
+    """This host's kernel log files, each followed by its cursor: kept in `host.memory`, so a
+    long-lived agent reads and parses each line once."""
+    memory = host.memory.of(MEMORY)
+    with _JOURNAL_LOCK:
+        logs = memory.get("files")
+        if not isinstance(logs, files.LogFiles):
+            logs = files.LogFiles()
+            memory["files"] = logs
+    return logs
 
 
 def kernel_journal(host: Host) -> KernelJournal:

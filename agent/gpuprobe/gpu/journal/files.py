@@ -1,13 +1,23 @@
-"""The host's kernel log files as kernel-journal records: each log's last bytes, read once a
-run, one record a line.
+"""The host's kernel log files as kernel-journal records: each log's last bytes, each line read
+and parsed once while the agent lives.
 
-A log file is read from its last `max_bytes` by whole lines, lines longer than any kernel
+A log file is first read from its last `max_bytes` by whole lines, lines longer than any kernel
 line passed over and counted (`gpu.log_tail`); the rotated files of one log (`kern.log.1`,
 `kern.log`) are one stream, oldest first (`rotation_streams`). A line a parser may read is made
 a `LogRecord` whose stamp, zone and tag are read when first asked for (`gpu.journal.syslog`);
 the runs of lines between are kept as text (`gpu.kernel_events.items_of`); a file's boots are
 told by its boot lines (the vendors' folds). Every path is resolved inside the root as a chroot
 would (`HostFS.tree`); a device or FIFO in a log's place is no log.
+
+`LogFiles` keeps each file's reads by its inode with a cursor (the offset past the last whole
+line taken), so a long-lived agent reads and parses only what was written since its last
+read: a file that grew is read from its cursor; one renamed by a rotation (`kern.log` become
+`kern.log.1`) keeps what was read of it under its new name; one that shrank (`copytruncate`),
+or grew by more than `max_bytes` since, is read afresh from its end. What is kept is the reads
+that reach into the file's last `max_bytes` (a read is kept or let go whole, so a kept window
+holds between `max_bytes` and about twice it), each run of lines no parser reads cut to its
+first and last line once it has been read (a fold asks a run only for its times, which grow
+along a log). A last line not yet ended by a newline is read again until it is.
 """
 
 from __future__ import annotations
@@ -15,48 +25,221 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable
-from dataclasses import dataclass
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import BinaryIO
 
-from gpuprobe.gpu import log_tail
-from gpuprobe.gpu.journal.record import LogRecord
+from gpuprobe.gpu import kernel_events, log_tail
+from gpuprobe.gpu.journal.record import Entry, Item, LogRecord, Span
 from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, Tail
 from gpuprobe.host import Host
+from gpuprobe.host.fs import HostFS
+
+# A file is (st_dev, st_ino).
+Inode = tuple[int, int]
+# The most entries kept for the next `follow` (a round's reads between two of its calls).
+UNFOLLOWED = 65_536
 
 
 @dataclass(frozen=True)
 class LogRead:
-    """One file's read: its host path, its lines (oldest first; a record made of each line a
-    parser reads, `gpu.kernel_events.items_of`), when it was read (an undated syslog stamp
-    takes its year from it) and how many lines were passed over as too long to be the
-    kernel's."""
+    """One file's read: its host path, its items (oldest first: an entry made of each line a
+    parser reads, the runs of lines between as spans, `gpu.kernel_events.items_of`), since
+    when it holds records (its first stamped line's time; None when unknown) and how many of
+    its lines were passed over as too long to be the kernel's."""
 
     path: str
-    lines: list[str]
-    now: datetime
+    items: list[Item]
+    since: datetime | None
     lost: int
 
-    def first_time(self) -> datetime | None:
-        """The stamp of the log's first stamped line (of its first 100 lines): since when it
-        holds records."""
-        for line in self.lines[:100]:
-            time = LogRecord.of_line(line, self.now).time
-            if time is not None:
-                return time
-        return None
+
+@dataclass
+class _Piece:
+    """One read's whole lines of a file: where they begin in it, their items, and how many
+    lines among them were passed over as too long."""
+
+    start: int
+    items: list[Item]
+    lost: int = 0
 
 
-def read_logs(host: Host, group: list[str], max_bytes: int, now: datetime) -> list[LogRead]:
-    """One log's rotated files that could be read (oldest first), each file's last
-    `max_bytes` as records (their syslog stamps read as of `now`)."""
-    reads = []
-    for path in group:
-        tail = tail_log(host, path, max_bytes)
-        if tail is not None:
-            lines = tail.data.decode("utf-8", errors="replace").splitlines()
-            reads.append(LogRead(path, lines, now, tail.skipped))
-    return reads
+@dataclass
+class _Kept:
+    """What is kept of one file: its reads, oldest first; the offset past the last whole line
+    taken (`end`); whether that is inside a line too long to be the kernel's (`skipping`: it
+    is passed over to its newline); the items of the last line, not ended yet."""
+
+    end: int
+    pieces: deque[_Piece] = field(default_factory=deque)
+    skipping: bool = False
+    unended: list[Item] = field(default_factory=list)
+
+
+class LogFiles:
+    """The host's kernel log files, each followed by its cursor (see the module's docstring).
+    Thread-safe."""
+
+    def __init__(self) -> None:
+        self._kept: dict[Inode, _Kept] = {}
+        self._lock = threading.Lock()
+        # Once followed, what any read found new and `follow` has not given yet (a round's
+        # read must not take a line from the event path), and the lines passed over.
+        self._following = False
+        self._unfollowed: deque[Entry] = deque(maxlen=UNFOLLOWED)
+        self._unfollowed_lost = 0
+
+    def read(
+        self, fs: HostFS, paths: Iterable[str], max_bytes: int, now: datetime
+    ) -> list[list[LogRead]]:
+        """Each log's rotated files that could be read (`rotation_streams`, oldest first),
+        each as its last `max_bytes`, their syslog stamps read as of `now`: what was kept of
+        it and what was written to it since. The files this read did not find are let go."""
+        with self._lock:
+            return [[r for r, _ in group] for group in self._read_all(fs, paths, max_bytes, now)]
+
+    def follow(
+        self, fs: HostFS, paths: Iterable[str], max_bytes: int, now: datetime
+    ) -> tuple[list[Entry], int]:
+        """The entries of the lines written to the files since the last `follow` that a parser
+        read (those of a file read afresh: its last `max_bytes`), whoever read them first,
+        and how many new lines were passed over as too long to be the kernel's."""
+        with self._lock:
+            self._following = True
+            self._read_all(fs, paths, max_bytes, now)
+            entries, lost = list(self._unfollowed), self._unfollowed_lost
+            self._unfollowed.clear()
+            self._unfollowed_lost = 0
+            return entries, lost
+
+    def inodes(self) -> list[Inode]:
+        """The files kept."""
+        with self._lock:
+            return list(self._kept)
+
+    def _read_all(
+        self, fs: HostFS, paths: Iterable[str], max_bytes: int, now: datetime
+    ) -> list[list[tuple[LogRead, _Piece]]]:
+        found: set[Inode] = set()
+        streams = []
+        for group in rotation_streams(paths):
+            reads = [self._read(fs, path, max_bytes, now, found) for path in group]
+            streams.append([read for read in reads if read is not None])
+            for _, new in streams[-1] if self._following else ():
+                self._unfollowed.extend(i for i in new.items if isinstance(i, Entry) and i.kinds)
+                self._unfollowed_lost += new.lost
+        for inode in [i for i in self._kept if i not in found]:
+            del self._kept[inode]
+        return streams
+
+    def _read(
+        self, fs: HostFS, path: str, max_bytes: int, now: datetime, found: set[Inode]
+    ) -> tuple[LogRead, _Piece] | None:
+        """A file's read, and what of it is new (its items, and the lines passed over)."""
+        try:
+            with fs.open_binary(path) as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    return None  # a device or FIFO in a log's place (/dev/zero): no log
+                inode = (st.st_dev, st.st_ino)
+                found.add(inode)
+                kept = self._kept.get(inode)
+                if kept is None or st.st_size < kept.end or st.st_size - kept.end > max_bytes:
+                    kept = _afresh(f, st.st_size, max_bytes, now)
+                    self._kept[inode] = kept
+                    new = _Piece(0, [*kept.pieces[0].items, *kept.unended], kept.pieces[0].lost)
+                else:
+                    new = _catch_up(f, kept, st.st_size, now)
+        except OSError:
+            return None
+        while len(kept.pieces) > 1 and kept.pieces[1].start <= kept.end - max_bytes:
+            kept.pieces.popleft()  # the later reads reach back `max_bytes` without it
+        items = [item for piece in kept.pieces for item in piece.items] + kept.unended
+        for piece in kept.pieces:  # given whole this once; kept cut to what a fold asks
+            piece.items = [_cut(item) for item in piece.items]
+        lost = sum(piece.lost for piece in kept.pieces)
+        return LogRead(path, items, _first_time(items), lost), new
+
+
+def _afresh(f: BinaryIO, size: int, max_bytes: int, now: datetime) -> _Kept:
+    """A file read from its end: its last `max_bytes` by whole lines (`gpu.log_tail`)."""
+    tail = log_tail.read_tail(f, max_bytes, MAX_LINE_BYTES, MAX_SCAN_BYTES)
+    data = tail.data
+    ended = size == 0 or _byte_at(f, size - 1) == b"\n"
+    if ended or not data or data.endswith(b"\n"):
+        # every line ended, or the one not ended is too long to be held (passed over)
+        whole, unended, end, skipping = data, b"", size, not ended
+    else:
+        cut = data.rfind(b"\n") + 1
+        whole, unended, end, skipping = data[:cut], data[cut:], size - len(data) + cut, False
+    piece = _Piece(end - len(whole), _items(whole, now), tail.skipped)
+    return _Kept(end, deque([piece]), skipping, _items(unended, now))
+
+
+def _catch_up(f: BinaryIO, kept: _Kept, size: int, now: datetime) -> _Piece:
+    """Take what was written to a kept file since its cursor (the caller reads a file that
+    grew by more than `max_bytes` afresh) as a new read; what is new (the line not ended
+    yet given again, until it is)."""
+    f.seek(kept.end)
+    data = f.read(size - kept.end)
+    start = 0
+    if kept.skipping:  # the rest of a line too long to be the kernel's: up to its newline
+        start = data.find(b"\n") + 1
+        if start == 0:
+            kept.end += len(data)
+            return _Piece(kept.end, [])
+        kept.skipping = False
+    cut = max(data.rfind(b"\n") + 1, start)
+    whole, unended, taken, lost = data[start:cut], data[cut:], cut, 0
+    if len(unended) > MAX_LINE_BYTES:  # a line past any kernel line's length, not ended
+        kept.skipping, unended, taken, lost = True, b"", len(data), 1
+    if whole and max(map(len, whole.split(b"\n"))) > MAX_LINE_BYTES:
+        raw = whole.split(b"\n")
+        short = [line for line in raw if len(line) <= MAX_LINE_BYTES]
+        lost += len(raw) - len(short)
+        whole = b"\n".join(short)
+    piece = _Piece(kept.end + start, _items(whole, now), lost)
+    if piece.items or piece.lost:
+        kept.pieces.append(piece)
+    kept.end += taken
+    kept.unended = _items(unended, now)
+    return _Piece(piece.start, [*piece.items, *kept.unended], lost)
+
+
+def _items(data: bytes, now: datetime) -> list[Item]:
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return kernel_events.items_of(lines, now) if lines else []
+
+
+def _cut(item: Item) -> Item:
+    """An item as kept: a span cut to its first and last line."""
+    if isinstance(item, Span) and len(item.lines) > 2:
+        return Span([item.lines[0], item.lines[-1]], item.now)
+    return item
+
+
+def _first_time(items: list[Item]) -> datetime | None:
+    """The stamp of the first stamped line among the first 100 the items stand for: since
+    when the log holds records."""
+    for n, record in enumerate(_records(items)):
+        if n == 100:
+            break
+        if record.time is not None:
+            return record.time
+    return None
+
+
+def _records(items: list[Item]) -> Iterator[LogRecord]:
+    for item in items:
+        yield from item.records()
+
+
+def _byte_at(f: BinaryIO, offset: int) -> bytes:
+    f.seek(offset)
+    return f.read(1)
 
 
 def rotation_streams(paths: Iterable[str]) -> list[list[str]]:

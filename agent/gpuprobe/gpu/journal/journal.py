@@ -8,9 +8,10 @@ boot with cursors.
 `kmsg;b=<boot id>;s=<sequence number>`) and runs every registered parser on it once
 (`gpu.kernel_events.entry_of`), keeping the `Entry`. A reader asks for `this_boot()` (every
 record of the current boot still kept) or `since(cursor)` (the records after one it saw: a
-cursor of an earlier boot gives the whole current boot). A boot id that changed (the host
-rebooted under a kept journal, a replay's next snapshot) starts a new boot; the previous one
-is kept until the next change.
+cursor of an earlier boot gives the whole current boot); the daemon's event path asks
+`follow()` for the records that arrived since it last asked, whoever read them first. A boot
+id that changed (the host rebooted under a kept journal, a replay's next snapshot) starts a
+new boot; the previous one is kept until the next change.
 """
 
 from __future__ import annotations
@@ -67,11 +68,20 @@ class KernelJournal:
         self._made = 0  # how many of the ring's kept records were made entries
         self._view: KmsgView | None = None
         self._lock = threading.Lock()
+        # Once followed, the records any read made that `follow` has not given yet (a round's
+        # read must not take a record from the event path).
+        self._following = False
+        self._unfollowed: deque[Entry] = deque(maxlen=kmsg.max_records)
 
     def follow(self) -> list[Entry]:
-        """The records that arrived since anyone last read the ring (kept, too)."""
+        """The records that arrived since the last `follow`, whoever read them from the ring
+        first (kept, too)."""
         with self._lock:
-            return self._sync()
+            self._following = True
+            self._sync()
+            new = list(self._unfollowed)
+            self._unfollowed.clear()
+            return new
 
     def this_boot(
         self, boot: datetime | None = None, boot_id: str | None = None, *, known: bool = False
@@ -119,12 +129,13 @@ class KernelJournal:
             self._made -= len(self._entries)
             self._entries.clear()
 
-    def _sync(self) -> list[Entry]:
+    def _sync(self) -> None:
         new, self._view = self.kmsg.kept_since(self._made)
         self._made = self._view.records
         made = [self._entry(record) for record in new]
         self._entries.extend(made)
-        return made
+        if self._following:
+            self._unfollowed.extend(made)
 
     def _entry(self, record: KmsgRecord) -> Entry:
         made = LogRecord.of_kmsg(

@@ -1,0 +1,217 @@
+"""The kernel log files in the kernel journal: each file kept by its inode with a cursor, so a
+long-lived agent reads and parses only what was written since its last read; a rotation keeps
+what was read under the file's new name; a truncation, or growth past the window, reads the
+file afresh; a line not yet ended is read again until it is. Whatever was read before, a read
+gives what a fresh read of the file gives."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gpuprobe.gpu import kernel_events, kernel_log
+from gpuprobe.gpu.journal.files import LogFiles, LogRead
+from gpuprobe.gpu.journal.record import Entry, Item, LogRecord, Span
+from gpuprobe.gpu.kernel_sources import followed_files
+from gpuprobe.host import Host, snapshot_host
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+PATHS = ["/var/log/kern.log.1", "/var/log/kern.log"]
+WINDOW = 16 * 1024 * 1024
+# Lines as rsyslog writes them to kern.log on an Ubuntu node.
+XID = (
+    "2026-11-29T09:40:{:02d}.511207+00:00 gpu-node-17 kernel: NVRM: Xid (PCI:0000:18:00): 79, "
+    "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+)
+NOISE = (
+    "2026-11-29T09:39:{:02d}.101311+00:00 gpu-node-17 kernel: mlx5_core 0000:0c:00.0: "
+    "Port module event: module 0, Cable unplugged\n"
+)
+
+
+def noise(count: int) -> str:
+    return "".join(NOISE.format(i % 60) for i in range(count))
+
+
+def node(tmp_path: Path, kern_log: str) -> tuple[Host, Path]:
+    (tmp_path / "rootfs/var/log").mkdir(parents=True)
+    log = tmp_path / "rootfs/var/log/kern.log"
+    log.write_text(kern_log)
+    return snapshot_host(str(tmp_path)), log
+
+
+def append(path: Path, text: str | bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(text.encode() if isinstance(text, str) else text)
+
+
+def read(logs: LogFiles, host: Host, max_bytes: int = WINDOW) -> list[LogRead]:
+    return [log for group in logs.read(host.fs, PATHS, max_bytes, NOW) for log in group]
+
+
+def xids(reads: list[LogRead]) -> list[str]:
+    """The XID lines a fold of the reads finds, as the xid check folds them."""
+    items = [item for log in reads for item in log.items]
+    return [x.line for x in kernel_log.fold(items, boot=None).xids]
+
+
+def texts(reads: list[LogRead]) -> list[str]:
+    """Every line the reads stand for (a kept span: its first and last)."""
+    return [r.text for log in reads for item in log.items for r in item.records()]
+
+
+@pytest.fixture
+def parsed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The lines made entries (parsed by every parser), as they are made."""
+    made: list[str] = []
+    real: Callable[[LogRecord], Entry] = kernel_events.entry_of
+
+    def counted(record: LogRecord) -> Entry:
+        made.append(record.text)
+        return real(record)
+
+    monkeypatch.setattr(kernel_events, "entry_of", counted)
+    return made
+
+
+def test_a_grown_log_is_read_from_its_cursor_and_each_line_parsed_once(
+    tmp_path: Path, parsed: list[str]
+) -> None:
+    host, log = node(tmp_path, noise(500) + XID.format(1) + noise(10))
+    logs = LogFiles()
+    first = read(logs, host)
+    assert [r.path for r in first] == ["/var/log/kern.log"]
+    assert xids(first) == [XID.format(1).strip()]
+    assert len(parsed) == 1
+    append(log, noise(20) + XID.format(2))
+    second = read(logs, host)
+    assert xids(second) == [XID.format(1).strip(), XID.format(2).strip()]
+    assert parsed == [XID.format(1).strip(), XID.format(2).strip()]  # the new line alone
+    assert xids(second) == xids(read(LogFiles(), host))  # what a fresh read gives
+    parsed.clear()
+    assert xids(read(logs, host)) == xids(second)  # nothing new: the kept items, not parsed
+    assert parsed == []
+
+
+def test_what_is_kept_of_a_run_of_lines_no_parser_reads_is_its_first_and_last(
+    tmp_path: Path,
+) -> None:
+    host, _ = node(tmp_path, noise(300) + XID.format(1) + noise(40))
+    logs = LogFiles()
+    first = read(logs, host)
+    assert [len(i.lines) for i in first[0].items if isinstance(i, Span)] == [300, 40]
+    kept = read(logs, host)
+    spans: list[Item] = [i for i in kept[0].items if isinstance(i, Span)]
+    assert [i.lines for i in spans if isinstance(i, Span)] == [
+        [NOISE.format(0).strip(), NOISE.format(299 % 60).strip()],
+        [NOISE.format(0).strip(), NOISE.format(39).strip()],
+    ]
+    assert kept[0].since == datetime(2026, 11, 29, 9, 39, 0, 101311, tzinfo=UTC)
+    assert kept[0].since == read(LogFiles(), host)[0].since
+
+
+def test_a_rotated_log_keeps_what_was_read_under_its_new_name(
+    tmp_path: Path, parsed: list[str]
+) -> None:
+    host, log = node(tmp_path, noise(50) + XID.format(1))
+    logs = LogFiles()
+    read(logs, host)
+    os.rename(log, log.with_name("kern.log.1"))  # logrotate: renamed, a new one created
+    log.write_text(noise(5) + XID.format(2))
+    rotated = read(logs, host)
+    assert [r.path for r in rotated] == ["/var/log/kern.log.1", "/var/log/kern.log"]
+    assert xids(rotated) == [XID.format(1).strip(), XID.format(2).strip()]
+    assert parsed == [XID.format(1).strip(), XID.format(2).strip()]
+    assert xids(rotated) == xids(read(LogFiles(), host))
+    assert len(logs.inodes()) == 2
+    os.unlink(log.with_name("kern.log.1"))  # the next rotation dropped it
+    assert xids(read(logs, host)) == [XID.format(2).strip()]
+    assert len(logs.inodes()) == 1  # what was kept of the gone file is let go
+
+
+def test_a_truncated_log_is_read_afresh(tmp_path: Path) -> None:
+    host, log = node(tmp_path, noise(50) + XID.format(1))
+    logs = LogFiles()
+    read(logs, host)
+    os.truncate(log, 0)  # copytruncate
+    append(log, noise(2))
+    assert xids(read(logs, host)) == []
+    append(log, XID.format(3))
+    assert xids(read(logs, host)) == [XID.format(3).strip()]
+
+
+def test_a_log_grown_past_the_window_is_read_afresh(tmp_path: Path, parsed: list[str]) -> None:
+    host, log = node(tmp_path, XID.format(1) + noise(10))
+    logs = LogFiles()
+    read(logs, host, max_bytes=4096)
+    append(log, noise(100) + XID.format(2))  # more than 4096 bytes since the cursor
+    grown = read(logs, host, max_bytes=4096)
+    assert xids(grown) == [XID.format(2).strip()]
+    assert texts(grown) == texts(read(LogFiles(), host, max_bytes=4096))
+
+
+def test_the_kept_window_lets_go_of_reads_the_later_ones_reach_past(tmp_path: Path) -> None:
+    host, log = node(tmp_path, XID.format(1) + noise(10))
+    logs = LogFiles()
+    read(logs, host, max_bytes=8192)
+    for second in range(2, 7):  # five reads of about 2.7 KiB each
+        append(log, noise(20) + XID.format(second))
+        assert xids(read(logs, host, max_bytes=8192))[-1] == XID.format(second).strip()
+    kept = xids(read(logs, host, max_bytes=8192))
+    fresh = xids(read(LogFiles(), host, max_bytes=8192))
+    # the kept reads reach back at least the window and at most one read past it
+    assert kept[-len(fresh) :] == fresh
+    assert kept == [XID.format(s).strip() for s in range(7 - len(kept), 7)]
+    assert len(kept) in (len(fresh), len(fresh) + 1)
+
+
+def test_a_line_not_yet_ended_is_read_again_until_it_is(tmp_path: Path, parsed: list[str]) -> None:
+    line = XID.format(4)
+    host, log = node(tmp_path, noise(3) + line[:40])
+    logs = LogFiles()
+    assert texts(read(logs, host))[-1] == line[:40]  # as a fresh read gives it
+    append(log, line[40:])
+    ended = read(logs, host)
+    assert xids(ended) == [line.strip()]
+    assert texts(ended).count(line.strip()) == 1
+    assert xids(read(logs, host)) == [line.strip()]
+    assert parsed.count(line.strip()) == 1
+
+
+def test_a_line_too_long_to_be_the_kernels_is_passed_over_across_reads(tmp_path: Path) -> None:
+    host, log = node(tmp_path, XID.format(1))
+    logs = LogFiles()
+    read(logs, host)
+    append(log, b"x" * (100 * 1024))  # a program's 100 KiB "line", not ended yet
+    assert [r.lost for r in read(logs, host)] == [1]
+    append(log, b"y" * 1024 + b"\n" + XID.format(2).encode())
+    after = read(logs, host)
+    assert xids(after) == [XID.format(1).strip(), XID.format(2).strip()]
+    assert [r.lost for r in after] == [1]
+    assert xids(after) == xids(read(LogFiles(), host))
+
+
+def test_a_rounds_read_does_not_take_a_new_line_from_the_event_path(tmp_path: Path) -> None:
+    """The event path's `follow` gives the entries of every line a parser read that was
+    written since it last asked, even one a check's round read first; another program's
+    line that only looks like the driver's is none (its tag is not the kernel's)."""
+    host, log = node(tmp_path, noise(5) + XID.format(1))
+    logs = LogFiles()
+    entries, lost = logs.follow(host.fs, PATHS, WINDOW, NOW)  # what is there: taken
+    assert ([e.record.text for e in entries], lost) == ([XID.format(1).strip()], 0)
+    forged = "2026-11-29T09:40:02.5+00:00 gpu-node-17 myapp[4242]: NVRM: Xid (PCI:0000:2a:00): 79"
+    append(log, forged + "\n" + XID.format(2))
+    assert xids(read(logs, host))[-1] == XID.format(2).strip()  # a round read it first
+    entries, lost = logs.follow(host.fs, PATHS, WINDOW, NOW)
+    assert ([e.record.text for e in entries], lost) == ([XID.format(2).strip()], 0)
+    assert entries[0].kinds == {"nvrm"}
+    assert logs.follow(host.fs, PATHS, WINDOW, NOW) == ([], 0)
+
+
+def test_the_host_keeps_one_set_of_followed_files(tmp_path: Path) -> None:
+    host, _ = node(tmp_path, XID.format(1))
+    assert followed_files(host) is followed_files(host)
