@@ -212,6 +212,21 @@ def test_a_rounds_read_does_not_take_a_new_line_from_the_event_path(tmp_path: Pa
     assert logs.follow(host.fs, PATHS, WINDOW, NOW) == ([], 0)
 
 
+def test_the_event_path_is_given_a_line_once_it_has_ended(tmp_path: Path) -> None:
+    """A line cut short by the write in progress (`...): 7`, the start of XID 79) is given to
+    the event path only once its newline is written, then whole."""
+    line = XID.format(5)
+    cut = line.index("): 79") + len("): 7")
+    host, log = node(tmp_path, noise(2))
+    logs = LogFiles()
+    logs.follow(host.fs, PATHS, WINDOW, NOW)
+    append(log, line[:cut])
+    assert logs.follow(host.fs, PATHS, WINDOW, NOW) == ([], 0)
+    append(log, line[cut:])
+    entries, _ = logs.follow(host.fs, PATHS, WINDOW, NOW)
+    assert [e.record.text for e in entries] == [line.strip()]
+
+
 def test_the_host_keeps_one_set_of_followed_files(tmp_path: Path) -> None:
     host, _ = node(tmp_path, XID.format(1))
     assert followed_files(host) is followed_files(host)

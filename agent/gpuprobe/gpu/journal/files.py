@@ -138,7 +138,7 @@ class LogFiles:
     def _read(
         self, fs: HostFS, path: str, max_bytes: int, now: datetime, found: set[Inode]
     ) -> tuple[LogRead, _Piece] | None:
-        """A file's read, and what of it is new (its items, and the lines passed over)."""
+        """A file's read, and its new whole lines (their items, and those passed over)."""
         try:
             with fs.open_binary(path) as f:
                 st = os.fstat(f.fileno())
@@ -150,7 +150,8 @@ class LogFiles:
                 if kept is None or st.st_size < kept.end or st.st_size - kept.end > max_bytes:
                     kept = _afresh(f, st.st_size, max_bytes, now)
                     self._kept[inode] = kept
-                    new = _Piece(0, [*kept.pieces[0].items, *kept.unended], kept.pieces[0].lost)
+                    first = kept.pieces[0]
+                    new = _Piece(first.start, first.items, first.lost)
                 else:
                     new = _catch_up(f, kept, st.st_size, now)
         except OSError:
@@ -181,8 +182,8 @@ def _afresh(f: BinaryIO, size: int, max_bytes: int, now: datetime) -> _Kept:
 
 def _catch_up(f: BinaryIO, kept: _Kept, size: int, now: datetime) -> _Piece:
     """Take what was written to a kept file since its cursor (the caller reads a file that
-    grew by more than `max_bytes` afresh) as a new read; what is new (the line not ended
-    yet given again, until it is)."""
+    grew by more than `max_bytes` afresh) as a new read; the new read (whole lines only: a
+    line not ended yet is new once it is)."""
     f.seek(kept.end)
     data = f.read(size - kept.end)
     start = 0
@@ -206,7 +207,7 @@ def _catch_up(f: BinaryIO, kept: _Kept, size: int, now: datetime) -> _Piece:
         kept.pieces.append(piece)
     kept.end += taken
     kept.unended = _items(unended, now)
-    return _Piece(piece.start, [*piece.items, *kept.unended], lost)
+    return _Piece(piece.start, piece.items, lost)
 
 
 def _items(data: bytes, now: datetime) -> list[Item]:
