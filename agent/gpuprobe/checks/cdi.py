@@ -6,6 +6,8 @@ config.toml names; `gpuprobe.containers.cdi_specs`) and validates it as CDI runt
 (`nvidia.com/...`) is stale when it names device nodes, mounted host paths or hook binaries
 that no longer exist, driver files of another version than the loaded driver (the usual state
 after a driver upgrade), or fewer GPUs than NVML sees. The fix is always to regenerate it.
+Another vendor's specs are held against the node by its rules (AMD's `amd.com/gpu` specs:
+`checks.amd.cdi`, asked through `checks.rules.vendors`).
 A problem is CRITICAL when the node hands GPUs to containers through CDI (toolkit mode `cdi`,
 or a device plugin passing CDI device names), else WARNING.
 
@@ -22,13 +24,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.record import Check
+from gpuprobe.checks.rules import vendors
+from gpuprobe.checks.rules.cdi_paths import missing_paths
+from gpuprobe.checks.rules.vendor_part import Part
 from gpuprobe.config import Config
 from gpuprobe.containers.cdi import CdiSpec
-from gpuprobe.containers.cdi_specs import present_paths, read_spec_dirs
+from gpuprobe.containers.cdi_specs import read_spec_dirs
 from gpuprobe.containers.configfile import FileProblem
 from gpuprobe.containers.device_plugin import DevicePluginConfig, device_plugin_config
 from gpuprobe.containers.toolkit import (
@@ -44,8 +49,6 @@ NAME = "cdi"
 # The device plugin's own CDI kind and spec file (k8s-device-plugin internal/cdi: vendor
 # k8s.device-plugin.nvidia.com, class gpu, saved as /var/run/cdi/<vendor>-<class>.json).
 PLUGIN_KIND = "k8s.device-plugin.nvidia.com/gpu"
-# The AMD Container Toolkit's specs (amd-ctk cdi generate): kind amd.com/gpu.
-AMD_VENDOR = "amd.com"
 PLUGIN_SPEC = "/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json"
 # The CDI directories containerd and CRI-O read by default (their `cdi_spec_dirs`).
 ENGINE_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -136,18 +139,24 @@ def run(ctx: CheckContext, config: Config) -> CheckResult:
         "ignored_files": [],
     }
     specs, findings = _load(host, dirs, data, critical=bool(in_use) and gpus > 0)
-    amd = bool(ctx.gpus.gpu_count("amd"))
-    amd_findings = _stale_amd(host, specs, data) if amd else []
+    parts = [
+        part
+        for rules in vendors.RULES
+        if rules.cdi is not None
+        for part in [rules.cdi.judge(ctx, specs, cast(dict[str, Any], data))]
+        if part is not None
+    ]
+    others = [finding for part in parts for finding in part.findings]
     if not gpus:  # on a node without NVIDIA GPUs NVIDIA's specs are facts, not failures
-        return CheckResult(NAME, _summary(specs, data, gpus, in_use, amd), amd_findings, data)
-    findings += amd_findings
+        return CheckResult(NAME, _summary(specs, data, gpus, in_use, parts), others, data)
+    findings += others
     findings += _conflicts(specs, bool(in_use))
     findings += _stale(host, specs, data, driver, nvml_gpus, bool(in_use))
     # An invalid NVIDIA spec is already named; saying no spec exists would be a second finding.
     invalid_nvidia = any(not e["valid"] and e["nvidia"] for e in data["specs"])
     if not invalid_nvidia:
         findings += [_missing(n) for n in needs if not _found(n, specs)]
-    return CheckResult(NAME, _summary(specs, data, gpus, in_use, amd), findings, data)
+    return CheckResult(NAME, _summary(specs, data, gpus, in_use, parts), findings, data)
 
 
 def _plugin_config(host: Host, config: Config) -> DevicePluginConfig | None:
@@ -316,60 +325,15 @@ def _stale(
     return findings
 
 
-def _stale_amd(host: Host, specs: list[tuple[CdiSpec, int]], data: CdiData) -> list[Finding]:
-    """CDI_SPEC_STALE for an AMD Container Toolkit spec (`amd.com/gpu`) naming device nodes
-    that are gone (the GPUs' DRM minors move when GPUs are added, removed or re-partitioned):
-    a container given one of its devices fails to start. A warning: on Kubernetes the AMD
-    device plugin passes device nodes itself, without CDI."""
-    findings = []
-    for spec, _ in specs:
-        if spec.vendor != AMD_VENDOR:
-            continue
-        stale = _staleness(host, spec, None)
-        entry = next(e for e in data["specs"] if e["path"] == spec.path)
-        entry["stale"] = stale.to_data()
-        gone = stale.missing_device_nodes + stale.missing_mounts + stale.missing_hooks
-        if not gone:
-            continue
-        findings.append(
-            Finding(
-                "CDI_SPEC_STALE",
-                Severity.WARNING,
-                f"CDI spec {spec.path} ({spec.kind}) is stale: it names "
-                f"{_names(gone)} that do not exist on this node. Containers given its devices "
-                f"fail to start: regenerate it (amd-ctk cdi generate --output={spec.path})",
-                Action.FIX_CONFIG,
-                f"file:{spec.path}",
-            )
-        )
-    return findings
-
-
-def _names(paths: list[str], shown: int = 4) -> str:
-    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
-    return ", ".join(paths[:shown]) + more
-
-
 def _staleness(host: Host, spec: CdiSpec, nvml_gpus: int | None) -> _Staleness:
-    stale = _Staleness()
-    present = present_paths(host, spec)
+    gone = missing_paths(host, spec)
     versions: set[str] = set()
     for edits in spec.all_edits():
-        # A relative path names nothing on the host (the runtime would resolve it against
-        # its own working directory): missing, as an absent one.
-        for node in edits.device_nodes:
-            if node not in present and node not in stale.missing_device_nodes:
-                stale.missing_device_nodes.append(node)
         for mount in edits.mounts:
-            if mount not in present and mount not in stale.missing_mounts:
-                stale.missing_mounts.append(mount)
             versions |= _versions_in_path(mount)
-        for hook, args in edits.hooks:
-            missing = hook.startswith("/") and hook not in present
-            if missing and hook not in stale.missing_hooks:
-                stale.missing_hooks.append(hook)
+        for _, args in edits.hooks:
             versions |= {m.group(1) for a in args if (m := _HOST_DRIVER_ARG.match(a))}
-    stale.driver_versions = sorted(versions)
+    stale = _Staleness(gone.device_nodes, gone.mounts, gone.hooks, sorted(versions))
     if spec.kind in (DEFAULT_KIND, PLUGIN_KIND) and nvml_gpus is not None:
         stale.gpu_devices = _gpu_devices(spec)
     return stale
@@ -436,11 +400,11 @@ def _missing(need: _Need) -> Finding:
 
 
 def _summary(
-    specs: list[tuple[CdiSpec, int]], data: CdiData, gpus: int, in_use: list[str], amd: bool
+    specs: list[tuple[CdiSpec, int]], data: CdiData, gpus: int, in_use: list[str], parts: list[Part]
 ) -> str:
     total = len(data["specs"])
     if total == 0:
-        return "no CDI spec" + ("" if gpus or amd else "; no NVIDIA GPU on this node")
+        return "no CDI spec" + ("" if gpus or parts else "; no NVIDIA GPU on this node")
     valid = len(specs)
     text = f"{total} CDI spec{'s' if total != 1 else ''}"
     if valid != total:
@@ -448,7 +412,7 @@ def _summary(
     devices = sum(len(s.devices) for s, _ in specs)
     text += f", {devices} devices"
     if not gpus:
-        return text + ("; AMD GPUs only" if amd else "; no NVIDIA GPU on this node")
+        return text + f"; {parts[0].summary if parts else 'no NVIDIA GPU on this node'}"
     return text + ("; CDI in use for GPUs" if in_use else "; CDI not in use for GPUs")
 
 

@@ -1,6 +1,7 @@
 """What a vendor's rules give a vendor-neutral check: `Part`, one vendor's share of a result,
-and the hooks (`GpusRules`, `DriverRules`, `ToolkitRules`, `WorkloadsRules`) a vendor's folder
-(`checks/nvidia/`, `checks/amd/`) implements for the checks it has rules in.
+and the hooks (`GpusRules`, `DriverRules`, `ToolkitRules`, `DevicePluginRules`, `CdiRules`,
+`WorkloadsRules`) a vendor's folder (`checks/nvidia/`, `checks/amd/`) implements for the
+checks it has rules in.
 
 The neutral check (`driver`, `gpus`, `toolkit`, `workloads`) asks each registered vendor's
 rules (`checks.rules.vendors`) in the GPU interface's vendor order and puts their parts
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.config import Config
+from gpuprobe.containers.cdi import CdiSpec
 from gpuprobe.containers.engines import Engine
 from gpuprobe.gpu.backend import VendorUses
 from gpuprobe.report import Finding, Status, worst
@@ -102,6 +104,19 @@ class DevicePluginRules(Protocol):
 
     def read(self, ctx: CheckContext, socket_dir: str) -> DevicePluginReading | None:
         """The vendor's plugin sockets in `socket_dir` (None: the node has no GPU of it)."""
+        ...
+
+
+class CdiRules(Protocol):
+    """A vendor's part of the `cdi` check beyond NVIDIA's specs (its subject)."""
+
+    def judge(
+        self, ctx: CheckContext, specs: list[tuple[CdiSpec, int]], data: dict[str, Any]
+    ) -> Part | None:
+        """The vendor's specs among `specs` (each with its directory's priority) held against
+        the node, each one's entry in `data["specs"]` told what of it is gone (None: the node
+        shows no GPU of the vendor). Its summary is the check's on a node without NVIDIA's
+        GPUs."""
         ...
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuprobe.checks.amd.cdi import AmdCdi
 from gpuprobe.checks.amd.device_plugin import AmdDevicePlugin
 from gpuprobe.checks.amd.driver import AmdDriver
 from gpuprobe.checks.amd.gpus import AmdGpus
@@ -20,6 +21,7 @@ from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.nvidia.driver import NvidiaDriver
 from gpuprobe.checks.nvidia.gpus import NvidiaGpus
 from gpuprobe.checks.rules.vendor_part import (
+    CdiRules,
     DevicePluginRules,
     DriverRules,
     GpusRules,
@@ -38,6 +40,7 @@ class VendorRules:
     driver: DriverRules | None = None
     toolkit: ToolkitRules | None = None
     device_plugin: DevicePluginRules | None = None
+    cdi: CdiRules | None = None
     workloads: WorkloadsRules | None = None
 
 
@@ -49,6 +52,7 @@ RULES: tuple[VendorRules, ...] = (
         driver=AmdDriver(),
         toolkit=AmdToolkit(),
         device_plugin=AmdDevicePlugin(),
+        cdi=AmdCdi(),
         workloads=AmdWorkloads(),
     ),
 )
