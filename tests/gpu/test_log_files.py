@@ -169,12 +169,17 @@ def test_the_kept_window_lets_go_of_reads_the_later_ones_reach_past(tmp_path: Pa
     assert len(kept) in (len(fresh), len(fresh) + 1)
 
 
-def test_a_line_not_yet_ended_is_read_again_until_it_is(tmp_path: Path, parsed: list[str]) -> None:
+def test_a_line_being_written_is_read_once_it_has_ended(tmp_path: Path, parsed: list[str]) -> None:
+    """rsyslog writes its buffer out when it fills, mid-line: the part of an XID 79 line
+    written so far (`...): 7`) is no XID 7, whether the file is read afresh or followed."""
     line = XID.format(4)
-    host, log = node(tmp_path, noise(3) + line[:40])
+    cut = line.index("): 79") + len("): 7")
+    host, log = node(tmp_path, noise(3) + line[:cut])
     logs = LogFiles()
-    assert texts(read(logs, host))[-1] == line[:40]  # as a fresh read gives it
-    append(log, line[40:])
+    assert xids(read(logs, host)) == []
+    assert xids(read(LogFiles(), host)) == []  # a one-shot read too
+    assert line[:cut] not in texts(read(logs, host))
+    append(log, line[cut:])
     ended = read(logs, host)
     assert xids(ended) == [line.strip()]
     assert texts(ended).count(line.strip()) == 1

@@ -17,7 +17,10 @@ or grew by more than `max_bytes` since, is read afresh from its end. What is kep
 that reach into the file's last `max_bytes` (a read is kept or let go whole, so a kept window
 holds between `max_bytes` and about twice it), each run of lines no parser reads cut to its
 first and last line once it has been read (a fold asks a run only for its times, which grow
-along a log). A last line not yet ended by a newline is read again until it is.
+along a log). A last line without its newline is a line being written (rsyslog's file writer
+writes its buffer out whenever it fills, mid-line: omfile's `ioBufferSize`, 4 KiB by
+default): it is read once it has ended, never as the part written so far (`...): 7` of an
+XID 79 is no XID 7).
 """
 
 from __future__ import annotations
@@ -71,12 +74,11 @@ class _Piece:
 class _Kept:
     """What is kept of one file: its reads, oldest first; the offset past the last whole line
     taken (`end`); whether that is inside a line too long to be the kernel's (`skipping`: it
-    is passed over to its newline); the items of the last line, not ended yet."""
+    is passed over to its newline)."""
 
     end: int
     pieces: deque[_Piece] = field(default_factory=deque)
     skipping: bool = False
-    unended: list[Item] = field(default_factory=list)
 
 
 class LogFiles:
@@ -158,7 +160,7 @@ class LogFiles:
             return None
         while len(kept.pieces) > 1 and kept.pieces[1].start <= kept.end - max_bytes:
             kept.pieces.popleft()  # the later reads reach back `max_bytes` without it
-        items = [item for piece in kept.pieces for item in piece.items] + kept.unended
+        items = [item for piece in kept.pieces for item in piece.items]
         for piece in kept.pieces:  # given whole this once; kept cut to what a fold asks
             piece.items = [_cut(item) for item in piece.items]
         lost = sum(piece.lost for piece in kept.pieces)
@@ -172,18 +174,17 @@ def _afresh(f: BinaryIO, size: int, max_bytes: int, now: datetime) -> _Kept:
     ended = size == 0 or _byte_at(f, size - 1) == b"\n"
     if ended or not data or data.endswith(b"\n"):
         # every line ended, or the one not ended is too long to be held (passed over)
-        whole, unended, end, skipping = data, b"", size, not ended
-    else:
+        whole, end, skipping = data, size, not ended
+    else:  # the last line is being written: read once it has ended
         cut = data.rfind(b"\n") + 1
-        whole, unended, end, skipping = data[:cut], data[cut:], size - len(data) + cut, False
+        whole, end, skipping = data[:cut], size - len(data) + cut, False
     piece = _Piece(end - len(whole), _items(whole, now), tail.skipped)
-    return _Kept(end, deque([piece]), skipping, _items(unended, now))
+    return _Kept(end, deque([piece]), skipping)
 
 
 def _catch_up(f: BinaryIO, kept: _Kept, size: int, now: datetime) -> _Piece:
-    """Take what was written to a kept file since its cursor (the caller reads a file that
-    grew by more than `max_bytes` afresh) as a new read; the new read (whole lines only: a
-    line not ended yet is new once it is)."""
+    """Take the whole lines written to a kept file since its cursor (the caller reads a file
+    that grew by more than `max_bytes` afresh) as a new read, and give it."""
     f.seek(kept.end)
     data = f.read(size - kept.end)
     start = 0
@@ -194,9 +195,9 @@ def _catch_up(f: BinaryIO, kept: _Kept, size: int, now: datetime) -> _Piece:
             return _Piece(kept.end, [])
         kept.skipping = False
     cut = max(data.rfind(b"\n") + 1, start)
-    whole, unended, taken, lost = data[start:cut], data[cut:], cut, 0
-    if len(unended) > MAX_LINE_BYTES:  # a line past any kernel line's length, not ended
-        kept.skipping, unended, taken, lost = True, b"", len(data), 1
+    whole, taken, lost = data[start:cut], cut, 0
+    if len(data) - cut > MAX_LINE_BYTES:  # a line past any kernel line's length, not ended
+        kept.skipping, taken, lost = True, len(data), 1
     if whole and max(map(len, whole.split(b"\n"))) > MAX_LINE_BYTES:
         raw = whole.split(b"\n")
         short = [line for line in raw if len(line) <= MAX_LINE_BYTES]
@@ -206,7 +207,6 @@ def _catch_up(f: BinaryIO, kept: _Kept, size: int, now: datetime) -> _Piece:
     if piece.items or piece.lost:
         kept.pieces.append(piece)
     kept.end += taken
-    kept.unended = _items(unended, now)
     return _Piece(piece.start, piece.items, lost)
 
 
