@@ -7,9 +7,9 @@ cursors (`kernel_sources.followed_files`, `gpu.journal.files.LogFiles`: a file t
 from its cursor, one renamed by a rotation kept under its new name, one truncated, or grown by
 more than `max_bytes` at once, read afresh from its end). A record the follower takes is
 parsed once and kept, with its events, for the checks' rounds, never read twice; one a round
-took first is the round's (the round read it). What is already there when following starts is
-not given: the checks' own rounds read it. Every path is resolved inside the root as a chroot
-would (`HostFS.tree`).
+read first is given to the follower all the same (`follow`: what arrived since it last
+asked). What is already there when following begins is not given: the checks' own rounds
+read it. Every path is resolved inside the root as a chroot would (`HostFS.tree`).
 
 What one call reads is bounded (a file's `max_bytes`, the kernel journal's ring), and so is a
 line: one longer than `MAX_LINE_BYTES` (no kernel line is; a program writing a 100 MB "line")
@@ -78,7 +78,7 @@ class KernelLogFollower:
 
     def begin(self) -> None:
         """Take what is there now: the rounds read it; what comes after is given, whoever
-        reads it first. Opens nothing that `close` must release."""
+        reads it first. Sets up no watch (`watch` does)."""
         self._files.follow(self.fs, self.paths, self.max_bytes, datetime.now(UTC))
         if self._kmsg is not None:
             self._kmsg.follow()  # this boot's records so far: the rounds read those
