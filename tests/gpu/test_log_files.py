@@ -7,6 +7,7 @@ gives what a fresh read of the file gives."""
 from __future__ import annotations
 
 import os
+import tracemalloc
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from gpuprobe.gpu import kernel_events, kernel_log
 from gpuprobe.gpu.journal.files import LogFiles, LogRead
-from gpuprobe.gpu.journal.record import Entry, Item, LogRecord, Span
+from gpuprobe.gpu.journal.record import Entry, LogRecord, Span
 from gpuprobe.gpu.kernel_sources import followed_files
 from gpuprobe.host import Host, snapshot_host
 
@@ -97,21 +98,44 @@ def test_a_grown_log_is_read_from_its_cursor_and_each_line_parsed_once(
     assert parsed == []
 
 
-def test_what_is_kept_of_a_run_of_lines_no_parser_reads_is_its_first_and_last(
-    tmp_path: Path,
-) -> None:
-    host, _ = node(tmp_path, noise(300) + XID.format(1) + noise(40))
-    logs = LogFiles()
-    first = read(logs, host)
-    assert [len(i.lines) for i in first[0].items if isinstance(i, Span)] == [300, 40]
-    kept = read(logs, host)
-    spans: list[Item] = [i for i in kept[0].items if isinstance(i, Span)]
-    assert [i.lines for i in spans if isinstance(i, Span)] == [
-        [NOISE.format(0).strip(), NOISE.format(299 % 60).strip()],
+def test_a_run_of_lines_no_parser_reads_is_kept_as_its_first_and_last(tmp_path: Path) -> None:
+    """A fold asks a run of lines no parser reads only for its times, which grow along a log:
+    the run is cut to its first and last line as it is read; since when the log holds
+    records is still its first stamped line."""
+    unstamped = "kernel: a line without a stamp\n"
+    host, _ = node(tmp_path, unstamped * 2 + noise(300) + XID.format(1) + noise(40))
+    (read_,) = read(LogFiles(), host)
+    assert [i.lines for i in read_.items if isinstance(i, Span)] == [
+        [unstamped.strip(), NOISE.format(299 % 60).strip()],
         [NOISE.format(0).strip(), NOISE.format(39).strip()],
     ]
-    assert kept[0].since == datetime(2026, 11, 29, 9, 39, 0, 101311, tzinfo=UTC)
-    assert kept[0].since == read(LogFiles(), host)[0].since
+    assert read_.since == datetime(2026, 11, 29, 9, 39, 0, 101311, tzinfo=UTC)
+
+
+def test_a_read_is_made_items_a_chunk_at_a_time_and_loses_no_line(tmp_path: Path) -> None:
+    """Three MiB of a NIC's lines with XIDs among them: every XID read, in order, whatever
+    chunk it falls in; the runs between are kept cut."""
+    parts = [noise(3000) + XID.format(n % 60) for n in range(10)]
+    host, _ = node(tmp_path, "".join(parts))
+    (read_,) = read(LogFiles(), host)
+    assert xids([read_]) == [XID.format(n % 60).strip() for n in range(10)]
+    assert all(len(i.lines) <= 2 for i in read_.items if isinstance(i, Span))
+
+
+def test_reading_a_full_window_holds_its_bytes_and_little_more(tmp_path: Path) -> None:
+    """The first read of a log with 16 MiB of a NIC's lines: at its peak it holds the window's
+    bytes and a chunk's lines (not the window's lines, nor a second copy of the window), and
+    what it keeps is the entries and each run's first and last line."""
+    host, _ = node(tmp_path, noise(16 * 1024 * 1024 // len(NOISE)) + XID.format(1))
+    tracemalloc.start()
+    try:
+        reads = read(LogFiles(), host)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert xids(reads) == [XID.format(1).strip()]
+    assert peak < 1.5 * WINDOW
+    assert held < 1024 * 1024
 
 
 def test_a_rotated_log_keeps_what_was_read_under_its_new_name(

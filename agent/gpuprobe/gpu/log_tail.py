@@ -38,16 +38,31 @@ def read_tail(f: BinaryIO, max_bytes: int, max_line: int, max_scan: int) -> Tail
     size = f.seek(0, os.SEEK_END)
     start = max(0, size - max_bytes)
     f.seek(start)
-    data = f.read(max_bytes)
-    if start > 0 or len(data) >= max_bytes:
-        cut = data.find(b"\n")
-        if cut >= max_line or (cut < 0 and len(data) >= max_line):
+    head = b""
+    if size >= max_bytes:  # the window is cut: its first line is part of one
+        head = f.readline(max_line + 1)
+        ended = head.endswith(b"\n")
+        if (ended and len(head) > max_line) or (not ended and len(head) >= max_line):
             # the window begins inside an over-long line: lines before it are read past it
             return _backwards(f, size, max_bytes, max_line, max_scan)
-        data = data[cut + 1 :] if cut >= 0 else b""
-    if max(map(len, data.split(b"\n"))) <= max_line:
+        if not ended:
+            return Tail(b"")  # no newline in the window: not one whole line
+    data = f.read(max_bytes - len(head))
+    if _longest_line(data) <= max_line:
         return Tail(data)  # the common case: the window as it is
     return _backwards(f, size, max_bytes, max_line, max_scan)
+
+
+def _longest_line(data: bytes) -> int:
+    """The length of `data`'s longest line, measured a piece at a time (what is held at once
+    is one piece's lines, not the whole window's)."""
+    longest = at = 0
+    while at < len(data):
+        cut = data.find(b"\n", at + CHUNK_BYTES)
+        end = len(data) if cut < 0 else cut
+        longest = max(longest, max(map(len, data[at:end].split(b"\n"))))
+        at = end + 1
+    return longest
 
 
 def _backwards(f: BinaryIO, size: int, max_bytes: int, max_line: int, max_scan: int) -> Tail:

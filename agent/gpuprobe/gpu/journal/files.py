@@ -16,11 +16,12 @@ read: a file that grew is read from its cursor; one renamed by a rotation (`kern
 or grew by more than `max_bytes` since, is read afresh from its end. What is kept is the reads
 that reach into the file's last `max_bytes` (a read is kept or let go whole, so a kept window
 holds between `max_bytes` and about twice it), each run of lines no parser reads cut to its
-first and last line once it has been read (a fold asks a run only for its times, which grow
-along a log). A last line without its newline is a line being written (rsyslog's file writer
-writes its buffer out whenever it fills, mid-line: omfile's `ioBufferSize`, 4 KiB by
-default): it is read once it has ended, never as the part written so far (`...): 7` of an
-XID 79 is no XID 7).
+first and last line as it is read (a fold asks a run only for its times, which grow along a
+log), a chunk of lines at a time: a read holds its bytes and one chunk's lines at once. A
+last line without its newline is a line being written (rsyslog's file writer writes its
+buffer out whenever it fills, mid-line: omfile's `ioBufferSize`, 4 KiB by default): it is
+read once it has ended, never as the part written so far (`...): 7` of an XID 79 is no
+XID 7).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import re
 import stat
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import BinaryIO
@@ -45,6 +46,10 @@ from gpuprobe.host.fs import HostFS
 Inode = tuple[int, int]
 # The most entries kept for the next `follow` (a round's reads between two of its calls).
 UNFOLLOWED = 65_536
+# A read's lines are made items this many bytes at a time (to the next newline).
+CHUNK_BYTES = 1024 * 1024
+# Since when a log holds records: the first stamped line among its first lines.
+FIRST_LINES = 100
 
 
 @dataclass(frozen=True)
@@ -62,12 +67,14 @@ class LogRead:
 
 @dataclass
 class _Piece:
-    """One read's whole lines of a file: where they begin in it, their items, and how many
-    lines among them were passed over as too long."""
+    """One read's whole lines of a file: where they begin in it, their items, how many lines
+    among them were passed over as too long, and the time of the first stamped line among
+    its first 100."""
 
     start: int
     items: list[Item]
     lost: int = 0
+    since: datetime | None = None
 
 
 @dataclass
@@ -161,10 +168,8 @@ class LogFiles:
         while len(kept.pieces) > 1 and kept.pieces[1].start <= kept.end - max_bytes:
             kept.pieces.popleft()  # the later reads reach back `max_bytes` without it
         items = [item for piece in kept.pieces for item in piece.items]
-        for piece in kept.pieces:  # given whole this once; kept cut to what a fold asks
-            piece.items = [_cut(item) for item in piece.items]
         lost = sum(piece.lost for piece in kept.pieces)
-        return LogRead(path, items, _first_time(items), lost), new
+        return LogRead(path, items, kept.pieces[0].since if kept.pieces else None, lost), new
 
 
 def _afresh(f: BinaryIO, size: int, max_bytes: int, now: datetime) -> _Kept:
@@ -178,7 +183,7 @@ def _afresh(f: BinaryIO, size: int, max_bytes: int, now: datetime) -> _Kept:
     else:  # the last line is being written: read once it has ended
         cut = data.rfind(b"\n") + 1
         whole, end, skipping = data[:cut], size - len(data) + cut, False
-    piece = _Piece(end - len(whole), _items(whole, now), tail.skipped)
+    piece = _piece(end - len(whole), whole, now, tail.skipped)
     return _Kept(end, deque([piece]), skipping)
 
 
@@ -203,16 +208,32 @@ def _catch_up(f: BinaryIO, kept: _Kept, size: int, now: datetime) -> _Piece:
         short = [line for line in raw if len(line) <= MAX_LINE_BYTES]
         lost += len(raw) - len(short)
         whole = b"\n".join(short)
-    piece = _Piece(kept.end + start, _items(whole, now), lost)
+    piece = _piece(kept.end + start, whole, now, lost)
     if piece.items or piece.lost:
         kept.pieces.append(piece)
     kept.end += taken
-    return _Piece(piece.start, piece.items, lost)
+    return piece
 
 
-def _items(data: bytes, now: datetime) -> list[Item]:
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    return kernel_events.items_of(lines, now) if lines else []
+def _piece(start: int, data: bytes, now: datetime, lost: int) -> _Piece:
+    """A read of whole lines made items a chunk of lines at a time (what a read holds at once
+    is its bytes and one chunk's lines), each run of lines no parser reads cut to its first
+    and last line as it is made."""
+    piece = _Piece(start, [], lost)
+    seen = 0  # lines looked at for the first stamp
+    at = 0
+    while at < len(data):
+        cut = data.find(b"\n", at + CHUNK_BYTES)
+        end = len(data) if cut < 0 else cut + 1
+        lines = data[at:end].decode("utf-8", errors="replace").splitlines()
+        at = end
+        for line in lines[: max(0, FIRST_LINES - seen)] if piece.since is None else ():
+            piece.since = LogRecord.of_line(line, now).time
+            if piece.since is not None:
+                break
+        seen += len(lines)
+        piece.items += [_cut(item) for item in kernel_events.items_of(lines, now)]
+    return piece
 
 
 def _cut(item: Item) -> Item:
@@ -220,22 +241,6 @@ def _cut(item: Item) -> Item:
     if isinstance(item, Span) and len(item.lines) > 2:
         return Span([item.lines[0], item.lines[-1]], item.now)
     return item
-
-
-def _first_time(items: list[Item]) -> datetime | None:
-    """The stamp of the first stamped line among the first 100 the items stand for: since
-    when the log holds records."""
-    for n, record in enumerate(_records(items)):
-        if n == 100:
-            break
-        if record.time is not None:
-            return record.time
-    return None
-
-
-def _records(items: list[Item]) -> Iterator[LogRecord]:
-    for item in items:
-        yield from item.records()
 
 
 def _byte_at(f: BinaryIO, offset: int) -> bytes:
