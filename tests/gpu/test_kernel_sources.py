@@ -14,9 +14,9 @@ from gpuprobe.checks import xid
 from gpuprobe.checks.context import CheckContext
 from gpuprobe.checks.xid.settings import XidConfig
 from gpuprobe.config import Config
-from gpuprobe.gpu.journal.files import rotation_streams, tail_log
+from gpuprobe.gpu.journal.files import LogFiles, rotation_streams
 from gpuprobe.gpu.kernel_sources import KernelLogRead, boot_id, read_kernel_log
-from gpuprobe.gpu.log_tail import Tail
+from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, Tail, read_tail
 from gpuprobe.host import Host, snapshot_host
 from helpers import snapshot
 
@@ -118,7 +118,12 @@ def test_a_cut_log_starts_at_its_first_whole_line(tmp_path: Path) -> None:
     (tmp_path / "rootfs/proc/sys/kernel/random").mkdir(parents=True)
     (tmp_path / "rootfs/proc/sys/kernel/random/boot_id").write_text("c71b1604-0001\n")
     host = snapshot_host(str(tmp_path))
-    assert tail_log(host, "/var/log/kern.log", 12) == Tail(b"third\n")
-    assert tail_log(host, "/var/log/kern.log", 4096) == Tail(b"first line\nsecond\nthird\n")
-    assert tail_log(host, "/var/log/absent.log", 4096) is None
+
+    def tail(max_bytes: int) -> Tail:
+        with host.fs.open_binary("/var/log/kern.log") as f:
+            return read_tail(f, max_bytes, MAX_LINE_BYTES, MAX_SCAN_BYTES)
+
+    assert tail(12) == Tail(b"third\n")
+    assert tail(4096) == Tail(b"first line\nsecond\nthird\n")
+    assert LogFiles().read(host.fs, ["/var/log/absent.log"], 4096, NOW) == [[]]
     assert boot_id(host) == "c71b1604-0001"

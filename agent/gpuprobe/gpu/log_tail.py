@@ -48,12 +48,12 @@ def read_tail(f: BinaryIO, max_bytes: int, max_line: int, max_scan: int) -> Tail
         if not ended:
             return Tail(b"")  # no newline in the window: not one whole line
     data = f.read(max_bytes - len(head))
-    if _longest_line(data) <= max_line:
+    if longest_line(data) <= max_line:
         return Tail(data)  # the common case: the window as it is
     return _backwards(f, size, max_bytes, max_line, max_scan)
 
 
-def _longest_line(data: bytes) -> int:
+def longest_line(data: bytes) -> int:
     """The length of `data`'s longest line, measured a piece at a time (what is held at once
     is one piece's lines, not the whole window's)."""
     longest = at = 0

@@ -38,8 +38,7 @@ from typing import BinaryIO
 
 from gpuprobe.gpu import kernel_events, log_tail
 from gpuprobe.gpu.journal.record import Entry, Item, LogRecord, Span
-from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, Tail
-from gpuprobe.host import Host
+from gpuprobe.gpu.log_tail import MAX_LINE_BYTES, MAX_SCAN_BYTES, longest_line
 from gpuprobe.host.fs import HostFS
 
 # A file is (st_dev, st_ino).
@@ -159,8 +158,7 @@ class LogFiles:
                 if kept is None or st.st_size < kept.end or st.st_size - kept.end > max_bytes:
                     kept = _afresh(f, st.st_size, max_bytes, now)
                     self._kept[inode] = kept
-                    first = kept.pieces[0]
-                    new = _Piece(first.start, first.items, first.lost)
+                    new = kept.pieces[0]
                 else:
                     new = _catch_up(f, kept, st.st_size, now)
         except OSError:
@@ -203,7 +201,7 @@ def _catch_up(f: BinaryIO, kept: _Kept, size: int, now: datetime) -> _Piece:
     whole, taken, lost = data[start:cut], cut, 0
     if len(data) - cut > MAX_LINE_BYTES:  # a line past any kernel line's length, not ended
         kept.skipping, taken, lost = True, len(data), 1
-    if whole and max(map(len, whole.split(b"\n"))) > MAX_LINE_BYTES:
+    if longest_line(whole) > MAX_LINE_BYTES:
         raw = whole.split(b"\n")
         short = [line for line in raw if len(line) <= MAX_LINE_BYTES]
         lost += len(raw) - len(short)
@@ -264,15 +262,3 @@ def _rotation(path: str) -> int:
     """A rotated file's number (`kern.log.2`: 2); the live log's is 0."""
     match = re.search(r"\.(\d+)$", path)
     return int(match.group(1)) if match else 0
-
-
-def tail_log(host: Host, path: str, max_bytes: int) -> Tail | None:
-    """A log file's last `max_bytes` by whole lines, lines longer than any kernel line passed
-    over (`gpuprobe.gpu.log_tail`); None when it cannot be read or is no regular file."""
-    try:
-        with host.fs.open_binary(path) as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None  # a device or FIFO in a log's place (/dev/zero): no log
-            return log_tail.read_tail(f, max_bytes, MAX_LINE_BYTES, MAX_SCAN_BYTES)
-    except OSError:
-        return None
